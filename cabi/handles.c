@@ -1,0 +1,107 @@
+/* The handle table: see la.h. Allocation and release take a mutex (cold
+ * paths); validation is lock-free. */
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+
+#include "la.h"
+
+#define LA_CHUNK_BITS 12
+#define LA_CHUNK_SIZE (1u << LA_CHUNK_BITS)
+#define LA_MAX_CHUNKS 4096u /* 16M live handles */
+
+static la_slot_t *_Atomic chunks[LA_MAX_CHUNKS];
+static pthread_mutex_t table_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint32_t *free_idx;
+static size_t nfree, free_cap;
+static uint32_t next_idx = 1;
+
+static la_slot_t *slot_of(uint32_t idx) {
+    if (idx == 0 || idx >= LA_MAX_CHUNKS * LA_CHUNK_SIZE) return NULL;
+    la_slot_t *c = atomic_load_explicit(&chunks[idx >> LA_CHUNK_BITS], memory_order_acquire);
+    if (!c) return NULL;
+    return &c[idx & (LA_CHUNK_SIZE - 1)];
+}
+
+uint64_t la_handle_alloc(int type, void *obj) {
+    pthread_mutex_lock(&table_mu);
+    uint32_t idx;
+    if (nfree > 0) {
+        idx = free_idx[--nfree];
+    } else {
+        if (next_idx >= LA_MAX_CHUNKS * LA_CHUNK_SIZE) {
+            pthread_mutex_unlock(&table_mu);
+            return 0;
+        }
+        idx = next_idx;
+        uint32_t ci = idx >> LA_CHUNK_BITS;
+        if (!atomic_load_explicit(&chunks[ci], memory_order_relaxed)) {
+            la_slot_t *c = calloc(LA_CHUNK_SIZE, sizeof(la_slot_t));
+            if (!c) {
+                pthread_mutex_unlock(&table_mu);
+                return 0;
+            }
+            atomic_store_explicit(&chunks[ci], c, memory_order_release);
+        }
+        next_idx++;
+    }
+    la_slot_t *s = slot_of(idx);
+    s->gen = (s->gen + 1) & 0xFFFFFFu;
+    if (s->gen == 0) s->gen = 1;
+    s->obj = obj;
+    uint64_t h = ((uint64_t)s->gen << 40) | ((uint64_t)(type & 0xFF) << 32) | idx;
+    atomic_store_explicit(&s->tag, h, memory_order_release);
+    pthread_mutex_unlock(&table_mu);
+    return h;
+}
+
+static int type_of(uint64_t h) { return (int)((h >> 32) & 0xFF); }
+
+void *la_handle_get(uint64_t h, int type, la_slot_t **out) {
+    if (type_of(h) != type) return NULL;
+    la_slot_t *s = slot_of((uint32_t)h);
+    if (!s) return NULL;
+    atomic_fetch_add_explicit(&s->refs, 1, memory_order_seq_cst);
+    if (atomic_load_explicit(&s->tag, memory_order_seq_cst) != h) {
+        atomic_fetch_sub_explicit(&s->refs, 1, memory_order_release);
+        return NULL;
+    }
+    *out = s;
+    return s->obj;
+}
+
+void la_handle_put(la_slot_t *s) { atomic_fetch_sub_explicit(&s->refs, 1, memory_order_release); }
+
+int la_handle_live(uint64_t h, int type) {
+    if (type_of(h) != type) return 0;
+    la_slot_t *s = slot_of((uint32_t)h);
+    return s && atomic_load_explicit(&s->tag, memory_order_acquire) == h;
+}
+
+void *la_handle_free(uint64_t h, int type) {
+    if (type_of(h) != type) return NULL;
+    la_slot_t *s = slot_of((uint32_t)h);
+    if (!s) return NULL;
+    uint64_t expect = h;
+    if (!atomic_compare_exchange_strong(&s->tag, &expect, 0)) return NULL;
+    /* Readers pin a slot only for a few instructions (they never block while
+     * pinned), so this wait is short. */
+    while (atomic_load_explicit(&s->refs, memory_order_acquire) != 0) sched_yield();
+    void *obj = s->obj;
+    pthread_mutex_lock(&table_mu);
+    s->obj = NULL;
+    if (nfree == free_cap) {
+        size_t ncap = free_cap ? free_cap * 2 : 1024;
+        uint32_t *n = realloc(free_idx, ncap * sizeof *n);
+        if (!n) {
+            /* Leak the slot rather than fail the destroy. */
+            pthread_mutex_unlock(&table_mu);
+            return obj;
+        }
+        free_idx = n;
+        free_cap = ncap;
+    }
+    free_idx[nfree++] = (uint32_t)h;
+    pthread_mutex_unlock(&table_mu);
+    return obj;
+}

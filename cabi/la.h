@@ -1,0 +1,52 @@
+/* Internal declarations shared by the C half of cabi. Not installed. */
+#ifndef LA_INTERNAL_H
+#define LA_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "async.h"
+
+/* Handles
+ * -------
+ * Every handle is an integer disguised as a pointer:
+ *   bits  0..31  slot index (from 1)
+ *   bits 32..39  type (LA_T_*)
+ *   bits 40..63  generation of the slot
+ * The slot table lives in C memory that is never freed, so validating any
+ * value (NULL, stale, forged, of another type) is a few loads and never
+ * dereferences memory the caller handed us. */
+enum { LA_T_QUEUE = 1, LA_T_WORKER = 2, LA_T_RUNTIME = 3 };
+
+typedef struct {
+    _Atomic uint64_t tag;  /* the live handle value, 0 when free */
+    _Atomic uint32_t refs; /* short-lived readers of obj (see la_handle_get) */
+    uint32_t gen;          /* last generation used (under the table lock) */
+    void *obj;             /* C-side object, may be NULL */
+} la_slot_t;
+
+uint64_t la_handle_alloc(int type, void *obj);
+/* Invalidates h, waits for readers of its slot to leave, frees the slot.
+ * Returns the object, or NULL if h was not live. */
+void *la_handle_free(uint64_t h, int type);
+/* Validates h and pins its slot: the object stays valid until
+ * la_handle_put(). NULL if h is not a live handle of that type. */
+void *la_handle_get(uint64_t h, int type, la_slot_t **slot);
+void la_handle_put(la_slot_t *slot);
+/* 1 if h is a live handle of that type (no pinning). */
+int la_handle_live(uint64_t h, int type);
+
+/* The signal-safe doorbell of a runtime (the C-side object of its handle). */
+enum { LA_DOORBELL_EVENTFD = 1, LA_DOORBELL_PIPE = 2 };
+typedef struct {
+    int fd;
+    int kind;
+} la_doorbell_t;
+
+/* Errors and fork detection. */
+void la_set_error(int code);
+extern _Atomic int la_forked;
+
+#define LA_H(p) ((uint64_t)(uintptr_t)(p))
+
+#endif

@@ -1,0 +1,445 @@
+// Command cabi is libasync's C boundary, built with -buildmode=c-shared or
+// c-archive. The public functions of include/async.h are C (shim.c,
+// worker.c); those that need the Go core call the la_go_* exports below.
+//
+// Rules of this boundary:
+//   - every export validates its handle through the handle table and never
+//     trusts a pointer it was given beyond the sizes it was told;
+//   - every export returns an async_err_t code (0 = success) and recovers any
+//     panic into ASYNC_E_INTERNAL: a Go panic never reaches C;
+//   - C never keeps a Go pointer: handles are integers (see la.h);
+//   - nothing here blocks except the documented waits.
+package main
+
+/*
+#cgo CFLAGS: -I${SRCDIR}/../include -O2 -Wall
+#include <stdlib.h>
+#include "la.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"os"
+	"runtime/debug"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/libasync/libasync/libasync"
+)
+
+func main() {}
+
+// guard turns a panic into ASYNC_E_INTERNAL. It must be deferred directly.
+func guard(rc *C.int) {
+	if r := recover(); r != nil {
+		if os.Getenv("ASYNC_DEBUG") != "" {
+			fmt.Fprintf(os.Stderr, "libasync: internal error: %v\n%s", r, debug.Stack())
+		}
+		*rc = C.int(libasync.EInternal)
+	}
+}
+
+func code(err error) C.int { return C.int(libasync.CodeOf(err)) }
+
+// duration converts a C timeout in ms (-1 forever) to the core's convention.
+func duration(ms C.int) (time.Duration, bool) {
+	if ms < -1 {
+		return 0, false
+	}
+	if ms == -1 {
+		return -1, true
+	}
+	return time.Duration(ms) * time.Millisecond, true
+}
+
+// ---------------------------------------------------------------------------
+// The Go half of the handle table: the Go object behind each C slot index.
+
+const (
+	chunkBits = 12
+	chunkSize = 1 << chunkBits
+	maxChunks = 4096
+)
+
+type object struct {
+	h     uint64
+	queue *libasync.Queue
+	rt    *rtObject
+}
+
+type rtObject struct {
+	rt      *libasync.Runtime
+	waiting atomic.Bool
+	evs     []libasync.Event
+	bell    *C.la_doorbell_t
+}
+
+var objects [maxChunks]atomic.Pointer[[chunkSize]atomic.Pointer[object]]
+
+func objSlot(h uint64) *atomic.Pointer[object] {
+	idx := uint32(h)
+	if idx == 0 || idx >= maxChunks*chunkSize {
+		return nil
+	}
+	c := objects[idx>>chunkBits].Load()
+	if c == nil {
+		return nil
+	}
+	return &c[idx&(chunkSize-1)]
+}
+
+func lookup(h uint64) *object {
+	s := objSlot(h)
+	if s == nil {
+		return nil
+	}
+	o := s.Load()
+	if o == nil || o.h != h {
+		return nil
+	}
+	return o
+}
+
+func publish(h uint64, o *object) {
+	idx := uint32(h)
+	ci := idx >> chunkBits
+	c := objects[ci].Load()
+	if c == nil {
+		objects[ci].CompareAndSwap(nil, new([chunkSize]atomic.Pointer[object]))
+		c = objects[ci].Load()
+	}
+	o.h = h
+	c[idx&(chunkSize-1)].Store(o)
+}
+
+// unpublish removes h's object; only one caller wins.
+func unpublish(h uint64) *object {
+	s := objSlot(h)
+	if s == nil {
+		return nil
+	}
+	o := s.Load()
+	if o == nil || o.h != h || !s.CompareAndSwap(o, nil) {
+		return nil
+	}
+	return o
+}
+
+func getQueue(h C.uint64_t) *libasync.Queue {
+	if o := lookup(uint64(h)); o != nil {
+		return o.queue
+	}
+	return nil
+}
+
+func getRuntime(h C.uint64_t) *rtObject {
+	if o := lookup(uint64(h)); o != nil {
+		return o.rt
+	}
+	return nil
+}
+
+// ---------------------------------------------------------------------------
+// Queue
+
+//export la_go_queue_create
+func la_go_queue_create(capacity, maxMsg C.size_t, flags C.uint, out *C.uint64_t) (rc C.int) {
+	defer guard(&rc)
+	if uint64(capacity) > 1<<30 || uint64(maxMsg) > 1<<40 {
+		return C.int(libasync.EInval)
+	}
+	q, err := libasync.NewQueue(int(capacity), int(maxMsg), libasync.QueueFlags(flags))
+	if err != nil {
+		return code(err)
+	}
+	h := C.la_handle_alloc(C.LA_T_QUEUE, nil)
+	if h == 0 {
+		return C.int(libasync.ENoMem)
+	}
+	publish(uint64(h), &object{queue: q})
+	*out = h
+	return 0
+}
+
+//export la_go_queue_destroy
+func la_go_queue_destroy(h C.uint64_t) (rc C.int) {
+	defer guard(&rc)
+	o := unpublish(uint64(h))
+	if o == nil || o.queue == nil {
+		return C.int(libasync.EBadHandle)
+	}
+	o.queue.Close()
+	C.la_handle_free(h, C.LA_T_QUEUE)
+	return 0
+}
+
+// la_go_queue_enqueue: mode 0 is async_queue_enqueue (waits only with
+// BLOCK_WRITER, forever), mode 1 is async_queue_enqueue_wait(timeout).
+//
+//export la_go_queue_enqueue
+func la_go_queue_enqueue(h C.uint64_t, data unsafe.Pointer, size C.size_t, timeout C.int, mode C.int) (rc C.int) {
+	defer guard(&rc)
+	q := getQueue(h)
+	if q == nil {
+		return C.int(libasync.EBadHandle)
+	}
+	if data == nil || size == 0 {
+		return C.int(libasync.EInval)
+	}
+	d, ok := duration(timeout)
+	if !ok {
+		return C.int(libasync.EInval)
+	}
+	if uint64(size) > 1<<40 {
+		return C.int(libasync.ETooBig)
+	}
+	msg := unsafe.Slice((*byte)(data), int(size))
+	if mode == 0 {
+		return code(q.Enqueue(msg))
+	}
+	return code(q.EnqueueTimeout(msg, d))
+}
+
+//export la_go_queue_dequeue
+func la_go_queue_dequeue(h C.uint64_t, buf unsafe.Pointer, size C.size_t, outSize *C.size_t, timeout C.int) (rc C.int) {
+	defer guard(&rc)
+	q := getQueue(h)
+	if q == nil {
+		return C.int(libasync.EBadHandle)
+	}
+	if buf == nil && size > 0 {
+		return C.int(libasync.EInval)
+	}
+	d, ok := duration(timeout)
+	if !ok {
+		return C.int(libasync.EInval)
+	}
+	var b []byte
+	if buf != nil {
+		if uint64(size) > 1<<40 {
+			size = 1 << 40
+		}
+		b = unsafe.Slice((*byte)(buf), int(size))
+	}
+	n, err := q.DequeueTimeout(b, d)
+	if outSize != nil && (err == nil || err == libasync.ErrBufSize) {
+		*outSize = C.size_t(n)
+	}
+	return code(err)
+}
+
+// la_go_queue_query: what 0 = is_empty, 1 = is_full.
+//
+//export la_go_queue_query
+func la_go_queue_query(h C.uint64_t, what C.int, out *C.int) (rc C.int) {
+	defer guard(&rc)
+	q := getQueue(h)
+	if q == nil {
+		return C.int(libasync.EBadHandle)
+	}
+	var r bool
+	if what == 0 {
+		r = q.IsEmpty()
+	} else {
+		r = q.IsFull()
+	}
+	if r {
+		*out = 1
+	} else {
+		*out = 0
+	}
+	return 0
+}
+
+//export la_go_queue_clear
+func la_go_queue_clear(h C.uint64_t) (rc C.int) {
+	defer guard(&rc)
+	q := getQueue(h)
+	if q == nil {
+		return C.int(libasync.EBadHandle)
+	}
+	q.Clear()
+	return 0
+}
+
+//export la_go_queue_stats
+func la_go_queue_stats(h C.uint64_t, out *C.async_queue_stats_t) (rc C.int) {
+	defer guard(&rc)
+	q := getQueue(h)
+	if q == nil {
+		return C.int(libasync.EBadHandle)
+	}
+	s := q.Stats()
+	out.capacity = C.size_t(s.Capacity)
+	out.current_size = C.size_t(s.CurrentSize)
+	out.max_msg_size = C.size_t(s.MaxMsgSize)
+	out.enqueue_count = C.uint64_t(s.EnqueueCount)
+	out.dequeue_count = C.uint64_t(s.DequeueCount)
+	out.dropped_count = C.uint64_t(s.Dropped)
+	return 0
+}
+
+//export la_go_queue_attach
+func la_go_queue_attach(h, rth C.uint64_t, key C.uintptr_t) (rc C.int) {
+	defer guard(&rc)
+	q := getQueue(h)
+	if q == nil {
+		return C.int(libasync.EBadHandle)
+	}
+	var rt *libasync.Runtime
+	if rth != 0 {
+		o := getRuntime(rth)
+		if o == nil {
+			return C.int(libasync.EBadHandle)
+		}
+		rt = o.rt
+	}
+	return code(q.Attach(rt, uintptr(key), uintptr(h)))
+}
+
+// ---------------------------------------------------------------------------
+// Runtime
+
+//export la_go_rt_init
+func la_go_rt_init(out *C.uint64_t) (rc C.int) {
+	defer guard(&rc)
+	rt, err := libasync.NewRuntime()
+	if err != nil {
+		return code(err)
+	}
+	bell := (*C.la_doorbell_t)(C.calloc(1, C.size_t(unsafe.Sizeof(C.la_doorbell_t{}))))
+	if bell == nil {
+		rt.Close()
+		return C.int(libasync.ENoMem)
+	}
+	fd, kind := rt.Poller().Doorbell()
+	bell.fd, bell.kind = C.int(fd), C.int(kind)
+	h := C.la_handle_alloc(C.LA_T_RUNTIME, unsafe.Pointer(bell))
+	if h == 0 {
+		C.free(unsafe.Pointer(bell))
+		rt.Close()
+		return C.int(libasync.ENoMem)
+	}
+	publish(uint64(h), &object{rt: &rtObject{rt: rt, bell: bell}})
+	*out = h
+	return 0
+}
+
+//export la_go_rt_deinit
+func la_go_rt_deinit(h C.uint64_t) (rc C.int) {
+	defer guard(&rc)
+	o := unpublish(uint64(h))
+	if o == nil || o.rt == nil {
+		return C.int(libasync.EBadHandle)
+	}
+	// First retire the handle, so that no signal-safe wakeup can write the
+	// doorbell once it is closed (la_handle_free waits for such writers).
+	bell := C.la_handle_free(h, C.LA_T_RUNTIME)
+	err := o.rt.rt.Close()
+	if bell != nil {
+		C.free(bell)
+	}
+	if err == libasync.ErrClosed {
+		err = nil
+	}
+	return code(err)
+}
+
+// la_go_rt_fd: op 0 add, 1 modify, 2 remove.
+//
+//export la_go_rt_fd
+func la_go_rt_fd(h C.uint64_t, op C.int, fd C.int, events C.uint32_t, ctx C.uintptr_t) (rc C.int) {
+	defer guard(&rc)
+	o := getRuntime(h)
+	if o == nil {
+		return C.int(libasync.EBadHandle)
+	}
+	switch op {
+	case 0:
+		return code(o.rt.Add(int(fd), uint32(events), uintptr(ctx)))
+	case 1:
+		return code(o.rt.Modify(int(fd), uint32(events)))
+	default:
+		return code(o.rt.Remove(int(fd)))
+	}
+}
+
+//export la_go_rt_wait
+func la_go_rt_wait(h C.uint64_t, events *C.io_event_t, max C.int, timeout C.int, out *C.int) (rc C.int) {
+	defer guard(&rc)
+	o := getRuntime(h)
+	if o == nil {
+		return C.int(libasync.EBadHandle)
+	}
+	d, ok := duration(timeout)
+	if !ok || events == nil || max < 1 {
+		return C.int(libasync.EInval)
+	}
+	if !o.waiting.CompareAndSwap(false, true) {
+		return C.int(libasync.EBusy)
+	}
+	defer o.waiting.Store(false)
+	if cap(o.evs) < int(max) {
+		n := int(max)
+		if n > 1<<16 {
+			n = 1 << 16 // more per call buys nothing
+		}
+		if cap(o.evs) < n {
+			o.evs = make([]libasync.Event, n)
+		}
+	}
+	evs := o.evs[:min(int(max), cap(o.evs))]
+	n, err := o.rt.Wait(evs, d)
+	if err != nil {
+		return code(err)
+	}
+	dst := unsafe.Slice(events, n)
+	for i := 0; i < n; i++ {
+		e := &evs[i]
+		c := &dst[i]
+		c.fd = C.async_fd_t(e.Fd)
+		c.event_type = C.uint32_t(e.Type)
+		c.completion_key = C.uintptr_t(e.Key)
+		c.data = C.uintptr_t(e.Data)
+		*(*uintptr)(unsafe.Pointer(&c.context)) = e.Context
+	}
+	*out = C.int(n)
+	return 0
+}
+
+//export la_go_rt_post
+func la_go_rt_post(h C.uint64_t, key, data C.uintptr_t) (rc C.int) {
+	defer guard(&rc)
+	o := getRuntime(h)
+	if o == nil {
+		return C.int(libasync.EBadHandle)
+	}
+	return code(o.rt.Post(uintptr(key), uintptr(data)))
+}
+
+//export la_go_rt_add_timer
+func la_go_rt_add_timer(h C.uint64_t, delay, repeat C.uint64_t, key C.uintptr_t, out *C.uint64_t) (rc C.int) {
+	defer guard(&rc)
+	o := getRuntime(h)
+	if o == nil {
+		return C.int(libasync.EBadHandle)
+	}
+	id, err := o.rt.AddTimer(uint64(delay), uint64(repeat), uintptr(key))
+	if err != nil {
+		return code(err)
+	}
+	*out = C.uint64_t(id)
+	return 0
+}
+
+//export la_go_rt_cancel_timer
+func la_go_rt_cancel_timer(h C.uint64_t, id C.uint64_t) (rc C.int) {
+	defer guard(&rc)
+	o := getRuntime(h)
+	if o == nil {
+		return C.int(libasync.EBadHandle)
+	}
+	return code(o.rt.CancelTimer(uint64(id)))
+}

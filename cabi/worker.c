@@ -1,0 +1,332 @@
+/* async_worker: plain C on POSIX threads. Workers run C procedures on host
+ * threads, so nothing here needs Go: creation honours the stack size exactly,
+ * and should_stop/current are a load each. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+#if defined(__linux__)
+#include <sys/eventfd.h>
+#endif
+
+#include "la.h"
+
+/* A worker may call into libasync (Go); the Go runtime needs some C stack on
+ * the calling thread, so smaller requests are rounded up to this. */
+#define LA_MIN_WORKER_STACK (64u * 1024u)
+
+typedef struct la_worker {
+    async_worker_proc_t proc;
+    void *context;
+    void *result;
+    uint64_t handle;
+    _Atomic int state; /* async_worker_state_t */
+    _Atomic int stop;
+    _Atomic int refs; /* the handle + the running thread + joiners */
+    int done;         /* under mu */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stop_rfd, stop_wfd;
+} la_worker_t;
+
+static __thread la_worker_t *current_worker;
+
+static void worker_unref(la_worker_t *w) {
+    if (atomic_fetch_sub(&w->refs, 1) != 1) return;
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+    close(w->stop_rfd);
+    if (w->stop_wfd != w->stop_rfd) close(w->stop_wfd);
+    free(w);
+}
+
+/* Pins the worker behind h (a reference the caller drops with worker_unref). */
+static la_worker_t *worker_get(const async_worker_t *h) {
+    la_slot_t *slot;
+    la_worker_t *w = la_handle_get(LA_H(h), LA_T_WORKER, &slot);
+    if (!w) return NULL;
+    atomic_fetch_add(&w->refs, 1);
+    la_handle_put(slot);
+    return w;
+}
+
+static void *worker_main(void *arg) {
+    la_worker_t *w = arg;
+    current_worker = w;
+    void *r = w->proc(w->context);
+    current_worker = NULL;
+    pthread_mutex_lock(&w->mu);
+    w->result = r;
+    w->done = 1;
+    atomic_store(&w->state, ASYNC_WORKER_STOPPED);
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    worker_unref(w);
+    return NULL;
+}
+
+static int make_stop_fd(la_worker_t *w) {
+#if defined(__linux__)
+    int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (fd < 0) return -1;
+    w->stop_rfd = w->stop_wfd = fd;
+    return 0;
+#else
+    int p[2];
+    if (pipe(p) != 0) return -1;
+    for (int i = 0; i < 2; i++) {
+        fcntl(p[i], F_SETFD, FD_CLOEXEC);
+        fcntl(p[i], F_SETFL, fcntl(p[i], F_GETFL) | O_NONBLOCK);
+    }
+    w->stop_rfd = p[0];
+    w->stop_wfd = p[1];
+    return 0;
+#endif
+}
+
+async_worker_t *async_worker_create(async_worker_proc_t proc, void *context, size_t stack_size) {
+    if (atomic_load_explicit(&la_forked, memory_order_relaxed)) {
+        la_set_error(ASYNC_E_FORKED);
+        return NULL;
+    }
+    if (!proc) {
+        la_set_error(ASYNC_E_INVAL);
+        return NULL;
+    }
+    la_worker_t *w = calloc(1, sizeof *w);
+    if (!w) {
+        la_set_error(ASYNC_E_NOMEM);
+        return NULL;
+    }
+    w->proc = proc;
+    w->context = context;
+    if (make_stop_fd(w) != 0) {
+        free(w);
+        la_set_error(errno == ENOMEM ? ASYNC_E_NOMEM : ASYNC_E_SYS);
+        return NULL;
+    }
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+#if !defined(__APPLE__)
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+#endif
+    pthread_cond_init(&w->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    atomic_store(&w->state, ASYNC_WORKER_RUNNING);
+    atomic_store(&w->refs, 2); /* the handle and the thread */
+    w->handle = la_handle_alloc(LA_T_WORKER, w);
+    if (!w->handle) {
+        atomic_store(&w->refs, 1);
+        worker_unref(w);
+        la_set_error(ASYNC_E_NOMEM);
+        return NULL;
+    }
+
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (stack_size > 0) {
+        size_t page = (size_t)sysconf(_SC_PAGESIZE);
+        size_t sz = stack_size < LA_MIN_WORKER_STACK ? LA_MIN_WORKER_STACK : stack_size;
+        if (sz < (size_t)PTHREAD_STACK_MIN) sz = PTHREAD_STACK_MIN;
+        if (sz > SIZE_MAX - page) {
+            pthread_attr_destroy(&attr);
+            la_handle_free(w->handle, LA_T_WORKER);
+            atomic_store(&w->refs, 1);
+            worker_unref(w);
+            la_set_error(ASYNC_E_INVAL);
+            return NULL;
+        }
+        sz = (sz + page - 1) / page * page;
+        if (pthread_attr_setstacksize(&attr, sz) != 0) {
+            pthread_attr_destroy(&attr);
+            la_handle_free(w->handle, LA_T_WORKER);
+            atomic_store(&w->refs, 1);
+            worker_unref(w);
+            la_set_error(ASYNC_E_INVAL);
+            return NULL;
+        }
+    }
+    pthread_t th;
+    int err = pthread_create(&th, &attr, worker_main, w);
+    pthread_attr_destroy(&attr);
+    if (err != 0) {
+        la_handle_free(w->handle, LA_T_WORKER);
+        atomic_store(&w->refs, 1);
+        worker_unref(w);
+        la_set_error(err == EAGAIN ? ASYNC_E_NOMEM : ASYNC_E_SYS);
+        return NULL;
+    }
+    return (async_worker_t *)(uintptr_t)w->handle;
+}
+
+void async_worker_destroy(async_worker_t *worker) {
+    if (atomic_load_explicit(&la_forked, memory_order_relaxed)) {
+        la_set_error(ASYNC_E_FORKED);
+        return;
+    }
+    la_worker_t *w = la_handle_free(LA_H(worker), LA_T_WORKER);
+    if (!w) {
+        la_set_error(ASYNC_E_BADHANDLE);
+        return;
+    }
+    /* Drop the handle's reference; if proc still runs, the thread's
+     * reference keeps the record until it returns (detached). */
+    worker_unref(w);
+}
+
+static void signal_stop(la_worker_t *w) {
+    int expect = ASYNC_WORKER_RUNNING;
+    atomic_compare_exchange_strong(&w->state, &expect, ASYNC_WORKER_STOPPING);
+    if (atomic_exchange(&w->stop, 1) == 0) {
+#if defined(__linux__)
+        uint64_t one = 1;
+        ssize_t r;
+        do r = write(w->stop_wfd, &one, sizeof one);
+        while (r < 0 && errno == EINTR);
+#else
+        char c = 's';
+        ssize_t r;
+        do r = write(w->stop_wfd, &c, 1);
+        while (r < 0 && errno == EINTR);
+#endif
+        (void)r;
+    }
+}
+
+void async_worker_signal_stop(async_worker_t *worker) {
+    int saved = errno;
+    la_worker_t *w = worker_get(worker);
+    if (!w) {
+        la_set_error(ASYNC_E_BADHANDLE);
+        errno = saved;
+        return;
+    }
+    signal_stop(w);
+    worker_unref(w);
+    errno = saved;
+}
+
+bool async_worker_join(async_worker_t *worker, int timeout_ms) {
+    if (atomic_load_explicit(&la_forked, memory_order_relaxed)) {
+        la_set_error(ASYNC_E_FORKED);
+        return false;
+    }
+    if (timeout_ms < -1) {
+        la_set_error(ASYNC_E_INVAL);
+        return false;
+    }
+    la_worker_t *w = worker_get(worker);
+    if (!w) {
+        la_set_error(ASYNC_E_BADHANDLE);
+        return false;
+    }
+    if (w == current_worker) {
+        worker_unref(w);
+        la_set_error(ASYNC_E_STATE);
+        return false;
+    }
+    struct timespec deadline;
+    if (timeout_ms > 0) {
+#if defined(__APPLE__)
+        clock_gettime(CLOCK_REALTIME, &deadline);
+#else
+        clock_gettime(CLOCK_MONOTONIC, &deadline);
+#endif
+        deadline.tv_sec += timeout_ms / 1000;
+        deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+        if (deadline.tv_nsec >= 1000000000L) {
+            deadline.tv_sec++;
+            deadline.tv_nsec -= 1000000000L;
+        }
+    }
+    pthread_mutex_lock(&w->mu);
+    int timed_out = 0;
+    while (!w->done) {
+        if (timeout_ms == 0) {
+            timed_out = 1;
+            break;
+        }
+        if (timeout_ms < 0) {
+            pthread_cond_wait(&w->cv, &w->mu);
+        } else if (pthread_cond_timedwait(&w->cv, &w->mu, &deadline) == ETIMEDOUT && !w->done) {
+            timed_out = 1;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&w->mu);
+    worker_unref(w);
+    if (timed_out) {
+        la_set_error(ASYNC_E_TIMEDOUT);
+        return false;
+    }
+    return true;
+}
+
+async_worker_t *async_worker_current(void) {
+    la_worker_t *w = current_worker;
+    if (!w || !la_handle_live(w->handle, LA_T_WORKER)) return NULL;
+    return (async_worker_t *)(uintptr_t)w->handle;
+}
+
+bool async_worker_should_stop(async_worker_t *worker) {
+    la_worker_t *w = current_worker;
+    if (w && LA_H(worker) == w->handle) {
+        /* The worker asking about itself: its record is alive (it holds a
+         * reference), so no table lookup is needed. */
+        return atomic_load_explicit(&w->stop, memory_order_acquire) != 0;
+    }
+    w = worker_get(worker);
+    if (!w) {
+        la_set_error(ASYNC_E_BADHANDLE);
+        return true;
+    }
+    bool r = atomic_load(&w->stop) != 0;
+    worker_unref(w);
+    return r;
+}
+
+async_worker_state_t async_worker_get_state(const async_worker_t *worker) {
+    la_worker_t *w = worker_get(worker);
+    if (!w) {
+        la_set_error(ASYNC_E_BADHANDLE);
+        return ASYNC_WORKER_STOPPED;
+    }
+    async_worker_state_t s = (async_worker_state_t)atomic_load(&w->state);
+    worker_unref(w);
+    return s;
+}
+
+void *async_worker_result(async_worker_t *worker) {
+    la_worker_t *w = worker_get(worker);
+    if (!w) {
+        la_set_error(ASYNC_E_BADHANDLE);
+        return NULL;
+    }
+    pthread_mutex_lock(&w->mu);
+    int done = w->done;
+    void *r = w->result;
+    pthread_mutex_unlock(&w->mu);
+    worker_unref(w);
+    if (!done) {
+        la_set_error(ASYNC_E_STATE);
+        return NULL;
+    }
+    return r;
+}
+
+int async_worker_stop_fd(async_worker_t *worker) {
+    la_worker_t *w = worker_get(worker);
+    if (!w) {
+        la_set_error(ASYNC_E_BADHANDLE);
+        return -1;
+    }
+    int fd = w->stop_rfd;
+    worker_unref(w);
+    return fd;
+}

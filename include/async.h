@@ -1,0 +1,330 @@
+/*
+ * libasync — an async runtime for C programs, built in Go.
+ *
+ * One stable header. Link with -lasync (libasync.so, or libasync.a plus
+ * -lpthread). Everything here is C99 and C++ compatible.
+ *
+ * Conventions used by every function below
+ * -----------------------------------------
+ *  - Handles (async_queue_t *, async_worker_t *, async_runtime_t *) are
+ *    opaque values, never pointers to memory you may read. Each call validates
+ *    its handle: NULL, a destroyed handle, or a value that is not a handle of
+ *    that type fails with ASYNC_E_BADHANDLE; it never crashes.
+ *  - Functions returning int return 0 (or a count) on success and -1 on
+ *    failure. Functions returning bool return false on failure. Functions
+ *    returning a handle or id return NULL / 0 on failure. After any failure
+ *    async_last_error() tells the calling thread why.
+ *  - Successful calls do not reset async_last_error().
+ *  - "Thread-safe" means any number of threads may call it concurrently on the
+ *    same handle. Destroying a handle while other threads still use it is
+ *    safe in the sense that those calls fail with ASYNC_E_BADHANDLE or
+ *    ASYNC_E_CLOSED instead of crashing; it is still a bug in the caller.
+ *  - "Blocks" means the calling thread may sleep. No other function blocks.
+ *  - After fork() only the child's exec is supported: every call made in the
+ *    child fails with ASYNC_E_FORKED (it never hangs).
+ *  - Timeouts are in milliseconds: -1 waits forever, 0 does not wait, n > 0
+ *    waits at least n ms. Other negative values fail with ASYNC_E_INVAL.
+ */
+#ifndef ASYNC_H
+#define ASYNC_H
+
+#include <stddef.h>
+#include <stdint.h>
+#if !defined(__cplusplus)
+#include <stdbool.h>
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ASYNC_VERSION_MAJOR 0
+#define ASYNC_VERSION_MINOR 1
+#define ASYNC_VERSION_PATCH 0
+
+/* The library's version as "MAJOR.MINOR.PATCH". Never NULL; thread-safe;
+ * never blocks. */
+const char *async_version_string(void);
+
+/* ------------------------------------------------------------------------ */
+/* Errors                                                                    */
+/* ------------------------------------------------------------------------ */
+
+typedef enum {
+    ASYNC_OK = 0,
+    ASYNC_E_INVAL = 1,      /* invalid argument (NULL pointer, zero size, bad flags or timeout) */
+    ASYNC_E_BADHANDLE = 2,  /* NULL, destroyed, or not a handle of this type */
+    ASYNC_E_NOMEM = 3,      /* out of memory or out of handles */
+    ASYNC_E_TOOBIG = 4,     /* message larger than the queue's max_msg_size */
+    ASYNC_E_BUFSIZE = 5,    /* buffer too small; the needed size is in *out_size */
+    ASYNC_E_EMPTY = 6,      /* nothing to dequeue */
+    ASYNC_E_FULL = 7,       /* queue full (no DROP_OLDEST / BLOCK_WRITER policy) */
+    ASYNC_E_TIMEDOUT = 8,   /* the timeout expired */
+    ASYNC_E_CLOSED = 9,     /* the object was destroyed while the call waited on it */
+    ASYNC_E_BUSY = 10,      /* another thread is already in async_runtime_wait on this runtime */
+    ASYNC_E_EXISTS = 11,    /* fd already registered with this runtime */
+    ASYNC_E_NOTFOUND = 12,  /* fd or timer not registered with this runtime */
+    ASYNC_E_BADFD = 13,     /* not an open file descriptor (or not pollable) */
+    ASYNC_E_SYS = 14,       /* an operating-system call failed unexpectedly */
+    ASYNC_E_INTERNAL = 15,  /* a bug inside libasync was caught (never crashes the host) */
+    ASYNC_E_CANCELLED = 16, /* the operation was cancelled */
+    ASYNC_E_NOTSUP = 17,    /* not supported on this platform or build */
+    ASYNC_E_FORKED = 18,    /* called in a child process after fork(); only exec is supported */
+    ASYNC_E_STATE = 19      /* the object is not in a state that allows this call */
+} async_err_t;
+
+/* A static English description of an error code; unknown codes give
+ * "unknown error". Never NULL; thread-safe; async-signal-safe; never blocks. */
+const char *async_strerror(int code);
+
+/* The code of the calling thread's last failed libasync call (ASYNC_OK if none
+ * failed yet). Thread-local; never blocks. */
+int async_last_error(void);
+
+/* ------------------------------------------------------------------------ */
+/* async_queue: a thread-safe FIFO of copied, bounded-size messages           */
+/* ------------------------------------------------------------------------ */
+
+typedef struct async_queue_s async_queue_t;
+typedef struct async_runtime_s async_runtime_t;
+
+typedef enum {
+    ASYNC_QUEUE_DROP_OLDEST = 0x01,    /* full: drop the head, count it, succeed */
+    ASYNC_QUEUE_BLOCK_WRITER = 0x02,   /* full: enqueue waits for room */
+    ASYNC_QUEUE_SIGNAL_ON_DATA = 0x04  /* post a completion when empty -> non-empty (see attach) */
+} async_queue_flags_t;
+
+typedef struct {
+    size_t capacity;
+    size_t current_size;
+    size_t max_msg_size;
+    uint64_t enqueue_count;
+    uint64_t dequeue_count;
+    uint64_t dropped_count;
+} async_queue_stats_t;
+
+/* Creates a queue of up to `capacity` messages of at most `max_msg_size`
+ * bytes each. DROP_OLDEST and BLOCK_WRITER are mutually exclusive.
+ * Returns NULL with ASYNC_E_INVAL for a zero capacity or size, unknown flags,
+ * or both policies; ASYNC_E_NOMEM if memory or handles run out.
+ * Thread-safe; never blocks. */
+async_queue_t *async_queue_create(size_t capacity, size_t max_msg_size, async_queue_flags_t flags);
+
+/* Destroys the queue and discards its messages. Every thread blocked in
+ * enqueue/enqueue_wait/dequeue_wait on it wakes and fails with ASYNC_E_CLOSED.
+ * NULL or an invalid handle is ignored (ASYNC_E_BADHANDLE). Thread-safe;
+ * never blocks. */
+void async_queue_destroy(async_queue_t *queue);
+
+/* Copies `size` bytes from `data` to the tail. When the queue is full:
+ * DROP_OLDEST drops the head (counted in dropped_count) and succeeds;
+ * BLOCK_WRITER blocks until there is room (like enqueue_wait with -1);
+ * otherwise fails at once with ASYNC_E_FULL.
+ * Errors: ASYNC_E_BADHANDLE, ASYNC_E_INVAL (data NULL or size 0),
+ * ASYNC_E_TOOBIG (size > max_msg_size), ASYNC_E_FULL, ASYNC_E_CLOSED
+ * (destroyed while blocked). Thread-safe; blocks only with BLOCK_WRITER. */
+bool async_queue_enqueue(async_queue_t *queue, const void *data, size_t size);
+
+/* Like async_queue_enqueue, but when the queue is full and the policy is not
+ * DROP_OLDEST, waits up to timeout_ms for room (fails with ASYNC_E_TIMEDOUT).
+ * With DROP_OLDEST it never waits. Thread-safe; blocks. */
+bool async_queue_enqueue_wait(async_queue_t *queue, const void *data, size_t size, int timeout_ms);
+
+/* Copies the head message into `buffer` and removes it; its length is written
+ * to *out_size (out_size may be NULL). Never blocks.
+ * Errors: ASYNC_E_BADHANDLE; ASYNC_E_INVAL (buffer NULL with buffer_size > 0);
+ * ASYNC_E_EMPTY; ASYNC_E_BUFSIZE (buffer_size too small: the needed size is
+ * written to *out_size and the message stays at the head). Thread-safe. */
+bool async_queue_dequeue(async_queue_t *queue, void *buffer, size_t buffer_size, size_t *out_size);
+
+/* Like async_queue_dequeue, but waits up to timeout_ms for a message
+ * (ASYNC_E_TIMEDOUT). Thread-safe; blocks. */
+bool async_queue_dequeue_wait(async_queue_t *queue, void *buffer, size_t buffer_size, size_t *out_size,
+                              int timeout_ms);
+
+/* true if the queue holds no message. An invalid handle gives true with
+ * ASYNC_E_BADHANDLE. Thread-safe; never blocks. */
+bool async_queue_is_empty(const async_queue_t *queue);
+
+/* true if the queue holds `capacity` messages. An invalid handle gives false
+ * with ASYNC_E_BADHANDLE. Thread-safe; never blocks. */
+bool async_queue_is_full(const async_queue_t *queue);
+
+/* Discards every message (each counted in dropped_count) and wakes writers
+ * blocked on a full queue. Invalid handles are ignored (ASYNC_E_BADHANDLE).
+ * Thread-safe; never blocks. */
+void async_queue_clear(async_queue_t *queue);
+
+/* Fills *stats with a consistent snapshot. An invalid handle or NULL stats
+ * leaves *stats zeroed (if non-NULL) with ASYNC_E_BADHANDLE / ASYNC_E_INVAL.
+ * Thread-safe; never blocks. */
+void async_queue_get_stats(const async_queue_t *queue, async_queue_stats_t *stats);
+
+/* Attaches a queue created with ASYNC_QUEUE_SIGNAL_ON_DATA to a runtime:
+ * whenever the queue goes from empty to non-empty it posts one completion
+ * (completion_key, data = (uintptr_t)queue) to `rt`. The consumer should
+ * dequeue until ASYNC_E_EMPTY on each such completion. rt == NULL detaches.
+ * If the queue already holds messages when attached, one completion is posted
+ * at once. Errors: ASYNC_E_BADHANDLE (queue or non-NULL rt), ASYNC_E_INVAL
+ * (queue lacks SIGNAL_ON_DATA). Thread-safe; never blocks. */
+int async_queue_attach(async_queue_t *queue, async_runtime_t *rt, uintptr_t completion_key);
+
+/* ------------------------------------------------------------------------ */
+/* async_worker: a managed thread running a C procedure                       */
+/* ------------------------------------------------------------------------ */
+
+typedef struct async_worker_s async_worker_t;
+typedef void *(*async_worker_proc_t)(void *context);
+
+typedef enum {
+    ASYNC_WORKER_STOPPED = 0,
+    ASYNC_WORKER_RUNNING = 1,
+    ASYNC_WORKER_STOPPING = 2
+} async_worker_state_t;
+
+/* Starts a thread running proc(context). stack_size 0 uses the platform
+ * default; other values are honoured (rounded up to the page size and to the
+ * platform minimum). The worker is RUNNING when this returns.
+ * Errors: ASYNC_E_INVAL (proc NULL), ASYNC_E_NOMEM, ASYNC_E_SYS (the thread
+ * could not be created). Thread-safe; never blocks. */
+async_worker_t *async_worker_create(async_worker_proc_t proc, void *context, size_t stack_size);
+
+/* Releases the worker. If proc is still running the worker is detached: the
+ * thread keeps running, and its record is freed when proc returns. The handle
+ * is invalid afterwards. Thread-safe; never blocks. */
+void async_worker_destroy(async_worker_t *worker);
+
+/* Asks the worker to stop: its state becomes STOPPING (if still RUNNING),
+ * async_worker_should_stop() returns true and its stop descriptor becomes
+ * readable. Idempotent. Thread-safe; async-signal-safe; never blocks. */
+void async_worker_signal_stop(async_worker_t *worker);
+
+/* Waits until proc has returned: -1 forever, 0 just checks, n up to n ms
+ * (it wakes when proc returns, not by polling). true once proc has returned
+ * (also on later calls); false on timeout (ASYNC_E_TIMEDOUT) or error
+ * (ASYNC_E_BADHANDLE, ASYNC_E_INVAL, ASYNC_E_STATE when a worker joins
+ * itself). Thread-safe; blocks. */
+bool async_worker_join(async_worker_t *worker, int timeout_ms);
+
+/* The worker running the calling thread, or NULL on any other thread.
+ * Thread-safe; never blocks; never sets an error. */
+async_worker_t *async_worker_current(void);
+
+/* true once async_worker_signal_stop() was called for this worker. An invalid
+ * handle gives true (a worker loop then ends) with ASYNC_E_BADHANDLE.
+ * Thread-safe; never blocks. */
+bool async_worker_should_stop(async_worker_t *worker);
+
+/* RUNNING, STOPPING or STOPPED as described above. An invalid handle gives
+ * ASYNC_WORKER_STOPPED with ASYNC_E_BADHANDLE. Thread-safe; never blocks. */
+async_worker_state_t async_worker_get_state(const async_worker_t *worker);
+
+/* What proc returned; NULL while it runs (ASYNC_E_STATE) or for an invalid
+ * handle (ASYNC_E_BADHANDLE). Thread-safe; never blocks. */
+void *async_worker_result(async_worker_t *worker);
+
+/* A descriptor owned by the worker that becomes readable (and stays readable)
+ * once async_worker_signal_stop() is called, so a proc blocked in
+ * poll()/select() on its own descriptors can include it and wake. Do not
+ * read, write or close it. -1 with ASYNC_E_BADHANDLE for an invalid handle.
+ * Thread-safe; never blocks. */
+int async_worker_stop_fd(async_worker_t *worker);
+
+/* ------------------------------------------------------------------------ */
+/* async_runtime: one event loop per host thread                              */
+/* ------------------------------------------------------------------------ */
+
+#if defined(_WIN32)
+typedef uintptr_t async_fd_t; /* SOCKET */
+#else
+typedef int async_fd_t;
+#endif
+
+#define ASYNC_EVENT_READ 0x01u       /* readable (or a listening socket has a connection) */
+#define ASYNC_EVENT_WRITE 0x02u      /* writable */
+#define ASYNC_EVENT_ERROR 0x04u      /* error condition on the fd */
+#define ASYNC_EVENT_CLOSE 0x08u      /* peer hung up (or the fd was closed) */
+#define ASYNC_EVENT_COMPLETION 0x10u /* a posted completion */
+#define ASYNC_EVENT_TIMER 0x20u      /* a timer fired */
+
+typedef struct {
+    async_fd_t fd;             /* fd events: the descriptor; otherwise -1 */
+    uint32_t event_type;       /* ASYNC_EVENT_* bits (fd events may combine READ|WRITE|ERROR|CLOSE) */
+    uintptr_t completion_key;  /* completions: the key posted; timers: the timer's key */
+    uintptr_t data;            /* completions: the data posted; timers: the timer id */
+    void *context;             /* fd events: the context given to async_runtime_add */
+} io_event_t;
+
+/* Creates an event loop: epoll + eventfd on Linux, or poll + pipe when the
+ * environment variable ASYNC_BACKEND=poll is set (ASYNC_BACKEND=epoll forces
+ * epoll). Every descriptor it opens is close-on-exec.
+ * Errors: ASYNC_E_NOMEM, ASYNC_E_SYS, ASYNC_E_NOTSUP (unknown ASYNC_BACKEND).
+ * Thread-safe; never blocks. */
+async_runtime_t *async_runtime_init(void);
+
+/* Destroys the loop, its pending completions and timers. Registered fds are
+ * not closed (they are the caller's). A thread blocked in async_runtime_wait
+ * on it returns -1 with ASYNC_E_CLOSED. Thread-safe; never blocks. */
+void async_runtime_deinit(async_runtime_t *rt);
+
+/* Watches fd for `events` (ASYNC_EVENT_READ and/or ASYNC_EVENT_WRITE; ERROR
+ * and CLOSE are always reported). Level-triggered. `context` comes back in
+ * each io_event_t. Errors: ASYNC_E_BADHANDLE, ASYNC_E_INVAL (unknown event
+ * bits), ASYNC_E_BADFD (fd < 0, not open, or not pollable), ASYNC_E_EXISTS
+ * (already added). Thread-safe (may be called while another thread waits);
+ * never blocks. */
+int async_runtime_add(async_runtime_t *rt, async_fd_t fd, uint32_t events, void *context);
+
+/* Changes the events watched for a registered fd (same bits as add).
+ * Errors: as add, with ASYNC_E_NOTFOUND for an fd that is not registered.
+ * Thread-safe; never blocks. */
+int async_runtime_modify(async_runtime_t *rt, async_fd_t fd, uint32_t events);
+
+/* Stops watching fd. Call it before closing the fd. Errors:
+ * ASYNC_E_BADHANDLE, ASYNC_E_BADFD, ASYNC_E_NOTFOUND. Thread-safe; never
+ * blocks. */
+int async_runtime_remove(async_runtime_t *rt, async_fd_t fd);
+
+/* Waits for events and fills up to max_events entries of `events`; returns
+ * how many (0 on timeout, on async_runtime_wakeup(), or when a signal
+ * interrupted the wait, so the caller can check its signal flags), or -1.
+ * Completions and timers beyond max_events stay queued for the next call;
+ * fd readiness is level-triggered and is reported again.
+ * timeout_ms: -1 forever, 0 poll, n > 0 at least n ms (rounded up to whole
+ * ms; never a busy spin). Errors: ASYNC_E_BADHANDLE, ASYNC_E_INVAL (events
+ * NULL, max_events < 1, timeout < -1), ASYNC_E_BUSY (another thread is
+ * already waiting on this runtime), ASYNC_E_CLOSED (deinit during the wait).
+ * Call it from one thread at a time; blocks. */
+int async_runtime_wait(async_runtime_t *rt, io_event_t *events, int max_events, int timeout_ms);
+
+/* Queues a completion (key and data delivered intact, exactly once, in FIFO
+ * order per posting thread) and wakes the waiting thread if it sleeps.
+ * Never blocks and never fails because many completions are pending.
+ * Errors: ASYNC_E_BADHANDLE, ASYNC_E_NOMEM. Thread-safe. */
+int async_runtime_post_completion(async_runtime_t *rt, uintptr_t completion_key, uintptr_t data);
+
+/* Makes a blocked async_runtime_wait return (with whatever events are ready,
+ * possibly 0) without producing an event; if no thread is waiting, the next
+ * wait returns at once. Errors: ASYNC_E_BADHANDLE, ASYNC_E_SYS.
+ * Thread-safe; async-signal-safe (it does not touch errno's final value,
+ * allocate or lock); never blocks. */
+int async_runtime_wakeup(async_runtime_t *rt);
+
+/* Starts a timer that fires a TIMER event carrying `key` (and the timer id in
+ * `data`) after delay_ms, then every repeat_ms if repeat_ms > 0 (without
+ * drift: missed periods are skipped, not bunched). Returns the timer id
+ * (never 0), or 0 on error: ASYNC_E_BADHANDLE, ASYNC_E_NOMEM. A one-shot
+ * timer's id is invalid once it fired. Thread-safe; never blocks. */
+uint64_t async_runtime_add_timer(async_runtime_t *rt, uint64_t delay_ms, uint64_t repeat_ms, uintptr_t key);
+
+/* Cancels a pending timer; its event will not be delivered afterwards, even if
+ * it had expired but not been returned yet. Errors: ASYNC_E_BADHANDLE,
+ * ASYNC_E_NOTFOUND (unknown, fired one-shot, or already cancelled).
+ * Thread-safe; never blocks. */
+int async_runtime_cancel_timer(async_runtime_t *rt, uint64_t timer_id);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ASYNC_H */

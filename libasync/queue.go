@@ -1,0 +1,289 @@
+package libasync
+
+import (
+	"sync"
+	"time"
+)
+
+// QueueFlags select a Queue's full policy and signalling.
+type QueueFlags uint32
+
+// Queue flags, identical to async_queue_flags_t.
+const (
+	DropOldest   QueueFlags = 0x01 // full: drop the head, count it, succeed
+	BlockWriter  QueueFlags = 0x02 // full: wait for room
+	SignalOnData QueueFlags = 0x04 // notify an attached runtime on empty -> non-empty
+)
+
+// QueueStats is a consistent snapshot of a Queue's counters.
+type QueueStats struct {
+	Capacity, CurrentSize, MaxMsgSize   int
+	EnqueueCount, DequeueCount, Dropped uint64
+}
+
+// Queue is a bounded FIFO of copied messages, safe for any number of
+// producers and consumers. Message buffers are allocated on first use of a
+// ring slot and reused afterwards, so memory follows what is actually queued.
+type Queue struct {
+	mu       sync.Mutex
+	capacity int
+	maxMsg   int
+	flags    QueueFlags
+	slots    [][]byte
+	head     int
+	count    int
+	enq      uint64
+	deq      uint64
+	dropped  uint64
+	closed   bool
+	readers  waitList // consumers waiting for a message
+	writers  waitList // producers waiting for room
+	notifyRt *Runtime
+	notifyK  uintptr
+	notifyD  uintptr
+}
+
+// NewQueue makes a queue of capacity messages of at most maxMsg bytes.
+func NewQueue(capacity, maxMsg int, flags QueueFlags) (*Queue, error) {
+	if capacity <= 0 || maxMsg <= 0 || flags&^(DropOldest|BlockWriter|SignalOnData) != 0 ||
+		flags&(DropOldest|BlockWriter) == DropOldest|BlockWriter {
+		return nil, ErrInval
+	}
+	if capacity > 1<<30 {
+		return nil, ErrInval
+	}
+	return &Queue{capacity: capacity, maxMsg: maxMsg, flags: flags, slots: make([][]byte, capacity)}, nil
+}
+
+// Flags returns the flags the queue was made with.
+func (q *Queue) Flags() QueueFlags { return q.flags }
+
+// Enqueue copies data to the tail. When full it drops the head (DropOldest),
+// waits forever for room (BlockWriter), or fails with ErrFull.
+func (q *Queue) Enqueue(data []byte) error {
+	return q.EnqueueWait(data, -1, q.flags&BlockWriter != 0)
+}
+
+// EnqueueTimeout is Enqueue that, when full and not DropOldest, waits up to
+// timeout for room (timeout < 0: forever).
+func (q *Queue) EnqueueTimeout(data []byte, timeout time.Duration) error {
+	return q.EnqueueWait(data, timeout, true)
+}
+
+// EnqueueWait copies data to the tail; wait says whether a full queue
+// (without DropOldest) may be waited on, up to timeout (< 0: forever).
+func (q *Queue) EnqueueWait(data []byte, timeout time.Duration, wait bool) error {
+	if len(data) == 0 {
+		return ErrInval
+	}
+	if len(data) > q.maxMsg {
+		return ErrTooBig
+	}
+	var w *waiter
+	var deadline time.Time
+	q.mu.Lock()
+	for {
+		if q.closed {
+			q.mu.Unlock()
+			return ErrClosed
+		}
+		if q.count < q.capacity {
+			break
+		}
+		if q.flags&DropOldest != 0 {
+			q.dropHead()
+			q.dropped++
+			break
+		}
+		if !wait || timeout == 0 {
+			q.mu.Unlock()
+			return ErrFull
+		}
+		if w == nil {
+			w = newWaiter()
+			if timeout > 0 {
+				deadline = time.Now().Add(timeout)
+			}
+		}
+		if !q.block(&q.writers, w, deadline) {
+			q.mu.Unlock()
+			return ErrTimedOut
+		}
+	}
+	tail := q.head + q.count
+	if tail >= q.capacity {
+		tail -= q.capacity
+	}
+	buf := q.slots[tail]
+	if cap(buf) < len(data) {
+		buf = make([]byte, len(data), roundUp(len(data), q.maxMsg))
+	}
+	buf = buf[:len(data)]
+	copy(buf, data)
+	q.slots[tail] = buf
+	q.count++
+	q.enq++
+	if q.count == 1 && q.notifyRt != nil {
+		// Posting under q.mu keeps exactly one notification per transition.
+		_ = q.notifyRt.Post(q.notifyK, q.notifyD)
+	}
+	q.readers.wakeOne()
+	q.mu.Unlock()
+	return nil
+}
+
+// roundUp sizes a slot buffer: small messages get at least 64 bytes so that
+// slowly growing sizes do not reallocate each time; never above max.
+func roundUp(n, max int) int {
+	c := 64
+	for c < n {
+		c <<= 1
+	}
+	if c > max {
+		return max
+	}
+	return c
+}
+
+func (q *Queue) dropHead() {
+	q.head++
+	if q.head == q.capacity {
+		q.head = 0
+	}
+	q.count--
+}
+
+// Dequeue copies the head message into buf and removes it, returning its
+// length. ErrBufSize (with the needed length) leaves it at the head.
+func (q *Queue) Dequeue(buf []byte) (int, error) {
+	return q.DequeueTimeout(buf, 0)
+}
+
+// DequeueTimeout is Dequeue that waits up to timeout (< 0: forever) for a
+// message.
+func (q *Queue) DequeueTimeout(buf []byte, timeout time.Duration) (int, error) {
+	var w *waiter
+	var deadline time.Time
+	q.mu.Lock()
+	for {
+		if q.closed {
+			q.mu.Unlock()
+			return 0, ErrClosed
+		}
+		if q.count > 0 {
+			break
+		}
+		if timeout == 0 {
+			q.mu.Unlock()
+			return 0, ErrEmpty
+		}
+		if w == nil {
+			w = newWaiter()
+			if timeout > 0 {
+				deadline = time.Now().Add(timeout)
+			}
+		}
+		if !q.block(&q.readers, w, deadline) {
+			q.mu.Unlock()
+			return 0, ErrTimedOut
+		}
+	}
+	msg := q.slots[q.head]
+	if len(msg) > len(buf) {
+		n := len(msg)
+		// Another reader may fit it: pass the wake-up on.
+		q.readers.wakeOne()
+		q.mu.Unlock()
+		return n, ErrBufSize
+	}
+	n := copy(buf, msg)
+	q.dropHead()
+	q.deq++
+	q.writers.wakeOne()
+	if q.count > 0 {
+		q.readers.wakeOne()
+	}
+	q.mu.Unlock()
+	return n, nil
+}
+
+// block parks the caller on list until woken or deadline (zero: none).
+// Called and returns with q.mu held; false means the deadline passed.
+func (q *Queue) block(list *waitList, w *waiter, deadline time.Time) bool {
+	list.push(w)
+	q.mu.Unlock()
+	ok := w.wait(deadline)
+	q.mu.Lock()
+	if !ok {
+		if list.remove(w) {
+			return false
+		}
+		// Woken just as the deadline passed: take the wake-up and retry,
+		// so that it is not lost for the others.
+		w.drain()
+	}
+	return true
+}
+
+// IsEmpty reports whether the queue holds no message.
+func (q *Queue) IsEmpty() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.count == 0
+}
+
+// IsFull reports whether the queue holds capacity messages.
+func (q *Queue) IsFull() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.count == q.capacity
+}
+
+// Clear discards every message (counted as dropped) and wakes blocked writers.
+func (q *Queue) Clear() {
+	q.mu.Lock()
+	q.dropped += uint64(q.count)
+	q.head, q.count = 0, 0
+	q.writers.wakeAll()
+	q.mu.Unlock()
+}
+
+// Stats returns a consistent snapshot of the counters.
+func (q *Queue) Stats() QueueStats {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return QueueStats{Capacity: q.capacity, CurrentSize: q.count, MaxMsgSize: q.maxMsg,
+		EnqueueCount: q.enq, DequeueCount: q.deq, Dropped: q.dropped}
+}
+
+// Attach makes the queue (made with SignalOnData) post (key, data) to rt on
+// every empty -> non-empty transition; rt == nil detaches. A non-empty queue
+// posts once at once.
+func (q *Queue) Attach(rt *Runtime, key, data uintptr) error {
+	if q.flags&SignalOnData == 0 {
+		return ErrInval
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return ErrClosed
+	}
+	q.notifyRt, q.notifyK, q.notifyD = rt, key, data
+	if rt != nil && q.count > 0 {
+		_ = rt.Post(key, data)
+	}
+	return nil
+}
+
+// Close discards the messages and wakes every blocked caller with ErrClosed.
+// Later calls fail with ErrClosed.
+func (q *Queue) Close() {
+	q.mu.Lock()
+	q.closed = true
+	q.slots = nil
+	q.count = 0
+	q.notifyRt = nil
+	q.readers.wakeAll()
+	q.writers.wakeAll()
+	q.mu.Unlock()
+}

@@ -1,0 +1,214 @@
+//go:build linux
+
+package port
+
+import (
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+const defaultBackend = "epoll"
+
+func init() { register("epoll", newEpoll) }
+
+// epollPoller is level-triggered epoll with an eventfd doorbell.
+type epollPoller struct {
+	epfd    int
+	efd     int
+	mu      sync.Mutex // guards closed against Close racing Add/Modify/Remove/Ring
+	closed  bool
+	raw     []unix.EpollEvent
+	drained [8]byte
+}
+
+func newEpoll() (Poller, error) {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, err
+	}
+	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		unix.Close(epfd)
+		return nil, err
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(efd)}
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, efd, &ev); err != nil {
+		unix.Close(epfd)
+		unix.Close(efd)
+		return nil, err
+	}
+	return &epollPoller{epfd: epfd, efd: efd}, nil
+}
+
+func (p *epollPoller) Name() string { return "epoll" }
+
+func epollBits(events uint32) uint32 {
+	bits := uint32(unix.EPOLLRDHUP)
+	if events&EventRead != 0 {
+		bits |= unix.EPOLLIN
+	}
+	if events&EventWrite != 0 {
+		bits |= unix.EPOLLOUT
+	}
+	return bits
+}
+
+func (p *epollPoller) ctl(op, fd int, events uint32) error {
+	if fd < 0 {
+		return ErrBadFd
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return ErrClosed
+	}
+	if fd == p.efd || fd == p.epfd {
+		// The poller's own descriptors are not the caller's to watch.
+		if op == unix.EPOLL_CTL_ADD {
+			return ErrExists
+		}
+		return ErrNotFound
+	}
+	ev := unix.EpollEvent{Events: epollBits(events), Fd: int32(fd)}
+	err := unix.EpollCtl(p.epfd, op, fd, &ev)
+	switch err {
+	case nil:
+		return nil
+	case unix.EEXIST:
+		return ErrExists
+	case unix.ENOENT:
+		return ErrNotFound
+	case unix.EBADF, unix.EPERM:
+		// EPERM: the fd does not support epoll (a regular file).
+		return ErrBadFd
+	}
+	return err
+}
+
+func (p *epollPoller) Add(fd int, events uint32) error {
+	return p.ctl(unix.EPOLL_CTL_ADD, fd, events)
+}
+
+func (p *epollPoller) Modify(fd int, events uint32) error {
+	return p.ctl(unix.EPOLL_CTL_MOD, fd, events)
+}
+
+func (p *epollPoller) Remove(fd int) error {
+	return p.ctl(unix.EPOLL_CTL_DEL, fd, 0)
+}
+
+func (p *epollPoller) Wait(evs []Event, timeoutMs int) (int, WaitResult, error) {
+	var r WaitResult
+	want := len(evs) + 1 // room for the doorbell
+	if cap(p.raw) < want {
+		p.raw = make([]unix.EpollEvent, want)
+	}
+	raw := p.raw[:want]
+	var n int
+	var err error
+	if timeoutMs == 0 {
+		n, err = unix.EpollWait(p.epfd, raw, 0)
+	} else {
+		var set unix.Sigset_t
+		n, err = epollPwait(p.epfd, raw, timeoutMs, waitMask(&set))
+	}
+	if err != nil {
+		if err == unix.EINTR {
+			r.Interrupted = true
+			return 0, r, nil
+		}
+		if err == unix.EBADF || err == unix.EINVAL {
+			return 0, r, ErrClosed
+		}
+		return 0, r, err
+	}
+	out := 0
+	for i := 0; i < n; i++ {
+		e := &raw[i]
+		fd := int(e.Fd)
+		if fd == p.efd {
+			r.Rung = true
+			if p.drain() >= WakeupIncrement {
+				r.Woken = true
+			}
+			continue
+		}
+		if out == len(evs) {
+			continue // level-triggered: reported again next time
+		}
+		var bits uint32
+		if e.Events&unix.EPOLLIN != 0 {
+			bits |= EventRead
+		}
+		if e.Events&unix.EPOLLOUT != 0 {
+			bits |= EventWrite
+		}
+		if e.Events&unix.EPOLLERR != 0 {
+			bits |= EventError
+		}
+		if e.Events&(unix.EPOLLHUP|unix.EPOLLRDHUP) != 0 {
+			bits |= EventClose
+		}
+		evs[out] = Event{Fd: fd, Events: bits}
+		out++
+	}
+	return out, r, nil
+}
+
+// drain reads the eventfd counter (resetting it) and returns its value.
+func (p *epollPoller) drain() uint64 {
+	n, err := unix.Read(p.efd, p.drained[:])
+	if err != nil || n != 8 {
+		return 0
+	}
+	return uint64(p.drained[0]) | uint64(p.drained[1])<<8 | uint64(p.drained[2])<<16 |
+		uint64(p.drained[3])<<24 | uint64(p.drained[4])<<32 | uint64(p.drained[5])<<40 |
+		uint64(p.drained[6])<<48 | uint64(p.drained[7])<<56
+}
+
+func (p *epollPoller) write(v uint64) error {
+	var b [8]byte
+	for i := range b {
+		b[i] = byte(v >> (8 * i))
+	}
+	for {
+		_, err := unix.Write(p.efd, b[:])
+		switch err {
+		case nil, unix.EAGAIN:
+			// EAGAIN: the counter is saturated, so the waiter wakes anyway.
+			return nil
+		case unix.EINTR:
+			continue
+		}
+		return err
+	}
+}
+
+func (p *epollPoller) Ring() error   { return p.ring(1) }
+func (p *epollPoller) Wakeup() error { return p.ring(WakeupIncrement) }
+
+// ring writes the doorbell unless the poller is closed (its fd number may
+// then belong to somebody else).
+func (p *epollPoller) ring(v uint64) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return ErrClosed
+	}
+	return p.write(v)
+}
+
+func (p *epollPoller) Doorbell() (int, int) { return p.efd, DoorbellEventfd }
+
+func (p *epollPoller) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return ErrClosed
+	}
+	p.closed = true
+	unix.Close(p.epfd)
+	unix.Close(p.efd)
+	return nil
+}

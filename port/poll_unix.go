@@ -1,0 +1,248 @@
+//go:build unix
+
+package port
+
+import (
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+func init() { register("poll", newPoll) }
+
+// pollPoller is poll(2) with a self-pipe doorbell: the portable fallback.
+// Registrations live in a map; Wait rebuilds its pollfd array only when they
+// changed. A change made while a thread waits rings the doorbell so the wait
+// restarts with the new set. There is no descriptor limit besides RLIMIT_NOFILE.
+type pollPoller struct {
+	rfd, wfd int
+
+	mu      sync.Mutex
+	closed  bool
+	regs    map[int]uint32 // fd -> EventRead|EventWrite
+	dirty   bool
+	waiting bool
+
+	fds []unix.PollFd // owned by the waiting thread
+	buf [128]byte
+}
+
+func newPoll() (Poller, error) {
+	var p [2]int
+	if err := pipe2(&p); err != nil {
+		return nil, err
+	}
+	return &pollPoller{rfd: p[0], wfd: p[1], regs: map[int]uint32{}, dirty: true}, nil
+}
+
+func (p *pollPoller) Name() string { return "poll" }
+
+// valid reports whether fd is an open descriptor.
+func validFd(fd int) bool {
+	_, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
+	return err == nil
+}
+
+func (p *pollPoller) change(fd int, events uint32, op int) error {
+	if fd < 0 {
+		return ErrBadFd
+	}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return ErrClosed
+	}
+	_, present := p.regs[fd]
+	if fd == p.rfd || fd == p.wfd {
+		present = true // the doorbell is ours
+	}
+	switch op {
+	case opAdd:
+		if present {
+			p.mu.Unlock()
+			return ErrExists
+		}
+		if !validFd(fd) {
+			p.mu.Unlock()
+			return ErrBadFd
+		}
+		p.regs[fd] = events & (EventRead | EventWrite)
+	case opMod:
+		if !present || fd == p.rfd || fd == p.wfd {
+			p.mu.Unlock()
+			if !validFd(fd) {
+				return ErrBadFd
+			}
+			return ErrNotFound
+		}
+		p.regs[fd] = events & (EventRead | EventWrite)
+	case opDel:
+		if !present || fd == p.rfd || fd == p.wfd {
+			p.mu.Unlock()
+			if !validFd(fd) {
+				return ErrBadFd
+			}
+			return ErrNotFound
+		}
+		delete(p.regs, fd)
+	}
+	p.dirty = true
+	var err error
+	if p.waiting {
+		err = p.write(RingByte) // restart the wait with the new set
+	}
+	p.mu.Unlock()
+	return err
+}
+
+const (
+	opAdd = iota
+	opMod
+	opDel
+)
+
+func (p *pollPoller) Add(fd int, events uint32) error    { return p.change(fd, events, opAdd) }
+func (p *pollPoller) Modify(fd int, events uint32) error { return p.change(fd, events, opMod) }
+func (p *pollPoller) Remove(fd int) error                { return p.change(fd, 0, opDel) }
+
+func (p *pollPoller) rebuild() {
+	p.fds = p.fds[:0]
+	p.fds = append(p.fds, unix.PollFd{Fd: int32(p.rfd), Events: unix.POLLIN})
+	for fd, ev := range p.regs {
+		var bits int16
+		if ev&EventRead != 0 {
+			bits |= unix.POLLIN
+		}
+		if ev&EventWrite != 0 {
+			bits |= unix.POLLOUT
+		}
+		p.fds = append(p.fds, unix.PollFd{Fd: int32(fd), Events: bits | pollRdHup})
+	}
+	p.dirty = false
+}
+
+func (p *pollPoller) Wait(evs []Event, timeoutMs int) (int, WaitResult, error) {
+	var r WaitResult
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return 0, r, ErrClosed
+	}
+	if p.dirty {
+		p.rebuild()
+	}
+	p.waiting = true
+	p.mu.Unlock()
+
+	n, err := pollWait(p.fds, timeoutMs)
+
+	p.mu.Lock()
+	p.waiting = false
+	p.mu.Unlock()
+	if err != nil {
+		if err == unix.EINTR {
+			r.Interrupted = true
+			return 0, r, nil
+		}
+		return 0, r, err
+	}
+	out := 0
+	for i := 0; i < len(p.fds) && n > 0; i++ {
+		pf := &p.fds[i]
+		if pf.Revents == 0 {
+			continue
+		}
+		n--
+		if i == 0 {
+			r.Rung = true
+			if p.drain() {
+				r.Woken = true
+			}
+			continue
+		}
+		if out == len(evs) {
+			continue
+		}
+		var bits uint32
+		if pf.Revents&unix.POLLIN != 0 {
+			bits |= EventRead
+		}
+		if pf.Revents&unix.POLLOUT != 0 {
+			bits |= EventWrite
+		}
+		if pf.Revents&(unix.POLLERR|unix.POLLNVAL) != 0 {
+			bits |= EventError
+		}
+		if pf.Revents&unix.POLLNVAL != 0 {
+			// The fd was closed while registered.
+			bits |= EventClose
+		}
+		if pf.Revents&(unix.POLLHUP|pollRdHup) != 0 {
+			bits |= EventClose
+		}
+		evs[out] = Event{Fd: int(pf.Fd), Events: bits}
+		out++
+	}
+	return out, r, nil
+}
+
+// drain empties the pipe and reports whether it held a WakeupByte.
+func (p *pollPoller) drain() bool {
+	woken := false
+	for {
+		n, err := unix.Read(p.rfd, p.buf[:])
+		for i := 0; i < n; i++ {
+			if p.buf[i] == WakeupByte {
+				woken = true
+			}
+		}
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n < len(p.buf) {
+			return woken
+		}
+	}
+}
+
+func (p *pollPoller) write(b byte) error {
+	buf := [1]byte{b}
+	for {
+		_, err := unix.Write(p.wfd, buf[:])
+		switch err {
+		case nil, unix.EAGAIN:
+			// EAGAIN: the pipe is full, so the waiter wakes anyway.
+			return nil
+		case unix.EINTR:
+			continue
+		}
+		return err
+	}
+}
+
+func (p *pollPoller) Ring() error   { return p.ring(RingByte) }
+func (p *pollPoller) Wakeup() error { return p.ring(WakeupByte) }
+
+// ring writes the doorbell unless the poller is closed.
+func (p *pollPoller) ring(b byte) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return ErrClosed
+	}
+	return p.write(b)
+}
+
+func (p *pollPoller) Doorbell() (int, int) { return p.wfd, DoorbellPipe }
+
+func (p *pollPoller) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return ErrClosed
+	}
+	p.closed = true
+	unix.Close(p.rfd)
+	unix.Close(p.wfd)
+	return nil
+}

@@ -1,0 +1,121 @@
+// Package port holds the platform primitives libasync stands on: one poller
+// backend per file (epoll+eventfd, poll+pipe, kqueue+pipe, IOCP), each with a
+// doorbell that other threads ring to wake the waiting thread.
+//
+// A Poller is used by exactly one waiting thread at a time (Wait), while Add,
+// Modify, Remove, Ring and Wakeup may be called from any thread concurrently.
+// fd readiness is level-triggered. Nothing here knows about completions or
+// timers: those live in the platform-free core (package libasync).
+package port
+
+import (
+	"errors"
+	"os"
+)
+
+// Event bits, identical to the ASYNC_EVENT_* values of include/async.h.
+const (
+	EventRead  uint32 = 0x01
+	EventWrite uint32 = 0x02
+	EventError uint32 = 0x04
+	EventClose uint32 = 0x08
+)
+
+// Event is one fd readiness report.
+type Event struct {
+	Fd     int
+	Events uint32
+}
+
+// Doorbell kinds, telling C code how to ring a doorbell from a signal handler
+// without calling Go (see cabi: async_runtime_wakeup).
+const (
+	// DoorbellEventfd: write an 8-byte counter. Explicit wakeups add
+	// WakeupIncrement, internal rings add 1.
+	DoorbellEventfd = 1
+	// DoorbellPipe: write one byte: WakeupByte for explicit wakeups,
+	// RingByte for internal rings.
+	DoorbellPipe = 2
+)
+
+// Values written to doorbells. An eventfd counter that reads at least
+// WakeupIncrement saw an explicit wakeup; a pipe that yields a WakeupByte did.
+const (
+	WakeupIncrement uint64 = 1 << 32
+	RingByte        byte   = 'r'
+	WakeupByte      byte   = 'w'
+)
+
+// Errors returned by pollers. The core maps them to ASYNC_E_* codes.
+var (
+	ErrExists   = errors.New("port: fd already registered")
+	ErrNotFound = errors.New("port: fd not registered")
+	ErrBadFd    = errors.New("port: bad file descriptor")
+	ErrClosed   = errors.New("port: poller closed")
+	ErrBackend  = errors.New("port: unknown backend")
+)
+
+// Poller is a readiness poller with a doorbell.
+type Poller interface {
+	// Add starts watching fd for events (EventRead|EventWrite; error and
+	// close are always reported).
+	Add(fd int, events uint32) error
+	// Modify changes the watched events of a registered fd.
+	Modify(fd int, events uint32) error
+	// Remove stops watching fd.
+	Remove(fd int) error
+	// Wait blocks up to timeoutMs (-1 forever, 0 poll) and fills evs with
+	// ready fds (the doorbell is never among them). r says whether the
+	// doorbell was drained, whether that included an explicit Wakeup, and
+	// whether a signal interrupted the wait.
+	Wait(evs []Event, timeoutMs int) (n int, r WaitResult, err error)
+	// Ring wakes the waiter for internal reasons (new work); it is not
+	// reported as a wakeup.
+	Ring() error
+	// Wakeup wakes the waiter and is reported as woken.
+	Wakeup() error
+	// Doorbell describes the descriptor C code writes to ring the doorbell.
+	Doorbell() (fd int, kind int)
+	// Name is the backend's name ("epoll", "poll", ...).
+	Name() string
+	// Close releases the poller's descriptors. Registered fds are left open.
+	Close() error
+}
+
+// WaitResult says what else than fd events a Wait saw.
+type WaitResult struct {
+	Woken       bool // an explicit Wakeup was drained
+	Rung        bool // the doorbell was drained (ring or wakeup)
+	Interrupted bool // the wait was interrupted by a signal (EINTR)
+}
+
+// New returns the platform's default poller, or the one named by the
+// ASYNC_BACKEND environment variable ("epoll", "poll", "kqueue", "iocp").
+func New() (Poller, error) {
+	return NewNamed(os.Getenv("ASYNC_BACKEND"))
+}
+
+// NewNamed returns the named backend; "" means the platform default.
+func NewNamed(name string) (Poller, error) {
+	if name == "" {
+		name = defaultBackend
+	}
+	ctor, ok := backends[name]
+	if !ok {
+		return nil, ErrBackend
+	}
+	return ctor()
+}
+
+// Backends lists the backend names available on this platform.
+func Backends() []string {
+	names := make([]string, 0, len(backends))
+	for n := range backends {
+		names = append(names, n)
+	}
+	return names
+}
+
+var backends = map[string]func() (Poller, error){}
+
+func register(name string, ctor func() (Poller, error)) { backends[name] = ctor }

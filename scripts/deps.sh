@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what building and testing libasync needs, when it is missing:
+# cmake (and a C/C++ compiler) from Debian's packages. Go must already be on
+# PATH. CI runs as root; as another user, this says what to install instead.
+set -euo pipefail
+need=()
+command -v cmake >/dev/null 2>&1 || need+=(cmake)
+command -v gcc >/dev/null 2>&1 || need+=(gcc)
+command -v g++ >/dev/null 2>&1 || need+=(g++)
+command -v make >/dev/null 2>&1 || need+=(make)
+for pkg in "$@"; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+done
+if ! command -v go >/dev/null 2>&1; then
+  if [ -x /usr/local/go/bin/go ]; then
+    echo "deps: go is at /usr/local/go/bin; add it to PATH" >&2
+  else
+    echo "deps: Go 1.26 or later is required (https://go.dev/dl/)" >&2
+  fi
+  exit 1
+fi
+[ ${#need[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" != 0 ]; then
+  echo "deps: missing: ${need[*]}; install them with: sudo apt-get install -y ${need[*]}" >&2
+  exit 1
+fi
+echo "deps: installing ${need[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq "${need[@]}" >/dev/null
