@@ -31,6 +31,8 @@ __attribute__((noinline)) void la_set_error(int code) { last_error = code; }
 
 int async_last_error(void) { return last_error; }
 
+void async_clear_error(void) { last_error = ASYNC_OK; }
+
 static const char *const messages[] = {
     [ASYNC_OK] = "success",
     [ASYNC_E_INVAL] = "invalid argument",

@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 #if defined(__linux__)
@@ -31,6 +32,7 @@ typedef struct la_worker {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int stop_rfd, stop_wfd;
+    pthread_t thread;
 } la_worker_t;
 
 static __thread la_worker_t *current_worker;
@@ -87,6 +89,8 @@ static int make_stop_fd(la_worker_t *w) {
     return 0;
 #endif
 }
+
+static void signal_stop(la_worker_t *w);
 
 async_worker_t *async_worker_create(async_worker_proc_t proc, void *context, size_t stack_size) {
     if (atomic_load_explicit(&la_forked, memory_order_relaxed)) {
@@ -152,8 +156,9 @@ async_worker_t *async_worker_create(async_worker_proc_t proc, void *context, siz
             return NULL;
         }
     }
-    pthread_t th;
-    int err = pthread_create(&th, &attr, worker_main, w);
+    /* w->thread is written before the thread can be observed by anyone but
+     * itself (the handle is returned only after pthread_create). */
+    int err = pthread_create(&w->thread, &attr, worker_main, w);
     pthread_attr_destroy(&attr);
     if (err != 0) {
         la_handle_free(w->handle, LA_T_WORKER);
@@ -175,8 +180,9 @@ void async_worker_destroy(async_worker_t *worker) {
         la_set_error(ASYNC_E_BADHANDLE);
         return;
     }
-    /* Drop the handle's reference; if proc still runs, the thread's
-     * reference keeps the record until it returns (detached). */
+    /* Ask a running proc to stop, then drop the handle's reference; the
+     * thread's reference keeps the record until proc returns (detached). */
+    signal_stop(w);
     worker_unref(w);
 }
 
@@ -329,4 +335,17 @@ int async_worker_stop_fd(async_worker_t *worker) {
     int fd = w->stop_rfd;
     worker_unref(w);
     return fd;
+}
+
+pthread_t async_worker_get_native_handle(async_worker_t *worker) {
+    pthread_t t;
+    memset(&t, 0, sizeof t);
+    la_worker_t *w = worker_get(worker);
+    if (!w) {
+        la_set_error(ASYNC_E_BADHANDLE);
+        return t;
+    }
+    t = w->thread;
+    worker_unref(w);
+    return t;
 }

@@ -2,7 +2,7 @@
  * libasync — an async runtime for C programs, built in Go.
  *
  * One stable header. Link with -lasync (libasync.so, or libasync.a plus
- * -lpthread). Everything here is C99 and C++ compatible.
+ * -lpthread -ldl). Everything here is C99 and C++ compatible.
  *
  * Conventions used by every function below
  * -----------------------------------------
@@ -14,14 +14,20 @@
  *    failure. Functions returning bool return false on failure. Functions
  *    returning a handle or id return NULL / 0 on failure. After any failure
  *    async_last_error() tells the calling thread why.
- *  - Successful calls do not reset async_last_error().
+ *  - Successful calls do not reset async_last_error(); to tell whether a
+ *    function that returns void (or a value that is also a valid answer)
+ *    failed, call async_clear_error() before it and check after.
+ *  - Any call may also fail with ASYNC_E_INTERNAL: a bug inside libasync was
+ *    caught and turned into an error instead of crashing the host.
  *  - "Thread-safe" means any number of threads may call it concurrently on the
  *    same handle. Destroying a handle while other threads still use it is
  *    safe in the sense that those calls fail with ASYNC_E_BADHANDLE or
  *    ASYNC_E_CLOSED instead of crashing; it is still a bug in the caller.
  *  - "Blocks" means the calling thread may sleep. No other function blocks.
  *  - After fork() only the child's exec is supported: every call made in the
- *    child fails with ASYNC_E_FORKED (it never hangs).
+ *    child fails at once with ASYNC_E_FORKED (it never hangs), except
+ *    async_version_string, async_strerror, async_last_error,
+ *    async_clear_error and async_worker_current, which work as usual.
  *  - Timeouts are in milliseconds: -1 waits forever, 0 does not wait, n > 0
  *    waits at least n ms. Other negative values fail with ASYNC_E_INVAL.
  */
@@ -30,6 +36,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#if !defined(_WIN32)
+#include <pthread.h>
+#endif
 #if !defined(__cplusplus)
 #include <stdbool.h>
 #endif
@@ -78,8 +87,12 @@ typedef enum {
 const char *async_strerror(int code);
 
 /* The code of the calling thread's last failed libasync call (ASYNC_OK if none
- * failed yet). Thread-local; never blocks. */
+ * failed yet, or since async_clear_error). Thread-local; never blocks. */
 int async_last_error(void);
+
+/* Resets the calling thread's last error to ASYNC_OK. Thread-local; never
+ * blocks. */
+void async_clear_error(void);
 
 /* ------------------------------------------------------------------------ */
 /* async_queue: a thread-safe FIFO of copied, bounded-size messages           */
@@ -95,8 +108,8 @@ typedef enum {
 } async_queue_flags_t;
 
 typedef struct {
-    size_t capacity;
-    size_t current_size;
+    size_t capacity;       /* in messages */
+    size_t current_size;   /* messages queued now */
     size_t max_msg_size;
     uint64_t enqueue_count;
     uint64_t dequeue_count;
@@ -126,8 +139,9 @@ void async_queue_destroy(async_queue_t *queue);
 bool async_queue_enqueue(async_queue_t *queue, const void *data, size_t size);
 
 /* Like async_queue_enqueue, but when the queue is full and the policy is not
- * DROP_OLDEST, waits up to timeout_ms for room (fails with ASYNC_E_TIMEDOUT).
- * With DROP_OLDEST it never waits. Thread-safe; blocks. */
+ * DROP_OLDEST, waits up to timeout_ms for room (fails with ASYNC_E_TIMEDOUT;
+ * with timeout_ms 0 it fails at once with ASYNC_E_FULL). With DROP_OLDEST it
+ * never waits. Thread-safe; blocks. */
 bool async_queue_enqueue_wait(async_queue_t *queue, const void *data, size_t size, int timeout_ms);
 
 /* Copies the head message into `buffer` and removes it; its length is written
@@ -138,7 +152,8 @@ bool async_queue_enqueue_wait(async_queue_t *queue, const void *data, size_t siz
 bool async_queue_dequeue(async_queue_t *queue, void *buffer, size_t buffer_size, size_t *out_size);
 
 /* Like async_queue_dequeue, but waits up to timeout_ms for a message
- * (ASYNC_E_TIMEDOUT). Thread-safe; blocks. */
+ * (ASYNC_E_TIMEDOUT; with timeout_ms 0 it fails at once with ASYNC_E_EMPTY).
+ * Thread-safe; blocks. */
 bool async_queue_dequeue_wait(async_queue_t *queue, void *buffer, size_t buffer_size, size_t *out_size,
                               int timeout_ms);
 
@@ -165,8 +180,12 @@ void async_queue_get_stats(const async_queue_t *queue, async_queue_stats_t *stat
  * (completion_key, data = (uintptr_t)queue) to `rt`. The consumer should
  * dequeue until ASYNC_E_EMPTY on each such completion. rt == NULL detaches.
  * If the queue already holds messages when attached, one completion is posted
- * at once. Errors: ASYNC_E_BADHANDLE (queue or non-NULL rt), ASYNC_E_INVAL
- * (queue lacks SIGNAL_ON_DATA). Thread-safe; never blocks. */
+ * at once. Attaching again replaces the previous runtime and key. Destroying
+ * the queue ends the attachment (completions already posted still carry the
+ * old handle, on which calls then fail with ASYNC_E_BADHANDLE); after the
+ * runtime's deinit the queue simply posts nothing. Errors: ASYNC_E_BADHANDLE
+ * (queue or non-NULL rt), ASYNC_E_INVAL (queue lacks SIGNAL_ON_DATA).
+ * Thread-safe; never blocks. */
 int async_queue_attach(async_queue_t *queue, async_runtime_t *rt, uintptr_t completion_key);
 
 /* ------------------------------------------------------------------------ */
@@ -177,9 +196,9 @@ typedef struct async_worker_s async_worker_t;
 typedef void *(*async_worker_proc_t)(void *context);
 
 typedef enum {
-    ASYNC_WORKER_STOPPED = 0,
-    ASYNC_WORKER_RUNNING = 1,
-    ASYNC_WORKER_STOPPING = 2
+    ASYNC_WORKER_STOPPED = 0,  /* proc has returned */
+    ASYNC_WORKER_RUNNING = 1,  /* from create until proc returns, unless asked to stop */
+    ASYNC_WORKER_STOPPING = 2  /* signal_stop was called and proc has not returned yet */
 } async_worker_state_t;
 
 /* Starts a thread running proc(context). stack_size 0 uses the platform
@@ -189,9 +208,12 @@ typedef enum {
  * could not be created). Thread-safe; never blocks. */
 async_worker_t *async_worker_create(async_worker_proc_t proc, void *context, size_t stack_size);
 
-/* Releases the worker. If proc is still running the worker is detached: the
- * thread keeps running, and its record is freed when proc returns. The handle
- * is invalid afterwards. Thread-safe; never blocks. */
+/* Releases the worker. If proc is still running, the worker is first asked to
+ * stop (as by async_worker_signal_stop) and then detached: the thread keeps
+ * running until proc returns, its stop descriptor stays valid until then, and
+ * its record is freed when proc returns. The handle is invalid at once
+ * (async_worker_current() in the detached proc returns NULL). Call
+ * async_worker_join first to wait for proc. Thread-safe; never blocks. */
 void async_worker_destroy(async_worker_t *worker);
 
 /* Asks the worker to stop: its state becomes STOPPING (if still RUNNING),
@@ -199,8 +221,8 @@ void async_worker_destroy(async_worker_t *worker);
  * readable. Idempotent. Thread-safe; async-signal-safe; never blocks. */
 void async_worker_signal_stop(async_worker_t *worker);
 
-/* Waits until proc has returned: -1 forever, 0 just checks, n up to n ms
- * (it wakes when proc returns, not by polling). true once proc has returned
+/* Waits until proc has returned: -1 forever, 0 just checks, n > 0 at most
+ * about n ms (it wakes when proc returns, not by polling). true once proc has returned
  * (also on later calls); false on timeout (ASYNC_E_TIMEDOUT) or error
  * (ASYNC_E_BADHANDLE, ASYNC_E_INVAL, ASYNC_E_STATE when a worker joins
  * itself). Thread-safe; blocks. */
@@ -222,6 +244,14 @@ async_worker_state_t async_worker_get_state(const async_worker_t *worker);
 /* What proc returned; NULL while it runs (ASYNC_E_STATE) or for an invalid
  * handle (ASYNC_E_BADHANDLE). Thread-safe; never blocks. */
 void *async_worker_result(async_worker_t *worker);
+
+#if !defined(_WIN32)
+/* The worker's thread, for pthread_setname_np, pthread_kill and the like (the
+ * thread is detached: do not join or detach it). Classic lib/async API.
+ * A zero-filled value with ASYNC_E_BADHANDLE for an invalid handle.
+ * Thread-safe; never blocks. */
+pthread_t async_worker_get_native_handle(async_worker_t *worker);
+#endif
 
 /* A descriptor owned by the worker that becomes readable (and stays readable)
  * once async_worker_signal_stop() is called, so a proc blocked in
@@ -250,9 +280,9 @@ typedef int async_fd_t;
 typedef struct {
     async_fd_t fd;             /* fd events: the descriptor; otherwise -1 */
     uint32_t event_type;       /* ASYNC_EVENT_* bits (fd events may combine READ|WRITE|ERROR|CLOSE) */
-    uintptr_t completion_key;  /* completions: the key posted; timers: the timer's key */
-    uintptr_t data;            /* completions: the data posted; timers: the timer id */
-    void *context;             /* fd events: the context given to async_runtime_add */
+    uintptr_t completion_key;  /* completions: the key posted; timers: the timer's key; fd events: 0 */
+    uintptr_t data;            /* completions: the data posted; timers: the timer id; fd events: 0 */
+    void *context;             /* fd events: the context given to async_runtime_add; otherwise NULL */
 } io_event_t;
 
 /* Creates an event loop: epoll + eventfd on Linux, or poll + pipe when the
@@ -267,22 +297,26 @@ async_runtime_t *async_runtime_init(void);
  * on it returns -1 with ASYNC_E_CLOSED. Thread-safe; never blocks. */
 void async_runtime_deinit(async_runtime_t *rt);
 
-/* Watches fd for `events` (ASYNC_EVENT_READ and/or ASYNC_EVENT_WRITE; ERROR
- * and CLOSE are always reported). Level-triggered. `context` comes back in
- * each io_event_t. Errors: ASYNC_E_BADHANDLE, ASYNC_E_INVAL (unknown event
- * bits), ASYNC_E_BADFD (fd < 0, not open, or not pollable), ASYNC_E_EXISTS
- * (already added). Thread-safe (may be called while another thread waits);
- * never blocks. */
+/* Watches fd for `events` (ASYNC_EVENT_READ and/or ASYNC_EVENT_WRITE, or 0;
+ * ERROR and CLOSE are always reported and may be passed, they change
+ * nothing). Level-triggered. `context` comes back in each io_event_t.
+ * Errors: ASYNC_E_BADHANDLE, ASYNC_E_INVAL (other event bits), ASYNC_E_BADFD
+ * (fd < 0, not open, or not pollable, e.g. a regular file with epoll),
+ * ASYNC_E_EXISTS (already added), ASYNC_E_NOMEM, ASYNC_E_SYS.
+ * If a registered fd is closed without async_runtime_remove, epoll forgets it
+ * silently while the poll backend reports it once as ERROR|CLOSE; either way a
+ * new descriptor with the same number can be added again.
+ * Thread-safe (may be called while another thread waits); never blocks. */
 int async_runtime_add(async_runtime_t *rt, async_fd_t fd, uint32_t events, void *context);
 
 /* Changes the events watched for a registered fd (same bits as add).
- * Errors: as add, with ASYNC_E_NOTFOUND for an fd that is not registered.
- * Thread-safe; never blocks. */
+ * Errors: ASYNC_E_BADHANDLE, ASYNC_E_INVAL, ASYNC_E_BADFD, ASYNC_E_NOTFOUND
+ * (fd not registered), ASYNC_E_SYS. Thread-safe; never blocks. */
 int async_runtime_modify(async_runtime_t *rt, async_fd_t fd, uint32_t events);
 
 /* Stops watching fd. Call it before closing the fd. Errors:
- * ASYNC_E_BADHANDLE, ASYNC_E_BADFD, ASYNC_E_NOTFOUND. Thread-safe; never
- * blocks. */
+ * ASYNC_E_BADHANDLE, ASYNC_E_BADFD (also for an fd already closed),
+ * ASYNC_E_NOTFOUND, ASYNC_E_SYS. Thread-safe; never blocks. */
 int async_runtime_remove(async_runtime_t *rt, async_fd_t fd);
 
 /* Waits for events and fills up to max_events entries of `events`; returns
@@ -314,14 +348,17 @@ int async_runtime_wakeup(async_runtime_t *rt);
  * `data`) after delay_ms, then every repeat_ms if repeat_ms > 0 (without
  * drift: missed periods are skipped, not bunched). Returns the timer id
  * (never 0), or 0 on error: ASYNC_E_BADHANDLE, ASYNC_E_NOMEM. A one-shot
- * timer's id is invalid once it fired. Thread-safe; never blocks. */
+ * timer's id is invalid once its event was returned by async_runtime_wait.
+ * (On 32-bit platforms the id in io_event_t.data is truncated to uintptr_t.)
+ * Thread-safe; never blocks. */
 uint64_t async_runtime_add_timer(async_runtime_t *rt, uint64_t delay_ms, uint64_t repeat_ms, uintptr_t key);
 
 /* Cancels a pending timer; its event will not be delivered afterwards, even if
  * it had expired but not been returned yet. Errors: ASYNC_E_BADHANDLE,
- * ASYNC_E_NOTFOUND (unknown, fired one-shot, or already cancelled).
+ * ASYNC_E_NOTFOUND (unknown, delivered one-shot, or already cancelled).
  * Thread-safe; never blocks. */
 int async_runtime_cancel_timer(async_runtime_t *rt, uint64_t timer_id);
+
 
 #ifdef __cplusplus
 }

@@ -70,3 +70,42 @@ func TestFdReadinessLevelTriggered(t *testing.T) {
 		}
 	})
 }
+
+// A registered fd closed without Remove: a new descriptor that gets the same
+// number can be added again (epoll forgot the old one; poll tells the files
+// apart), and a real double add still fails.
+func TestClosedFdNumberCanBeReused(t *testing.T) {
+	backends(t, func(t *testing.T, rt *Runtime) {
+		var p [2]int
+		if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Close(p[1])
+		if err := rt.Add(p[0], EventRead, 1); err != nil {
+			t.Fatal(err)
+		}
+		unix.Close(p[0])
+		ev := make([]Event, 4)
+		rt.Wait(ev, 0) // poll reports the closed fd once; epoll nothing
+		var q [2]int
+		if err := unix.Pipe2(q[:], unix.O_CLOEXEC); err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Close(q[0])
+		defer unix.Close(q[1])
+		if q[0] != p[0] {
+			t.Skipf("fd number not reused (%d vs %d)", q[0], p[0])
+		}
+		if err := rt.Add(q[0], EventRead, 2); err != nil {
+			t.Fatalf("re-add of a reused fd number: %v", err)
+		}
+		if err := rt.Add(q[0], EventRead, 2); !errors.Is(err, ErrExists) {
+			t.Fatalf("double add: %v", err)
+		}
+		unix.Write(q[1], []byte("x"))
+		n, _ := rt.Wait(ev, time.Second)
+		if n != 1 || ev[0].Fd != q[0] || ev[0].Context != 2 || ev[0].Type&EventRead == 0 {
+			t.Fatalf("n=%d ev=%+v", n, ev[0])
+		}
+	})
+}

@@ -19,12 +19,31 @@ type pollPoller struct {
 
 	mu      sync.Mutex
 	closed  bool
-	regs    map[int]uint32 // fd -> EventRead|EventWrite
+	regs    map[int]pollReg
 	dirty   bool
 	waiting bool
 
-	fds []unix.PollFd // owned by the waiting thread
-	buf [128]byte
+	seq  uint64
+	fds  []unix.PollFd // owned by the waiting thread
+	seqs []uint64      // the registration behind each fds entry
+	buf  [128]byte
+}
+
+// pollReg is one registration: the watched events and the identity of the
+// open file, to tell a registration whose fd was closed (and its number
+// reused) from a real double add.
+type pollReg struct {
+	events   uint32
+	dev, ino uint64
+	seq      uint64 // which registration this is
+}
+
+func fileID(fd int) (dev, ino uint64, ok bool) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return 0, 0, false
+	}
+	return uint64(st.Dev), uint64(st.Ino), true
 }
 
 func newPoll() (Poller, error) {
@@ -32,7 +51,7 @@ func newPoll() (Poller, error) {
 	if err := pipe2(&p); err != nil {
 		return nil, err
 	}
-	return &pollPoller{rfd: p[0], wfd: p[1], regs: map[int]uint32{}, dirty: true}, nil
+	return &pollPoller{rfd: p[0], wfd: p[1], regs: map[int]pollReg{}, dirty: true}, nil
 }
 
 func (p *pollPoller) Name() string { return "poll" }
@@ -52,21 +71,25 @@ func (p *pollPoller) change(fd int, events uint32, op int) error {
 		p.mu.Unlock()
 		return ErrClosed
 	}
-	_, present := p.regs[fd]
+	reg, present := p.regs[fd]
 	if fd == p.rfd || fd == p.wfd {
 		present = true // the doorbell is ours
 	}
 	switch op {
 	case opAdd:
-		if present {
-			p.mu.Unlock()
-			return ErrExists
-		}
-		if !validFd(fd) {
+		dev, ino, ok := fileID(fd)
+		if !ok {
 			p.mu.Unlock()
 			return ErrBadFd
 		}
-		p.regs[fd] = events & (EventRead | EventWrite)
+		if present && (fd == p.rfd || fd == p.wfd || (reg.dev == dev && reg.ino == ino)) {
+			p.mu.Unlock()
+			return ErrExists
+		}
+		// Not present, or present for a file that was closed since and
+		// whose number now names another: (re)register.
+		p.seq++
+		p.regs[fd] = pollReg{events & (EventRead | EventWrite), dev, ino, p.seq}
 	case opMod:
 		if !present || fd == p.rfd || fd == p.wfd {
 			p.mu.Unlock()
@@ -75,7 +98,8 @@ func (p *pollPoller) change(fd int, events uint32, op int) error {
 			}
 			return ErrNotFound
 		}
-		p.regs[fd] = events & (EventRead | EventWrite)
+		reg.events = events & (EventRead | EventWrite)
+		p.regs[fd] = reg
 	case opDel:
 		if !present || fd == p.rfd || fd == p.wfd {
 			p.mu.Unlock()
@@ -107,8 +131,11 @@ func (p *pollPoller) Remove(fd int) error                { return p.change(fd, 0
 
 func (p *pollPoller) rebuild() {
 	p.fds = p.fds[:0]
+	p.seqs = p.seqs[:0]
 	p.fds = append(p.fds, unix.PollFd{Fd: int32(p.rfd), Events: unix.POLLIN})
-	for fd, ev := range p.regs {
+	p.seqs = append(p.seqs, 0)
+	for fd, reg := range p.regs {
+		ev := reg.events
 		var bits int16
 		if ev&EventRead != 0 {
 			bits |= unix.POLLIN
@@ -117,6 +144,7 @@ func (p *pollPoller) rebuild() {
 			bits |= unix.POLLOUT
 		}
 		p.fds = append(p.fds, unix.PollFd{Fd: int32(fd), Events: bits | pollRdHup})
+		p.seqs = append(p.seqs, reg.seq)
 	}
 	p.dirty = false
 }
@@ -174,8 +202,15 @@ func (p *pollPoller) Wait(evs []Event, timeoutMs int) (int, WaitResult, error) {
 			bits |= EventError
 		}
 		if pf.Revents&unix.POLLNVAL != 0 {
-			// The fd was closed while registered.
+			// The fd was closed while registered: report it once and
+			// forget it.
 			bits |= EventClose
+			p.mu.Lock()
+			if reg, ok := p.regs[int(pf.Fd)]; ok && reg.seq == p.seqs[i] {
+				delete(p.regs, int(pf.Fd))
+				p.dirty = true
+			}
+			p.mu.Unlock()
 		}
 		if pf.Revents&(unix.POLLHUP|pollRdHup) != 0 {
 			bits |= EventClose
