@@ -24,7 +24,10 @@ func TestTableRejectsStaleAndForeignHandles(t *testing.T) {
 			t.Fatalf("lookup(%#x) found an object", bad)
 		}
 	}
-	if unpublish(h) == nil || lookup(h) != nil || unpublish(h) != nil {
+	if unpublish(h, isRuntime) != nil || lookup(h) == nil {
+		t.Fatal("a queue was unpublished as a runtime")
+	}
+	if unpublish(h, isQueue) == nil || lookup(h) != nil || unpublish(h, isQueue) != nil {
 		t.Fatal("unpublish must succeed once and hide the object")
 	}
 	// The slot reused with a new generation: the old handle stays dead.

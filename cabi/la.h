@@ -2,6 +2,7 @@
 #ifndef LA_INTERNAL_H
 #define LA_INTERNAL_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
@@ -16,7 +17,7 @@
  * The slot table lives in C memory that is never freed, so validating any
  * value (NULL, stale, forged, of another type) is a few loads and never
  * dereferences memory the caller handed us. */
-enum { LA_T_QUEUE = 1, LA_T_WORKER = 2, LA_T_RUNTIME = 3 };
+enum { LA_T_QUEUE = 1, LA_T_WORKER = 2, LA_T_RUNTIME = 3, LA_T_SCHED = 4, LA_T_FIBER = 5, LA_T_CHAN = 6 };
 
 typedef struct {
     _Atomic uint64_t tag;  /* the live handle value, 0 when free */
@@ -36,12 +37,34 @@ void la_handle_put(la_slot_t *slot);
 /* 1 if h is a live handle of that type (no pinning). */
 int la_handle_live(uint64_t h, int type);
 
-/* The signal-safe doorbell of a runtime (the C-side object of its handle). */
+/* The signal-safe doorbell of a runtime (the first member of its C side). */
 enum { LA_DOORBELL_EVENTFD = 1, LA_DOORBELL_PIPE = 2 };
 typedef struct {
     int fd;
     int kind;
 } la_doorbell_t;
+
+/* The C side of a runtime, the C object of its handle (completions.c). */
+typedef struct {
+    uintptr_t key, data;
+} la_pair_t;
+typedef struct la_cprod la_cprod_t;
+typedef struct la_rtc {
+    la_doorbell_t bell;        /* first: async_runtime_wakeup reads it as la_doorbell_t */
+    _Atomic int32_t sleeping;  /* 1 while the loop may block (shared with Go) */
+    _Atomic int closed;
+    pthread_mutex_t mu;        /* the producer list */
+    la_cprod_t *prods, *cursor;
+    struct la_rtc *free_next;
+} la_rtc_t;
+la_rtc_t *la_rtc_new(int fd, int kind);
+void la_rtc_close(la_rtc_t *r);
+void la_rtc_recycle(la_rtc_t *r);
+int la_rtc_pending(la_rtc_t *r);
+int32_t *la_rtc_sleep_flag(la_rtc_t *r);
+int la_rtc_take(la_rtc_t *r, la_pair_t *out, int max);
+/* async_runtime_post_completion without Go: returns an async_err_t. */
+int la_rt_post(uint64_t h, uintptr_t key, uintptr_t data);
 
 /* Errors and fork detection. */
 void la_set_error(int code);

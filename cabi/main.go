@@ -19,6 +19,7 @@ package main
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"runtime/debug"
@@ -27,6 +28,7 @@ import (
 	"unsafe"
 
 	"github.com/libasync/libasync/libasync"
+	"github.com/libasync/libasync/port"
 )
 
 func main() {}
@@ -73,7 +75,30 @@ type rtObject struct {
 	rt      *libasync.Runtime
 	waiting atomic.Bool
 	evs     []libasync.Event
-	bell    *C.la_doorbell_t
+	rtc     *C.la_rtc_t
+}
+
+// cSource drains the runtime's C-side completion queues (completions.c),
+// which async_runtime_post_completion feeds without entering Go.
+type cSource struct {
+	r   *C.la_rtc_t
+	buf []C.la_pair_t
+}
+
+func (s *cSource) Pending() bool { return C.la_rtc_pending(s.r) != 0 }
+
+func (s *cSource) Take(out []libasync.Event) int {
+	if len(out) == 0 {
+		return 0
+	}
+	if cap(s.buf) < len(out) {
+		s.buf = make([]C.la_pair_t, len(out))
+	}
+	n := int(C.la_rtc_take(s.r, &s.buf[0], C.int(len(out))))
+	for i := 0; i < n; i++ {
+		out[i].Key, out[i].Data = uintptr(s.buf[i].key), uintptr(s.buf[i].data)
+	}
+	return n
 }
 
 var objects [maxChunks]atomic.Pointer[[chunkSize]atomic.Pointer[object]]
@@ -114,18 +139,22 @@ func publish(h uint64, o *object) {
 	c[idx&(chunkSize-1)].Store(o)
 }
 
-// unpublish removes h's object; only one caller wins.
-func unpublish(h uint64) *object {
+// unpublish removes h's object if it is of the wanted kind (a queue
+// handle must never destroy a runtime); only one caller wins.
+func unpublish(h uint64, isKind func(*object) bool) *object {
 	s := objSlot(h)
 	if s == nil {
 		return nil
 	}
 	o := s.Load()
-	if o == nil || o.h != h || !s.CompareAndSwap(o, nil) {
+	if o == nil || o.h != h || !isKind(o) || !s.CompareAndSwap(o, nil) {
 		return nil
 	}
 	return o
 }
+
+func isQueue(o *object) bool   { return o.queue != nil }
+func isRuntime(o *object) bool { return o.rt != nil }
 
 func getQueue(h C.uint64_t) *libasync.Queue {
 	if o := lookup(uint64(h)); o != nil {
@@ -166,8 +195,8 @@ func la_go_queue_create(capacity, maxMsg C.size_t, flags C.uint, out *C.uint64_t
 //export la_go_queue_destroy
 func la_go_queue_destroy(h C.uint64_t) (rc C.int) {
 	defer guard(&rc)
-	o := unpublish(uint64(h))
-	if o == nil || o.queue == nil {
+	o := unpublish(uint64(h), isQueue)
+	if o == nil {
 		return C.int(libasync.EBadHandle)
 	}
 	o.queue.Close()
@@ -305,24 +334,28 @@ func la_go_queue_attach(h, rth C.uint64_t, key C.uintptr_t) (rc C.int) {
 //export la_go_rt_init
 func la_go_rt_init(out *C.uint64_t) (rc C.int) {
 	defer guard(&rc)
-	rt, err := libasync.NewRuntime()
+	p, err := port.New()
 	if err != nil {
+		if errors.Is(err, port.ErrBackend) {
+			return C.int(libasync.ENotSup)
+		}
 		return code(err)
 	}
-	bell := (*C.la_doorbell_t)(C.calloc(1, C.size_t(unsafe.Sizeof(C.la_doorbell_t{}))))
-	if bell == nil {
-		rt.Close()
+	fd, kind := p.Doorbell()
+	r := C.la_rtc_new(C.int(fd), C.int(kind))
+	if r == nil {
+		p.Close()
 		return C.int(libasync.ENoMem)
 	}
-	fd, kind := rt.Poller().Doorbell()
-	bell.fd, bell.kind = C.int(fd), C.int(kind)
-	h := C.la_handle_alloc(C.LA_T_RUNTIME, unsafe.Pointer(bell))
+	src := &cSource{r: r}
+	rt := libasync.NewRuntimeWithSource(p, src, (*int32)(unsafe.Pointer(C.la_rtc_sleep_flag(r))))
+	h := C.la_handle_alloc(C.LA_T_RUNTIME, unsafe.Pointer(r))
 	if h == 0 {
-		C.free(unsafe.Pointer(bell))
 		rt.Close()
+		C.la_rtc_recycle(r)
 		return C.int(libasync.ENoMem)
 	}
-	publish(uint64(h), &object{rt: &rtObject{rt: rt, bell: bell}})
+	publish(uint64(h), &object{rt: &rtObject{rt: rt, rtc: r}})
 	*out = h
 	return 0
 }
@@ -330,17 +363,17 @@ func la_go_rt_init(out *C.uint64_t) (rc C.int) {
 //export la_go_rt_deinit
 func la_go_rt_deinit(h C.uint64_t) (rc C.int) {
 	defer guard(&rc)
-	o := unpublish(uint64(h))
-	if o == nil || o.rt == nil {
+	o := unpublish(uint64(h), isRuntime)
+	if o == nil {
 		return C.int(libasync.EBadHandle)
 	}
-	// First retire the handle, so that no signal-safe wakeup can write the
-	// doorbell once it is closed (la_handle_free waits for such writers).
-	bell := C.la_handle_free(h, C.LA_T_RUNTIME)
-	err := o.rt.rt.Close()
-	if bell != nil {
-		C.free(bell)
-	}
+	// Retire the handle first: la_handle_free waits for every thread that
+	// pinned it (a signal-safe wakeup, a poster ringing the doorbell), so
+	// nobody writes the doorbell after it is closed; new posts fail.
+	C.la_handle_free(h, C.LA_T_RUNTIME)
+	C.la_rtc_close(o.rt.rtc)
+	err := o.rt.rt.Close() // waits for a waiter to leave
+	C.la_rtc_recycle(o.rt.rtc)
 	if err == libasync.ErrClosed {
 		err = nil
 	}
@@ -407,16 +440,6 @@ func la_go_rt_wait(h C.uint64_t, events *C.io_event_t, max C.int, timeout C.int,
 	}
 	*out = C.int(n)
 	return 0
-}
-
-//export la_go_rt_post
-func la_go_rt_post(h C.uint64_t, key, data C.uintptr_t) (rc C.int) {
-	defer guard(&rc)
-	o := getRuntime(h)
-	if o == nil {
-		return C.int(libasync.EBadHandle)
-	}
-	return code(o.rt.Post(uintptr(key), uintptr(data)))
 }
 
 //export la_go_rt_add_timer

@@ -196,7 +196,8 @@ int async_runtime_wait(async_runtime_t *rt, io_event_t *events, int max_events, 
 
 int async_runtime_post_completion(async_runtime_t *rt, uintptr_t completion_key, uintptr_t data) {
     LA_FORK_GUARD(-1);
-    return la_ok(la_go_rt_post(LA_H(rt), completion_key, data)) ? 0 : -1;
+    /* Pure C (completions.c): no Go crossing. */
+    return la_ok(la_rt_post(LA_H(rt), completion_key, data)) ? 0 : -1;
 }
 
 int async_runtime_wakeup(async_runtime_t *rt) {

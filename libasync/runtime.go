@@ -53,7 +53,9 @@ type Runtime struct {
 	closed   bool
 	shut     atomic.Bool
 
-	sleeping atomic.Int32 // 1 while the waiter may block in the poller
+	sleeping *int32 // 1 while the waiter may block in the poller (see Source)
+	sleepBox int32
+	src      Source
 	wakeAt   atomic.Int64 // tick the sleeping waiter will wake at (MaxInt64: never)
 
 	waitMu sync.Mutex // held by the one waiter
@@ -66,9 +68,21 @@ type Runtime struct {
 	wheel *wheel
 	tver  atomic.Uint64 // bumped by AddTimer: a sleeping waiter's plan is stale
 
-	cmu sync.RWMutex // fd contexts
-	ctx map[int]uintptr
+	cmu  sync.RWMutex // fd contexts
+	ctx  map[int]uintptr
+	nfds atomic.Int64 // registrations (an upper bound: epoll forgets closed fds)
+
+	skipped  int   // fd polls skipped in a row while other work was ready
+	lastPoll int64 // ns of the last fd poll
 }
+
+// Fd polls may be skipped while completions or timers are ready (a poll is a
+// syscall, expensive in a busy loop), but never more than this many times in
+// a row nor for longer than pollEvery, so fd events cannot starve.
+const (
+	maxSkippedPolls = 8
+	pollEvery       = int64(time.Millisecond)
+)
 
 // NewRuntime makes a runtime on the default poller (see port.New).
 func NewRuntime() (*Runtime, error) {
@@ -84,7 +98,34 @@ func NewRuntime() (*Runtime, error) {
 
 // NewRuntimeWith makes a runtime on the given poller, which it then owns.
 func NewRuntimeWith(p port.Poller) *Runtime {
-	return &Runtime{poller: p, start: time.Now(), wheel: newWheel(), ctx: map[int]uintptr{}}
+	rt := &Runtime{poller: p, start: time.Now(), wheel: newWheel(), ctx: map[int]uintptr{}}
+	rt.sleeping = &rt.sleepBox
+	return rt
+}
+
+// Source is a queue of completions kept outside the runtime, drained by Wait
+// beside what Post queued: the C boundary keeps one lock-free queue per
+// posting thread there, so that posting from C never enters Go.
+//
+// Whoever feeds a Source must, after publishing an entry, read the sleep
+// flag (sequentially consistent) and, if it is 1 and a compare-and-swap to 0
+// succeeds, ring the poller's doorbell (port.Poller.Doorbell). Wait raises the
+// flag before it may block and then calls Pending, so no entry is missed.
+type Source interface {
+	// Pending reports whether entries wait to be taken.
+	Pending() bool
+	// Take moves up to len(out) entries into out (Key and Data) and
+	// returns how many; entries of one feeder come out in FIFO order.
+	Take(out []Event) int
+}
+
+// NewRuntimeWithSource is NewRuntimeWith with an external completion source
+// whose feeders read the sleep flag at sleepFlag (which may live in C
+// memory; it is only accessed atomically).
+func NewRuntimeWithSource(p port.Poller, src Source, sleepFlag *int32) *Runtime {
+	rt := NewRuntimeWith(p)
+	rt.src, rt.sleeping = src, sleepFlag
+	return rt
 }
 
 // Backend names the poller in use.
@@ -125,6 +166,9 @@ func (rt *Runtime) Add(fd int, events uint32, ctx uintptr) error {
 	if err := mapPortErr(rt.poller.Add(fd, events)); err != nil {
 		return err
 	}
+	if _, ok := rt.ctx[fd]; !ok {
+		rt.nfds.Add(1)
+	}
 	rt.ctx[fd] = ctx
 	return nil
 }
@@ -150,7 +194,10 @@ func (rt *Runtime) Remove(fd int) error {
 	if err := mapPortErr(rt.poller.Remove(fd)); err != nil {
 		return err
 	}
-	delete(rt.ctx, fd)
+	if _, ok := rt.ctx[fd]; ok {
+		rt.nfds.Add(-1)
+		delete(rt.ctx, fd)
+	}
 	return nil
 }
 
@@ -165,7 +212,7 @@ func (rt *Runtime) Post(key, data uintptr) error {
 	rt.pending = append(rt.pending, completion{key, data})
 	rt.npending.Add(1)
 	rt.mu.Unlock()
-	if rt.sleeping.Load() != 0 && rt.sleeping.CompareAndSwap(1, 0) {
+	if atomic.LoadInt32(rt.sleeping) != 0 && atomic.CompareAndSwapInt32(rt.sleeping, 1, 0) {
 		_ = rt.poller.Ring() // ErrClosed after Close: nobody to wake
 	}
 	return nil
@@ -204,7 +251,8 @@ func (rt *Runtime) AddTimer(delay, period uint64, key uintptr) (uint64, error) {
 	rt.tver.Add(1)
 	rt.tmu.Unlock()
 	// Wake a sleeping waiter whose sleep would outlast this timer.
-	if rt.sleeping.Load() != 0 && due < uint64(rt.wakeAt.Load()) && rt.sleeping.CompareAndSwap(1, 0) {
+	if atomic.LoadInt32(rt.sleeping) != 0 && due < uint64(rt.wakeAt.Load()) &&
+		atomic.CompareAndSwapInt32(rt.sleeping, 1, 0) {
 		_ = rt.poller.Ring()
 	}
 	return id, nil
@@ -274,17 +322,28 @@ func (rt *Runtime) Wait(out []Event, timeout time.Duration) (int, error) {
 				} else {
 					rt.wakeAt.Store(wake / 1e6)
 				}
-				rt.sleeping.Store(1)
-				// Dekker with Post and AddTimer: after announcing sleep,
-				// look again for what they may have added meanwhile.
-				if rt.npending.Load() != 0 || rt.tver.Load() != tver {
-					rt.sleeping.Store(0)
+				atomic.StoreInt32(rt.sleeping, 1)
+				// Dekker with Post, AddTimer and the Source's feeders:
+				// after announcing sleep, look again for what they may
+				// have added meanwhile.
+				if rt.npending.Load() != 0 || rt.tver.Load() != tver || (rt.src != nil && rt.src.Pending()) {
+					atomic.StoreInt32(rt.sleeping, 0)
 					ms = 0
 				}
 			}
 		}
-		nfd, res, err := rt.poller.Wait(rt.evbuf[:len(out)], ms)
-		rt.sleeping.Store(0)
+		var nfd int
+		var res port.WaitResult
+		var err error
+		if ms == 0 && (rt.nfds.Load() == 0 || (rt.skipped < maxSkippedPolls && ns-rt.lastPoll < pollEvery)) {
+			// Other work is ready: skip the syscall this time. A rung
+			// doorbell is drained at the next real poll.
+			rt.skipped++
+		} else {
+			rt.skipped, rt.lastPoll = 0, ns
+			nfd, res, err = rt.poller.Wait(rt.evbuf[:len(out)], ms)
+			atomic.StoreInt32(rt.sleeping, 0)
+		}
 		if rt.shut.Load() {
 			return 0, ErrClosed
 		}
@@ -349,6 +408,13 @@ func (rt *Runtime) collect(out []Event, fds []port.Event) int {
 			rt.tmu.Unlock()
 		case 2:
 			n = rt.takeCompletions(out, n)
+			if rt.src != nil && n < len(out) {
+				k := rt.src.Take(out[n:])
+				for i := n; i < n+k; i++ {
+					out[i].Fd, out[i].Type, out[i].Context = -1, EventCompletion, 0
+				}
+				n += k
+			}
 		}
 	}
 	return n

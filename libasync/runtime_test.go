@@ -301,3 +301,22 @@ func TestWheelAgainstModel(t *testing.T) {
 		}
 	}
 }
+
+// A period too long to add saturates instead of wrapping round to "now".
+func TestWheelHugePeriodNeverRefires(t *testing.T) {
+	w := newWheel()
+	id := w.add(10, ^uint64(0), 1)
+	w.advance(10)
+	if _, got, ok := w.pop(); !ok || got != id {
+		t.Fatal("timer did not fire once")
+	}
+	for now := uint64(11); now < 5000; now += 97 {
+		w.advance(now)
+		if _, _, ok := w.pop(); ok {
+			t.Fatalf("fired again at %d", now)
+		}
+	}
+	if !w.cancel(id) {
+		t.Fatal("a repeating timer must stay cancellable")
+	}
+}

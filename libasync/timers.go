@@ -1,6 +1,9 @@
 package libasync
 
-import "math/bits"
+import (
+	"math"
+	"math/bits"
+)
 
 // A hierarchical timing wheel with 1 ms ticks: 6 levels of 64 slots cover
 // 2^36 ms (about two years); later deadlines are parked at the top level and
@@ -243,10 +246,16 @@ func (w *wheel) pop() (key uintptr, id uint64, ok bool) {
 		w.free = append(w.free, i)
 		return key, id, true
 	}
-	next := e.expiry + e.period
-	if next <= w.elapsed {
-		missed := (w.elapsed-e.expiry)/e.period + 1
-		next = e.expiry + missed*e.period
+	// Next period boundary after now, saturating: a period too long to
+	// add is a timer that never fires again (but stays cancellable).
+	steps := uint64(1)
+	if w.elapsed >= e.expiry {
+		steps = (w.elapsed-e.expiry)/e.period + 1
+	}
+	hi, adv := bits.Mul64(steps, e.period)
+	next, carry := bits.Add64(e.expiry, adv, 0)
+	if hi != 0 || carry != 0 {
+		next = math.MaxUint64
 	}
 	e.expiry = next
 	w.place(i)

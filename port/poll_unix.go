@@ -109,6 +109,12 @@ func (p *pollPoller) change(fd int, events uint32, op int) error {
 			return ErrNotFound
 		}
 		delete(p.regs, fd)
+		if !validFd(fd) {
+			// Closed while registered: forget it, and say so as epoll does.
+			p.dirty = true
+			p.mu.Unlock()
+			return ErrBadFd
+		}
 	}
 	p.dirty = true
 	var err error
