@@ -1,0 +1,121 @@
+/* check.h — tiny helpers shared by the libasync C tests.
+ *
+ * Every test executable holds many cases; argv[1] names the case to run
+ * (see TEST_MAIN). A failed CHECK prints file:line and the failing expression
+ * (plus libasync's last error) and ends the process with status 1, from any
+ * thread.
+ */
+#ifndef CHECK_H
+#define CHECK_H
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1
+#endif
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "async.h"
+
+static inline void check_fail_(const char *file, int line, const char *expr, const char *extra)
+{
+    int e = async_last_error();
+    fprintf(stderr, "%s:%d: CHECK failed: %s%s%s (async_last_error=%d \"%s\", errno=%d)\n", file, line, expr,
+            extra ? " " : "", extra ? extra : "", e, async_strerror(e), errno);
+    fflush(stderr);
+    _exit(1);
+}
+
+#define CHECK(expr)                                                                                            \
+    do {                                                                                                       \
+        if (!(expr))                                                                                           \
+            check_fail_(__FILE__, __LINE__, #expr, NULL);                                                      \
+    } while (0)
+
+/* Integer comparison that prints both values. */
+#define CHECK_EQ(a, b)                                                                                         \
+    do {                                                                                                       \
+        long long check_a_ = (long long)(a), check_b_ = (long long)(b);                                        \
+        if (check_a_ != check_b_) {                                                                            \
+            char check_m_[96];                                                                                 \
+            snprintf(check_m_, sizeof check_m_, "[%lld != %lld]", check_a_, check_b_);                        \
+            check_fail_(__FILE__, __LINE__, #a " == " #b, check_m_);                                           \
+        }                                                                                                      \
+    } while (0)
+
+/* The calling thread's last libasync error must be `code`. */
+#define CHECK_ERR(code)                                                                                        \
+    do {                                                                                                       \
+        int check_e_ = async_last_error();                                                                     \
+        if (check_e_ != (int)(code)) {                                                                         \
+            char check_m_[160];                                                                                \
+            snprintf(check_m_, sizeof check_m_, "[got %d \"%s\"]", check_e_, async_strerror(check_e_));       \
+            check_fail_(__FILE__, __LINE__, "async_last_error() == " #code, check_m_);                         \
+        }                                                                                                      \
+    } while (0)
+
+/* `expr` (a call that must fail) is true, and it set the last error to
+ * `code` (the error is cleared first, so a stale value cannot pass). */
+#define CHECK_FAIL(expr, code)                                                                                 \
+    do {                                                                                                       \
+        async_clear_error();                                                                                   \
+        CHECK(expr);                                                                                           \
+        CHECK_ERR(code);                                                                                       \
+    } while (0)
+
+/* Monotonic milliseconds (fractional). */
+static inline double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static inline void sleep_ms(int ms)
+{
+    struct timespec ts;
+    ts.tv_sec = ms / 1000;
+    ts.tv_nsec = (long)(ms % 1000) * 1000000L;
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+typedef struct {
+    const char *name;
+    void (*fn)(void);
+} test_case_t;
+
+/* One table line per case: T(name) runs void t_name(void). CMake reads
+ * these lines to register one ctest test per case. */
+#define T(name) {#name, t_##name}
+
+static inline int test_main_(const test_case_t *cases, size_t n, int argc, char **argv)
+{
+    size_t i;
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s CASE\ncases:", argv[0]);
+        for (i = 0; i < n; i++)
+            fprintf(stderr, " %s", cases[i].name);
+        fprintf(stderr, "\n");
+        return 2;
+    }
+    for (i = 0; i < n; i++) {
+        if (strcmp(cases[i].name, argv[1]) == 0) {
+            cases[i].fn();
+            printf("ok %s\n", argv[1]);
+            fflush(stdout);
+            return 0;
+        }
+    }
+    fprintf(stderr, "unknown case %s\n", argv[1]);
+    return 2;
+}
+
+#define TEST_MAIN(cases)                                                                                       \
+    int main(int argc, char **argv) { return test_main_(cases, sizeof(cases) / sizeof(cases[0]), argc, argv); }
+
+#endif /* CHECK_H */
