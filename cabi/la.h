@@ -63,6 +63,18 @@ void la_rtc_recycle(la_rtc_t *r);
 int la_rtc_pending(la_rtc_t *r);
 int32_t *la_rtc_sleep_flag(la_rtc_t *r);
 int la_rtc_take(la_rtc_t *r, la_pair_t *out, int max);
+/* The C-driven wait (rtwait.c, cabi/main.go): what Go asks C to sleep on. */
+typedef struct {
+    int done;       /* 1: the wait is over (result in *out / the return code) */
+    int ms;         /* sleep up to this long (-1 forever) */
+    int fd;         /* on this poller descriptor (epoll) */
+    int rawcap;     /* records that fit in raw */
+    void *raw;      /* where the poller's records go */
+    uintptr_t token;
+} la_sleep_t;
+/* async_runtime_wait's body; returns an async_err_t. */
+int la_go_rt_wait(uint64_t h, io_event_t *events, int max, int timeout, int *out);
+
 /* async_runtime_post_completion without Go: returns an async_err_t. */
 int la_rt_post(uint64_t h, uintptr_t key, uintptr_t data);
 

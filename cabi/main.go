@@ -22,8 +22,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime/cgo"
 	"runtime/debug"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -76,6 +78,13 @@ type rtObject struct {
 	waiting atomic.Bool
 	evs     []libasync.Event
 	rtc     *C.la_rtc_t
+
+	// The C-driven wait (see la_go_rt_wait_begin).
+	raw    port.RawPoller // nil: the poller waits in Go
+	rawbuf unsafe.Pointer // C memory for epoll_wait's records
+	rawcap int
+	wcall  *libasync.WaitCall
+	token  cgo.Handle // how C names this object across the sleep
 }
 
 // cSource drains the runtime's C-side completion queues (completions.c),
@@ -355,7 +364,12 @@ func la_go_rt_init(out *C.uint64_t) (rc C.int) {
 		C.la_rtc_recycle(r)
 		return C.int(libasync.ENoMem)
 	}
-	publish(uint64(h), &object{rt: &rtObject{rt: rt, rtc: r}})
+	ro := &rtObject{rt: rt, rtc: r}
+	if rp, ok := p.(port.RawPoller); ok {
+		ro.raw = rp
+		ro.token = cgo.NewHandle(ro)
+	}
+	publish(uint64(h), &object{rt: ro})
 	*out = h
 	return 0
 }
@@ -374,6 +388,11 @@ func la_go_rt_deinit(h C.uint64_t) (rc C.int) {
 	C.la_rtc_close(o.rt.rtc)
 	err := o.rt.rt.Close() // waits for a waiter to leave
 	C.la_rtc_recycle(o.rt.rtc)
+	if o.rt.raw != nil {
+		o.rt.token.Delete()
+		C.free(o.rt.rawbuf)
+		o.rt.rawbuf = nil
+	}
 	if err == libasync.ErrClosed {
 		err = nil
 	}
@@ -399,21 +418,23 @@ func la_go_rt_fd(h C.uint64_t, op C.int, fd C.int, events C.uint32_t, ctx C.uint
 	}
 }
 
-//export la_go_rt_wait
-func la_go_rt_wait(h C.uint64_t, events *C.io_event_t, max C.int, timeout C.int, out *C.int) (rc C.int) {
-	defer guard(&rc)
-	o := getRuntime(h)
-	if o == nil {
-		return C.int(libasync.EBadHandle)
-	}
+// The wait is driven from C (rtwait.c): la_go_rt_wait_begin and
+// la_go_rt_wait_finish do everything but the blocking itself; when the loop
+// must sleep they hand C the poller's raw descriptor, and C sleeps in
+// epoll_wait outside Go. A host thread blocked inside Go would keep Go's
+// scheduler busy (sysmon retakes its P, wakes other threads, and the return
+// needs a P again); blocked in C it costs Go nothing, which shortens the
+// wake-up. Pollers that cannot be driven so (port.RawPoller) wait in Go.
+
+// waitSetup validates a wait and returns its event buffer.
+func waitSetup(o *rtObject, events *C.io_event_t, max C.int, timeout C.int) ([]libasync.Event, time.Duration, C.int) {
 	d, ok := duration(timeout)
 	if !ok || events == nil || max < 1 {
-		return C.int(libasync.EInval)
+		return nil, 0, C.int(libasync.EInval)
 	}
 	if !o.waiting.CompareAndSwap(false, true) {
-		return C.int(libasync.EBusy)
+		return nil, 0, C.int(libasync.EBusy)
 	}
-	defer o.waiting.Store(false)
 	if cap(o.evs) < int(max) {
 		n := int(max)
 		if n > 1<<16 {
@@ -423,13 +444,12 @@ func la_go_rt_wait(h C.uint64_t, events *C.io_event_t, max C.int, timeout C.int,
 			o.evs = make([]libasync.Event, n)
 		}
 	}
-	evs := o.evs[:min(int(max), cap(o.evs))]
-	n, err := o.rt.Wait(evs, d)
-	if err != nil {
-		return code(err)
-	}
-	dst := unsafe.Slice(events, n)
-	for i := 0; i < n; i++ {
+	return o.evs[:min(int(max), cap(o.evs))], d, 0
+}
+
+func writeEvents(events *C.io_event_t, evs []libasync.Event) {
+	dst := unsafe.Slice(events, len(evs))
+	for i := range evs {
 		e := &evs[i]
 		c := &dst[i]
 		c.fd = C.async_fd_t(e.Fd)
@@ -438,8 +458,147 @@ func la_go_rt_wait(h C.uint64_t, events *C.io_event_t, max C.int, timeout C.int,
 		c.data = C.uintptr_t(e.Data)
 		*(*uintptr)(unsafe.Pointer(&c.context)) = e.Context
 	}
-	*out = C.int(n)
-	return 0
+}
+
+// waitRun continues o's wait call until it is done or needs C to sleep.
+// When polled is true, (nfd, res, perr) is a poller result to finish first.
+func (o *rtObject) waitRun(events *C.io_event_t, out *C.int, sl *C.la_sleep_t, polled bool, nfd int, res port.WaitResult, perr error) C.int {
+	w := o.wcall
+	for {
+		if polled {
+			n, done, err := w.Finish(nfd, res, perr, true)
+			if done {
+				o.waitEnd()
+				if err != nil {
+					return code(err)
+				}
+				writeEvents(events, o.evs[:n])
+				*out = C.int(n)
+				sl.done = 1
+				return 0
+			}
+		}
+		ms, poll := w.Prepare()
+		if !poll {
+			n, done, err := w.Finish(0, port.WaitResult{}, nil, false)
+			if done {
+				o.waitEnd()
+				if err != nil {
+					return code(err)
+				}
+				writeEvents(events, o.evs[:n])
+				*out = C.int(n)
+				sl.done = 1
+				return 0
+			}
+			polled = false
+			continue
+		}
+		if ms == 0 {
+			// A poll that does not block is as cheap from Go.
+			nfd, res, perr = o.rt.Poller().Wait(w.Buf(), 0)
+			polled = true
+			continue
+		}
+		sl.done, sl.ms, sl.fd = 0, C.int(ms), C.int(o.raw.RawFD())
+		sl.raw, sl.rawcap, sl.token = o.rawbuf, C.int(len(w.Buf())+1), C.uintptr_t(o.token)
+		return 0
+	}
+}
+
+func (o *rtObject) waitEnd() {
+	if o.wcall != nil {
+		o.wcall.End()
+		o.wcall = nil
+	}
+	o.waiting.Store(false)
+}
+
+//export la_go_rt_wait_begin
+func la_go_rt_wait_begin(h C.uint64_t, events *C.io_event_t, max C.int, timeout C.int, out *C.int, sl *C.la_sleep_t) (rc C.int) {
+	defer guard(&rc)
+	sl.done = 1
+	o := getRuntime(h)
+	if o == nil {
+		return C.int(libasync.EBadHandle)
+	}
+	evs, d, rc := waitSetup(o, events, max, timeout)
+	if rc != 0 {
+		return rc
+	}
+	if o.raw == nil {
+		defer o.waiting.Store(false)
+		n, err := o.rt.Wait(evs, d)
+		if err != nil {
+			return code(err)
+		}
+		writeEvents(events, evs[:n])
+		*out = C.int(n)
+		return 0
+	}
+	w, err := o.rt.BeginWait(evs, d)
+	if err != nil {
+		o.waiting.Store(false)
+		return code(err)
+	}
+	o.wcall = w
+	ok := false
+	defer func() {
+		if !ok {
+			o.waitEnd() // a panic must not leave the runtime busy forever
+		}
+	}()
+	if !o.ensureRawBuf(len(w.Buf()) + 1) {
+		o.waitEnd()
+		ok = true
+		return C.int(libasync.ENoMem)
+	}
+	rc = o.waitRun(events, out, sl, false, 0, port.WaitResult{}, nil)
+	ok = true
+	return rc
+}
+
+//export la_go_rt_wait_finish
+func la_go_rt_wait_finish(tok C.uintptr_t, events *C.io_event_t, out *C.int, nraw C.int, errnum C.int, sl *C.la_sleep_t) (rc C.int) {
+	defer guard(&rc)
+	sl.done = 1
+	o, _ := cgo.Handle(tok).Value().(*rtObject)
+	if o == nil || o.wcall == nil {
+		return C.int(libasync.EInternal)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			o.waitEnd()
+		}
+	}()
+	var res port.WaitResult
+	var perr error
+	nfd := 0
+	switch {
+	case errnum == C.int(syscall.EINTR):
+		res.Interrupted = true
+	case errnum != 0:
+		perr = syscall.Errno(errnum)
+	default:
+		nfd, res = o.raw.ConsumeRaw(o.rawbuf, int(nraw), o.wcall.Buf())
+	}
+	rc = o.waitRun(events, out, sl, true, nfd, res, perr)
+	ok = true
+	return rc
+}
+
+// ensureRawBuf sizes the C buffer C's epoll_wait writes into.
+func (o *rtObject) ensureRawBuf(n int) bool {
+	if n <= o.rawcap {
+		return true
+	}
+	b := C.realloc(o.rawbuf, C.size_t(n*o.raw.RawEventSize()))
+	if b == nil {
+		return false
+	}
+	o.rawbuf, o.rawcap = b, n
+	return true
 }
 
 //export la_go_rt_add_timer

@@ -33,6 +33,17 @@ type Event struct {
 
 type completion struct{ key, data uintptr }
 
+// fdReg is one fd's registration: its context and the regSeq value at its
+// last change. An event harvested by a poll that began before that change
+// belongs to an older registration and is dropped (readiness is
+// level-triggered: if it still holds it is reported again), so no event is
+// ever reported for a removed fd, with another fd's context, or for events
+// the caller no longer asked for.
+type fdReg struct {
+	ctx uintptr
+	seq uint64
+}
+
 // Runtime is an event loop waited on by one thread at a time. Every other
 // method may be called from any goroutine or thread.
 //
@@ -59,6 +70,7 @@ type Runtime struct {
 	wakeAt   atomic.Int64 // tick the sleeping waiter will wake at (MaxInt64: never)
 
 	waitMu sync.Mutex // held by the one waiter
+	wcall  WaitCall
 	batch  []completion
 	bhead  int
 	evbuf  []port.Event
@@ -68,9 +80,10 @@ type Runtime struct {
 	wheel *wheel
 	tver  atomic.Uint64 // bumped by AddTimer: a sleeping waiter's plan is stale
 
-	cmu  sync.RWMutex // fd contexts
-	ctx  map[int]uintptr
-	nfds atomic.Int64 // registrations (an upper bound: epoll forgets closed fds)
+	cmu    sync.RWMutex // fd contexts
+	ctx    map[int]fdReg
+	regSeq atomic.Uint64 // bumped by every Add, Modify and Remove
+	nfds   atomic.Int64  // registrations (an upper bound: epoll forgets closed fds)
 
 	skipped  int   // fd polls skipped in a row while other work was ready
 	lastPoll int64 // ns of the last fd poll
@@ -98,7 +111,7 @@ func NewRuntime() (*Runtime, error) {
 
 // NewRuntimeWith makes a runtime on the given poller, which it then owns.
 func NewRuntimeWith(p port.Poller) *Runtime {
-	rt := &Runtime{poller: p, start: time.Now(), wheel: newWheel(), ctx: map[int]uintptr{}}
+	rt := &Runtime{poller: p, start: time.Now(), wheel: newWheel(), ctx: map[int]fdReg{}}
 	rt.sleeping = &rt.sleepBox
 	return rt
 }
@@ -169,7 +182,7 @@ func (rt *Runtime) Add(fd int, events uint32, ctx uintptr) error {
 	if _, ok := rt.ctx[fd]; !ok {
 		rt.nfds.Add(1)
 	}
-	rt.ctx[fd] = ctx
+	rt.ctx[fd] = fdReg{ctx, rt.regSeq.Add(1)}
 	return nil
 }
 
@@ -181,7 +194,16 @@ func (rt *Runtime) Modify(fd int, events uint32) error {
 	if fd < 0 {
 		return ErrBadFd
 	}
-	return mapPortErr(rt.poller.Modify(fd, events))
+	rt.cmu.Lock()
+	defer rt.cmu.Unlock()
+	if err := mapPortErr(rt.poller.Modify(fd, events)); err != nil {
+		return err
+	}
+	if r, ok := rt.ctx[fd]; ok {
+		r.seq = rt.regSeq.Add(1)
+		rt.ctx[fd] = r
+	}
+	return nil
 }
 
 // Remove stops watching fd.
@@ -191,14 +213,17 @@ func (rt *Runtime) Remove(fd int) error {
 	}
 	rt.cmu.Lock()
 	defer rt.cmu.Unlock()
-	if err := mapPortErr(rt.poller.Remove(fd)); err != nil {
+	err := mapPortErr(rt.poller.Remove(fd))
+	if err != nil && err != ErrBadFd {
 		return err
 	}
+	// ErrBadFd: closed while registered, so the registration is gone too.
 	if _, ok := rt.ctx[fd]; ok {
 		rt.nfds.Add(-1)
 		delete(rt.ctx, fd)
+		rt.regSeq.Add(1)
 	}
-	return nil
+	return err
 }
 
 // Post queues a completion for the waiter. It never blocks and never fails
@@ -276,91 +301,151 @@ func (rt *Runtime) CancelTimer(id uint64) error {
 // forever, 0 polls, otherwise at least timeout (rounded up to whole ms).
 // It returns early with 0 on Wakeup or when a signal interrupted the wait.
 func (rt *Runtime) Wait(out []Event, timeout time.Duration) (int, error) {
+	w, err := rt.BeginWait(out, timeout)
+	if err != nil {
+		return 0, err
+	}
+	defer w.End()
+	for {
+		ms, poll := w.Prepare()
+		var nfd int
+		var res port.WaitResult
+		var perr error
+		if poll {
+			nfd, res, perr = rt.poller.Wait(w.Buf(), ms)
+		}
+		if n, done, err := w.Finish(nfd, res, perr, poll); done {
+			return n, err
+		}
+	}
+}
+
+// WaitCall is one Wait taken apart, so that the blocking part can be done
+// by someone else: the C boundary sleeps in epoll_wait itself, outside Go
+// (see port.RawPoller), which spares a blocked host thread Go's syscall
+// bookkeeping. Use: BeginWait, then loop { Prepare; poll for ms if asked,
+// into Buf; Finish } until Finish says done; then End. Only the goroutine or
+// thread that called BeginWait may use it.
+type WaitCall struct {
+	rt       *Runtime
+	out      []Event
+	timeout  time.Duration
+	deadline int64 // ns since start; -1: forever
+	ns       int64 // the clock at Prepare
+	regSeq   uint64
+}
+
+// BeginWait starts a wait (ErrBusy if another is in progress).
+func (rt *Runtime) BeginWait(out []Event, timeout time.Duration) (*WaitCall, error) {
 	if len(out) == 0 {
-		return 0, ErrInval
+		return nil, ErrInval
 	}
 	if !rt.waitMu.TryLock() {
-		return 0, ErrBusy
+		return nil, ErrBusy
 	}
-	defer rt.waitMu.Unlock()
 	if rt.shut.Load() {
-		return 0, ErrClosed
+		rt.waitMu.Unlock()
+		return nil, ErrClosed
 	}
-	var deadline int64 = -1 // ns since start; -1: forever
+	w := &rt.wcall
+	*w = WaitCall{rt: rt, out: out, timeout: timeout, deadline: -1}
 	if timeout >= 0 {
 		_, ns := rt.now()
-		deadline = ns + int64(timeout)
+		w.deadline = ns + int64(timeout)
 	}
 	if cap(rt.evbuf) < len(out) {
 		rt.evbuf = make([]port.Event, len(out))
 	}
-	for {
-		tick, ns := rt.now()
-		rt.tmu.Lock()
-		rt.wheel.advance(tick)
-		haveTimers := rt.wheel.nready > 0
-		nextTick, _, _, haveNext := rt.wheel.next()
-		tver := rt.tver.Load()
-		rt.tmu.Unlock()
+	return w, nil
+}
 
-		ms := 0 // how long the poller may sleep
-		if !haveTimers && rt.bhead == len(rt.batch) && rt.npending.Load() == 0 {
-			ms = -1
-			wake := int64(math.MaxInt64)
-			if deadline >= 0 {
-				wake = deadline
+// Buf is where the poller's events go (len: as many as out can take).
+func (w *WaitCall) Buf() []port.Event { return w.rt.evbuf[:len(w.out)] }
+
+// End finishes the wait; the WaitCall must not be used afterwards.
+func (w *WaitCall) End() {
+	rt := w.rt
+	w.rt = nil
+	rt.waitMu.Unlock()
+}
+
+// Prepare advances the timers and says how long the poller may block (ms:
+// -1 forever, 0 not at all) and whether to poll at all. When ms != 0 the
+// sleep flag is raised: whoever adds work then rings the doorbell.
+func (w *WaitCall) Prepare() (ms int, poll bool) {
+	rt := w.rt
+	tick, ns := rt.now()
+	w.ns = ns
+	w.regSeq = rt.regSeq.Load() // before the poll: see fdReg
+	rt.tmu.Lock()
+	rt.wheel.advance(tick)
+	haveTimers := rt.wheel.nready > 0
+	nextTick, _, _, haveNext := rt.wheel.next()
+	tver := rt.tver.Load()
+	rt.tmu.Unlock()
+
+	if !haveTimers && rt.bhead == len(rt.batch) && rt.npending.Load() == 0 {
+		ms = -1
+		wake := int64(math.MaxInt64)
+		if w.deadline >= 0 {
+			wake = w.deadline
+		}
+		if haveNext && nextTick < uint64(math.MaxInt64/1000000) && int64(nextTick)*1e6 < wake {
+			wake = int64(nextTick) * 1e6
+		}
+		if wake != math.MaxInt64 {
+			ms = msUntil(wake - ns)
+		}
+		if ms != 0 {
+			if wake == math.MaxInt64 {
+				rt.wakeAt.Store(math.MaxInt64)
+			} else {
+				rt.wakeAt.Store(wake / 1e6)
 			}
-			if haveNext && nextTick < uint64(math.MaxInt64/1000000) && int64(nextTick)*1e6 < wake {
-				wake = int64(nextTick) * 1e6
-			}
-			if wake != math.MaxInt64 {
-				ms = msUntil(wake - ns)
-			}
-			if ms != 0 {
-				if wake == math.MaxInt64 {
-					rt.wakeAt.Store(math.MaxInt64)
-				} else {
-					rt.wakeAt.Store(wake / 1e6)
-				}
-				atomic.StoreInt32(rt.sleeping, 1)
-				// Dekker with Post, AddTimer and the Source's feeders:
-				// after announcing sleep, look again for what they may
-				// have added meanwhile.
-				if rt.npending.Load() != 0 || rt.tver.Load() != tver || (rt.src != nil && rt.src.Pending()) {
-					atomic.StoreInt32(rt.sleeping, 0)
-					ms = 0
-				}
-			}
-		}
-		var nfd int
-		var res port.WaitResult
-		var err error
-		if ms == 0 && (rt.nfds.Load() == 0 || (rt.skipped < maxSkippedPolls && ns-rt.lastPoll < pollEvery)) {
-			// Other work is ready: skip the syscall this time. A rung
-			// doorbell is drained at the next real poll.
-			rt.skipped++
-		} else {
-			rt.skipped, rt.lastPoll = 0, ns
-			nfd, res, err = rt.poller.Wait(rt.evbuf[:len(out)], ms)
-			atomic.StoreInt32(rt.sleeping, 0)
-		}
-		if rt.shut.Load() {
-			return 0, ErrClosed
-		}
-		if err != nil {
-			return 0, mapPortErr(err)
-		}
-		n := rt.collect(out, rt.evbuf[:nfd])
-		if n > 0 || res.Woken || res.Interrupted || timeout == 0 {
-			return n, nil
-		}
-		if deadline >= 0 {
-			if _, ns := rt.now(); ns >= deadline {
-				return 0, nil
+			atomic.StoreInt32(rt.sleeping, 1)
+			// Dekker with Post, AddTimer and the Source's feeders: after
+			// announcing sleep, look again for what they may have added.
+			if rt.npending.Load() != 0 || rt.tver.Load() != tver || (rt.src != nil && rt.src.Pending()) {
+				atomic.StoreInt32(rt.sleeping, 0)
+				ms = 0
 			}
 		}
-		// Only a doorbell, a cascade or an early poller return: go on.
 	}
+	if ms == 0 && (rt.nfds.Load() == 0 || (rt.skipped < maxSkippedPolls && ns-rt.lastPoll < pollEvery)) {
+		// Other work is ready: skip the syscall this time. A rung doorbell
+		// is drained at the next real poll.
+		rt.skipped++
+		return 0, false
+	}
+	rt.skipped, rt.lastPoll = 0, ns
+	return ms, true
+}
+
+// Finish takes the poller's result (nfd events in Buf, or polled=false when
+// Prepare said not to poll) and collects events into out. done says the
+// wait is over (n events, or err).
+func (w *WaitCall) Finish(nfd int, res port.WaitResult, perr error, polled bool) (n int, done bool, err error) {
+	rt := w.rt
+	if polled {
+		atomic.StoreInt32(rt.sleeping, 0)
+	}
+	if rt.shut.Load() {
+		return 0, true, ErrClosed
+	}
+	if perr != nil {
+		return 0, true, mapPortErr(perr)
+	}
+	n = rt.collect(w.out, rt.evbuf[:nfd], w.regSeq)
+	if n > 0 || res.Woken || res.Interrupted || w.timeout == 0 {
+		return n, true, nil
+	}
+	if w.deadline >= 0 {
+		if _, ns := rt.now(); ns >= w.deadline {
+			return 0, true, nil
+		}
+	}
+	// Only a doorbell, a cascade or an early poller return: go on.
+	return 0, false, nil
 }
 
 // msUntil converts a positive delay in ns to whole ms, rounding up, so a
@@ -378,7 +463,7 @@ func msUntil(ns int64) int {
 
 // collect fills out from the three sources, rotating which goes first so
 // that none can starve the others when out is small.
-func (rt *Runtime) collect(out []Event, fds []port.Event) int {
+func (rt *Runtime) collect(out []Event, fds []port.Event, regSeq uint64) int {
 	n := 0
 	rt.rot++
 	for k := 0; k < 3 && n < len(out); k++ {
@@ -390,7 +475,11 @@ func (rt *Runtime) collect(out []Event, fds []port.Event) int {
 					if n == len(out) {
 						break
 					}
-					out[n] = Event{Fd: e.Fd, Type: e.Events, Context: rt.ctx[e.Fd]}
+					r, ok := rt.ctx[e.Fd]
+					if !ok || r.seq > regSeq {
+						continue // removed or changed since the poll began
+					}
+					out[n] = Event{Fd: e.Fd, Type: e.Events, Context: r.ctx}
 					n++
 				}
 				rt.cmu.RUnlock()

@@ -4,6 +4,7 @@ package port
 
 import (
 	"sync"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -123,8 +124,25 @@ func (p *epollPoller) Wait(evs []Event, timeoutMs int) (int, WaitResult, error) 
 		}
 		return 0, r, err
 	}
+	out, r2 := p.consume(raw[:n], evs)
+	r2.Interrupted = r.Interrupted
+	return out, r2, nil
+}
+
+func (p *epollPoller) RawFD() int        { return p.epfd }
+func (p *epollPoller) RawEventSize() int { return int(unsafe.Sizeof(unix.EpollEvent{})) }
+
+func (p *epollPoller) ConsumeRaw(raw unsafe.Pointer, n int, evs []Event) (int, WaitResult) {
+	if n <= 0 || raw == nil {
+		return 0, WaitResult{}
+	}
+	return p.consume(unsafe.Slice((*unix.EpollEvent)(raw), n), evs)
+}
+
+func (p *epollPoller) consume(raw []unix.EpollEvent, evs []Event) (int, WaitResult) {
+	var r WaitResult
 	out := 0
-	for i := 0; i < n; i++ {
+	for i := range raw {
 		e := &raw[i]
 		fd := int(e.Fd)
 		if fd == p.efd {
@@ -153,7 +171,7 @@ func (p *epollPoller) Wait(evs []Event, timeoutMs int) (int, WaitResult, error) 
 		evs[out] = Event{Fd: fd, Events: bits}
 		out++
 	}
-	return out, r, nil
+	return out, r
 }
 
 // drain reads the eventfd counter (resetting it) and returns its value.

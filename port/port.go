@@ -11,6 +11,7 @@ package port
 import (
 	"errors"
 	"os"
+	"unsafe"
 )
 
 // Event bits, identical to the ASYNC_EVENT_* values of include/async.h.
@@ -80,6 +81,18 @@ type Poller interface {
 	Name() string
 	// Close releases the poller's descriptors. Registered fds are left open.
 	Close() error
+}
+
+// RawPoller is implemented by pollers whose blocking wait foreign code can do
+// by itself: C code calls the platform's wait (epoll_wait on Linux) on RawFD,
+// into a buffer of RawEventSize-byte records, outside Go, and hands what it
+// got to ConsumeRaw, which does what Wait does with the kernel's answer.
+type RawPoller interface {
+	RawFD() int
+	RawEventSize() int
+	// ConsumeRaw translates n raw records at raw into evs (ignoring what
+	// does not fit: readiness is level-triggered) and drains the doorbell.
+	ConsumeRaw(raw unsafe.Pointer, n int, evs []Event) (int, WaitResult)
 }
 
 // WaitResult says what else than fd events a Wait saw.
