@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "_cgo_export.h"
+#include "fiber.h"
 #include "la.h"
 
 #define LA_STR2(x) #x
@@ -26,12 +27,130 @@ const char *async_version_string(void) {
 
 static __thread int last_error;
 
-/* Not inlined on purpose: later, on a fiber, the slot is per fiber. */
-__attribute__((noinline)) void la_set_error(int code) { last_error = code; }
+/* On a fiber (also while it runs a Go call on its worker's stack) the slot
+ * is the fiber's own: a fiber may resume on another thread. Not inlined, so
+ * that the TLS address is never cached across a switch. */
+__attribute__((noinline)) void la_set_error(int code) {
+    int *slot = la_fiber_error_slot();
+    if (slot)
+        *slot = code;
+    else
+        last_error = code;
+}
 
-int async_last_error(void) { return last_error; }
+__attribute__((noinline)) int async_last_error(void) {
+    int *slot = la_fiber_error_slot();
+    return slot ? *slot : last_error;
+}
 
-void async_clear_error(void) { last_error = ASYNC_OK; }
+/* ---- Go calls ---------------------------------------------------------------
+ * Go code must never run on a fiber stack: on a fiber, la_go_call runs fn on
+ * the worker's own stack ("trap": the fiber switches to its worker loop,
+ * which calls fn and switches straight back). Go exports called this way
+ * never park the fiber. */
+void la_go_call(void (*fn)(void *), void *arg) {
+    if (la_current_fiber())
+        la_fiber_trap(fn, arg);
+    else
+        fn(arg);
+}
+
+enum {
+    GO_Q_CREATE, GO_Q_DESTROY, GO_Q_ENQ, GO_Q_DEQ, GO_Q_QUERY, GO_Q_CLEAR, GO_Q_STATS, GO_Q_ATTACH,
+    GO_Q_ENQ_FIBER, GO_Q_DEQ_FIBER, GO_Q_FIBER_END,
+    GO_RT_INIT, GO_RT_DEINIT, GO_RT_FD, GO_RT_WAIT, GO_RT_POST, GO_RT_ADD_TIMER, GO_RT_CANCEL_TIMER
+};
+
+/* The arguments of one la_go_* call. */
+typedef struct {
+    int op, rc;
+    uint64_t h, h2, u1, u2;
+    void *p, *p2;
+    size_t n;
+    int i1, i2;
+    unsigned u;
+    uintptr_t k, d;
+} la_gocall_t;
+
+static void go_dispatch(void *arg) {
+    la_gocall_t *c = arg;
+    switch (c->op) {
+    case GO_Q_CREATE: c->rc = la_go_queue_create(c->n, (size_t)c->u1, c->u, (uint64_t *)c->p); break;
+    case GO_Q_DESTROY: c->rc = la_go_queue_destroy(c->h); break;
+    case GO_Q_ENQ: c->rc = la_go_queue_enqueue(c->h, c->p, c->n, c->i1, c->i2); break;
+    case GO_Q_DEQ: c->rc = la_go_queue_dequeue(c->h, c->p, c->n, (size_t *)c->p2, c->i1); break;
+    case GO_Q_QUERY: c->rc = la_go_queue_query(c->h, c->i1, (int *)c->p); break;
+    case GO_Q_CLEAR: c->rc = la_go_queue_clear(c->h); break;
+    case GO_Q_STATS: c->rc = la_go_queue_stats(c->h, (async_queue_stats_t *)c->p); break;
+    case GO_Q_ATTACH: c->rc = la_go_queue_attach(c->h, c->h2, c->k); break;
+    case GO_Q_ENQ_FIBER: c->rc = la_go_queue_enqueue_fiber(c->h, c->p, c->n, c->i2, c->k, (uint64_t *)c->p2); break;
+    case GO_Q_DEQ_FIBER:
+        c->rc = la_go_queue_dequeue_fiber(c->h, c->p, c->n, (size_t *)c->p2, c->k, (uint64_t *)(uintptr_t)c->d);
+        break;
+    case GO_Q_FIBER_END: c->rc = la_go_queue_fiber_end(c->u1, c->i1); break;
+    case GO_RT_INIT: c->rc = la_go_rt_init((uint64_t *)c->p); break;
+    case GO_RT_DEINIT: c->rc = la_go_rt_deinit(c->h); break;
+    case GO_RT_FD: c->rc = la_go_rt_fd(c->h, c->i1, c->i2, (uint32_t)c->u, c->k); break;
+    case GO_RT_WAIT: c->rc = la_go_rt_wait(c->h, (io_event_t *)c->p, c->i1, c->i2, (int *)c->p2); break;
+    case GO_RT_POST: c->rc = la_rt_post(c->h, c->k, c->d); break;
+    case GO_RT_ADD_TIMER: c->rc = la_go_rt_add_timer(c->h, c->u1, c->u2, c->k, (uint64_t *)c->p); break;
+    case GO_RT_CANCEL_TIMER: c->rc = la_go_rt_cancel_timer(c->h, c->u1); break;
+    default: c->rc = ASYNC_E_INTERNAL;
+    }
+}
+
+static int go(la_gocall_t c) {
+    la_go_call(go_dispatch, &c);
+    return c.rc;
+}
+
+#define GO(...) go((la_gocall_t){__VA_ARGS__})
+
+/* ---- queue waits on fibers ---------------------------------------------------
+ * The fiber prepares to park, then (on the worker's stack) either completes
+ * the operation or registers a Go-side FiberWait whose notification calls
+ * la_fiber_queue_notify; then it parks and retries when notified. */
+#define LA_REGISTERED (-2)
+
+void la_fiber_queue_notify(uintptr_t token) { la_waiter_wake((la_waiter_t *)token, LA_W_READY); }
+
+static void park_abandon(la_fiber_t *f) {
+    atomic_store(&f->claim, LA_W_IDLE);
+    atomic_store(&f->state, LA_FS_RUNNING);
+}
+
+/* deq 0: enqueue (mode as la_go_queue_enqueue), 1: dequeue. */
+static int queue_fiber_op(la_fiber_t *f, int deq, uint64_t h, void *p, size_t n, size_t *out_size, int mode,
+                          int timeout_ms) {
+    if (timeout_ms < -1) return ASYNC_E_INVAL;
+    uint64_t deadline = la_deadline(timeout_ms);
+    for (;;) {
+        la_waiter_t w;
+        int rc = la_waiter_init(&w, LA_PK_NORMAL);
+        if (rc) return rc;
+        uint64_t id = 0;
+        if (deq)
+            rc = GO(.op = GO_Q_DEQ_FIBER, .h = h, .p = p, .n = n, .p2 = out_size, .k = (uintptr_t)&w,
+                    .d = (uintptr_t)&id);
+        else
+            rc = GO(.op = GO_Q_ENQ_FIBER, .h = h, .p = p, .n = n, .i2 = mode, .k = (uintptr_t)&w, .p2 = &id);
+        if (rc != LA_REGISTERED) {
+            park_abandon(f);
+            return rc;
+        }
+        int why = la_waiter_wait(&w, deadline);
+        GO(.op = GO_Q_FIBER_END, .u1 = id, .i1 = why != LA_W_READY);
+        if (why != LA_W_READY) return la_reason_err(why);
+    }
+}
+
+__attribute__((noinline)) void async_clear_error(void) {
+    int *slot = la_fiber_error_slot();
+    if (slot)
+        *slot = ASYNC_OK;
+    else
+        last_error = ASYNC_OK;
+}
 
 static const char *const messages[] = {
     [ASYNC_OK] = "success",
@@ -65,9 +184,11 @@ const char *async_strerror(int code) {
 
 _Atomic int la_forked;
 
+#if !defined(_WIN32)
 static void on_fork_child(void) { atomic_store(&la_forked, 1); }
 
 __attribute__((constructor)) static void la_init(void) { pthread_atfork(NULL, NULL, on_fork_child); }
+#endif
 
 #define LA_FORK_GUARD(fail)                                                                                  \
     do {                                                                                                     \
@@ -91,53 +212,60 @@ static inline int la_ok(int rc) {
 async_queue_t *async_queue_create(size_t capacity, size_t max_msg_size, async_queue_flags_t flags) {
     LA_FORK_GUARD(NULL);
     uint64_t h = 0;
-    if (!la_ok(la_go_queue_create(capacity, max_msg_size, (unsigned)flags, &h))) return NULL;
+    if (!la_ok(GO(.op = GO_Q_CREATE, .n = capacity, .u1 = max_msg_size, .u = (unsigned)flags, .p = &h))) return NULL;
     return (async_queue_t *)(uintptr_t)h;
 }
 
 void async_queue_destroy(async_queue_t *queue) {
     LA_FORK_GUARD();
-    la_ok(la_go_queue_destroy(LA_H(queue)));
+    la_ok(GO(.op = GO_Q_DESTROY, .h = LA_H(queue)));
 }
 
 bool async_queue_enqueue(async_queue_t *queue, const void *data, size_t size) {
     LA_FORK_GUARD(false);
-    return la_ok(la_go_queue_enqueue(LA_H(queue), (void *)data, size, -1, 0));
+    la_fiber_t *f = la_current_fiber();
+    if (f) return la_ok(queue_fiber_op(f, 0, LA_H(queue), (void *)data, size, NULL, 0, -1));
+    return la_ok(GO(.op = GO_Q_ENQ, .h = LA_H(queue), .p = (void *)data, .n = size, .i1 = -1, .i2 = 0));
 }
 
 bool async_queue_enqueue_wait(async_queue_t *queue, const void *data, size_t size, int timeout_ms) {
     LA_FORK_GUARD(false);
-    return la_ok(la_go_queue_enqueue(LA_H(queue), (void *)data, size, timeout_ms, 1));
+    la_fiber_t *f = la_current_fiber();
+    if (f && timeout_ms != 0) return la_ok(queue_fiber_op(f, 0, LA_H(queue), (void *)data, size, NULL, 1, timeout_ms));
+    return la_ok(GO(.op = GO_Q_ENQ, .h = LA_H(queue), .p = (void *)data, .n = size, .i1 = timeout_ms, .i2 = 1));
 }
 
 bool async_queue_dequeue(async_queue_t *queue, void *buffer, size_t buffer_size, size_t *out_size) {
     LA_FORK_GUARD(false);
-    return la_ok(la_go_queue_dequeue(LA_H(queue), buffer, buffer_size, out_size, 0));
+    return la_ok(GO(.op = GO_Q_DEQ, .h = LA_H(queue), .p = buffer, .n = buffer_size, .p2 = out_size, .i1 = 0));
 }
 
 bool async_queue_dequeue_wait(async_queue_t *queue, void *buffer, size_t buffer_size, size_t *out_size,
                               int timeout_ms) {
     LA_FORK_GUARD(false);
-    return la_ok(la_go_queue_dequeue(LA_H(queue), buffer, buffer_size, out_size, timeout_ms));
+    la_fiber_t *f = la_current_fiber();
+    if (f && timeout_ms != 0)
+        return la_ok(queue_fiber_op(f, 1, LA_H(queue), buffer, buffer_size, out_size, 0, timeout_ms));
+    return la_ok(GO(.op = GO_Q_DEQ, .h = LA_H(queue), .p = buffer, .n = buffer_size, .p2 = out_size, .i1 = timeout_ms));
 }
 
 bool async_queue_is_empty(const async_queue_t *queue) {
     LA_FORK_GUARD(true);
     int r = 1;
-    if (!la_ok(la_go_queue_query(LA_H(queue), 0, &r))) return true;
+    if (!la_ok(GO(.op = GO_Q_QUERY, .h = LA_H(queue), .i1 = 0, .p = &r))) return true;
     return r != 0;
 }
 
 bool async_queue_is_full(const async_queue_t *queue) {
     LA_FORK_GUARD(false);
     int r = 0;
-    if (!la_ok(la_go_queue_query(LA_H(queue), 1, &r))) return false;
+    if (!la_ok(GO(.op = GO_Q_QUERY, .h = LA_H(queue), .i1 = 1, .p = &r))) return false;
     return r != 0;
 }
 
 void async_queue_clear(async_queue_t *queue) {
     LA_FORK_GUARD();
-    la_ok(la_go_queue_clear(LA_H(queue)));
+    la_ok(GO(.op = GO_Q_CLEAR, .h = LA_H(queue)));
 }
 
 void async_queue_get_stats(const async_queue_t *queue, async_queue_stats_t *stats) {
@@ -147,12 +275,12 @@ void async_queue_get_stats(const async_queue_t *queue, async_queue_stats_t *stat
         return;
     }
     memset(stats, 0, sizeof *stats);
-    la_ok(la_go_queue_stats(LA_H(queue), stats));
+    la_ok(GO(.op = GO_Q_STATS, .h = LA_H(queue), .p = stats));
 }
 
 int async_queue_attach(async_queue_t *queue, async_runtime_t *rt, uintptr_t completion_key) {
     LA_FORK_GUARD(-1);
-    return la_ok(la_go_queue_attach(LA_H(queue), LA_H(rt), completion_key)) ? 0 : -1;
+    return la_ok(GO(.op = GO_Q_ATTACH, .h = LA_H(queue), .h2 = LA_H(rt), .k = completion_key)) ? 0 : -1;
 }
 
 /* ---- runtime ------------------------------------------------------------- */
@@ -160,13 +288,13 @@ int async_queue_attach(async_queue_t *queue, async_runtime_t *rt, uintptr_t comp
 async_runtime_t *async_runtime_init(void) {
     LA_FORK_GUARD(NULL);
     uint64_t h = 0;
-    if (!la_ok(la_go_rt_init(&h))) return NULL;
+    if (!la_ok(GO(.op = GO_RT_INIT, .p = &h))) return NULL;
     return (async_runtime_t *)(uintptr_t)h;
 }
 
 void async_runtime_deinit(async_runtime_t *rt) {
     LA_FORK_GUARD();
-    la_ok(la_go_rt_deinit(LA_H(rt)));
+    la_ok(GO(.op = GO_RT_DEINIT, .h = LA_H(rt)));
 }
 
 static int rt_fd(async_runtime_t *rt, int op, async_fd_t fd, uint32_t events, void *context) {
@@ -174,7 +302,7 @@ static int rt_fd(async_runtime_t *rt, int op, async_fd_t fd, uint32_t events, vo
 #if defined(_WIN32)
     if (fd > (async_fd_t)INT32_MAX) return la_set_error(ASYNC_E_BADFD), -1;
 #endif
-    return la_ok(la_go_rt_fd(LA_H(rt), op, (int)fd, events, (uintptr_t)context)) ? 0 : -1;
+    return la_ok(GO(.op = GO_RT_FD, .h = LA_H(rt), .i1 = op, .i2 = (int)fd, .u = events, .k = (uintptr_t)context)) ? 0 : -1;
 }
 
 int async_runtime_add(async_runtime_t *rt, async_fd_t fd, uint32_t events, void *context) {
@@ -190,18 +318,23 @@ int async_runtime_remove(async_runtime_t *rt, async_fd_t fd) { return rt_fd(rt, 
 int async_runtime_wait(async_runtime_t *rt, io_event_t *events, int max_events, int timeout_ms) {
     LA_FORK_GUARD(-1);
     int n = 0;
-    if (!la_ok(la_go_rt_wait(LA_H(rt), events, max_events, timeout_ms, &n))) return -1;
+    if (!la_ok(GO(.op = GO_RT_WAIT, .h = LA_H(rt), .p = events, .i1 = max_events, .i2 = timeout_ms, .p2 = &n))) return -1;
     return n;
 }
 
 int async_runtime_post_completion(async_runtime_t *rt, uintptr_t completion_key, uintptr_t data) {
     LA_FORK_GUARD(-1);
-    /* Pure C (completions.c): no Go crossing. */
+    /* Pure C (completions.c): no Go crossing, safe on a fiber stack as is. */
     return la_ok(la_rt_post(LA_H(rt), completion_key, data)) ? 0 : -1;
 }
 
 int async_runtime_wakeup(async_runtime_t *rt) {
     LA_FORK_GUARD(-1);
+#if defined(_WIN32)
+    /* The doorbell is an IOCP and no signal handler interrupts threads here:
+     * ring it through Go (cabi/wakeup_windows.go). */
+    return la_ok(la_go_rt_wakeup(LA_H(rt))) ? 0 : -1;
+#else
     int saved = errno;
     la_slot_t *slot;
     la_doorbell_t *bell = la_handle_get(LA_H(rt), LA_T_RUNTIME, &slot);
@@ -228,16 +361,17 @@ int async_runtime_wakeup(async_runtime_t *rt) {
         return -1;
     }
     return 0;
+#endif
 }
 
 uint64_t async_runtime_add_timer(async_runtime_t *rt, uint64_t delay_ms, uint64_t repeat_ms, uintptr_t key) {
     LA_FORK_GUARD(0);
     uint64_t id = 0;
-    if (!la_ok(la_go_rt_add_timer(LA_H(rt), delay_ms, repeat_ms, key, &id))) return 0;
+    if (!la_ok(GO(.op = GO_RT_ADD_TIMER, .h = LA_H(rt), .u1 = delay_ms, .u2 = repeat_ms, .k = key, .p = &id))) return 0;
     return id;
 }
 
 int async_runtime_cancel_timer(async_runtime_t *rt, uint64_t timer_id) {
     LA_FORK_GUARD(-1);
-    return la_ok(la_go_rt_cancel_timer(LA_H(rt), timer_id)) ? 0 : -1;
+    return la_ok(GO(.op = GO_RT_CANCEL_TIMER, .h = LA_H(rt), .u1 = timer_id)) ? 0 : -1;
 }

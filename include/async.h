@@ -38,6 +38,8 @@
 #include <stdint.h>
 #if !defined(_WIN32)
 #include <pthread.h>
+#include <sys/socket.h>
+#include <sys/types.h>
 #endif
 #if !defined(__cplusplus)
 #include <stdbool.h>
@@ -359,6 +361,258 @@ uint64_t async_runtime_add_timer(async_runtime_t *rt, uint64_t delay_ms, uint64_
  * Thread-safe; never blocks. */
 int async_runtime_cancel_timer(async_runtime_t *rt, uint64_t timer_id);
 
+
+/* ------------------------------------------------------------------------ */
+/* Fibers: stackful coroutines on an M:N work-stealing scheduler             */
+/* ------------------------------------------------------------------------ */
+/*
+ * A scheduler owns N worker threads that run fibers: C functions with their
+ * own (pooled, guard-protected) stacks. A fiber runs until it parks (a
+ * blocking call below), yields or returns; it may resume on another worker
+ * (so never keep a pointer to thread-local data, errno included, across a
+ * parking call). Fibers are not preempted: a fiber that computes for long
+ * should call async_fiber_yield() now and then.
+ *
+ * Every call below that "parks" suspends only the calling fiber when called
+ * on a fiber; called on a plain thread it blocks that thread instead. The
+ * queue waits (async_queue_enqueue_wait, async_queue_dequeue_wait and
+ * enqueue on a BLOCK_WRITER queue) park too. The other queue, runtime and
+ * timer calls are safe on a fiber and do not block, except async_runtime_wait
+ * and async_worker_join, which block the whole worker thread: do not call
+ * them on a fiber (nor sleep(), a blocking read(), a contended
+ * pthread_mutex_lock, ...): run such calls with async_fiber_blocking().
+ * async_last_error() and async_clear_error() are per fiber on a fiber.
+ * See docs/FIBERS.md.
+ *
+ * Once async_sched_shutdown() was called, every parked call of that
+ * scheduler's fibers (sleep, join, chan send/recv/select, wait_fd, read,
+ * write, accept, connect, queue waits) returns at once with
+ * ASYNC_E_CANCELLED, and so does every later one; the fibers unwind
+ * normally.
+ */
+
+typedef struct async_sched_s async_sched_t;
+typedef struct async_fiber_s async_fiber_t;
+typedef struct async_chan_s async_chan_t;
+
+/* Scheduler configuration; zero fields take the defaults.
+ *  workers:    worker threads (default: the CPUs this process may use, i.e.
+ *              the affinity mask reduced by a cgroup v2 cpu.max quota; the
+ *              environment variable ASYNC_WORKERS overrides). 1..1024.
+ *  stack_size: usable stack bytes per fiber, rounded up to the page size
+ *              (default 64 KiB; ASYNC_FIBER_STACK_KB overrides). 16 KiB..1 GiB.
+ *  guard_mode: how stack overflow is caught: 0 auto, 1 guard page installed
+ *              with madvise(MADV_GUARD_INSTALL) (Linux >= 6.13), 2 guard page
+ *              with mprotect (limited by vm.max_map_count: auto switches to
+ *              3 beyond ~30000 stacks), 3 canary word checked at every
+ *              switch. A guard-page hit prints "libasync: fiber stack
+ *              overflow in fiber <id>" and aborts; a broken canary too, at
+ *              the next switch. */
+typedef struct {
+    int workers;
+    size_t stack_size;
+    int guard_mode;
+} async_sched_config_t;
+
+#define ASYNC_FIBER_JOINABLE 0x1u /* the fiber's handle lives until async_fiber_join */
+
+/* Per-worker counters (monotonic). */
+typedef struct {
+    uint64_t fibers_run;     /* times a fiber was resumed on this worker */
+    uint64_t fibers_started; /* fibers that began running on this worker */
+    uint64_t steals;         /* successful steals from other workers */
+    uint64_t parks;          /* times a fiber parked on this worker */
+} async_sched_worker_stats_t;
+
+typedef struct {
+    int workers;
+    int guard_mode;             /* the mode in use (1, 2 or 3) */
+    size_t stack_size;          /* usable bytes per fiber stack */
+    uint64_t fibers_spawned;    /* total ever spawned */
+    uint64_t fibers_finished;   /* total whose function returned */
+    size_t fibers_runnable;     /* snapshot of the live fibers by state */
+    size_t fibers_running;
+    size_t fibers_parked;
+    size_t fibers_done_unjoined; /* joinable, returned, not joined yet */
+} async_sched_stats_t;
+
+/* Creates a scheduler and starts its worker threads (they sleep while there
+ * is no work). cfg NULL uses the defaults. Errors: ASYNC_E_INVAL (a field out
+ * of range), ASYNC_E_NOTSUP (guard_mode 1 on a kernel without
+ * MADV_GUARD_INSTALL), ASYNC_E_NOMEM, ASYNC_E_SYS. Several schedulers may
+ * exist at once. Thread-safe; never blocks. */
+async_sched_t *async_sched_create(const async_sched_config_t *cfg);
+
+/* Blocks the calling thread until no fiber of s is live (every fiber has
+ * returned; joinable ones need not be joined yet). The calling thread does
+ * not run fibers itself: the workers do. Returns 0 at once if there is no
+ * fiber. New fibers may be spawned meanwhile (also from fibers). Errors:
+ * ASYNC_E_BADHANDLE, ASYNC_E_STATE (called on a worker thread or fiber).
+ * Thread-safe; blocks. */
+int async_sched_run(async_sched_t *s);
+
+/* Cancels: sets s into shutdown (later spawns fail with ASYNC_E_CANCELLED,
+ * parked and later parking calls of its fibers fail with ASYNC_E_CANCELLED;
+ * async_fiber_blocking is not interrupted), then waits up to timeout_ms for
+ * every fiber to return. 0 when none is live; -1 with ASYNC_E_TIMEDOUT if
+ * some still run (a fiber that never parks or yields cannot be stopped).
+ * Called on a worker thread (e.g. from a fiber) it only starts the shutdown
+ * and returns 0 without waiting. Idempotent. Errors: ASYNC_E_BADHANDLE,
+ * ASYNC_E_INVAL, ASYNC_E_TIMEDOUT. Thread-safe; blocks. */
+int async_sched_shutdown(async_sched_t *s, int timeout_ms);
+
+/* Shuts s down (as async_sched_shutdown(s, -1): waits for every fiber to
+ * return), stops the workers, frees the handles of unjoined joinable fibers
+ * and every resource. Must not be called on a worker thread
+ * (ASYNC_E_STATE). Invalid handles are ignored (ASYNC_E_BADHANDLE).
+ * Thread-safe; blocks. */
+void async_sched_destroy(async_sched_t *s);
+
+/* Fills *stats (and up to max_workers entries of per_worker, which may be
+ * NULL when max_workers is 0) and returns the number of entries written.
+ * The counters are read without stopping the workers: each is exact, the set
+ * is not an atomic snapshot. Errors: ASYNC_E_BADHANDLE, ASYNC_E_INVAL.
+ * Thread-safe; never blocks (it walks the live fibers under a lock). */
+int async_sched_get_stats(async_sched_t *s, async_sched_stats_t *stats, async_sched_worker_stats_t *per_worker,
+                          int max_workers);
+
+/* Starts fn(arg) on a new fiber of s. flags: 0 or ASYNC_FIBER_JOINABLE. A
+ * non-joinable fiber's handle becomes invalid when fn returns; a joinable
+ * one's stays valid until async_fiber_join succeeds (or s is destroyed).
+ * Errors: ASYNC_E_BADHANDLE, ASYNC_E_INVAL (fn NULL, unknown flags),
+ * ASYNC_E_CANCELLED (s is shutting down), ASYNC_E_NOMEM. Thread-safe (also
+ * from fibers of any scheduler); never blocks. */
+async_fiber_t *async_fiber_spawn(async_sched_t *s, void (*fn)(void *), void *arg, unsigned flags);
+
+/* Waits up to timeout_ms for a joinable fiber to return, then frees its
+ * handle. Errors: ASYNC_E_BADHANDLE, ASYNC_E_INVAL (not joinable, bad
+ * timeout), ASYNC_E_STATE (a fiber joining itself), ASYNC_E_BUSY (another
+ * join is in progress), ASYNC_E_TIMEDOUT (the handle stays valid),
+ * ASYNC_E_CANCELLED. Thread-safe; parks. */
+int async_fiber_join(async_fiber_t *f, int timeout_ms);
+
+/* Lets the other runnable fibers run; the caller stays runnable. On a plain
+ * thread it calls sched_yield(). Never fails. */
+void async_fiber_yield(void);
+
+/* Sleeps at least ms milliseconds. 0 or -1 with ASYNC_E_CANCELLED.
+ * Thread-safe; parks. */
+int async_fiber_sleep(uint64_t ms);
+
+/* The calling fiber, or NULL on a plain thread. Never fails. */
+async_fiber_t *async_fiber_current(void);
+
+
+/* Waits until fd is ready for `events` (ASYNC_EVENT_READ and/or
+ * ASYNC_EVENT_WRITE) and returns the ready events (READ, WRITE, ERROR, CLOSE
+ * bits; level semantics: data left unread is reported again). At most one
+ * fiber may wait for reading and one for writing on an fd of a scheduler at
+ * a time (else ASYNC_E_BUSY). Errors: ASYNC_E_INVAL, ASYNC_E_BADFD,
+ * ASYNC_E_TIMEDOUT, ASYNC_E_BUSY, ASYNC_E_CANCELLED. Thread-safe; parks
+ * (a plain thread uses poll(2)). */
+int async_fiber_wait_fd(async_fd_t fd, uint32_t events, int timeout_ms);
+
+/* Reads up to n bytes (at least 1 unless n is 0 or at end of file: returns
+ * 0). The fd is switched to O_NONBLOCK if it is not a socket; sockets are
+ * read with MSG_DONTWAIT. Errors: ASYNC_E_INVAL, ASYNC_E_BADFD,
+ * ASYNC_E_TIMEDOUT (nothing read), ASYNC_E_CLOSED (connection reset),
+ * ASYNC_E_BUSY (another fiber reads this fd), ASYNC_E_CANCELLED, ASYNC_E_SYS.
+ * Thread-safe; parks. */
+ssize_t async_fiber_read(async_fd_t fd, void *buf, size_t n, int timeout_ms);
+
+/* Writes all n bytes (returns n) or fails; on failure some bytes may have
+ * been written. Sockets are written with MSG_NOSIGNAL: a closed peer gives
+ * ASYNC_E_CLOSED, never SIGPIPE (worker threads also block SIGPIPE, so pipes
+ * give ASYNC_E_CLOSED too). timeout_ms bounds the whole call. Errors: as
+ * async_fiber_read. Thread-safe; parks. */
+ssize_t async_fiber_write(async_fd_t fd, const void *buf, size_t n, int timeout_ms);
+
+/* Accepts a connection on a listening socket (switched to O_NONBLOCK). The
+ * new fd is O_NONBLOCK and close-on-exec. addr/len as for accept(2) (both
+ * NULL or both set). Errors: ASYNC_E_INVAL, ASYNC_E_BADFD, ASYNC_E_NOMEM
+ * (also: out of fds), ASYNC_E_TIMEDOUT, ASYNC_E_BUSY, ASYNC_E_CANCELLED,
+ * ASYNC_E_SYS. Thread-safe; parks. */
+async_fd_t async_fiber_accept(async_fd_t listen_fd, struct sockaddr *addr, socklen_t *len, int timeout_ms);
+
+/* Connects a socket (switched to O_NONBLOCK) and waits for the result.
+ * Errors: ASYNC_E_INVAL, ASYNC_E_BADFD, ASYNC_E_CLOSED (refused),
+ * ASYNC_E_TIMEDOUT (the attempt may still complete later: close the fd),
+ * ASYNC_E_CANCELLED, ASYNC_E_SYS. Thread-safe; parks. */
+int async_fiber_connect(async_fd_t fd, const struct sockaddr *addr, socklen_t len, int timeout_ms);
+
+
+/* Runs fn(arg) on a thread of a process-wide pool of blocking threads (it
+ * grows on demand up to 64 threads; threads idle for 10 s exit) and parks
+ * the calling fiber until fn returns; jobs beyond 64 wait in FIFO order. Use
+ * it for calls that would block a worker (file I/O, getaddrinfo, sleeping
+ * locks). fn may use memory on the fiber's stack. This park is NOT cancelled
+ * by async_sched_shutdown: the fiber always waits for fn. On a plain thread
+ * fn runs inline. Returns 0; -1 with ASYNC_E_INVAL if fn is NULL.
+ * Thread-safe; parks. */
+int async_fiber_blocking(void (*fn)(void *), void *arg);
+
+/* Channels: typed-by-size FIFOs between fibers and/or threads. Elements are
+ * copied (elem_size bytes). capacity 0 makes a rendezvous channel: a send
+ * completes only when a receiver takes the element. Blocked senders and
+ * receivers are served in FIFO order. Channels do not belong to a scheduler:
+ * fibers of any scheduler and plain threads may share one. */
+
+/* Creates a channel. Errors: ASYNC_E_INVAL (elem_size 0 or > 1 MiB,
+ * capacity > 2^24, capacity * elem_size > 1 GiB), ASYNC_E_NOMEM.
+ * Thread-safe; never blocks. */
+async_chan_t *async_chan_create(size_t capacity, size_t elem_size);
+
+/* Copies *elem into the channel, waiting up to timeout_ms while it is full
+ * (or, for capacity 0, until a receiver takes it). timeout_ms 0 never waits
+ * and fails with ASYNC_E_FULL. Errors: ASYNC_E_BADHANDLE, ASYNC_E_INVAL,
+ * ASYNC_E_FULL, ASYNC_E_TIMEDOUT, ASYNC_E_CLOSED (closed before or while
+ * waiting: the element was not sent), ASYNC_E_CANCELLED. Thread-safe;
+ * parks. */
+int async_chan_send(async_chan_t *c, const void *elem, int timeout_ms);
+
+/* Takes the oldest element into *elem (elem may be NULL to discard it),
+ * waiting up to timeout_ms. A closed channel still delivers what it holds,
+ * then fails with ASYNC_E_CLOSED. timeout_ms 0 never waits and fails with
+ * ASYNC_E_EMPTY. Errors: ASYNC_E_BADHANDLE, ASYNC_E_INVAL, ASYNC_E_EMPTY,
+ * ASYNC_E_TIMEDOUT, ASYNC_E_CLOSED, ASYNC_E_CANCELLED. Thread-safe; parks. */
+int async_chan_recv(async_chan_t *c, void *elem, int timeout_ms);
+
+/* async_chan_send(c, elem, 0) and async_chan_recv(c, elem, 0). Never block. */
+int async_chan_try_send(async_chan_t *c, const void *elem);
+int async_chan_try_recv(async_chan_t *c, void *elem);
+
+/* Closes the channel: later sends fail with ASYNC_E_CLOSED, receivers drain
+ * the buffered elements then get ASYNC_E_CLOSED; every parked sender and
+ * receiver wakes with ASYNC_E_CLOSED. Idempotent. Invalid handles are
+ * ignored (ASYNC_E_BADHANDLE). Thread-safe; never blocks. */
+void async_chan_close(async_chan_t *c);
+
+/* Closes (as above) and releases the handle; the memory goes when the last
+ * call using it returns. Invalid handles are ignored (ASYNC_E_BADHANDLE).
+ * Thread-safe; never blocks. */
+void async_chan_destroy(async_chan_t *c);
+
+#define ASYNC_CHAN_SEND 1
+#define ASYNC_CHAN_RECV 2
+
+/* One operation of async_chan_select. */
+typedef struct {
+    async_chan_t *chan;
+    int dir;    /* ASYNC_CHAN_SEND or ASYNC_CHAN_RECV */
+    void *elem; /* send: the element to copy; recv: where to copy (may be NULL) */
+    int status; /* out, for the chosen op: 0, or ASYNC_E_CLOSED (channel closed) */
+} async_chan_op_t;
+
+/* Waits up to timeout_ms until at least one of the n operations can
+ * complete, completes exactly one of them and returns its index (when
+ * several are ready at once one is chosen at random). An operation on a
+ * closed channel completes with ops[i].status = ASYNC_E_CLOSED (a send then
+ * sent nothing; a recv on a closed, drained channel received nothing).
+ * A channel may appear in several operations. Errors: ASYNC_E_INVAL (ops
+ * NULL, n 0 or > 64, bad dir, send with elem NULL), ASYNC_E_BADHANDLE,
+ * ASYNC_E_TIMEDOUT (also for timeout 0 when nothing is ready),
+ * ASYNC_E_CANCELLED. Thread-safe; parks. */
+int async_chan_select(async_chan_op_t *ops, size_t n, int timeout_ms);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,201 @@
+/* Internal declarations of the fiber layer (cabi/fiber_*.c). Not installed.
+ *
+ * Model: a scheduler (la_sched_t) owns N worker pthreads; each runs a C loop
+ * (fiber_sched.c) that switches into fibers (stackful, la_ctx_switch). A
+ * fiber leaves the loop's stack only through la_ctx_switch, with an action
+ * telling the loop what to do next (yield, park, exit, or "trap": run a
+ * function on the loop's own stack and switch straight back — the way Go
+ * exports are called from fibers, see la_go_call).
+ *
+ * Parking protocol (never lose a wake-up, never run a fiber whose context is
+ * not saved):
+ *   - the fiber calls la_park_prepare(): claim = 0, state = PARKING, then
+ *     registers itself with wakers (under their locks), then la_park_commit();
+ *   - a waker first wins the claim with CAS(claim, 0 -> reason) (under the
+ *     lock of the structure it found the fiber in) and only then calls
+ *     la_fiber_wake(): PARKED -> RUNNABLE + enqueue, or PARKING -> NOTIFIED;
+ *   - after the switch the loop CASes PARKING -> PARKED; if it finds NOTIFIED
+ *     it enqueues the fiber itself.
+ *   - after resuming, the fiber unregisters from every waker (under their
+ *     locks) before it returns; claim tells why it woke.
+ */
+#ifndef LA_FIBER_H
+#define LA_FIBER_H
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "la.h"
+
+#define LA_NOINLINE __attribute__((noinline, noclone))
+
+/* ---- spinlock (held for a few instructions only; never across a switch) --- */
+typedef struct {
+    _Atomic int v;
+} la_spin_t;
+
+static inline void la_spin_lock(la_spin_t *l) {
+    for (int n = 0;; n++) {
+        if (!atomic_exchange_explicit(&l->v, 1, memory_order_acquire)) return;
+        while (atomic_load_explicit(&l->v, memory_order_relaxed)) {
+            if (++n > 100) sched_yield();
+#if defined(__x86_64__)
+            else __builtin_ia32_pause();
+#elif defined(__aarch64__)
+            else __asm__ volatile("yield");
+#endif
+        }
+    }
+}
+static inline void la_spin_unlock(la_spin_t *l) { atomic_store_explicit(&l->v, 0, memory_order_release); }
+
+/* ---- context switch (fiber_switch_<arch>.S) ------------------------------ */
+/* Saves the callee-saved state on the current stack, stores the stack pointer
+ * in *save, loads `to` and resumes there. */
+void la_ctx_switch(void **save, void *to);
+/* First code a new fiber runs (asm): calls la_fiber_main(fiber). */
+void la_ctx_trampoline(void);
+/* Prepares a fresh stack [lo, hi) so that switching to the returned sp runs
+ * la_fiber_main(arg). */
+void *la_ctx_make(void *hi, void *arg);
+
+/* ---- fiber states, park reasons ------------------------------------------- */
+enum {
+    LA_FS_NEW = 0,
+    LA_FS_RUNNABLE,
+    LA_FS_RUNNING,
+    LA_FS_PARKING,
+    LA_FS_PARKED,
+    LA_FS_NOTIFIED,
+    LA_FS_DONE
+};
+
+/* claim values (why a park ended) */
+enum {
+    LA_W_WAITING = 0,
+    LA_W_READY = 1,     /* the awaited thing happened */
+    LA_W_TIMEDOUT = 2,
+    LA_W_CANCELLED = 3, /* scheduler shutdown */
+    LA_W_CLOSED = 4,    /* channel closed / object destroyed */
+    LA_W_IDLE = -1      /* not parked (initial value) */
+};
+
+/* park kinds: which waits shutdown may cancel */
+enum { LA_PK_NORMAL = 0, LA_PK_BLOCKING = 1 };
+
+typedef struct la_sched la_sched_t;
+typedef struct la_wk la_wk_t;
+typedef struct la_fiber la_fiber_t;
+
+typedef struct {
+    char *base;      /* lowest address of the slot (guard page first) */
+    size_t size;     /* usable stack bytes (above the guard) */
+    uint32_t arena;  /* index in the global arena table */
+    uint32_t slot;
+} la_stack_t;
+
+struct la_fiber {
+    void *sp; /* saved stack pointer while switched out */
+    _Atomic int state;
+    _Atomic int claim;
+    _Atomic int park_kind;
+    la_sched_t *s;
+    la_wk_t *wk; /* the worker it last ran on */
+    void (*fn)(void *);
+    void *arg;
+    uint64_t handle;
+    uint64_t id;
+    unsigned flags;
+    int last_error;
+    la_stack_t stack;
+    void *asan_fake;
+    la_fiber_t *next; /* run queues */
+    la_fiber_t *all_prev, *all_next; /* the scheduler's list of live fibers */
+    /* timer (under s->tmu) */
+    uint64_t deadline;
+    int heap_idx; /* -1 when not in the heap */
+    /* join */
+    la_spin_t jlk;
+    int done;
+    _Atomic int joining;
+    struct la_waiter *joiner;
+};
+
+/* ---- waiters (a fiber or a plain thread blocked on something) ------------- */
+typedef struct la_waiter {
+    la_fiber_t *f; /* NULL: a plain thread */
+    _Atomic int *claim;
+    _Atomic int tclaim;
+    int signalled;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+} la_waiter_t;
+
+/* Prepares w for the calling context. Returns 0, or an async_err_t
+ * (ASYNC_E_CANCELLED when the fiber's scheduler is shutting down). */
+int la_waiter_init(la_waiter_t *w, int kind);
+/* Claims w with `reason` and wakes it; 1 if this call won the claim. Must be
+ * called while w is known to be alive (under the lock of the structure w is
+ * registered in). */
+int la_waiter_wake(la_waiter_t *w, int reason);
+/* Blocks/parks until claimed or until deadline_ns (0: none). Returns the
+ * claim reason. Call la_waiter_done afterwards. */
+int la_waiter_wait(la_waiter_t *w, uint64_t deadline_ns);
+void la_waiter_done(la_waiter_t *w);
+/* deadline in ns from a timeout in ms (-1: 0 = none). */
+uint64_t la_deadline(int timeout_ms);
+uint64_t la_now_ns(void);
+int la_reason_err(int reason);
+
+/* ---- scheduler internals shared by the fiber_*.c files ------------------ */
+/* The fiber running on this thread, or NULL (plain thread or worker loop). */
+la_fiber_t *la_current_fiber(void);
+la_wk_t *la_current_worker(void);
+/* Makes a claimed fiber runnable (state machine above). */
+void la_fiber_wake(la_fiber_t *f);
+/* Park the current fiber (after la_park_prepare + registration). */
+void la_park_commit(la_fiber_t *f);
+int la_park_prepare(la_fiber_t *f, int kind);
+/* fd readiness */
+int la_sched_fd_wait(la_fiber_t *f, int fd, uint32_t events, uint64_t deadline);
+/* timers */
+void la_timer_add(la_sched_t *s, la_fiber_t *f, uint64_t deadline);
+void la_timer_del(la_sched_t *s, la_fiber_t *f);
+la_sched_t *la_fiber_sched(la_fiber_t *f);
+
+/* ---- stacks (fiber_stack.c) ---------------------------------------------- */
+typedef struct la_stackpool la_stackpool_t;
+la_stackpool_t *la_stackpool_new(size_t stack_size, int guard_mode);
+void la_stackpool_free(la_stackpool_t *p);
+int la_stack_get(la_stackpool_t *p, la_stack_t *out, uint64_t fiber_id);
+void la_stack_put(la_stackpool_t *p, la_stack_t *st);
+int la_stackpool_guard_mode(la_stackpool_t *p);
+/* canary mode: 1 if the canary of st is intact */
+int la_stack_canary_ok(la_stackpool_t *p, const la_stack_t *st);
+/* signal handler helper: fiber id whose guard page holds addr, or 0 */
+uint64_t la_stack_guard_hit(uintptr_t addr, int *is_guard);
+void la_stack_overflow_abort(uint64_t fiber_id, const char *how);
+
+/* ---- signals (fiber_sig.c) ----------------------------------------------- */
+int la_sig_install(void);
+void la_sig_thread_init(void **altstack);
+void la_sig_thread_fini(void *altstack);
+
+/* ---- ASan fiber annotations (weak: present only in ASan hosts) ---------- */
+void __sanitizer_start_switch_fiber(void **fake_stack_save, const void *bottom, size_t size)
+    __attribute__((weak));
+void __sanitizer_finish_switch_fiber(void *fake_stack_save, const void **bottom_old, size_t *size_old)
+    __attribute__((weak));
+
+/* ---- Go calls from fibers (shim.c) ----------------------------------------- */
+void la_go_call(void (*fn)(void *), void *arg);
+void la_fiber_trap(void (*fn)(void *), void *arg);
+
+
+/* ---- errors of the current fiber ----------------------------------------- */
+int *la_fiber_error_slot(void);
+
+#endif

@@ -1,0 +1,136 @@
+/* async_fiber_blocking: runs a function on a pool of plain threads while the
+ * calling fiber parks. The pool is process-wide, grows on demand up to
+ * LA_BLOCKING_MAX threads, and a thread idle for LA_BLOCKING_IDLE_S seconds
+ * exits. Such parks are not cancelled by a scheduler shutdown: fn may use
+ * the fiber's stack, so the fiber waits for it to return. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "fiber_int.h"
+
+#define LA_BLOCKING_MAX 64
+#define LA_BLOCKING_IDLE_S 10
+
+typedef struct la_job {
+    void (*fn)(void *);
+    void *arg;
+    la_waiter_t *w;
+    struct la_job *next;
+} la_job_t;
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv;
+static pthread_once_t cv_once = PTHREAD_ONCE_INIT;
+static la_job_t *head, *tail;
+static int nthreads, nidle;
+
+static void init_cv(void) {
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&cv, &ca);
+    pthread_condattr_destroy(&ca);
+}
+
+static void *pool_main(void *unused) {
+    (void)unused;
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    pthread_mutex_lock(&mu);
+    for (;;) {
+        while (!head) {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            ts.tv_sec += LA_BLOCKING_IDLE_S;
+            nidle++;
+            int r = pthread_cond_timedwait(&cv, &mu, &ts);
+            nidle--;
+            if (r == ETIMEDOUT && !head) {
+                nthreads--;
+                pthread_mutex_unlock(&mu);
+                return NULL;
+            }
+        }
+        la_job_t *j = head;
+        head = j->next;
+        if (!head) tail = NULL;
+        pthread_mutex_unlock(&mu);
+        j->fn(j->arg);
+        la_waiter_wake(j->w, LA_W_READY); /* j lives on the fiber's stack */
+        pthread_mutex_lock(&mu);
+    }
+}
+
+int async_fiber_blocking(void (*fn)(void *), void *arg) {
+    if (atomic_load_explicit(&la_forked, memory_order_relaxed)) {
+        la_set_error(ASYNC_E_FORKED);
+        return -1;
+    }
+    if (!fn) {
+        la_set_error(ASYNC_E_INVAL);
+        return -1;
+    }
+    la_fiber_t *f = la_current_fiber();
+    if (!f) {
+        fn(arg);
+        return 0;
+    }
+    pthread_once(&cv_once, init_cv);
+    la_waiter_t w;
+    la_park_prepare(f, LA_PK_BLOCKING); /* never fails for this kind */
+    w.f = f;
+    w.claim = &f->claim;
+    la_job_t job = {fn, arg, &w, NULL};
+    pthread_mutex_lock(&mu);
+    if (tail)
+        tail->next = &job;
+    else
+        head = &job;
+    tail = &job;
+    int spawn = nidle == 0 && nthreads < LA_BLOCKING_MAX;
+    if (spawn) nthreads++;
+    else pthread_cond_signal(&cv);
+    pthread_mutex_unlock(&mu);
+    if (spawn) {
+        pthread_t th;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        int err = pthread_create(&th, &attr, pool_main, NULL);
+        pthread_attr_destroy(&attr);
+        if (err) {
+            pthread_mutex_lock(&mu);
+            nthreads--;
+            /* the job stays queued: an existing thread takes it; with none,
+             * run it here (blocking this worker) rather than lose it */
+            int none = nthreads == 0;
+            if (none) {
+                /* unlink our job */
+                la_job_t **pp = &head;
+                while (*pp && *pp != &job) pp = &(*pp)->next;
+                if (*pp) {
+                    *pp = job.next;
+                    if (tail == &job) {
+                        tail = NULL;
+                        for (la_job_t *q = head; q; q = q->next) tail = q;
+                    }
+                }
+            }
+            pthread_mutex_unlock(&mu);
+            if (none) {
+                atomic_store(&f->claim, LA_W_IDLE);
+                atomic_store(&f->state, LA_FS_RUNNING);
+                fn(arg);
+                return 0;
+            }
+        }
+    }
+    la_park_commit(f);
+    atomic_store(&f->park_kind, LA_PK_NORMAL);
+    return 0;
+}

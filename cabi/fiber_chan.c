@@ -1,0 +1,414 @@
+/* Channels: bounded FIFOs of fixed-size elements (capacity 0: rendezvous),
+ * usable from fibers (they park) and plain threads (they block), with select.
+ *
+ * A channel is a spinlock, a ring buffer and two queues of parked operations
+ * (nodes on the waiters' stacks). A completing side first wins the waiter's
+ * claim (la_waiter_claim) under the channel lock, then copies the element,
+ * unlinks the node, and signals the waiter after unlocking. Select locks its
+ * channels in address order, and a select waiter shares one claim among its
+ * nodes, so exactly one of its operations happens. */
+#define _GNU_SOURCE
+#include <stdlib.h>
+#include <string.h>
+
+#include "fiber_int.h"
+
+typedef struct la_chan la_chan_t;
+
+typedef struct la_cnode {
+    la_waiter_t *w;
+    la_chan_t *c;
+    void *elem; /* send: source; recv: destination (may be NULL: discard) */
+    int idx;    /* index in the select */
+    int *won;   /* set to idx by the completing side */
+    int *status; /* set to 0 or ASYNC_E_CLOSED by the completing side */
+    int listed;
+    struct la_cnode *prev, *next;
+} la_cnode_t;
+
+typedef struct {
+    la_cnode_t *head, *tail;
+} la_cq_t;
+
+struct la_chan {
+    la_spin_t lk;
+    uint64_t handle;
+    _Atomic int refs;
+    size_t cap, esz;
+    char *buf;
+    size_t head, count;
+    int closed;
+    la_cq_t sendq, recvq;
+};
+
+static void cq_push(la_cq_t *q, la_cnode_t *n) {
+    n->next = NULL;
+    n->prev = q->tail;
+    if (q->tail)
+        q->tail->next = n;
+    else
+        q->head = n;
+    q->tail = n;
+    n->listed = 1;
+}
+
+static void cq_remove(la_cq_t *q, la_cnode_t *n) {
+    if (!n->listed) return;
+    if (n->prev)
+        n->prev->next = n->next;
+    else
+        q->head = n->next;
+    if (n->next)
+        n->next->prev = n->prev;
+    else
+        q->tail = n->prev;
+    n->listed = 0;
+}
+
+/* Pops the first waiter of q whose claim we win (others are unlinked: they
+ * were already woken by something else). */
+static la_cnode_t *cq_take(la_cq_t *q) {
+    while (q->head) {
+        la_cnode_t *n = q->head;
+        cq_remove(q, n);
+        if (la_waiter_claim(n->w, LA_W_READY)) return n;
+    }
+    return NULL;
+}
+
+static la_chan_t *chan_get(async_chan_t *h) {
+    la_slot_t *slot;
+    la_chan_t *c = la_handle_get(LA_H(h), LA_T_CHAN, &slot);
+    if (!c) return NULL;
+    atomic_fetch_add(&c->refs, 1);
+    la_handle_put(slot);
+    return c;
+}
+
+static void chan_put(la_chan_t *c) {
+    if (atomic_fetch_sub(&c->refs, 1) == 1) {
+        free(c->buf);
+        free(c);
+    }
+}
+
+#define LA_FORK_CHECK(fail)                                                                                  \
+    do {                                                                                                     \
+        if (atomic_load_explicit(&la_forked, memory_order_relaxed)) {                                        \
+            la_set_error(ASYNC_E_FORKED);                                                                    \
+            return fail;                                                                                     \
+        }                                                                                                    \
+    } while (0)
+
+async_chan_t *async_chan_create(size_t capacity, size_t elem_size) {
+    LA_FORK_CHECK(NULL);
+    if (elem_size == 0 || elem_size > (1u << 20) || capacity > (1u << 24) ||
+        capacity * elem_size > ((size_t)1 << 30)) {
+        la_set_error(ASYNC_E_INVAL);
+        return NULL;
+    }
+    la_chan_t *c = calloc(1, sizeof *c);
+    if (!c) {
+        la_set_error(ASYNC_E_NOMEM);
+        return NULL;
+    }
+    c->cap = capacity;
+    c->esz = elem_size;
+    if (capacity && !(c->buf = malloc(capacity * elem_size))) {
+        free(c);
+        la_set_error(ASYNC_E_NOMEM);
+        return NULL;
+    }
+    atomic_store(&c->refs, 1);
+    c->handle = la_handle_alloc(LA_T_CHAN, c);
+    if (!c->handle) {
+        free(c->buf);
+        free(c);
+        la_set_error(ASYNC_E_NOMEM);
+        return NULL;
+    }
+    return (async_chan_t *)(uintptr_t)c->handle;
+}
+
+/* Wakes every parked operation with CLOSED (c->lk held); returns the list to
+ * signal after unlocking (linked through next). */
+static la_cnode_t *close_locked(la_chan_t *c) {
+    la_cnode_t *list = NULL, *n;
+    c->closed = 1;
+    while ((n = cq_take(&c->recvq)) || (n = cq_take(&c->sendq))) {
+        *n->won = n->idx;
+        *n->status = ASYNC_E_CLOSED;
+        n->next = list;
+        list = n;
+    }
+    return list;
+}
+
+static void signal_list(la_cnode_t *list) {
+    while (list) {
+        la_cnode_t *nx = list->next;
+        la_waiter_signal(list->w);
+        list = nx;
+    }
+}
+
+void async_chan_close(async_chan_t *h) {
+    LA_FORK_CHECK();
+    la_chan_t *c = chan_get(h);
+    if (!c) {
+        la_set_error(ASYNC_E_BADHANDLE);
+        return;
+    }
+    la_spin_lock(&c->lk);
+    la_cnode_t *list = close_locked(c);
+    la_spin_unlock(&c->lk);
+    signal_list(list);
+    chan_put(c);
+}
+
+void async_chan_destroy(async_chan_t *h) {
+    LA_FORK_CHECK();
+    la_chan_t *c = la_handle_free(LA_H(h), LA_T_CHAN);
+    if (!c) {
+        la_set_error(ASYNC_E_BADHANDLE);
+        return;
+    }
+    la_spin_lock(&c->lk);
+    la_cnode_t *list = close_locked(c);
+    la_spin_unlock(&c->lk);
+    signal_list(list);
+    chan_put(c);
+}
+
+/* ---- one operation, c->lk held ------------------------------------------------ */
+
+/* Tries to complete a send at once. 1 done, 0 would block; *status 0 or
+ * ASYNC_E_CLOSED. *wake: a waiter to signal after unlocking. */
+static int try_send_locked(la_chan_t *c, const void *elem, int *status, la_cnode_t **wake) {
+    *wake = NULL;
+    if (c->closed) {
+        *status = ASYNC_E_CLOSED;
+        return 1;
+    }
+    la_cnode_t *r = cq_take(&c->recvq);
+    if (r) {
+        if (r->elem) memcpy(r->elem, elem, c->esz);
+        *r->won = r->idx;
+        *r->status = 0;
+        *wake = r;
+        *status = 0;
+        return 1;
+    }
+    if (c->count < c->cap) {
+        size_t tail = (c->head + c->count) % c->cap;
+        memcpy(c->buf + tail * c->esz, elem, c->esz);
+        c->count++;
+        *status = 0;
+        return 1;
+    }
+    return 0;
+}
+
+static int try_recv_locked(la_chan_t *c, void *elem, int *status, la_cnode_t **wake) {
+    *wake = NULL;
+    if (c->count > 0) {
+        if (elem) memcpy(elem, c->buf + c->head * c->esz, c->esz);
+        c->head = (c->head + 1) % c->cap;
+        c->count--;
+        /* a parked sender fills the freed slot */
+        la_cnode_t *s = cq_take(&c->sendq);
+        if (s) {
+            size_t tail = (c->head + c->count) % c->cap;
+            memcpy(c->buf + tail * c->esz, s->elem, c->esz);
+            c->count++;
+            *s->won = s->idx;
+            *s->status = 0;
+            *wake = s;
+        }
+        *status = 0;
+        return 1;
+    }
+    la_cnode_t *s = cq_take(&c->sendq);
+    if (s) {
+        if (elem) memcpy(elem, s->elem, c->esz);
+        *s->won = s->idx;
+        *s->status = 0;
+        *wake = s;
+        *status = 0;
+        return 1;
+    }
+    if (c->closed) {
+        *status = ASYNC_E_CLOSED;
+        return 1;
+    }
+    return 0;
+}
+
+/* dir: 0 send, 1 recv. Returns 0 or an async_err_t. */
+static int chan_op(async_chan_t *h, int dir, void *elem, int timeout_ms) {
+    if (timeout_ms < -1 || (!elem && dir == 0)) return ASYNC_E_INVAL;
+    la_chan_t *c = chan_get(h);
+    if (!c) return ASYNC_E_BADHANDLE;
+    int status = 0, won = -1;
+    la_cnode_t *wake;
+    la_spin_lock(&c->lk);
+    int done = dir == 0 ? try_send_locked(c, elem, &status, &wake) : try_recv_locked(c, elem, &status, &wake);
+    if (done) {
+        la_spin_unlock(&c->lk);
+        if (wake) la_waiter_signal(wake->w);
+        chan_put(c);
+        return status;
+    }
+    if (timeout_ms == 0) {
+        la_spin_unlock(&c->lk);
+        chan_put(c);
+        return dir == 0 ? ASYNC_E_FULL : ASYNC_E_EMPTY;
+    }
+    la_waiter_t w;
+    int rc = la_waiter_init(&w, LA_PK_NORMAL);
+    if (rc) {
+        la_spin_unlock(&c->lk);
+        chan_put(c);
+        return rc;
+    }
+    la_cnode_t node = {.w = &w, .c = c, .elem = elem, .idx = 0, .won = &won, .status = &status};
+    cq_push(dir == 0 ? &c->sendq : &c->recvq, &node);
+    la_spin_unlock(&c->lk);
+    int why = la_waiter_wait(&w, la_deadline(timeout_ms));
+    la_spin_lock(&c->lk);
+    cq_remove(dir == 0 ? &c->sendq : &c->recvq, &node);
+    la_spin_unlock(&c->lk);
+    la_waiter_done(&w);
+    chan_put(c);
+    if (why == LA_W_READY) return status;
+    return la_reason_err(why);
+}
+
+int async_chan_send(async_chan_t *c, const void *elem, int timeout_ms) {
+    LA_FORK_CHECK(-1);
+    int rc = chan_op(c, 0, (void *)elem, timeout_ms);
+    if (rc) {
+        la_set_error(rc);
+        return -1;
+    }
+    return 0;
+}
+
+int async_chan_recv(async_chan_t *c, void *elem, int timeout_ms) {
+    LA_FORK_CHECK(-1);
+    int rc = chan_op(c, 1, elem, timeout_ms);
+    if (rc) {
+        la_set_error(rc);
+        return -1;
+    }
+    return 0;
+}
+
+int async_chan_try_send(async_chan_t *c, const void *elem) { return async_chan_send(c, elem, 0); }
+
+int async_chan_try_recv(async_chan_t *c, void *elem) { return async_chan_recv(c, elem, 0); }
+
+/* ---- select ----------------------------------------------------------------------- */
+
+#define LA_SELECT_MAX 64
+
+static int cmp_ptr(const void *a, const void *b) {
+    uintptr_t x = (uintptr_t) * (la_chan_t *const *)a, y = (uintptr_t) * (la_chan_t *const *)b;
+    return x < y ? -1 : x > y;
+}
+
+static __thread uint32_t sel_rng = 0x12345678u;
+
+static uint32_t sel_rand(void) {
+    /* A fiber may move between threads between calls: the state is only a
+     * source of variety, any value works. */
+    uint32_t *p = &sel_rng;
+    uint32_t x = *p;
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    *p = x;
+    return x;
+}
+
+int async_chan_select(async_chan_op_t *ops, size_t n, int timeout_ms) {
+    LA_FORK_CHECK(-1);
+    if (!ops || n == 0 || n > LA_SELECT_MAX || timeout_ms < -1) {
+        la_set_error(ASYNC_E_INVAL);
+        return -1;
+    }
+    la_chan_t *chans[LA_SELECT_MAX], *order[LA_SELECT_MAX];
+    int rc = 0;
+    size_t got = 0;
+    for (; got < n; got++) {
+        if ((ops[got].dir != ASYNC_CHAN_SEND && ops[got].dir != ASYNC_CHAN_RECV) ||
+            (ops[got].dir == ASYNC_CHAN_SEND && !ops[got].elem)) {
+            rc = ASYNC_E_INVAL;
+            break;
+        }
+        if (!(chans[got] = chan_get(ops[got].chan))) {
+            rc = ASYNC_E_BADHANDLE;
+            break;
+        }
+    }
+    if (rc) {
+        for (size_t i = 0; i < got; i++) chan_put(chans[i]);
+        la_set_error(rc);
+        return -1;
+    }
+    memcpy(order, chans, n * sizeof *order);
+    qsort(order, n, sizeof *order, cmp_ptr);
+    size_t nu = 0;
+    for (size_t i = 0; i < n; i++)
+        if (i == 0 || order[i] != order[i - 1]) order[nu++] = order[i];
+    for (size_t i = 0; i < nu; i++) la_spin_lock(&order[i]->lk);
+
+    int result = -1, status = 0, won = -1;
+    la_cnode_t *wake = NULL;
+    size_t start = sel_rand() % n;
+    for (size_t k = 0; k < n && result < 0; k++) {
+        size_t i = (start + k) % n;
+        int done = ops[i].dir == ASYNC_CHAN_SEND ? try_send_locked(chans[i], ops[i].elem, &status, &wake)
+                                                 : try_recv_locked(chans[i], ops[i].elem, &status, &wake);
+        if (done) result = (int)i;
+    }
+    if (result >= 0 || timeout_ms == 0) {
+        for (size_t i = nu; i-- > 0;) la_spin_unlock(&order[i]->lk);
+        if (wake) la_waiter_signal(wake->w);
+        for (size_t i = 0; i < n; i++) chan_put(chans[i]);
+        if (result < 0) {
+            la_set_error(ASYNC_E_TIMEDOUT);
+            return -1;
+        }
+        ops[result].status = status;
+        return result;
+    }
+    la_waiter_t w;
+    la_cnode_t nodes[LA_SELECT_MAX];
+    int statuses[LA_SELECT_MAX];
+    rc = la_waiter_init(&w, LA_PK_NORMAL);
+    if (!rc) {
+        for (size_t i = 0; i < n; i++) {
+            nodes[i] = (la_cnode_t){.w = &w, .c = chans[i], .elem = ops[i].elem, .idx = (int)i,
+                                    .won = &won, .status = &statuses[i]};
+            cq_push(ops[i].dir == ASYNC_CHAN_SEND ? &chans[i]->sendq : &chans[i]->recvq, &nodes[i]);
+        }
+    }
+    for (size_t i = nu; i-- > 0;) la_spin_unlock(&order[i]->lk);
+    int why = LA_W_CANCELLED;
+    if (!rc) {
+        why = la_waiter_wait(&w, la_deadline(timeout_ms));
+        for (size_t i = 0; i < nu; i++) la_spin_lock(&order[i]->lk);
+        for (size_t i = 0; i < n; i++)
+            cq_remove(ops[i].dir == ASYNC_CHAN_SEND ? &chans[i]->sendq : &chans[i]->recvq, &nodes[i]);
+        for (size_t i = nu; i-- > 0;) la_spin_unlock(&order[i]->lk);
+        la_waiter_done(&w);
+    }
+    for (size_t i = 0; i < n; i++) chan_put(chans[i]);
+    if (why != LA_W_READY) {
+        la_set_error(la_reason_err(why));
+        return -1;
+    }
+    ops[won].status = statuses[won];
+    return won;
+}

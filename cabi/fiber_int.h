@@ -1,0 +1,100 @@
+/* Scheduler and worker structures (internal to the fiber_*.c files). */
+#ifndef LA_FIBER_INT_H
+#define LA_FIBER_INT_H
+
+#include "fiber.h"
+
+#define LA_RUNQ 256
+#define LA_MAX_WORKERS 1024
+
+enum { LA_ACT_YIELD = 1, LA_ACT_PARK, LA_ACT_EXIT, LA_ACT_TRAP };
+
+struct la_wk {
+    la_sched_t *s;
+    int idx;
+    pthread_t th;
+    void *loop_sp;
+    la_fiber_t *cur; /* running fiber (also during a trap) */
+    int in_trap;
+    int action;
+    void (*trap_fn)(void *);
+    void *trap_arg;
+    int lifo_streak;
+    uint32_t tick;
+    uint64_t rng;
+    void *asan_fake;
+    const void *stk_bottom;
+    size_t stk_size;
+    _Atomic uint64_t n_run, n_started, n_steal, n_park;
+    _Alignas(64) _Atomic uint32_t head;
+    _Atomic uint32_t tail;
+    _Atomic(la_fiber_t *) runnext;
+    _Atomic(la_fiber_t *) ring[LA_RUNQ];
+} __attribute__((aligned(64)));
+
+typedef struct la_fdrec la_fdrec_t;
+
+struct la_sched {
+    uint64_t handle;
+    _Atomic int refs;
+    int nw;
+    size_t page;
+    la_wk_t *wks;
+    la_stackpool_t *pool;
+    /* global run queue */
+    pthread_mutex_t gmu;
+    la_fiber_t *ghead, *gtail;
+    _Atomic size_t glen;
+    /* idle workers */
+    pthread_mutex_t imu;
+    pthread_cond_t icv;
+    _Atomic int nidle, nspinning;
+    int nsleep, wakeups, poller_active, poll_kicked;
+    _Atomic int stopping; /* destroy: workers exit */
+    _Atomic int shutdown; /* parks are cancelled */
+    /* fds */
+    int epfd, evfd;
+    _Atomic int nfdwait;
+    pthread_mutex_t fdmu;
+    _Atomic(la_fdrec_t *) *fdchunks;
+    /* timers */
+    pthread_mutex_t tmu;
+    la_fiber_t **heap;
+    size_t hlen, hcap;
+    _Atomic uint64_t next_deadline;
+    /* fibers */
+    pthread_mutex_t fmu;
+    pthread_cond_t fcv;
+    la_fiber_t *all;
+    _Atomic int64_t live;
+    _Atomic uint64_t spawned, finished;
+};
+
+#define LA_LIST_PUSH(s, f)                                                                                   \
+    do {                                                                                                     \
+        (f)->all_prev = NULL;                                                                                \
+        (f)->all_next = (s)->all;                                                                            \
+        if ((s)->all) (s)->all->all_prev = (f);                                                              \
+        (s)->all = (f);                                                                                      \
+    } while (0)
+#define LA_LIST_REMOVE(s, f)                                                                                 \
+    do {                                                                                                     \
+        if ((f)->all_prev)                                                                                   \
+            (f)->all_prev->all_next = (f)->all_next;                                                         \
+        else                                                                                                 \
+            (s)->all = (f)->all_next;                                                                        \
+        if ((f)->all_next) (f)->all_next->all_prev = (f)->all_prev;                                          \
+    } while (0)
+
+la_sched_t *la_sched_get(async_sched_t *h);
+void la_sched_put(la_sched_t *s);
+int la_waiter_claim(la_waiter_t *w, int reason);
+void la_waiter_signal(la_waiter_t *w);
+size_t la_stackpool_stack_size(la_stackpool_t *p);
+
+/* fiber_io.c */
+int la_io_init(la_sched_t *s);
+void la_io_free(la_sched_t *s);
+void la_io_event(la_sched_t *s, void *rec, uint32_t events);
+
+#endif

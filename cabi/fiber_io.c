@@ -1,0 +1,457 @@
+/* fd waits for fibers: one edge-triggered epoll per scheduler.
+ *
+ * Each fd gets a record (kept for the scheduler's life) holding the readiness
+ * that arrived while nobody waited ("banked" bits) and at most one parked
+ * reader and one parked writer. A wait clears the bank bit it needs, then
+ * tries the syscall (or poll(2) with timeout 0), and only if that would block
+ * registers itself (checking the bank under the record's lock first); an
+ * edge arriving at any point after the clear is therefore never lost.
+ * The fd is (re)added to epoll before each park: EEXIST means it already is;
+ * a closed and reused fd number is thus picked up again.
+ *
+ * errno is read only inside the small noinline sys_* helpers: after a park
+ * the fiber may run on another thread, and gcc may cache errno's address. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "fiber_int.h"
+
+#define LA_FD_CHUNK 1024
+#define LA_FD_CHUNKS 4096 /* fds below 4M */
+
+struct la_fdrec {
+    la_spin_t lk;
+    uint32_t banked;
+    la_waiter_t *rw, *ww; /* parked reader / writer */
+};
+
+#define LA_IN_BITS (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)
+#define LA_OUT_BITS (EPOLLOUT | EPOLLHUP | EPOLLERR)
+
+int la_io_init(la_sched_t *s) {
+    pthread_mutex_init(&s->fdmu, NULL);
+    s->fdchunks = calloc(LA_FD_CHUNKS, sizeof *s->fdchunks);
+    return s->fdchunks ? 0 : -1;
+}
+
+void la_io_free(la_sched_t *s) {
+    if (!s->fdchunks) return;
+    for (size_t i = 0; i < LA_FD_CHUNKS; i++) free(atomic_load(&s->fdchunks[i]));
+    free(s->fdchunks);
+    s->fdchunks = NULL;
+    pthread_mutex_destroy(&s->fdmu);
+}
+
+static la_fdrec_t *fdrec(la_sched_t *s, int fd) {
+    if (fd < 0 || fd >= LA_FD_CHUNK * LA_FD_CHUNKS) return NULL;
+    size_t ci = (size_t)fd / LA_FD_CHUNK;
+    la_fdrec_t *c = atomic_load_explicit(&s->fdchunks[ci], memory_order_acquire);
+    if (!c) {
+        pthread_mutex_lock(&s->fdmu);
+        c = atomic_load(&s->fdchunks[ci]);
+        if (!c) {
+            c = calloc(LA_FD_CHUNK, sizeof *c);
+            if (c) atomic_store_explicit(&s->fdchunks[ci], c, memory_order_release);
+        }
+        pthread_mutex_unlock(&s->fdmu);
+        if (!c) return NULL;
+    }
+    return &c[(size_t)fd % LA_FD_CHUNK];
+}
+
+/* Called by whichever worker polled epoll. */
+void la_io_event(la_sched_t *s, void *p, uint32_t ev) {
+    (void)s;
+    la_fdrec_t *r = p;
+    la_waiter_t *wake[2] = {NULL, NULL};
+    la_spin_lock(&r->lk);
+    r->banked |= ev;
+    if (r->rw && (ev & LA_IN_BITS) && la_waiter_claim(r->rw, LA_W_READY)) {
+        wake[0] = r->rw;
+        if (r->ww == r->rw) r->ww = NULL;
+        r->rw = NULL;
+    }
+    if (r->ww && (ev & LA_OUT_BITS) && la_waiter_claim(r->ww, LA_W_READY)) {
+        wake[1] = r->ww;
+        if (r->rw == r->ww) r->rw = NULL;
+        r->ww = NULL;
+    }
+    la_spin_unlock(&r->lk);
+    /* claimed fibers cannot run before these calls: they are still alive */
+    if (wake[0]) la_waiter_signal(wake[0]);
+    if (wake[1]) la_waiter_signal(wake[1]);
+}
+
+static void clear_bank(la_fdrec_t *r, uint32_t bits) {
+    la_spin_lock(&r->lk);
+    r->banked &= ~bits;
+    la_spin_unlock(&r->lk);
+}
+
+/* ---- syscalls that report -errno ----------------------------------------- */
+
+LA_NOINLINE static int sys_epoll_add(int epfd, int fd, void *rec) {
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, .data.ptr = rec};
+    if (epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) == 0 || errno == EEXIST) return 0;
+    return -errno;
+}
+
+LA_NOINLINE static int sys_poll1(int fd, short events, int timeout) {
+    struct pollfd p = {.fd = fd, .events = events, .revents = 0};
+    int r;
+    do r = poll(&p, 1, timeout);
+    while (r < 0 && errno == EINTR && timeout == 0);
+    if (r < 0) return -errno;
+    if (r == 0) return 0;
+    if (p.revents & POLLNVAL) return -EBADF;
+    return p.revents ? p.revents : 0;
+}
+
+LA_NOINLINE static int sys_nonblock(int fd) {
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0) return -errno;
+    if (!(fl & O_NONBLOCK) && fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) return -errno;
+    return 0;
+}
+
+LA_NOINLINE static ssize_t sys_read(int fd, void *buf, size_t n) {
+    ssize_t r = recv(fd, buf, n, MSG_DONTWAIT);
+    if (r >= 0) return r;
+    if (errno != ENOTSOCK) return -errno;
+    int e = sys_nonblock(fd);
+    if (e) return e;
+    r = read(fd, buf, n);
+    return r >= 0 ? r : -errno;
+}
+
+LA_NOINLINE static ssize_t sys_write(int fd, const void *buf, size_t n) {
+    ssize_t r = send(fd, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (r >= 0) return r;
+    if (errno != ENOTSOCK) return -errno;
+    int e = sys_nonblock(fd);
+    if (e) return e;
+    r = write(fd, buf, n);
+    return r >= 0 ? r : -errno;
+}
+
+LA_NOINLINE static int sys_accept(int fd, struct sockaddr *a, socklen_t *l) {
+    int e = sys_nonblock(fd);
+    if (e) return e;
+    int r = accept4(fd, a, l, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    return r >= 0 ? r : -errno;
+}
+
+LA_NOINLINE static int sys_connect(int fd, const struct sockaddr *a, socklen_t l) {
+    int e = sys_nonblock(fd);
+    if (e) return e;
+    int r = connect(fd, a, l);
+    return r == 0 ? 0 : -errno;
+}
+
+LA_NOINLINE static int sys_sockerr(int fd) {
+    int err = 0;
+    socklen_t len = sizeof err;
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) return -errno;
+    return -err;
+}
+
+static int map_errno(int e) {
+    switch (e) {
+    case EBADF:
+    case ENOTSOCK:
+    case EPERM: return ASYNC_E_BADFD;
+    case ENOMEM:
+    case ENOBUFS: return ASYNC_E_NOMEM;
+    case EINVAL: return ASYNC_E_INVAL;
+    case ETIMEDOUT: return ASYNC_E_TIMEDOUT;
+    case EPIPE:
+    case ECONNRESET:
+    case ECONNREFUSED: return ASYNC_E_CLOSED;
+    default: return ASYNC_E_SYS;
+    }
+}
+
+/* ---- parking on an fd ------------------------------------------------------ */
+
+/* Parks the current fiber until fd is ready for dirs (1 read, 2 write, 3
+ * either) or the deadline. Returns 0 (maybe ready: retry the syscall) or an
+ * async_err_t. */
+static int fd_park(la_fiber_t *f, int fd, int dirs, uint64_t deadline) {
+    la_sched_t *s = f->s;
+    la_fdrec_t *r = fdrec(s, fd);
+    if (!r) return fd < 0 ? ASYNC_E_BADFD : ASYNC_E_NOMEM;
+    int e = sys_epoll_add(s->epfd, fd, r);
+    if (e) return e == -ENOMEM ? ASYNC_E_NOMEM : ASYNC_E_BADFD;
+    uint32_t mask = ((dirs & 1) ? LA_IN_BITS : 0) | ((dirs & 2) ? LA_OUT_BITS : 0);
+    la_waiter_t w;
+    la_spin_lock(&r->lk);
+    if (r->banked & mask) {
+        la_spin_unlock(&r->lk);
+        return 0;
+    }
+    if (((dirs & 1) && r->rw) || ((dirs & 2) && r->ww)) {
+        la_spin_unlock(&r->lk);
+        return ASYNC_E_BUSY;
+    }
+    int rc = la_waiter_init(&w, LA_PK_NORMAL);
+    if (rc) {
+        la_spin_unlock(&r->lk);
+        return rc;
+    }
+    if (dirs & 1) r->rw = &w;
+    if (dirs & 2) r->ww = &w;
+    la_spin_unlock(&r->lk);
+    atomic_fetch_add(&s->nfdwait, 1);
+    int why = la_waiter_wait(&w, deadline);
+    atomic_fetch_sub(&s->nfdwait, 1);
+    la_spin_lock(&r->lk);
+    if (r->rw == &w) r->rw = NULL;
+    if (r->ww == &w) r->ww = NULL;
+    la_spin_unlock(&r->lk);
+    return la_reason_err(why);
+}
+
+static int check_timeout(int timeout_ms) {
+    if (timeout_ms < -1) {
+        la_set_error(ASYNC_E_INVAL);
+        return -1;
+    }
+    return 0;
+}
+
+static int ms_left(uint64_t deadline) {
+    if (!deadline) return -1;
+    uint64_t now = la_now_ns();
+    if (now >= deadline) return 0;
+    uint64_t ms = (deadline - now + 999999) / 1000000;
+    return ms > INT32_MAX ? INT32_MAX : (int)ms;
+}
+
+/* Waits (thread or fiber) until fd is ready for dir; 0 or an async_err_t. */
+static int wait_dir(int fd, int dir, uint64_t deadline, int timeout_ms) {
+    if (timeout_ms == 0) return ASYNC_E_TIMEDOUT;
+    la_fiber_t *f = la_current_fiber();
+    if (f) return fd_park(f, fd, dir ? 2 : 1, deadline);
+    int r = sys_poll1(fd, dir ? POLLOUT : POLLIN, ms_left(deadline));
+    if (r == -EINTR) return 0;
+    if (r < 0) return map_errno(-r);
+    if (r == 0) return ASYNC_E_TIMEDOUT;
+    return 0;
+}
+
+static uint32_t from_poll(int re) {
+    uint32_t ev = 0;
+    if (re & POLLIN) ev |= ASYNC_EVENT_READ;
+    if (re & POLLOUT) ev |= ASYNC_EVENT_WRITE;
+    if (re & POLLERR) ev |= ASYNC_EVENT_ERROR;
+    if (re & (POLLHUP | POLLRDHUP)) ev |= ASYNC_EVENT_CLOSE;
+    return ev;
+}
+
+/* ---- public API ------------------------------------------------------------- */
+
+#define LA_FORK_CHECK(fail)                                                                                  \
+    do {                                                                                                     \
+        if (atomic_load_explicit(&la_forked, memory_order_relaxed)) {                                        \
+            la_set_error(ASYNC_E_FORKED);                                                                    \
+            return fail;                                                                                     \
+        }                                                                                                    \
+    } while (0)
+
+int async_fiber_wait_fd(async_fd_t fd, uint32_t events, int timeout_ms) {
+    LA_FORK_CHECK(-1);
+    if (check_timeout(timeout_ms)) return -1;
+    if (events == 0 || (events & ~(ASYNC_EVENT_READ | ASYNC_EVENT_WRITE))) {
+        la_set_error(ASYNC_E_INVAL);
+        return -1;
+    }
+    if (fd < 0) {
+        la_set_error(ASYNC_E_BADFD);
+        return -1;
+    }
+    short pev = (short)(((events & ASYNC_EVENT_READ) ? POLLIN | POLLRDHUP : 0) |
+                        ((events & ASYNC_EVENT_WRITE) ? POLLOUT : 0));
+    la_fiber_t *f = la_current_fiber();
+    uint64_t deadline = la_deadline(timeout_ms);
+    if (!f) {
+        int r;
+        do r = sys_poll1(fd, pev, ms_left(deadline));
+        while (r == -EINTR);
+        if (r < 0) {
+            la_set_error(map_errno(-r));
+            return -1;
+        }
+        if (r == 0) {
+            la_set_error(ASYNC_E_TIMEDOUT);
+            return -1;
+        }
+        return (int)from_poll(r);
+    }
+    la_fdrec_t *rec = fdrec(f->s, fd);
+    if (!rec) {
+        la_set_error(ASYNC_E_NOMEM);
+        return -1;
+    }
+    for (;;) {
+        clear_bank(rec, ((events & ASYNC_EVENT_READ) ? EPOLLIN : 0) | ((events & ASYNC_EVENT_WRITE) ? EPOLLOUT : 0));
+        int r = sys_poll1(fd, pev, 0);
+        if (r < 0) {
+            la_set_error(map_errno(-r));
+            return -1;
+        }
+        if (r > 0) return (int)from_poll(r);
+        if (timeout_ms == 0) {
+            la_set_error(ASYNC_E_TIMEDOUT);
+            return -1;
+        }
+        int rc = fd_park(f, fd, (int)(events & (ASYNC_EVENT_READ | ASYNC_EVENT_WRITE)), deadline);
+        if (rc) {
+            la_set_error(rc);
+            return -1;
+        }
+    }
+}
+
+ssize_t async_fiber_read(async_fd_t fd, void *buf, size_t n, int timeout_ms) {
+    LA_FORK_CHECK(-1);
+    if (check_timeout(timeout_ms)) return -1;
+    if (!buf && n > 0) {
+        la_set_error(ASYNC_E_INVAL);
+        return -1;
+    }
+    if (fd < 0) {
+        la_set_error(ASYNC_E_BADFD);
+        return -1;
+    }
+    uint64_t deadline = la_deadline(timeout_ms);
+    la_fiber_t *f = la_current_fiber();
+    la_fdrec_t *rec = f ? fdrec(f->s, fd) : NULL;
+    for (;;) {
+        if (rec) clear_bank(rec, EPOLLIN);
+        ssize_t r = sys_read(fd, buf, n);
+        if (r >= 0) return r;
+        if (r == -EINTR) continue;
+        if (r != -EAGAIN && r != -EWOULDBLOCK) {
+            la_set_error(map_errno((int)-r));
+            return -1;
+        }
+        int rc = wait_dir(fd, 0, deadline, timeout_ms);
+        if (rc) {
+            la_set_error(rc);
+            return -1;
+        }
+    }
+}
+
+ssize_t async_fiber_write(async_fd_t fd, const void *buf, size_t n, int timeout_ms) {
+    LA_FORK_CHECK(-1);
+    if (check_timeout(timeout_ms)) return -1;
+    if (!buf && n > 0) {
+        la_set_error(ASYNC_E_INVAL);
+        return -1;
+    }
+    if (fd < 0) {
+        la_set_error(ASYNC_E_BADFD);
+        return -1;
+    }
+    uint64_t deadline = la_deadline(timeout_ms);
+    la_fiber_t *f = la_current_fiber();
+    la_fdrec_t *rec = f ? fdrec(f->s, fd) : NULL;
+    size_t done = 0;
+    while (done < n) {
+        if (rec) clear_bank(rec, EPOLLOUT);
+        ssize_t r = sys_write(fd, (const char *)buf + done, n - done);
+        if (r >= 0) {
+            done += (size_t)r;
+            continue;
+        }
+        if (r == -EINTR) continue;
+        if (r != -EAGAIN && r != -EWOULDBLOCK) {
+            la_set_error(map_errno((int)-r));
+            return -1;
+        }
+        int rc = wait_dir(fd, 1, deadline, timeout_ms);
+        if (rc) {
+            la_set_error(rc);
+            return -1;
+        }
+    }
+    return (ssize_t)n;
+}
+
+async_fd_t async_fiber_accept(async_fd_t lfd, struct sockaddr *addr, socklen_t *len, int timeout_ms) {
+    LA_FORK_CHECK(-1);
+    if (check_timeout(timeout_ms)) return -1;
+    if ((addr && !len) || lfd < 0) {
+        la_set_error(lfd < 0 ? ASYNC_E_BADFD : ASYNC_E_INVAL);
+        return -1;
+    }
+    uint64_t deadline = la_deadline(timeout_ms);
+    la_fiber_t *f = la_current_fiber();
+    la_fdrec_t *rec = f ? fdrec(f->s, lfd) : NULL;
+    for (;;) {
+        if (rec) clear_bank(rec, EPOLLIN);
+        int r = sys_accept(lfd, addr, len);
+        if (r >= 0) return r;
+        if (r == -EINTR || r == -ECONNABORTED) continue;
+        if (r != -EAGAIN && r != -EWOULDBLOCK) {
+            la_set_error(r == -EMFILE || r == -ENFILE ? ASYNC_E_NOMEM : map_errno(-r));
+            return -1;
+        }
+        int rc = wait_dir(lfd, 0, deadline, timeout_ms);
+        if (rc) {
+            la_set_error(rc);
+            return -1;
+        }
+    }
+}
+
+int async_fiber_connect(async_fd_t fd, const struct sockaddr *addr, socklen_t len, int timeout_ms) {
+    LA_FORK_CHECK(-1);
+    if (check_timeout(timeout_ms)) return -1;
+    if (!addr) {
+        la_set_error(ASYNC_E_INVAL);
+        return -1;
+    }
+    if (fd < 0) {
+        la_set_error(ASYNC_E_BADFD);
+        return -1;
+    }
+    la_fiber_t *f = la_current_fiber();
+    la_fdrec_t *rec = f ? fdrec(f->s, fd) : NULL;
+    if (rec) clear_bank(rec, EPOLLOUT);
+    int r = sys_connect(fd, addr, len);
+    if (r == 0) return 0;
+    if (r != -EINPROGRESS && r != -EINTR) {
+        la_set_error(map_errno(-r));
+        return -1;
+    }
+    uint64_t deadline = la_deadline(timeout_ms);
+    for (;;) {
+        int rc = wait_dir(fd, 1, deadline, timeout_ms);
+        if (rc) {
+            la_set_error(rc);
+            return -1;
+        }
+        int pr = sys_poll1(fd, POLLOUT, 0);
+        if (pr < 0) {
+            la_set_error(map_errno(-pr));
+            return -1;
+        }
+        if (pr == 0) {
+            if (rec) clear_bank(rec, EPOLLOUT);
+            continue;
+        }
+        int e = sys_sockerr(fd);
+        if (e == 0) return 0;
+        la_set_error(map_errno(-e));
+        return -1;
+    }
+}

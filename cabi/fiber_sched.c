@@ -1,0 +1,1234 @@
+/* The M:N fiber scheduler: worker pthreads, run queues with work stealing,
+ * parking, timers, the per-scheduler epoll, shutdown, stats. See fiber.h for
+ * the parking protocol.
+ *
+ * Run queues: each worker owns a bounded ring (owner pushes at the tail,
+ * owner and thieves take at the head with a CAS), plus a LIFO slot
+ * ("runnext") for the fiber it just readied, taken at most 3 times in a row.
+ * Overflow and wake-ups from other threads go to a global mutex-protected
+ * list, checked every 61 dispatches and whenever the local queue is empty.
+ * An idle worker spins a few stealing rounds, then parks: the first idle
+ * worker blocks in epoll_wait (timeout = next timer), the others on a
+ * condvar. Work made runnable while some worker is idle and none is spinning
+ * wakes one of them.
+ *
+ * TLS is read only through the noinline accessors below: a fiber may resume
+ * on another thread after any switch. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fiber.h"
+#include "fiber_int.h"
+
+/* ---- time ------------------------------------------------------------------ */
+
+uint64_t la_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t la_deadline(int timeout_ms) {
+    if (timeout_ms < 0) return 0;
+    return la_now_ns() + (uint64_t)timeout_ms * 1000000u;
+}
+
+int la_reason_err(int reason) {
+    switch (reason) {
+    case LA_W_READY: return 0;
+    case LA_W_TIMEDOUT: return ASYNC_E_TIMEDOUT;
+    case LA_W_CANCELLED: return ASYNC_E_CANCELLED;
+    case LA_W_CLOSED: return ASYNC_E_CLOSED;
+    default: return ASYNC_E_INTERNAL;
+    }
+}
+
+/* ---- TLS accessors ----------------------------------------------------------- */
+
+static __thread la_wk_t *tls_wk;
+
+LA_NOINLINE la_wk_t *la_current_worker(void) {
+    __asm__ volatile("" ::: "memory");
+    return tls_wk;
+}
+
+LA_NOINLINE la_fiber_t *la_current_fiber(void) {
+    __asm__ volatile("" ::: "memory");
+    la_wk_t *w = tls_wk;
+    return w && !w->in_trap ? w->cur : NULL;
+}
+
+/* The last-error slot of the running fiber (also during a trap), or NULL. */
+LA_NOINLINE int *la_fiber_error_slot(void) {
+    __asm__ volatile("" ::: "memory");
+    la_wk_t *w = tls_wk;
+    return w && w->cur ? &w->cur->last_error : NULL;
+}
+
+la_sched_t *la_fiber_sched(la_fiber_t *f) { return f->s; }
+
+/* For the fault handler (async-signal-safe): the lowest address of the guard
+ * page of the fiber running on this thread, or 0. */
+uintptr_t la_sig_current_stack(uint64_t *id) {
+    la_wk_t *w = tls_wk;
+    if (!w || !w->cur || w->in_trap) return 0;
+    *id = w->cur->id;
+    return (uintptr_t)w->cur->stack.base;
+}
+
+/* ---- run queues ------------------------------------------------------------ */
+
+static void global_put_list(la_sched_t *s, la_fiber_t *first, la_fiber_t *last, size_t n) {
+    last->next = NULL;
+    pthread_mutex_lock(&s->gmu);
+    if (s->gtail)
+        s->gtail->next = first;
+    else
+        s->ghead = first;
+    s->gtail = last;
+    atomic_fetch_add(&s->glen, n);
+    pthread_mutex_unlock(&s->gmu);
+}
+
+static void global_put(la_sched_t *s, la_fiber_t *f) { global_put_list(s, f, f, 1); }
+
+/* Moves half of the ring plus f to the global queue (ring full). */
+static int runq_put_slow(la_wk_t *w, la_fiber_t *f, uint32_t h, uint32_t t) {
+    uint32_t n = (t - h) / 2;
+    la_fiber_t *batch[LA_RUNQ / 2 + 1];
+    for (uint32_t i = 0; i < n; i++)
+        batch[i] = atomic_load_explicit(&w->ring[(h + i) % LA_RUNQ], memory_order_relaxed);
+    if (!atomic_compare_exchange_strong_explicit(&w->head, &h, h + n, memory_order_release, memory_order_relaxed))
+        return 0;
+    batch[n] = f;
+    for (uint32_t i = 0; i < n; i++) batch[i]->next = batch[i + 1];
+    global_put_list(w->s, batch[0], f, n + 1);
+    return 1;
+}
+
+static void runq_put(la_wk_t *w, la_fiber_t *f) {
+    for (;;) {
+        uint32_t h = atomic_load_explicit(&w->head, memory_order_acquire);
+        uint32_t t = atomic_load_explicit(&w->tail, memory_order_relaxed);
+        if (t - h < LA_RUNQ) {
+            atomic_store_explicit(&w->ring[t % LA_RUNQ], f, memory_order_relaxed);
+            atomic_store_explicit(&w->tail, t + 1, memory_order_release);
+            return;
+        }
+        if (runq_put_slow(w, f, h, t)) return;
+    }
+}
+
+static la_fiber_t *runq_get(la_wk_t *w) {
+    for (;;) {
+        uint32_t h = atomic_load_explicit(&w->head, memory_order_acquire);
+        uint32_t t = atomic_load_explicit(&w->tail, memory_order_relaxed);
+        if (t == h) return NULL;
+        la_fiber_t *f = atomic_load_explicit(&w->ring[h % LA_RUNQ], memory_order_relaxed);
+        if (atomic_compare_exchange_strong_explicit(&w->head, &h, h + 1, memory_order_release,
+                                                    memory_order_relaxed))
+            return f;
+    }
+}
+
+static int runq_empty(la_wk_t *w) {
+    uint32_t h = atomic_load_explicit(&w->head, memory_order_acquire);
+    uint32_t t = atomic_load_explicit(&w->tail, memory_order_acquire);
+    return t == h && !atomic_load_explicit(&w->runnext, memory_order_acquire);
+}
+
+/* Steals half of v's ring into w's (empty) ring; returns one fiber. */
+static la_fiber_t *runq_steal(la_wk_t *w, la_wk_t *v, int take_next) {
+    uint32_t wt = atomic_load_explicit(&w->tail, memory_order_relaxed);
+    for (;;) {
+        uint32_t h = atomic_load_explicit(&v->head, memory_order_acquire);
+        uint32_t t = atomic_load_explicit(&v->tail, memory_order_acquire);
+        uint32_t n = t - h;
+        n -= n / 2;
+        if (n == 0) {
+            if (!take_next) return NULL;
+            la_fiber_t *f = atomic_load_explicit(&v->runnext, memory_order_acquire);
+            if (f && atomic_compare_exchange_strong(&v->runnext, &f, NULL)) return f;
+            return NULL;
+        }
+        if (n > LA_RUNQ / 2) continue; /* inconsistent snapshot */
+        for (uint32_t i = 0; i < n; i++) {
+            la_fiber_t *f = atomic_load_explicit(&v->ring[(h + i) % LA_RUNQ], memory_order_relaxed);
+            atomic_store_explicit(&w->ring[(wt + i) % LA_RUNQ], f, memory_order_relaxed);
+        }
+        if (atomic_compare_exchange_strong_explicit(&v->head, &h, h + n, memory_order_acq_rel,
+                                                    memory_order_relaxed)) {
+            la_fiber_t *f = atomic_load_explicit(&w->ring[(wt + n - 1) % LA_RUNQ], memory_order_relaxed);
+            if (n > 1) atomic_store_explicit(&w->tail, wt + n - 1, memory_order_release);
+            return f;
+        }
+    }
+}
+
+/* Takes up to a fair share of the global queue: one to run, the rest into
+ * w's ring. */
+static la_fiber_t *global_get(la_sched_t *s, la_wk_t *w, int max) {
+    if (atomic_load_explicit(&s->glen, memory_order_acquire) == 0) return NULL;
+    pthread_mutex_lock(&s->gmu);
+    size_t len = atomic_load(&s->glen);
+    if (len == 0) {
+        pthread_mutex_unlock(&s->gmu);
+        return NULL;
+    }
+    size_t n = len / (size_t)s->nw + 1;
+    if (n > len) n = len;
+    if (n > (size_t)max) n = (size_t)max;
+    la_fiber_t *f = s->ghead;
+    s->ghead = f->next;
+    la_fiber_t *rest = s->ghead;
+    for (size_t i = 1; i < n; i++) s->ghead = s->ghead->next;
+    if (!s->ghead) s->gtail = NULL;
+    atomic_fetch_sub(&s->glen, n);
+    pthread_mutex_unlock(&s->gmu);
+    for (size_t i = 1; i < n; i++) {
+        la_fiber_t *nx = rest->next;
+        runq_put(w, rest);
+        rest = nx;
+    }
+    return f;
+}
+
+/* ---- idle workers ------------------------------------------------------------ */
+
+static void kick_poller(la_sched_t *s) {
+    uint64_t one = 1;
+    ssize_t r = write(s->evfd, &one, sizeof one);
+    (void)r;
+}
+
+static void wake_one(la_sched_t *s) {
+    pthread_mutex_lock(&s->imu);
+    if (s->nsleep > s->wakeups) {
+        s->wakeups++;
+        pthread_cond_signal(&s->icv);
+    } else if (s->poller_active && !s->poll_kicked) {
+        s->poll_kicked = 1;
+        kick_poller(s);
+    }
+    pthread_mutex_unlock(&s->imu);
+}
+
+/* Called after work was made runnable. */
+static void wake_idle(la_sched_t *s) {
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load(&s->nspinning) == 0 && atomic_load(&s->nidle) > 0) wake_one(s);
+}
+
+static int timers_due(la_sched_t *s) {
+    uint64_t d = atomic_load_explicit(&s->next_deadline, memory_order_acquire);
+    return d != UINT64_MAX && d <= la_now_ns();
+}
+
+static int has_work(la_sched_t *s) {
+    if (atomic_load(&s->glen) > 0) return 1;
+    for (int i = 0; i < s->nw; i++)
+        if (!runq_empty(&s->wks[i])) return 1;
+    return timers_due(s);
+}
+
+/* ---- readying fibers ----------------------------------------------------------- */
+
+static void ready(la_fiber_t *f, int lifo) {
+    la_sched_t *s = f->s;
+    la_wk_t *w = la_current_worker();
+    if (w && w->s == s) {
+        if (lifo) {
+            la_fiber_t *old = atomic_exchange(&w->runnext, f);
+            if (old) runq_put(w, old);
+        } else {
+            runq_put(w, f);
+        }
+    } else {
+        global_put(s, f);
+    }
+    wake_idle(s);
+}
+
+void la_fiber_wake(la_fiber_t *f) {
+    for (;;) {
+        int st = atomic_load(&f->state);
+        if (st == LA_FS_PARKED) {
+            if (atomic_compare_exchange_strong(&f->state, &st, LA_FS_RUNNABLE)) {
+                ready(f, 1);
+                return;
+            }
+        } else if (st == LA_FS_PARKING) {
+            if (atomic_compare_exchange_strong(&f->state, &st, LA_FS_NOTIFIED)) return;
+        } else {
+            return; /* not parked (cannot happen for a claimed registered waiter) */
+        }
+    }
+}
+
+/* ---- timers (a min-heap of parked fibers by deadline) ---------------------------- */
+
+static void heap_swap(la_fiber_t **h, int i, int j) {
+    la_fiber_t *t = h[i];
+    h[i] = h[j];
+    h[j] = t;
+    h[i]->heap_idx = i;
+    h[j]->heap_idx = j;
+}
+
+static void heap_up(la_fiber_t **h, int i) {
+    while (i > 0) {
+        int p = (i - 1) / 2;
+        if (h[p]->deadline <= h[i]->deadline) break;
+        heap_swap(h, i, p);
+        i = p;
+    }
+}
+
+static void heap_down(la_fiber_t **h, int n, int i) {
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, m = i;
+        if (l < n && h[l]->deadline < h[m]->deadline) m = l;
+        if (r < n && h[r]->deadline < h[m]->deadline) m = r;
+        if (m == i) break;
+        heap_swap(h, i, m);
+        i = m;
+    }
+}
+
+static void heap_remove(la_sched_t *s, int i) {
+    la_fiber_t **h = s->heap;
+    int last = --s->hlen;
+    h[i]->heap_idx = -1;
+    if (i != last) {
+        h[i] = h[last];
+        h[i]->heap_idx = i;
+        heap_down(h, last, i);
+        heap_up(h, i);
+    }
+    atomic_store(&s->next_deadline, s->hlen ? h[0]->deadline : UINT64_MAX);
+}
+
+void la_timer_add(la_sched_t *s, la_fiber_t *f, uint64_t deadline) {
+    pthread_mutex_lock(&s->tmu);
+    if (s->hlen == s->hcap) {
+        size_t nc = s->hcap ? s->hcap * 2 : 256;
+        la_fiber_t **nh = realloc(s->heap, nc * sizeof *nh);
+        if (!nh) {
+            /* Out of memory: fire at once rather than hang. */
+            pthread_mutex_unlock(&s->tmu);
+            int z = 0;
+            if (atomic_compare_exchange_strong(&f->claim, &z, LA_W_TIMEDOUT)) la_fiber_wake(f);
+            return;
+        }
+        s->heap = nh;
+        s->hcap = nc;
+    }
+    f->deadline = deadline;
+    f->heap_idx = (int)s->hlen;
+    s->heap[s->hlen++] = f;
+    heap_up(s->heap, f->heap_idx);
+    int earliest = s->heap[0] == f;
+    atomic_store(&s->next_deadline, s->heap[0]->deadline);
+    pthread_mutex_unlock(&s->tmu);
+    if (earliest) {
+        pthread_mutex_lock(&s->imu);
+        if (s->poller_active && !s->poll_kicked) {
+            s->poll_kicked = 1;
+            kick_poller(s);
+        }
+        pthread_mutex_unlock(&s->imu);
+    }
+}
+
+void la_timer_del(la_sched_t *s, la_fiber_t *f) {
+    pthread_mutex_lock(&s->tmu);
+    if (f->heap_idx >= 0) heap_remove(s, f->heap_idx);
+    pthread_mutex_unlock(&s->tmu);
+}
+
+/* Fires due timers; returns how many fibers it woke. */
+static int timers_run(la_sched_t *s) {
+    if (!timers_due(s)) return 0;
+    uint64_t now = la_now_ns();
+    la_fiber_t *woken[64];
+    int n = 0;
+    pthread_mutex_lock(&s->tmu);
+    while (s->hlen && s->heap[0]->deadline <= now && n < 64) {
+        la_fiber_t *f = s->heap[0];
+        heap_remove(s, 0);
+        int z = 0;
+        if (atomic_compare_exchange_strong(&f->claim, &z, LA_W_TIMEDOUT)) woken[n++] = f;
+    }
+    pthread_mutex_unlock(&s->tmu);
+    for (int i = 0; i < n; i++) la_fiber_wake(woken[i]);
+    return n;
+}
+
+/* ---- parking ------------------------------------------------------------------- */
+
+int la_park_prepare(la_fiber_t *f, int kind) {
+    atomic_store(&f->park_kind, kind);
+    atomic_store(&f->claim, LA_W_WAITING);
+    atomic_store(&f->state, LA_FS_PARKING);
+    if (kind != LA_PK_BLOCKING && atomic_load(&f->s->shutdown)) {
+        atomic_store(&f->claim, LA_W_IDLE);
+        atomic_store(&f->state, LA_FS_RUNNING);
+        return ASYNC_E_CANCELLED;
+    }
+    return 0;
+}
+
+static void asan_leave(la_fiber_t *f, la_wk_t *w, int exiting) {
+    if (__sanitizer_start_switch_fiber)
+        __sanitizer_start_switch_fiber(exiting ? NULL : &f->asan_fake, w->stk_bottom, w->stk_size);
+}
+
+static void asan_arrive(la_fiber_t *f) {
+    if (__sanitizer_finish_switch_fiber) {
+        la_wk_t *w = la_current_worker();
+        __sanitizer_finish_switch_fiber(f ? f->asan_fake : NULL, &w->stk_bottom, &w->stk_size);
+    }
+}
+
+/* Switches from the running fiber to its worker's loop with `action`. */
+static void switch_out(la_fiber_t *f, int action) {
+    la_wk_t *w = la_current_worker();
+    w->action = action;
+    asan_leave(f, w, action == LA_ACT_EXIT);
+    la_ctx_switch(&f->sp, w->loop_sp);
+    asan_arrive(f);
+}
+
+void la_park_commit(la_fiber_t *f) { switch_out(f, LA_ACT_PARK); }
+
+void la_fiber_trap(void (*fn)(void *), void *arg) {
+    la_fiber_t *f = la_current_fiber();
+    la_wk_t *w = la_current_worker();
+    w->trap_fn = fn;
+    w->trap_arg = arg;
+    switch_out(f, LA_ACT_TRAP);
+}
+
+/* ---- waiters ------------------------------------------------------------------- */
+
+int la_waiter_init(la_waiter_t *w, int kind) {
+    la_fiber_t *f = la_current_fiber();
+    w->f = f;
+    w->signalled = 0;
+    if (f) {
+        w->claim = &f->claim;
+        return la_park_prepare(f, kind);
+    }
+    w->claim = &w->tclaim;
+    atomic_store(&w->tclaim, LA_W_WAITING);
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&w->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    return 0;
+}
+
+int la_waiter_claim(la_waiter_t *w, int reason) {
+    int z = LA_W_WAITING;
+    return atomic_compare_exchange_strong(w->claim, &z, reason);
+}
+
+void la_waiter_signal(la_waiter_t *w) {
+    if (w->f) {
+        la_fiber_wake(w->f);
+        return;
+    }
+    pthread_mutex_lock(&w->mu);
+    w->signalled = 1;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+int la_waiter_wake(la_waiter_t *w, int reason) {
+    if (!la_waiter_claim(w, reason)) return 0;
+    la_waiter_signal(w);
+    return 1;
+}
+
+int la_waiter_wait(la_waiter_t *w, uint64_t deadline) {
+    if (w->f) {
+        la_fiber_t *f = w->f;
+        la_sched_t *s = f->s;
+        if (deadline) la_timer_add(s, f, deadline);
+        la_park_commit(f);
+        int r = atomic_load(&f->claim);
+        if (deadline && r != LA_W_TIMEDOUT) la_timer_del(s, f);
+        return r;
+    }
+    struct timespec ts;
+    if (deadline) {
+        ts.tv_sec = (time_t)(deadline / 1000000000u);
+        ts.tv_nsec = (long)(deadline % 1000000000u);
+    }
+    pthread_mutex_lock(&w->mu);
+    while (!w->signalled) {
+        if (!deadline) {
+            pthread_cond_wait(&w->cv, &w->mu);
+        } else if (pthread_cond_timedwait(&w->cv, &w->mu, &ts) == ETIMEDOUT && !w->signalled) {
+            if (la_waiter_claim(w, LA_W_TIMEDOUT)) break;
+            deadline = 0; /* claimed by a waker: its signal comes soon */
+        }
+    }
+    pthread_mutex_unlock(&w->mu);
+    return atomic_load(w->claim);
+}
+
+void la_waiter_done(la_waiter_t *w) {
+    if (w->f) return;
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+}
+
+/* ---- the worker loop ------------------------------------------------------------ */
+
+static void fiber_free(la_fiber_t *f) { free(f); }
+
+static void fiber_finish(la_wk_t *w, la_fiber_t *f) {
+    la_sched_t *s = w->s;
+    if (!la_stack_canary_ok(s->pool, &f->stack)) la_stack_overflow_abort(f->id, "canary overwritten");
+    la_stack_put(s->pool, &f->stack);
+    atomic_fetch_add(&s->finished, 1);
+    int joinable = (f->flags & ASYNC_FIBER_JOINABLE) != 0;
+    if (!joinable) {
+        pthread_mutex_lock(&s->fmu);
+        LA_LIST_REMOVE(s, f);
+        pthread_mutex_unlock(&s->fmu);
+        la_handle_free(f->handle, LA_T_FIBER);
+        fiber_free(f);
+    } else {
+        atomic_store(&f->state, LA_FS_DONE);
+        la_spin_lock(&f->jlk);
+        f->done = 1;
+        if (f->joiner) la_waiter_wake(f->joiner, LA_W_READY);
+        la_spin_unlock(&f->jlk);
+        /* f may be freed by its joiner from here on. */
+    }
+    if (atomic_fetch_sub(&s->live, 1) == 1) {
+        pthread_mutex_lock(&s->fmu);
+        pthread_cond_broadcast(&s->fcv);
+        pthread_mutex_unlock(&s->fmu);
+    }
+}
+
+static void run_fiber(la_wk_t *w, la_fiber_t *f) {
+    la_sched_t *s = w->s;
+    w->cur = f;
+    f->wk = w;
+    atomic_store_explicit(&f->state, LA_FS_RUNNING, memory_order_relaxed);
+    atomic_fetch_add_explicit(&w->n_run, 1, memory_order_relaxed);
+    for (;;) {
+        if (__sanitizer_start_switch_fiber)
+            __sanitizer_start_switch_fiber(&w->asan_fake, f->stack.base + s->page, f->stack.size);
+        la_ctx_switch(&w->loop_sp, f->sp);
+        if (__sanitizer_finish_switch_fiber) __sanitizer_finish_switch_fiber(w->asan_fake, NULL, NULL);
+        if (w->action != LA_ACT_TRAP) break;
+        w->in_trap = 1;
+        w->trap_fn(w->trap_arg);
+        w->in_trap = 0;
+    }
+    w->cur = NULL;
+    switch (w->action) {
+    case LA_ACT_YIELD:
+        if (!la_stack_canary_ok(s->pool, &f->stack)) la_stack_overflow_abort(f->id, "canary overwritten");
+        atomic_store(&f->state, LA_FS_RUNNABLE);
+        runq_put(w, f);
+        break;
+    case LA_ACT_PARK: {
+        if (!la_stack_canary_ok(s->pool, &f->stack)) la_stack_overflow_abort(f->id, "canary overwritten");
+        atomic_fetch_add_explicit(&w->n_park, 1, memory_order_relaxed);
+        int st = LA_FS_PARKING;
+        if (!atomic_compare_exchange_strong(&f->state, &st, LA_FS_PARKED)) {
+            /* NOTIFIED: woken before it finished parking */
+            atomic_store(&f->state, LA_FS_RUNNABLE);
+            runq_put(w, f);
+        }
+        break;
+    }
+    case LA_ACT_EXIT:
+        fiber_finish(w, f);
+        break;
+    }
+}
+
+/* Drains the eventfd and dispatches fd events; returns the number of fd
+ * events. */
+static int poll_events(la_sched_t *s, int timeout_ms) {
+    struct epoll_event evs[128];
+    int n = epoll_wait(s->epfd, evs, 128, timeout_ms);
+    int nfd = 0;
+    for (int i = 0; i < n; i++) {
+        if (evs[i].data.ptr == NULL) {
+            uint64_t v;
+            ssize_t r = read(s->evfd, &v, sizeof v);
+            (void)r;
+            continue;
+        }
+        la_io_event(s, evs[i].data.ptr, evs[i].events);
+        nfd++;
+    }
+    return nfd;
+}
+
+static void idle_park(la_wk_t *w) {
+    la_sched_t *s = w->s;
+    pthread_mutex_lock(&s->imu);
+    atomic_fetch_add(&s->nidle, 1);
+    atomic_thread_fence(memory_order_seq_cst);
+    if (has_work(s) || atomic_load(&s->stopping)) {
+        atomic_fetch_sub(&s->nidle, 1);
+        pthread_mutex_unlock(&s->imu);
+        return;
+    }
+    if (!s->poller_active) {
+        s->poller_active = 1;
+        pthread_mutex_unlock(&s->imu);
+        int timeout = -1;
+        uint64_t d = atomic_load(&s->next_deadline);
+        if (d != UINT64_MAX) {
+            uint64_t now = la_now_ns();
+            timeout = d <= now ? 0 : (int)((d - now + 999999) / 1000000);
+        }
+        poll_events(s, timeout);
+        pthread_mutex_lock(&s->imu);
+        s->poller_active = 0;
+        s->poll_kicked = 0;
+        atomic_fetch_sub(&s->nidle, 1);
+        pthread_mutex_unlock(&s->imu);
+        timers_run(s);
+        return;
+    }
+    s->nsleep++;
+    while (!s->wakeups && !atomic_load(&s->stopping)) pthread_cond_wait(&s->icv, &s->imu);
+    s->nsleep--;
+    if (s->wakeups) s->wakeups--;
+    atomic_fetch_sub(&s->nidle, 1);
+    pthread_mutex_unlock(&s->imu);
+}
+
+static la_fiber_t *local_get(la_wk_t *w) {
+    if (w->lifo_streak < 3) {
+        la_fiber_t *f = atomic_exchange(&w->runnext, NULL);
+        if (f) {
+            w->lifo_streak++;
+            return f;
+        }
+    }
+    w->lifo_streak = 0;
+    la_fiber_t *f = runq_get(w);
+    if (f) return f;
+    return atomic_exchange(&w->runnext, NULL);
+}
+
+static uint32_t rnd(la_wk_t *w) {
+    w->rng ^= w->rng << 13;
+    w->rng ^= w->rng >> 7;
+    w->rng ^= w->rng << 17;
+    return (uint32_t)w->rng;
+}
+
+static la_fiber_t *find_work(la_wk_t *w) {
+    la_sched_t *s = w->s;
+    for (;;) {
+        if (atomic_load_explicit(&s->stopping, memory_order_relaxed)) return NULL;
+        la_fiber_t *f;
+        if (++w->tick % 61 == 0) {
+            if ((f = global_get(s, w, 1))) return f;
+            timers_run(s);
+            if (atomic_load(&s->nfdwait) > 0 && !s->poller_active) poll_events(s, 0);
+        }
+        if ((f = local_get(w))) return f;
+        if ((f = global_get(s, w, LA_RUNQ / 2))) return f;
+        if (timers_run(s) > 0) continue;
+        if (atomic_load(&s->nfdwait) > 0 && !s->poller_active && poll_events(s, 0) > 0) continue;
+        if (s->nw > 1) {
+            atomic_fetch_add(&s->nspinning, 1);
+            for (int round = 0; round < 4 && !f; round++) {
+                uint32_t start = rnd(w);
+                for (int i = 0; i < s->nw && !f; i++) {
+                    la_wk_t *v = &s->wks[(start + (uint32_t)i) % (uint32_t)s->nw];
+                    if (v == w) continue;
+                    f = runq_steal(w, v, round == 3);
+                }
+                if (!f && atomic_load(&s->glen)) f = global_get(s, w, LA_RUNQ / 2);
+            }
+            atomic_fetch_sub(&s->nspinning, 1);
+            if (f) {
+                atomic_fetch_add_explicit(&w->n_steal, 1, memory_order_relaxed);
+                wake_idle(s);
+                return f;
+            }
+        }
+        idle_park(w);
+    }
+}
+
+static void *worker_main(void *arg) {
+    la_wk_t *w = arg;
+    tls_wk = w;
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    void *alt = NULL;
+    la_sig_thread_init(&alt);
+    la_fiber_t *f;
+    while ((f = find_work(w))) run_fiber(w, f);
+    la_sig_thread_fini(alt);
+    tls_wk = NULL;
+    return NULL;
+}
+
+/* The first code of every fiber, on its own stack (from la_ctx_trampoline). */
+__attribute__((noreturn, used)) void la_fiber_main(la_fiber_t *f);
+void la_fiber_main(la_fiber_t *f) {
+    asan_arrive(NULL);
+    atomic_fetch_add_explicit(&la_current_worker()->n_started, 1, memory_order_relaxed);
+    f->fn(f->arg);
+    switch_out(f, LA_ACT_EXIT);
+    abort();
+}
+
+void *la_ctx_make(void *hi, void *arg) {
+    uintptr_t top = (uintptr_t)hi & ~(uintptr_t)15;
+#if defined(__x86_64__)
+    /* [mxcsr|fpucw] r15 r14 r13 r12 rbx rbp ret, see fiber_switch_amd64.S */
+    uint64_t *sp = (uint64_t *)top - 8;
+    memset(sp, 0, 8 * sizeof *sp);
+    ((uint32_t *)sp)[0] = 0x1F80; /* MXCSR default */
+    ((uint16_t *)sp)[2] = 0x037F; /* x87 control word default */
+    sp[4] = (uint64_t)(uintptr_t)arg; /* r12 */
+    sp[7] = (uint64_t)(uintptr_t)la_ctx_trampoline;
+    return sp;
+#elif defined(__aarch64__)
+    uint64_t *sp = (uint64_t *)(top - 176);
+    memset(sp, 0, 176);
+    sp[0] = (uint64_t)(uintptr_t)arg;               /* x19 */
+    sp[11] = (uint64_t)(uintptr_t)la_ctx_trampoline; /* x30 */
+    return sp;
+#else
+#error "fibers: unsupported architecture"
+#endif
+}
+
+/* ---- configuration -------------------------------------------------------------- */
+
+static int default_workers(void) {
+    const char *e = getenv("ASYNC_WORKERS");
+    if (e && *e) {
+        int n = atoi(e);
+        if (n > 0 && n <= LA_MAX_WORKERS) return n;
+    }
+    int n = 1;
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) n = CPU_COUNT(&set);
+    /* cgroup v2 quota */
+    FILE *fp = fopen("/proc/self/cgroup", "r");
+    if (fp) {
+        char line[512], path[600];
+        while (fgets(line, sizeof line, fp)) {
+            if (strncmp(line, "0::", 3) != 0) continue;
+            line[strcspn(line, "\n")] = 0;
+            snprintf(path, sizeof path, "/sys/fs/cgroup%s/cpu.max", line + 3);
+            FILE *q = fopen(path, "r");
+            if (q) {
+                char quota[64];
+                long period = 0;
+                if (fscanf(q, "%63s %ld", quota, &period) == 2 && strcmp(quota, "max") != 0 && period > 0) {
+                    long qv = atol(quota);
+                    int lim = (int)((qv + period - 1) / period);
+                    if (lim >= 1 && lim < n) n = lim;
+                }
+                fclose(q);
+            }
+        }
+        fclose(fp);
+    }
+    if (n < 1) n = 1;
+    if (n > LA_MAX_WORKERS) n = LA_MAX_WORKERS;
+    return n;
+}
+
+static size_t default_stack(void) {
+    const char *e = getenv("ASYNC_FIBER_STACK_KB");
+    if (e && *e) {
+        long kb = atol(e);
+        if (kb >= 16 && kb <= 1024 * 1024) return (size_t)kb * 1024;
+    }
+    return 64 * 1024;
+}
+
+/* ---- handles -------------------------------------------------------------------- */
+
+la_sched_t *la_sched_get(async_sched_t *h) {
+    la_slot_t *slot;
+    la_sched_t *s = la_handle_get(LA_H(h), LA_T_SCHED, &slot);
+    if (!s) return NULL;
+    atomic_fetch_add(&s->refs, 1);
+    la_handle_put(slot);
+    return s;
+}
+
+void la_sched_put(la_sched_t *s) { atomic_fetch_sub(&s->refs, 1); }
+
+#define LA_FORK_CHECK(fail)                                                                                  \
+    do {                                                                                                     \
+        if (atomic_load_explicit(&la_forked, memory_order_relaxed)) {                                        \
+            la_set_error(ASYNC_E_FORKED);                                                                    \
+            return fail;                                                                                     \
+        }                                                                                                    \
+    } while (0)
+
+/* ---- public API: scheduler -------------------------------------------------------- */
+
+static void sched_free(la_sched_t *s) {
+    if (s->epfd >= 0) close(s->epfd);
+    if (s->evfd >= 0) close(s->evfd);
+    la_io_free(s);
+    la_stackpool_free(s->pool);
+    free(s->heap);
+    pthread_mutex_destroy(&s->gmu);
+    pthread_mutex_destroy(&s->imu);
+    pthread_cond_destroy(&s->icv);
+    pthread_mutex_destroy(&s->tmu);
+    pthread_mutex_destroy(&s->fmu);
+    pthread_cond_destroy(&s->fcv);
+    free(s->wks);
+    free(s);
+}
+
+async_sched_t *async_sched_create(const async_sched_config_t *cfg) {
+    LA_FORK_CHECK(NULL);
+    int nw = cfg && cfg->workers ? cfg->workers : default_workers();
+    size_t ss = cfg && cfg->stack_size ? cfg->stack_size : default_stack();
+    int gm = cfg ? cfg->guard_mode : 0;
+    if (nw < 0 || nw > LA_MAX_WORKERS || gm < 0 || gm > 3 || ss < 16 * 1024 || ss > ((size_t)1 << 30)) {
+        la_set_error(ASYNC_E_INVAL);
+        return NULL;
+    }
+    if (la_sig_install() != 0) {
+        la_set_error(ASYNC_E_SYS);
+        return NULL;
+    }
+    la_sched_t *s = calloc(1, sizeof *s);
+    if (!s) {
+        la_set_error(ASYNC_E_NOMEM);
+        return NULL;
+    }
+    s->epfd = s->evfd = -1;
+    s->nw = nw;
+    s->page = (size_t)sysconf(_SC_PAGESIZE);
+    pthread_mutex_init(&s->gmu, NULL);
+    pthread_mutex_init(&s->imu, NULL);
+    pthread_cond_init(&s->icv, NULL);
+    pthread_mutex_init(&s->tmu, NULL);
+    pthread_mutex_init(&s->fmu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->fcv, &ca);
+    pthread_condattr_destroy(&ca);
+    atomic_store(&s->next_deadline, UINT64_MAX);
+    s->wks = aligned_alloc(64, sizeof(la_wk_t) * (size_t)nw);
+    s->pool = la_stackpool_new(ss, gm);
+    if (!s->wks || !s->pool || la_io_init(s) != 0) {
+        sched_free(s);
+        la_set_error(ASYNC_E_NOMEM);
+        return NULL;
+    }
+    memset(s->wks, 0, sizeof(la_wk_t) * (size_t)nw);
+    s->epfd = epoll_create1(EPOLL_CLOEXEC);
+    s->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (s->epfd < 0 || s->evfd < 0) {
+        sched_free(s);
+        la_set_error(ASYNC_E_SYS);
+        return NULL;
+    }
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
+    if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->evfd, &ev) != 0) {
+        sched_free(s);
+        la_set_error(ASYNC_E_SYS);
+        return NULL;
+    }
+    /* Check that a stack can be made with this guard mode now, not later. */
+    la_stack_t probe;
+    int rc = la_stack_get(s->pool, &probe, 0);
+    if (rc) {
+        sched_free(s);
+        la_set_error(rc);
+        return NULL;
+    }
+    la_stack_put(s->pool, &probe);
+    s->handle = la_handle_alloc(LA_T_SCHED, s);
+    if (!s->handle) {
+        sched_free(s);
+        la_set_error(ASYNC_E_NOMEM);
+        return NULL;
+    }
+    for (int i = 0; i < nw; i++) {
+        la_wk_t *w = &s->wks[i];
+        w->s = s;
+        w->idx = i;
+        w->rng = 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1);
+    }
+    int started = 0;
+    for (; started < nw; started++) {
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setstacksize(&attr, 1u << 20);
+        int err = pthread_create(&s->wks[started].th, &attr, worker_main, &s->wks[started]);
+        pthread_attr_destroy(&attr);
+        if (err) break;
+    }
+    if (started < nw) {
+        atomic_store(&s->stopping, 1);
+        pthread_mutex_lock(&s->imu);
+        pthread_cond_broadcast(&s->icv);
+        pthread_mutex_unlock(&s->imu);
+        kick_poller(s);
+        for (int i = 0; i < started; i++) pthread_join(s->wks[i].th, NULL);
+        la_handle_free(s->handle, LA_T_SCHED);
+        sched_free(s);
+        la_set_error(ASYNC_E_SYS);
+        return NULL;
+    }
+    return (async_sched_t *)(uintptr_t)s->handle;
+}
+
+/* Waits until no fiber is live; deadline 0 = forever. 0 or ASYNC_E_TIMEDOUT. */
+static int wait_idle(la_sched_t *s, uint64_t deadline) {
+    int rc = 0;
+    struct timespec ts = {0, 0};
+    if (deadline) {
+        ts.tv_sec = (time_t)(deadline / 1000000000u);
+        ts.tv_nsec = (long)(deadline % 1000000000u);
+    }
+    pthread_mutex_lock(&s->fmu);
+    while (atomic_load(&s->live) > 0) {
+        if (!deadline) {
+            pthread_cond_wait(&s->fcv, &s->fmu);
+        } else if (pthread_cond_timedwait(&s->fcv, &s->fmu, &ts) == ETIMEDOUT && atomic_load(&s->live) > 0) {
+            rc = ASYNC_E_TIMEDOUT;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&s->fmu);
+    return rc;
+}
+
+static int on_fiber_of(la_sched_t *s) {
+    la_wk_t *w = la_current_worker();
+    return w && w->s == s;
+}
+
+int async_sched_run(async_sched_t *sh) {
+    LA_FORK_CHECK(-1);
+    la_sched_t *s = la_sched_get(sh);
+    if (!s) {
+        la_set_error(ASYNC_E_BADHANDLE);
+        return -1;
+    }
+    if (la_current_worker()) {
+        la_sched_put(s);
+        la_set_error(ASYNC_E_STATE);
+        return -1;
+    }
+    wait_idle(s, 0);
+    la_sched_put(s);
+    return 0;
+}
+
+static void cancel_all(la_sched_t *s) {
+    atomic_store(&s->shutdown, 1);
+    pthread_mutex_lock(&s->fmu);
+    for (la_fiber_t *f = s->all; f; f = f->all_next) {
+        if (atomic_load(&f->park_kind) == LA_PK_BLOCKING) continue;
+        int z = LA_W_WAITING;
+        if (atomic_compare_exchange_strong(&f->claim, &z, LA_W_CANCELLED)) la_fiber_wake(f);
+    }
+    pthread_mutex_unlock(&s->fmu);
+}
+
+int async_sched_shutdown(async_sched_t *sh, int timeout_ms) {
+    LA_FORK_CHECK(-1);
+    if (timeout_ms < -1) {
+        la_set_error(ASYNC_E_INVAL);
+        return -1;
+    }
+    la_sched_t *s = la_sched_get(sh);
+    if (!s) {
+        la_set_error(ASYNC_E_BADHANDLE);
+        return -1;
+    }
+    cancel_all(s);
+    int rc = 0;
+    if (!on_fiber_of(s) && !la_current_worker()) {
+        if (timeout_ms != 0) rc = wait_idle(s, timeout_ms < 0 ? 0 : la_deadline(timeout_ms));
+        else if (atomic_load(&s->live) > 0) rc = ASYNC_E_TIMEDOUT;
+    }
+    la_sched_put(s);
+    if (rc) {
+        la_set_error(rc);
+        return -1;
+    }
+    return 0;
+}
+
+void async_sched_destroy(async_sched_t *sh) {
+    LA_FORK_CHECK();
+    la_sched_t *s = la_sched_get(sh);
+    if (!s) {
+        la_set_error(ASYNC_E_BADHANDLE);
+        return;
+    }
+    if (la_current_worker()) {
+        la_sched_put(s);
+        la_set_error(ASYNC_E_STATE);
+        return;
+    }
+    la_sched_put(s);
+    if (la_handle_free(s->handle, LA_T_SCHED) != s) {
+        la_set_error(ASYNC_E_BADHANDLE);
+        return;
+    }
+    cancel_all(s);
+    wait_idle(s, 0);
+    atomic_store(&s->stopping, 1);
+    pthread_mutex_lock(&s->imu);
+    pthread_cond_broadcast(&s->icv);
+    pthread_mutex_unlock(&s->imu);
+    kick_poller(s);
+    for (int i = 0; i < s->nw; i++) pthread_join(s->wks[i].th, NULL);
+    /* Joinable fibers nobody joined. */
+    pthread_mutex_lock(&s->fmu);
+    la_fiber_t *f = s->all;
+    s->all = NULL;
+    pthread_mutex_unlock(&s->fmu);
+    while (f) {
+        la_fiber_t *nx = f->all_next;
+        la_handle_free(f->handle, LA_T_FIBER);
+        fiber_free(f);
+        f = nx;
+    }
+    while (atomic_load(&s->refs) != 0) sched_yield();
+    sched_free(s);
+}
+
+int async_sched_get_stats(async_sched_t *sh, async_sched_stats_t *out, async_sched_worker_stats_t *per_worker,
+                          int max_workers) {
+    LA_FORK_CHECK(-1);
+    if (!out || max_workers < 0 || (max_workers > 0 && !per_worker)) {
+        la_set_error(ASYNC_E_INVAL);
+        return -1;
+    }
+    memset(out, 0, sizeof *out);
+    la_sched_t *s = la_sched_get(sh);
+    if (!s) {
+        la_set_error(ASYNC_E_BADHANDLE);
+        return -1;
+    }
+    out->workers = s->nw;
+    out->stack_size = la_stackpool_stack_size(s->pool);
+    out->guard_mode = la_stackpool_guard_mode(s->pool);
+    out->fibers_spawned = atomic_load(&s->spawned);
+    out->fibers_finished = atomic_load(&s->finished);
+    pthread_mutex_lock(&s->fmu);
+    for (la_fiber_t *f = s->all; f; f = f->all_next) {
+        switch (atomic_load(&f->state)) {
+        case LA_FS_NEW:
+        case LA_FS_RUNNABLE:
+        case LA_FS_NOTIFIED: out->fibers_runnable++; break;
+        case LA_FS_RUNNING: out->fibers_running++; break;
+        case LA_FS_PARKING:
+        case LA_FS_PARKED: out->fibers_parked++; break;
+        case LA_FS_DONE: out->fibers_done_unjoined++; break;
+        }
+    }
+    pthread_mutex_unlock(&s->fmu);
+    int n = max_workers < s->nw ? max_workers : s->nw;
+    for (int i = 0; i < n; i++) {
+        la_wk_t *w = &s->wks[i];
+        per_worker[i].fibers_run = atomic_load_explicit(&w->n_run, memory_order_relaxed);
+        per_worker[i].fibers_started = atomic_load_explicit(&w->n_started, memory_order_relaxed);
+        per_worker[i].steals = atomic_load_explicit(&w->n_steal, memory_order_relaxed);
+        per_worker[i].parks = atomic_load_explicit(&w->n_park, memory_order_relaxed);
+    }
+    la_sched_put(s);
+    return n;
+}
+
+/* ---- public API: fibers ------------------------------------------------------------ */
+
+static _Atomic uint64_t next_fiber_id = 1;
+
+async_fiber_t *async_fiber_spawn(async_sched_t *sh, void (*fn)(void *), void *arg, unsigned flags) {
+    LA_FORK_CHECK(NULL);
+    if (!fn || (flags & ~(unsigned)ASYNC_FIBER_JOINABLE)) {
+        la_set_error(ASYNC_E_INVAL);
+        return NULL;
+    }
+    la_sched_t *s = la_sched_get(sh);
+    if (!s) {
+        la_set_error(ASYNC_E_BADHANDLE);
+        return NULL;
+    }
+    int rc = 0;
+    la_fiber_t *f = NULL;
+    if (atomic_load(&s->shutdown)) {
+        rc = ASYNC_E_CANCELLED;
+        goto fail;
+    }
+    f = calloc(1, sizeof *f);
+    if (!f) {
+        rc = ASYNC_E_NOMEM;
+        goto fail;
+    }
+    f->s = s;
+    f->fn = fn;
+    f->arg = arg;
+    f->flags = flags;
+    f->heap_idx = -1;
+    f->id = atomic_fetch_add(&next_fiber_id, 1);
+    atomic_store(&f->claim, LA_W_IDLE);
+    if ((rc = la_stack_get(s->pool, &f->stack, f->id)) != 0) {
+        free(f);
+        f = NULL;
+        goto fail;
+    }
+    f->sp = la_ctx_make(f->stack.base + s->page + f->stack.size, f);
+    f->handle = la_handle_alloc(LA_T_FIBER, f);
+    if (!f->handle) {
+        la_stack_put(s->pool, &f->stack);
+        free(f);
+        f = NULL;
+        rc = ASYNC_E_NOMEM;
+        goto fail;
+    }
+    uint64_t h = f->handle;
+    atomic_store(&f->state, LA_FS_RUNNABLE);
+    atomic_fetch_add(&s->live, 1);
+    atomic_fetch_add(&s->spawned, 1);
+    pthread_mutex_lock(&s->fmu);
+    LA_LIST_PUSH(s, f);
+    pthread_mutex_unlock(&s->fmu);
+    ready(f, 0);
+    la_sched_put(s);
+    return (async_fiber_t *)(uintptr_t)h;
+fail:
+    la_sched_put(s);
+    la_set_error(rc);
+    return NULL;
+}
+
+async_fiber_t *async_fiber_current(void) {
+    la_fiber_t *f = la_current_fiber();
+    return f ? (async_fiber_t *)(uintptr_t)f->handle : NULL;
+}
+
+void async_fiber_yield(void) {
+    la_fiber_t *f = la_current_fiber();
+    if (!f) {
+        sched_yield();
+        return;
+    }
+    switch_out(f, LA_ACT_YIELD);
+}
+
+int async_fiber_sleep(uint64_t ms) {
+    LA_FORK_CHECK(-1);
+    la_fiber_t *f = la_current_fiber();
+    if (ms > (uint64_t)INT32_MAX * 1000u) ms = (uint64_t)INT32_MAX * 1000u;
+    uint64_t deadline = la_now_ns() + ms * 1000000u;
+    if (!f) {
+        struct timespec ts = {(time_t)(deadline / 1000000000u), (long)(deadline % 1000000000u)};
+        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
+        }
+        return 0;
+    }
+    if (la_park_prepare(f, LA_PK_NORMAL) != 0) {
+        la_set_error(ASYNC_E_CANCELLED);
+        return -1;
+    }
+    la_timer_add(f->s, f, deadline);
+    la_park_commit(f);
+    int r = atomic_load(&f->claim);
+    if (r != LA_W_TIMEDOUT) {
+        la_timer_del(f->s, f);
+        la_set_error(la_reason_err(r));
+        return -1;
+    }
+    return 0;
+}
+
+int async_fiber_join(async_fiber_t *fh, int timeout_ms) {
+    LA_FORK_CHECK(-1);
+    if (timeout_ms < -1) {
+        la_set_error(ASYNC_E_INVAL);
+        return -1;
+    }
+    la_slot_t *slot;
+    la_fiber_t *f = la_handle_get(LA_H(fh), LA_T_FIBER, &slot);
+    if (!f) {
+        la_set_error(ASYNC_E_BADHANDLE);
+        return -1;
+    }
+    int rc = 0;
+    if (!(f->flags & ASYNC_FIBER_JOINABLE)) rc = ASYNC_E_INVAL;
+    else if (f == la_current_fiber()) rc = ASYNC_E_STATE;
+    else {
+        int z = 0;
+        if (!atomic_compare_exchange_strong(&f->joining, &z, 1)) rc = ASYNC_E_BUSY;
+    }
+    la_sched_t *s = f->s;
+    if (!rc) atomic_fetch_add(&s->refs, 1);
+    la_handle_put(slot);
+    if (rc) {
+        la_set_error(rc);
+        return -1;
+    }
+    /* We are f's only joiner: f stays allocated until we free it. */
+    la_waiter_t w;
+    la_spin_lock(&f->jlk);
+    if (!f->done) {
+        if (timeout_ms == 0) {
+            rc = ASYNC_E_TIMEDOUT;
+        } else if ((rc = la_waiter_init(&w, LA_PK_NORMAL)) == 0) {
+            f->joiner = &w;
+            la_spin_unlock(&f->jlk);
+            int r = la_waiter_wait(&w, la_deadline(timeout_ms));
+            la_spin_lock(&f->jlk);
+            f->joiner = NULL;
+            la_waiter_done(&w);
+            rc = la_reason_err(r);
+        }
+    }
+    la_spin_unlock(&f->jlk);
+    if (rc) {
+        atomic_store(&f->joining, 0);
+        la_sched_put(s);
+        la_set_error(rc);
+        return -1;
+    }
+    pthread_mutex_lock(&s->fmu);
+    LA_LIST_REMOVE(s, f);
+    pthread_mutex_unlock(&s->fmu);
+    la_handle_free(f->handle, LA_T_FIBER);
+    fiber_free(f);
+    la_sched_put(s);
+    return 0;
+}
