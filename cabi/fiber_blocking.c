@@ -1,3 +1,5 @@
+//go:build !windows
+
 /* async_fiber_blocking: runs a function on a pool of plain threads while the
  * calling fiber parks. The pool is process-wide, grows on demand up to
  * LA_BLOCKING_MAX threads, and a thread idle for LA_BLOCKING_IDLE_S seconds

@@ -1,3 +1,5 @@
+//go:build !windows
+
 /* Channels: bounded FIFOs of fixed-size elements (capacity 0: rendezvous),
  * usable from fibers (they park) and plain threads (they block), with select.
  *

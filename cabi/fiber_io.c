@@ -1,3 +1,5 @@
+//go:build !windows
+
 /* fd waits for fibers: one edge-triggered epoll per scheduler.
  *
  * Each fd gets a record (kept for the scheduler's life) holding the readiness

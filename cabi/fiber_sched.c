@@ -1,3 +1,5 @@
+//go:build !windows
+
 /* The M:N fiber scheduler: worker pthreads, run queues with work stealing,
  * parking, timers, the per-scheduler epoll, shutdown, stats. See fiber.h for
  * the parking protocol.

@@ -1,3 +1,5 @@
+//go:build !windows
+
 /* Stack-overflow reporting: every worker thread gets an alternate signal
  * stack, and one process-wide SIGSEGV/SIGBUS handler (SA_ONSTACK) checks
  * whether the fault address is in a guard page of a fiber stack arena. If so

@@ -1,3 +1,5 @@
+//go:build !windows
+
 /* Fiber stacks: pooled slots carved out of large mmap(MAP_NORESERVE) arenas.
  *
  * A slot is one guard page followed by the usable stack (the stack grows

@@ -1,3 +1,5 @@
+//go:build !windows
+
 /* Fiber context switch for x86-64 (System V). See fiber.h.
  *   void la_ctx_switch(void **save, void *to)
  * Saves rbp, rbx, r12-r15, MXCSR and the x87 control word on the current

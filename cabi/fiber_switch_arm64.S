@@ -1,3 +1,5 @@
+//go:build !windows
+
 /* Fiber context switch for AArch64 (AAPCS64). See fiber.h.
  *   void la_ctx_switch(void **save, void *to)
  * Saves x19-x30, d8-d15 and FPCR in a 176-byte frame on the current stack,

@@ -15,6 +15,9 @@
 #endif
 
 #include "la.h"
+#if defined(_WIN32)
+#include "la_windows.h"
+#endif
 
 /* A worker may call into libasync (Go); the Go runtime needs some C stack on
  * the calling thread, so smaller requests are rounded up to this. */
@@ -37,12 +40,26 @@ typedef struct la_worker {
 
 static __thread la_worker_t *current_worker;
 
+/* After fork() the child refuses every worker call but async_worker_current
+ * (a signal_stop there would make the parent's stop descriptor readable). */
+#define WORKER_FORK_GUARD(fail)                                                    \
+    do {                                                                           \
+        if (__builtin_expect(atomic_load_explicit(&la_forked, memory_order_relaxed), 0)) { \
+            la_set_error(ASYNC_E_FORKED);                                          \
+            return fail;                                                           \
+        }                                                                          \
+    } while (0)
+
 static void worker_unref(la_worker_t *w) {
     if (atomic_fetch_sub(&w->refs, 1) != 1) return;
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->cv);
+#if defined(_WIN32)
+    la_win_stop_close(w->stop_rfd, w->stop_wfd);
+#else
     close(w->stop_rfd);
     if (w->stop_wfd != w->stop_rfd) close(w->stop_wfd);
+#endif
     free(w);
 }
 
@@ -72,7 +89,9 @@ static void *worker_main(void *arg) {
 }
 
 static int make_stop_fd(la_worker_t *w) {
-#if defined(__linux__)
+#if defined(_WIN32)
+    return la_win_stop_pair(&w->stop_rfd, &w->stop_wfd);
+#elif defined(__linux__)
     int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (fd < 0) return -1;
     w->stop_rfd = w->stop_wfd = fd;
@@ -116,7 +135,7 @@ async_worker_t *async_worker_create(async_worker_proc_t proc, void *context, siz
     pthread_mutex_init(&w->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
-#if !defined(__APPLE__)
+#if !defined(__APPLE__) && !defined(_WIN32)
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 #endif
     pthread_cond_init(&w->cv, &ca);
@@ -135,7 +154,11 @@ async_worker_t *async_worker_create(async_worker_proc_t proc, void *context, siz
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     if (stack_size > 0) {
+#if defined(_WIN32)
+        size_t page = la_win_page_size();
+#else
         size_t page = (size_t)sysconf(_SC_PAGESIZE);
+#endif
         size_t sz = stack_size < LA_MIN_WORKER_STACK ? LA_MIN_WORKER_STACK : stack_size;
         if (sz < (size_t)PTHREAD_STACK_MIN) sz = PTHREAD_STACK_MIN;
         if (sz > SIZE_MAX - page) {
@@ -190,7 +213,9 @@ static void signal_stop(la_worker_t *w) {
     int expect = ASYNC_WORKER_RUNNING;
     atomic_compare_exchange_strong(&w->state, &expect, ASYNC_WORKER_STOPPING);
     if (atomic_exchange(&w->stop, 1) == 0) {
-#if defined(__linux__)
+#if defined(_WIN32)
+        int r = la_win_stop_signal(w->stop_wfd);
+#elif defined(__linux__)
         uint64_t one = 1;
         ssize_t r;
         do r = write(w->stop_wfd, &one, sizeof one);
@@ -206,6 +231,7 @@ static void signal_stop(la_worker_t *w) {
 }
 
 void async_worker_signal_stop(async_worker_t *worker) {
+    WORKER_FORK_GUARD();
     int saved = errno;
     la_worker_t *w = worker_get(worker);
     if (!w) {
@@ -239,7 +265,7 @@ bool async_worker_join(async_worker_t *worker, int timeout_ms) {
     }
     struct timespec deadline;
     if (timeout_ms > 0) {
-#if defined(__APPLE__)
+#if defined(__APPLE__) || defined(_WIN32)
         clock_gettime(CLOCK_REALTIME, &deadline);
 #else
         clock_gettime(CLOCK_MONOTONIC, &deadline);
@@ -281,6 +307,7 @@ async_worker_t *async_worker_current(void) {
 }
 
 bool async_worker_should_stop(async_worker_t *worker) {
+    WORKER_FORK_GUARD(true);
     la_worker_t *w = current_worker;
     if (w && LA_H(worker) == w->handle) {
         /* The worker asking about itself: its record is alive (it holds a
@@ -298,6 +325,7 @@ bool async_worker_should_stop(async_worker_t *worker) {
 }
 
 async_worker_state_t async_worker_get_state(const async_worker_t *worker) {
+    WORKER_FORK_GUARD(ASYNC_WORKER_STOPPED);
     la_worker_t *w = worker_get(worker);
     if (!w) {
         la_set_error(ASYNC_E_BADHANDLE);
@@ -309,6 +337,7 @@ async_worker_state_t async_worker_get_state(const async_worker_t *worker) {
 }
 
 void *async_worker_result(async_worker_t *worker) {
+    WORKER_FORK_GUARD(NULL);
     la_worker_t *w = worker_get(worker);
     if (!w) {
         la_set_error(ASYNC_E_BADHANDLE);
@@ -327,6 +356,7 @@ void *async_worker_result(async_worker_t *worker) {
 }
 
 int async_worker_stop_fd(async_worker_t *worker) {
+    WORKER_FORK_GUARD(-1);
     la_worker_t *w = worker_get(worker);
     if (!w) {
         la_set_error(ASYNC_E_BADHANDLE);
@@ -340,6 +370,7 @@ int async_worker_stop_fd(async_worker_t *worker) {
 pthread_t async_worker_get_native_handle(async_worker_t *worker) {
     pthread_t t;
     memset(&t, 0, sizeof t);
+    WORKER_FORK_GUARD(t);
     la_worker_t *w = worker_get(worker);
     if (!w) {
         la_set_error(ASYNC_E_BADHANDLE);

@@ -2,6 +2,7 @@
 #include "check.h"
 
 #include <limits.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -178,8 +179,20 @@ static void child_body(async_queue_t *q, async_runtime_t *rt, async_worker_t *w)
     CHILD_CHECK(29, async_last_error() == ASYNC_E_FORKED);
     CHILD_CHECK(30, !async_worker_join(w, -1));
     CHILD_CHECK(31, async_last_error() == ASYNC_E_FORKED);
-    async_worker_signal_stop(w);
+    async_clear_error();
+    async_worker_signal_stop(w); /* must not touch the parent's stop descriptor */
     CHILD_CHECK(32, async_last_error() == ASYNC_E_FORKED);
+    async_clear_error();
+    CHILD_CHECK(35, async_worker_stop_fd(w) == -1 && async_last_error() == ASYNC_E_FORKED);
+    async_clear_error();
+    CHILD_CHECK(36, async_worker_should_stop(w) && async_last_error() == ASYNC_E_FORKED);
+    async_clear_error();
+    CHILD_CHECK(37, async_worker_get_state(w) == ASYNC_WORKER_STOPPED && async_last_error() == ASYNC_E_FORKED);
+    async_clear_error();
+    CHILD_CHECK(38, async_worker_result(w) == NULL && async_last_error() == ASYNC_E_FORKED);
+    async_clear_error();
+    (void)async_worker_get_native_handle(w);
+    CHILD_CHECK(39, async_last_error() == ASYNC_E_FORKED);
     CHILD_CHECK(33, async_runtime_cancel_timer(rt, 1) == -1 && async_last_error() == ASYNC_E_FORKED);
     CHILD_CHECK(34, async_queue_attach(q, rt, 1) == -1 && async_last_error() == ASYNC_E_FORKED);
     /* these work as usual in the child */
@@ -238,6 +251,12 @@ static void run_child(async_queue_t *q, async_runtime_t *rt, async_worker_t *w)
                 WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
     CHECK(WIFEXITED(status));
     CHECK_EQ(WEXITSTATUS(status), 0);
+    /* the child's signal_stop did not reach the parent's worker */
+    {
+        struct pollfd pfd = {async_worker_stop_fd(w), POLLIN, 0};
+        CHECK_EQ(poll(&pfd, 1, 0), 0);
+        CHECK(!async_worker_should_stop(w));
+    }
 }
 
 static void t_fork(void)

@@ -40,6 +40,13 @@
 #include <pthread.h>
 #include <sys/socket.h>
 #include <sys/types.h>
+#else
+#include <winsock2.h>
+#include <ws2tcpip.h> /* socklen_t */
+#if defined(_MSC_VER)
+#include <basetsd.h>
+typedef SSIZE_T ssize_t;
+#endif
 #endif
 #if !defined(__cplusplus)
 #include <stdbool.h>
@@ -258,8 +265,10 @@ pthread_t async_worker_get_native_handle(async_worker_t *worker);
 /* A descriptor owned by the worker that becomes readable (and stays readable)
  * once async_worker_signal_stop() is called, so a proc blocked in
  * poll()/select() on its own descriptors can include it and wake. Do not
- * read, write or close it. -1 with ASYNC_E_BADHANDLE for an invalid handle.
- * Thread-safe; never blocks. */
+ * read, write or close it. It is close-on-exec and stays valid until the
+ * worker's record is freed. On Windows it is a SOCKET (select() takes only
+ * sockets) returned as an int. -1 with ASYNC_E_BADHANDLE for an invalid
+ * handle. Thread-safe; never blocks. */
 int async_worker_stop_fd(async_worker_t *worker);
 
 /* ------------------------------------------------------------------------ */
@@ -287,9 +296,12 @@ typedef struct {
     void *context;             /* fd events: the context given to async_runtime_add; otherwise NULL */
 } io_event_t;
 
-/* Creates an event loop: epoll + eventfd on Linux, or poll + pipe when the
- * environment variable ASYNC_BACKEND=poll is set (ASYNC_BACKEND=epoll forces
- * epoll). Every descriptor it opens is close-on-exec.
+/* Creates an event loop on the platform's default backend: epoll + eventfd on
+ * Linux, kqueue + pipe on macOS and the BSDs, IOCP on Windows; the
+ * environment variable ASYNC_BACKEND selects another one available on the
+ * platform: "epoll", "kqueue", "iocp", or "poll" (poll + pipe, any unix).
+ * See docs/PLATFORMS.md for what is tested where. Every descriptor it opens
+ * is close-on-exec.
  * Errors: ASYNC_E_NOMEM, ASYNC_E_SYS, ASYNC_E_NOTSUP (unknown ASYNC_BACKEND).
  * Thread-safe; never blocks. */
 async_runtime_t *async_runtime_init(void);

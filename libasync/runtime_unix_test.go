@@ -13,7 +13,7 @@ import (
 
 func TestFdReadinessLevelTriggered(t *testing.T) {
 	backends(t, func(t *testing.T, rt *Runtime) {
-		sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -77,7 +77,7 @@ func TestFdReadinessLevelTriggered(t *testing.T) {
 func TestClosedFdNumberCanBeReused(t *testing.T) {
 	backends(t, func(t *testing.T, rt *Runtime) {
 		var p [2]int
-		if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		if err := unix.Pipe(p[:]); err != nil {
 			t.Fatal(err)
 		}
 		defer unix.Close(p[1])
@@ -88,7 +88,7 @@ func TestClosedFdNumberCanBeReused(t *testing.T) {
 		ev := make([]Event, 4)
 		rt.Wait(ev, 0) // poll reports the closed fd once; epoll nothing
 		var q [2]int
-		if err := unix.Pipe2(q[:], unix.O_CLOEXEC); err != nil {
+		if err := unix.Pipe(q[:]); err != nil {
 			t.Fatal(err)
 		}
 		defer unix.Close(q[0])

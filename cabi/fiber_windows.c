@@ -1,0 +1,183 @@
+/* Fibers on Windows: not implemented yet (see docs/PLATFORMS.md for the
+ * plan). The fiber layer (fiber_*.c, fiber_switch_*.S) is built on every
+ * other platform; on Windows this file stands in for it:
+ *   - the hooks the rest of cabi calls (no thread is ever on a fiber);
+ *   - every public fiber, scheduler and channel function, so the DLL exports
+ *     the whole of async.h. Calls that async.h defines for plain threads
+ *     behave as documented there (yield, sleep, blocking, current); the
+ *     others fail with ASYNC_E_NOTSUP.
+ * scripts/cross.sh checks that the DLL exports every function of async.h. */
+#include <winsock2.h>
+#include <windows.h>
+
+#include "fiber.h"
+
+/* ---- hooks used by shim.c ------------------------------------------------ */
+
+int *la_fiber_error_slot(void) { return NULL; }
+
+la_fiber_t *la_current_fiber(void) { return NULL; }
+
+void la_fiber_trap(void (*fn)(void *), void *arg) { fn(arg); }
+
+/* Waiters are used by shim.c only on a fiber, which never happens here. */
+int la_waiter_init(la_waiter_t *w, int kind) {
+    (void)w, (void)kind;
+    return ASYNC_E_NOTSUP;
+}
+
+int la_waiter_wake(la_waiter_t *w, int reason) {
+    (void)w, (void)reason;
+    return 0;
+}
+
+int la_waiter_wait(la_waiter_t *w, uint64_t deadline_ns) {
+    (void)w, (void)deadline_ns;
+    return LA_W_TIMEDOUT;
+}
+
+void la_waiter_done(la_waiter_t *w) { (void)w; }
+
+uint64_t la_now_ns(void) { return (uint64_t)GetTickCount64() * 1000000u; }
+
+uint64_t la_deadline(int timeout_ms) { return timeout_ms < 0 ? 0 : la_now_ns() + (uint64_t)timeout_ms * 1000000u; }
+
+int la_reason_err(int reason) {
+    (void)reason;
+    return ASYNC_E_NOTSUP;
+}
+
+/* ---- the public API ------------------------------------------------------ */
+
+static int notsup(void) {
+    la_set_error(ASYNC_E_NOTSUP);
+    return -1;
+}
+
+async_sched_t *async_sched_create(const async_sched_config_t *cfg) {
+    (void)cfg;
+    notsup();
+    return NULL;
+}
+
+int async_sched_run(async_sched_t *s) {
+    (void)s;
+    return notsup();
+}
+
+int async_sched_shutdown(async_sched_t *s, int timeout_ms) {
+    (void)s, (void)timeout_ms;
+    return notsup();
+}
+
+void async_sched_destroy(async_sched_t *s) {
+    (void)s;
+    notsup();
+}
+
+int async_sched_get_stats(async_sched_t *s, async_sched_stats_t *stats, async_sched_worker_stats_t *per_worker,
+                          int max_workers) {
+    (void)s, (void)stats, (void)per_worker, (void)max_workers;
+    return notsup();
+}
+
+async_fiber_t *async_fiber_spawn(async_sched_t *s, void (*fn)(void *), void *arg, unsigned flags) {
+    (void)s, (void)fn, (void)arg, (void)flags;
+    notsup();
+    return NULL;
+}
+
+int async_fiber_join(async_fiber_t *f, int timeout_ms) {
+    (void)f, (void)timeout_ms;
+    return notsup();
+}
+
+/* Plain-thread behaviour of async.h: every thread is a plain thread here. */
+void async_fiber_yield(void) { SwitchToThread(); }
+
+int async_fiber_sleep(uint64_t ms) {
+    while (ms > 0) {
+        DWORD d = ms > 0x7FFFFFFFu ? 0x7FFFFFFFu : (DWORD)ms;
+        Sleep(d);
+        ms -= d;
+    }
+    return 0;
+}
+
+async_fiber_t *async_fiber_current(void) { return NULL; }
+
+int async_fiber_blocking(void (*fn)(void *), void *arg) {
+    if (!fn) {
+        la_set_error(ASYNC_E_INVAL);
+        return -1;
+    }
+    fn(arg);
+    return 0;
+}
+
+int async_fiber_wait_fd(async_fd_t fd, uint32_t events, int timeout_ms) {
+    (void)fd, (void)events, (void)timeout_ms;
+    return notsup();
+}
+
+ssize_t async_fiber_read(async_fd_t fd, void *buf, size_t n, int timeout_ms) {
+    (void)fd, (void)buf, (void)n, (void)timeout_ms;
+    return notsup();
+}
+
+ssize_t async_fiber_write(async_fd_t fd, const void *buf, size_t n, int timeout_ms) {
+    (void)fd, (void)buf, (void)n, (void)timeout_ms;
+    return notsup();
+}
+
+async_fd_t async_fiber_accept(async_fd_t listen_fd, struct sockaddr *addr, socklen_t *len, int timeout_ms) {
+    (void)listen_fd, (void)addr, (void)len, (void)timeout_ms;
+    notsup();
+    return (async_fd_t)-1;
+}
+
+int async_fiber_connect(async_fd_t fd, const struct sockaddr *addr, socklen_t len, int timeout_ms) {
+    (void)fd, (void)addr, (void)len, (void)timeout_ms;
+    return notsup();
+}
+
+async_chan_t *async_chan_create(size_t capacity, size_t elem_size) {
+    (void)capacity, (void)elem_size;
+    notsup();
+    return NULL;
+}
+
+int async_chan_send(async_chan_t *c, const void *elem, int timeout_ms) {
+    (void)c, (void)elem, (void)timeout_ms;
+    return notsup();
+}
+
+int async_chan_recv(async_chan_t *c, void *elem, int timeout_ms) {
+    (void)c, (void)elem, (void)timeout_ms;
+    return notsup();
+}
+
+int async_chan_try_send(async_chan_t *c, const void *elem) {
+    (void)c, (void)elem;
+    return notsup();
+}
+
+int async_chan_try_recv(async_chan_t *c, void *elem) {
+    (void)c, (void)elem;
+    return notsup();
+}
+
+void async_chan_close(async_chan_t *c) {
+    (void)c;
+    notsup();
+}
+
+void async_chan_destroy(async_chan_t *c) {
+    (void)c;
+    notsup();
+}
+
+int async_chan_select(async_chan_op_t *ops, size_t n, int timeout_ms) {
+    (void)ops, (void)n, (void)timeout_ms;
+    return notsup();
+}
