@@ -124,6 +124,7 @@ static int queue_fiber_op(la_fiber_t *f, int deq, uint64_t h, void *p, size_t n,
                           int timeout_ms) {
     if (timeout_ms < -1) return ASYNC_E_INVAL;
     uint64_t deadline = la_deadline(timeout_ms);
+    int waited = 0;
     for (;;) {
         la_waiter_t w;
         int rc = la_waiter_init(&w, LA_PK_NORMAL);
@@ -136,8 +137,12 @@ static int queue_fiber_op(la_fiber_t *f, int deq, uint64_t h, void *p, size_t n,
             rc = GO(.op = GO_Q_ENQ_FIBER, .h = h, .p = p, .n = n, .i2 = mode, .k = (uintptr_t)&w, .p2 = &id);
         if (rc != LA_REGISTERED) {
             park_abandon(f);
+            /* The handle was good when we registered: it went away while we
+             * waited, which the header calls ASYNC_E_CLOSED. */
+            if (rc == ASYNC_E_BADHANDLE && waited) rc = ASYNC_E_CLOSED;
             return rc;
         }
+        waited = 1;
         int why = la_waiter_wait(&w, deadline);
         GO(.op = GO_Q_FIBER_END, .u1 = id, .i1 = why != LA_W_READY);
         if (why != LA_W_READY) return la_reason_err(why);
@@ -159,11 +164,11 @@ static const char *const messages[] = {
     [ASYNC_E_NOMEM] = "out of memory or handles",
     [ASYNC_E_TOOBIG] = "message larger than the queue's max_msg_size",
     [ASYNC_E_BUFSIZE] = "buffer too small for the message",
-    [ASYNC_E_EMPTY] = "queue is empty",
-    [ASYNC_E_FULL] = "queue is full",
+    [ASYNC_E_EMPTY] = "queue or channel is empty",
+    [ASYNC_E_FULL] = "queue or channel is full",
     [ASYNC_E_TIMEDOUT] = "timed out",
-    [ASYNC_E_CLOSED] = "object destroyed while the call waited on it",
-    [ASYNC_E_BUSY] = "another thread is already waiting on this runtime",
+    [ASYNC_E_CLOSED] = "closed: destroyed while the call waited, a closed channel, or a reset connection",
+    [ASYNC_E_BUSY] = "busy: another caller already waits there (runtime wait, fd direction, join)",
     [ASYNC_E_EXISTS] = "file descriptor already registered",
     [ASYNC_E_NOTFOUND] = "file descriptor or timer not registered",
     [ASYNC_E_BADFD] = "bad file descriptor",

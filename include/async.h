@@ -75,11 +75,11 @@ typedef enum {
     ASYNC_E_NOMEM = 3,      /* out of memory or out of handles */
     ASYNC_E_TOOBIG = 4,     /* message larger than the queue's max_msg_size */
     ASYNC_E_BUFSIZE = 5,    /* buffer too small; the needed size is in *out_size */
-    ASYNC_E_EMPTY = 6,      /* nothing to dequeue */
-    ASYNC_E_FULL = 7,       /* queue full (no DROP_OLDEST / BLOCK_WRITER policy) */
+    ASYNC_E_EMPTY = 6,      /* nothing to dequeue or receive */
+    ASYNC_E_FULL = 7,       /* queue full (no DROP_OLDEST / BLOCK_WRITER policy) or channel full */
     ASYNC_E_TIMEDOUT = 8,   /* the timeout expired */
-    ASYNC_E_CLOSED = 9,     /* the object was destroyed while the call waited on it */
-    ASYNC_E_BUSY = 10,      /* another thread is already in async_runtime_wait on this runtime */
+    ASYNC_E_CLOSED = 9,     /* destroyed while the call waited on it; a closed channel; a reset or refused connection */
+    ASYNC_E_BUSY = 10,      /* another caller already waits there: async_runtime_wait, an fd direction, a join */
     ASYNC_E_EXISTS = 11,    /* fd already registered with this runtime */
     ASYNC_E_NOTFOUND = 12,  /* fd or timer not registered with this runtime */
     ASYNC_E_BADFD = 13,     /* not an open file descriptor (or not pollable) */
