@@ -14,13 +14,32 @@ const defaultBackend = "epoll"
 func init() { register("epoll", newEpoll) }
 
 // epollPoller is level-triggered epoll with an eventfd doorbell.
+//
+// Each registration carries an id in the event's spare data word. epoll
+// keys registrations by open file, not by number: if the host closes a
+// registered fd while a dup of it lives on, the old registration stays in
+// the set under that number, and once the number is reused its events would
+// be taken for the new fd's. An event whose id is not the fd's current one
+// is such a ghost: it is dropped, and since it cannot be deleted by number,
+// the set is rebuilt from the live registrations (rare: only after a
+// remove-before-close mistake).
 type epollPoller struct {
 	epfd    int
 	efd     int
-	mu      sync.Mutex // guards closed against Close racing Add/Modify/Remove/Ring
+	mu      sync.Mutex // guards closed, regs, epfd changes
 	closed  bool
+	regs    map[int]epollReg
+	nextID  int32
+	rebuild bool  // a ghost was seen: rebuild the set (waiter only)
+	strays  []int // unregistered fds that fired in the last consume
+	fresh   []int // ... and in this one
 	raw     []unix.EpollEvent
 	drained [8]byte
+}
+
+type epollReg struct {
+	events uint32
+	id     int32
 }
 
 func newEpoll() (Poller, error) {
@@ -39,7 +58,7 @@ func newEpoll() (Poller, error) {
 		unix.Close(efd)
 		return nil, err
 	}
-	return &epollPoller{epfd: epfd, efd: efd}, nil
+	return &epollPoller{epfd: epfd, efd: efd, regs: map[int]epollReg{}}, nil
 }
 
 func (p *epollPoller) Name() string { return "epoll" }
@@ -71,8 +90,21 @@ func (p *epollPoller) ctl(op, fd int, events uint32) error {
 		}
 		return ErrNotFound
 	}
-	ev := unix.EpollEvent{Events: epollBits(events), Fd: int32(fd)}
+	reg := p.regs[fd]
+	if op == unix.EPOLL_CTL_ADD {
+		p.nextID++
+		reg = epollReg{id: p.nextID}
+	}
+	reg.events = events
+	ev := unix.EpollEvent{Events: epollBits(events), Fd: int32(fd), Pad: reg.id}
 	err := unix.EpollCtl(p.epfd, op, fd, &ev)
+	if err == nil || (op == unix.EPOLL_CTL_DEL && err == unix.EBADF) {
+		if op == unix.EPOLL_CTL_DEL {
+			delete(p.regs, fd)
+		} else {
+			p.regs[fd] = reg
+		}
+	}
 	switch err {
 	case nil:
 		return nil
@@ -129,6 +161,45 @@ func (p *epollPoller) Wait(evs []Event, timeoutMs int) (int, WaitResult, error) 
 	return out, r2, nil
 }
 
+func (p *epollPoller) wasStray(fd int) bool {
+	for _, s := range p.strays {
+		if s == fd {
+			return true
+		}
+	}
+	return false
+}
+
+// rebuildSet replaces the epoll set by a fresh one holding the doorbell and
+// every live registration, which drops ghosts (see epollPoller). Called by
+// the waiting thread only, between waits.
+func (p *epollPoller) rebuildSet() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.rebuild = false
+	if p.closed {
+		return
+	}
+	nfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return // keep the old set: ghosts are still dropped one by one
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(p.efd)}
+	if unix.EpollCtl(nfd, unix.EPOLL_CTL_ADD, p.efd, &ev) != nil {
+		unix.Close(nfd)
+		return
+	}
+	for fd, reg := range p.regs {
+		ev := unix.EpollEvent{Events: epollBits(reg.events), Fd: int32(fd), Pad: reg.id}
+		if unix.EpollCtl(nfd, unix.EPOLL_CTL_ADD, fd, &ev) != nil {
+			delete(p.regs, fd) // closed meanwhile: nothing to watch
+		}
+	}
+	old := p.epfd
+	p.epfd = nfd
+	unix.Close(old)
+}
+
 func (p *epollPoller) RawFD() int        { return p.epfd }
 func (p *epollPoller) RawEventSize() int { return int(unsafe.Sizeof(unix.EpollEvent{})) }
 
@@ -142,6 +213,15 @@ func (p *epollPoller) ConsumeRaw(raw unsafe.Pointer, n int, evs []Event) (int, W
 func (p *epollPoller) consume(raw []unix.EpollEvent, evs []Event) (int, WaitResult) {
 	var r WaitResult
 	out := 0
+	p.mu.Lock() // regs
+	p.fresh = p.fresh[:0]
+	defer func() {
+		p.strays, p.fresh = p.fresh, p.strays
+		p.mu.Unlock()
+		if p.rebuild {
+			p.rebuildSet()
+		}
+	}()
 	for i := range raw {
 		e := &raw[i]
 		fd := int(e.Fd)
@@ -150,6 +230,16 @@ func (p *epollPoller) consume(raw []unix.EpollEvent, evs []Event) (int, WaitResu
 			if p.drain() >= WakeupIncrement {
 				r.Woken = true
 			}
+			continue
+		}
+		if reg, ok := p.regs[fd]; !ok || reg.id != e.Pad {
+			// Registered under another id: a ghost (see epollPoller).
+			// Not registered: usually removed after this batch was
+			// harvested; a ghost only if it fires again next time.
+			if ok || p.wasStray(fd) {
+				p.rebuild = true
+			}
+			p.fresh = append(p.fresh, fd)
 			continue
 		}
 		if out == len(evs) {
