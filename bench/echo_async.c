@@ -1,0 +1,40 @@
+/*
+ * TCP echo server, libasync: one fiber per connection doing blocking-style
+ * async_fiber_read / async_fiber_write with a 4 KiB buffer on its stack, one
+ * acceptor fiber (the server of docs/FIBERS.md).
+ *
+ * usage: echo_async [workers=1]   (see echo.h)
+ */
+#include "echo.h"
+
+#include "async.h"
+
+static async_sched_t *sched;
+
+static void conn(void *arg) {
+    int fd = (int)(intptr_t)arg;
+    char b[4096];
+    ssize_t n;
+    echo_nodelay(fd);
+    while ((n = async_fiber_read(fd, b, sizeof b, -1)) > 0)
+        if (async_fiber_write(fd, b, (size_t)n, -1) < 0) break;
+    close(fd);
+}
+
+static void acceptor(void *arg) {
+    int lfd = (int)(intptr_t)arg, fd;
+    while ((fd = async_fiber_accept(lfd, NULL, NULL, -1)) >= 0)
+        if (!async_fiber_spawn(sched, conn, (void *)(intptr_t)fd, 0)) close(fd);
+    fprintf(stderr, "echo_async: accept: %s\n", async_strerror(async_last_error()));
+}
+
+int main(int argc, char **argv) {
+    int lfd = echo_listen();
+    async_sched_config_t cfg = {.workers = (int)arg_long(argc, argv, 1, 1)};
+    sched = async_sched_create(&cfg);
+    if (!sched || !async_fiber_spawn(sched, acceptor, (void *)(intptr_t)lfd, 0)) {
+        fprintf(stderr, "echo_async: %s\n", async_strerror(async_last_error()));
+        return 1;
+    }
+    return async_sched_run(sched);
+}
