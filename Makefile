@@ -1,7 +1,9 @@
 # libasync: the two commands of the README.
 #   make demo   builds everything and runs examples/console_worker on this terminal
-#   make test   runs every test: go vet, go test -race, the C tests (ctest) with
-#               the epoll and poll backends, and the C tests again under ASan+UBSan
+#   make test   runs every test: gofmt + go vet, go test -race, the C tests (ctest)
+#               with the epoll and poll backends, the C tests again under ASan+UBSan,
+#               the cross-platform builds and tests (scripts/cross.sh: BSDs, macOS,
+#               Windows under wine, linux/arm64 under qemu), and a short fuzz run
 # Other targets: build, install (PREFIX=/usr/local), bench, clean.
 
 export PATH := $(PATH):/usr/local/go/bin
@@ -11,7 +13,7 @@ PREFIX ?= /usr/local
 JOBS ?= 2
 CTEST_FLAGS ?= --output-on-failure -j$(JOBS)
 
-.PHONY: all deps build test test-go test-c test-asan demo install bench clean
+.PHONY: all deps build test test-go test-c test-asan test-cross test-fuzz soak demo install bench clean
 
 all: build
 
@@ -22,7 +24,7 @@ build: deps
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 	cmake --build $(BUILD) -j$(JOBS)
 
-test: test-go test-c test-asan
+test: test-go test-c test-asan test-cross test-fuzz
 	@echo "make test: all test suites passed"
 
 test-go: deps
@@ -37,6 +39,18 @@ test-asan: deps
 	cmake -S . -B $(BUILD_SAN) -DCMAKE_BUILD_TYPE=Debug -DASYNC_SANITIZE=ON >/dev/null
 	cmake --build $(BUILD_SAN) -j$(JOBS)
 	ctest --test-dir $(BUILD_SAN) $(CTEST_FLAGS)
+
+test-cross: deps
+	bash scripts/cross.sh
+
+# FUZZTIME=10m FUZZ_KEEP=1 make test-fuzz for a long run that keeps what the
+# fuzzer found in libasync/testdata/fuzz (make test leaves the tree as it is).
+test-fuzz: deps
+	FUZZ_KEEP=$${FUZZ_KEEP:-0} bash scripts/fuzz.sh
+
+# Long stress with RSS and descriptor counts sampled (not part of make test).
+soak: build
+	bash scripts/soak.sh
 
 demo: build
 	$(BUILD)/examples/console_worker/console_worker

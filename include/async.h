@@ -317,9 +317,11 @@ void async_runtime_deinit(async_runtime_t *rt);
  * Errors: ASYNC_E_BADHANDLE, ASYNC_E_INVAL (other event bits), ASYNC_E_BADFD
  * (fd < 0, not open, or not pollable, e.g. a regular file with epoll),
  * ASYNC_E_EXISTS (already added), ASYNC_E_NOMEM, ASYNC_E_SYS.
- * If a registered fd is closed without async_runtime_remove, epoll forgets it
- * silently while the poll backend reports it once as ERROR|CLOSE; either way a
- * new descriptor with the same number can be added again.
+ * Call async_runtime_remove before closing a registered fd. If it is closed
+ * without: the poll backend reports it once as ERROR|CLOSE; epoll forgets it
+ * (but if a dup keeps the file open, its events keep coming with the old
+ * context until the number is reused). Either way a new descriptor with the
+ * same number can be added again and never receives the old file's events.
  * Thread-safe (may be called while another thread waits); never blocks. */
 int async_runtime_add(async_runtime_t *rt, async_fd_t fd, uint32_t events, void *context);
 

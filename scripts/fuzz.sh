@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Runs every Go fuzz target of ./libasync (FuzzQueueModel, FuzzWheel,
+# FuzzCompletions, and any added later) for FUZZTIME each, then copies the
+# corpus entries the fuzzer found (Go keeps them in its cache) into
+# libasync/testdata/fuzz/<target>/, where plain `go test ./libasync` replays
+# them and git can keep them.
+#
+#   scripts/fuzz.sh                     # 10 s per target (the CI run)
+#   FUZZTIME=10m scripts/fuzz.sh        # a long run
+#   FUZZ_TARGETS=FuzzWheel scripts/fuzz.sh
+#
+# Environment:
+#   FUZZTIME       per target, as for go test -fuzztime (default 10s)
+#   FUZZ_TARGETS   space-separated target names (default: all)
+#   FUZZ_KEEP      1 (default): copy new corpus entries into testdata; 0: don't
+#   FUZZ_KEEP_MAX  at most this many entries per target in testdata (default 100)
+#   FUZZ_PARALLEL  fuzzing workers (default 2)
+#
+# A failing input is written by go test itself to
+# libasync/testdata/fuzz/<target>/<hash>; the script then exits 1. Replay it
+# with: go test -run '<target>/<hash>' ./libasync
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PATH:/usr/local/go/bin"
+
+FUZZTIME=${FUZZTIME:-10s}
+FUZZ_KEEP=${FUZZ_KEEP:-1}
+FUZZ_KEEP_MAX=${FUZZ_KEEP_MAX:-100}
+FUZZ_PARALLEL=${FUZZ_PARALLEL:-2}
+pkg=./libasync
+targets=${FUZZ_TARGETS:-$(go test -list '^Fuzz' "$pkg" | grep '^Fuzz' || true)}
+[ -n "$targets" ] || { echo "fuzz: no fuzz targets in $pkg" >&2; exit 1; }
+cache="$(go env GOCACHE)/fuzz/$(go list -m)/libasync"
+
+failed=()
+for t in $targets; do
+  echo "fuzz: $t for $FUZZTIME"
+  if ! go test -run '^$' -fuzz "^${t}\$" -fuzztime "$FUZZTIME" -parallel "$FUZZ_PARALLEL" "$pkg"; then
+    echo "fuzz: $t FAILED; the input is in libasync/testdata/fuzz/$t/ (keep it with the fix)" >&2
+    failed+=("$t")
+    continue
+  fi
+  if [ "$FUZZ_KEEP" = 1 ] && [ -d "$cache/$t" ]; then
+    dst=libasync/testdata/fuzz/$t
+    mkdir -p "$dst"
+    have=$(find "$dst" -type f | wc -l)
+    kept=0
+    # oldest first: entries found early cover the basics
+    while IFS= read -r f; do
+      [ "$have" -lt "$FUZZ_KEEP_MAX" ] || break
+      b=$(basename "$f")
+      [ -e "$dst/$b" ] && continue
+      cp "$f" "$dst/$b"
+      have=$((have + 1))
+      kept=$((kept + 1))
+    done < <(ls -tr "$cache/$t" | sed "s|^|$cache/$t/|")
+    echo "fuzz: $t: kept $kept new corpus entries ($have in $dst)"
+  fi
+done
+
+# the kept corpus must replay cleanly
+go test -run '^Fuzz' -count=1 "$pkg"
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "fuzz: failed: ${failed[*]}" >&2
+  exit 1
+fi
+echo "fuzz: all targets passed"
