@@ -37,8 +37,8 @@ func init() { register("kqueue", newKqueue) }
 // exists, but not every kqueue has it and C cannot trigger it signal-safely
 // without a second convention; one pipe everywhere keeps one code path.
 type kqueuePoller struct {
-	kq       int
-	rfd, wfd int
+	kq int
+	pipeBell
 
 	mu     sync.Mutex
 	closed bool
@@ -47,7 +47,6 @@ type kqueuePoller struct {
 	raw   []unix.Kevent_t // owned by the waiting thread
 	slot  map[int]int     // fd -> index in the output, rebuilt per Wait
 	rearm []int           // sentinels that saw EOF in this Wait
-	buf   [128]byte
 }
 
 type kqReg struct {
@@ -68,13 +67,13 @@ func newKqueue() (Poller, error) {
 	if err != nil {
 		return nil, err
 	}
-	var p [2]int
-	if err := pipe2(&p); err != nil {
+	bell, err := newPipeBell()
+	if err != nil {
 		unix.Close(kq)
 		return nil, err
 	}
-	kp := &kqueuePoller{kq: kq, rfd: p[0], wfd: p[1], regs: map[int]*kqReg{}, slot: map[int]int{}}
-	if err := kp.change(p[0], unix.EVFILT_READ, unix.EV_ADD); err != nil {
+	kp := &kqueuePoller{kq: kq, pipeBell: bell, regs: map[int]*kqReg{}, slot: map[int]int{}}
+	if err := kp.change(bell.rfd, unix.EVFILT_READ, unix.EV_ADD); err != nil {
 		kp.closeAll()
 		return nil, err
 	}
@@ -330,25 +329,6 @@ func (p *kqueuePoller) Wait(evs []Event, timeoutMs int) (int, WaitResult, error)
 	return out, r, nil
 }
 
-// drain empties the pipe and reports whether it held a WakeupByte.
-func (p *kqueuePoller) drain() bool {
-	woken := false
-	for {
-		n, err := unix.Read(p.rfd, p.buf[:])
-		for i := 0; i < n; i++ {
-			if p.buf[i] == WakeupByte {
-				woken = true
-			}
-		}
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil || n < len(p.buf) {
-			return woken
-		}
-	}
-}
-
 func (p *kqueuePoller) Ring() error   { return p.ring(RingByte) }
 func (p *kqueuePoller) Wakeup() error { return p.ring(WakeupByte) }
 
@@ -360,26 +340,14 @@ func (p *kqueuePoller) ring(b byte) error {
 	if p.closed {
 		return ErrClosed
 	}
-	buf := [1]byte{b}
-	for {
-		_, err := unix.Write(p.wfd, buf[:])
-		switch err {
-		case nil, unix.EAGAIN:
-			// EAGAIN: the pipe is full, so the waiter wakes anyway.
-			return nil
-		case unix.EINTR:
-			continue
-		}
-		return err
-	}
+	return p.write(b)
 }
 
 func (p *kqueuePoller) Doorbell() (int, int) { return p.wfd, DoorbellPipe }
 
 func (p *kqueuePoller) closeAll() {
 	unix.Close(p.kq)
-	unix.Close(p.rfd)
-	unix.Close(p.wfd)
+	p.pipeBell.close()
 }
 
 func (p *kqueuePoller) Close() error {

@@ -15,7 +15,7 @@ func init() { register("poll", newPoll) }
 // changed. A change made while a thread waits rings the doorbell so the wait
 // restarts with the new set. There is no descriptor limit besides RLIMIT_NOFILE.
 type pollPoller struct {
-	rfd, wfd int
+	pipeBell
 
 	mu      sync.Mutex
 	closed  bool
@@ -26,7 +26,6 @@ type pollPoller struct {
 	seq  uint64
 	fds  []unix.PollFd // owned by the waiting thread
 	seqs []uint64      // the registration behind each fds entry
-	buf  [128]byte
 }
 
 // pollReg is one registration: the watched events and the identity of the
@@ -47,11 +46,11 @@ func fileID(fd int) (dev, ino uint64, ok bool) {
 }
 
 func newPoll() (Poller, error) {
-	var p [2]int
-	if err := pipe2(&p); err != nil {
+	bell, err := newPipeBell()
+	if err != nil {
 		return nil, err
 	}
-	return &pollPoller{rfd: p[0], wfd: p[1], regs: map[int]pollReg{}, dirty: true}, nil
+	return &pollPoller{pipeBell: bell, regs: map[int]pollReg{}, dirty: true}, nil
 }
 
 func (p *pollPoller) Name() string { return "poll" }
@@ -227,40 +226,6 @@ func (p *pollPoller) Wait(evs []Event, timeoutMs int) (int, WaitResult, error) {
 	return out, r, nil
 }
 
-// drain empties the pipe and reports whether it held a WakeupByte.
-func (p *pollPoller) drain() bool {
-	woken := false
-	for {
-		n, err := unix.Read(p.rfd, p.buf[:])
-		for i := 0; i < n; i++ {
-			if p.buf[i] == WakeupByte {
-				woken = true
-			}
-		}
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil || n < len(p.buf) {
-			return woken
-		}
-	}
-}
-
-func (p *pollPoller) write(b byte) error {
-	buf := [1]byte{b}
-	for {
-		_, err := unix.Write(p.wfd, buf[:])
-		switch err {
-		case nil, unix.EAGAIN:
-			// EAGAIN: the pipe is full, so the waiter wakes anyway.
-			return nil
-		case unix.EINTR:
-			continue
-		}
-		return err
-	}
-}
-
 func (p *pollPoller) Ring() error   { return p.ring(RingByte) }
 func (p *pollPoller) Wakeup() error { return p.ring(WakeupByte) }
 
@@ -283,7 +248,6 @@ func (p *pollPoller) Close() error {
 		return ErrClosed
 	}
 	p.closed = true
-	unix.Close(p.rfd)
-	unix.Close(p.wfd)
+	p.pipeBell.close()
 	return nil
 }

@@ -1,0 +1,64 @@
+//go:build unix
+
+package port
+
+import "golang.org/x/sys/unix"
+
+// pipeBell is the self-pipe doorbell of the poll and kqueue backends: C code
+// writes a RingByte or WakeupByte to wfd (async_runtime_wakeup does so from
+// signal handlers); the waiter watches rfd and drains it.
+type pipeBell struct {
+	rfd, wfd int
+	buf      [128]byte
+}
+
+func newPipeBell() (pipeBell, error) {
+	var p [2]int
+	if err := pipe2(&p); err != nil {
+		return pipeBell{}, err
+	}
+	return pipeBell{rfd: p[0], wfd: p[1]}, nil
+}
+
+// owns reports whether fd is one of the doorbell's ends.
+func (b *pipeBell) owns(fd int) bool { return fd == b.rfd || fd == b.wfd }
+
+// drain empties the pipe and reports whether it held a WakeupByte.
+func (b *pipeBell) drain() bool {
+	woken := false
+	for {
+		n, err := unix.Read(b.rfd, b.buf[:])
+		for i := 0; i < n; i++ {
+			if b.buf[i] == WakeupByte {
+				woken = true
+			}
+		}
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n < len(b.buf) {
+			return woken
+		}
+	}
+}
+
+// write rings the doorbell with byte c.
+func (b *pipeBell) write(c byte) error {
+	buf := [1]byte{c}
+	for {
+		_, err := unix.Write(b.wfd, buf[:])
+		switch err {
+		case nil, unix.EAGAIN:
+			// EAGAIN: the pipe is full, so the waiter wakes anyway.
+			return nil
+		case unix.EINTR:
+			continue
+		}
+		return err
+	}
+}
+
+func (b *pipeBell) close() {
+	unix.Close(b.rfd)
+	unix.Close(b.wfd)
+}
