@@ -1085,8 +1085,16 @@ static void fb_child(int round)
         char *argv[] = {(char *)"true", NULL};
         execv("/bin/true", argv);
     } else {
-        char *argv[] = {fb.self, (char *)"exec_child", NULL};
-        execv(fb.self, argv);
+        /* Under qemu-user (no binfmt) this binary can only be started
+         * through the emulator: ASYNC_TEST_EMULATOR names it. */
+        char *emu = getenv("ASYNC_TEST_EMULATOR");
+        if (emu && *emu) {
+            char *eargv[] = {emu, fb.self, (char *)"exec_child", NULL};
+            execvp(emu, eargv);
+        } else {
+            char *argv[] = {fb.self, (char *)"exec_child", NULL};
+            execv(fb.self, argv);
+        }
     }
     _exit(99); /* exec failed */
 }

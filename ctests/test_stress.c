@@ -1654,11 +1654,20 @@ static void t_echo_soak(void)
     snprintf(end_ms, sizeof end_ms, "%.0f", deadline - now_ms());
     CHECK_EQ(setenv("ASYNC_ECHO_PORT", port, 1), 0);
     CHECK_EQ(setenv("ASYNC_ECHO_END_MS", end_ms, 1), 0);
-    argv[0] = self;
-    argv[1] = (char *)"echo_clients";
-    argv[2] = NULL;
     fflush(stdout);
-    CHECK_EQ(posix_spawn(&child, self, NULL, NULL, argv, environ), 0);
+    {
+        /* Under qemu-user (no binfmt) this binary can only be started
+         * through the emulator: ASYNC_TEST_EMULATOR names it. */
+        const char *emu = getenv("ASYNC_TEST_EMULATOR");
+        char *eargv[4] = {(char *)emu, self, (char *)"echo_clients", NULL};
+        argv[0] = self;
+        argv[1] = (char *)"echo_clients";
+        argv[2] = NULL;
+        if (emu && *emu)
+            CHECK_EQ(posix_spawnp(&child, emu, NULL, NULL, eargv, environ), 0);
+        else
+            CHECK_EQ(posix_spawn(&child, self, NULL, NULL, argv, environ), 0);
+    }
     es.s = async_sched_create(NULL);
     CHECK(es.s != NULL);
     rss_first = rss_kb();
