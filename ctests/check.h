@@ -12,6 +12,7 @@
 #define _GNU_SOURCE 1
 #endif
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -117,5 +118,29 @@ static inline int test_main_(const test_case_t *cases, size_t n, int argc, char 
 
 #define TEST_MAIN(cases)                                                                                       \
     int main(int argc, char **argv) { return test_main_(cases, sizeof(cases) / sizeof(cases[0]), argc, argv); }
+
+/* Threads for the stress and fault cases. */
+static inline void start_thread(pthread_t *t, void *(*fn)(void *), void *arg)
+{
+    CHECK(pthread_create(t, NULL, fn, arg) == 0);
+}
+
+/* Joins t, failing the test if it has not ended within ms (a hang). */
+static inline void join_within(pthread_t t, int ms, const char *what)
+{
+    struct timespec ts;
+    int rc;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    rc = pthread_timedjoin_np(t, NULL, &ts);
+    if (rc != 0)
+        fprintf(stderr, "%s did not finish within %d ms\n", what, ms);
+    CHECK_EQ(rc, 0);
+}
 
 #endif /* CHECK_H */

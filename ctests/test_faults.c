@@ -27,29 +27,6 @@ static async_runtime_t *mkrt(void)
     return rt;
 }
 
-static void start_thread(pthread_t *t, void *(*fn)(void *), void *arg)
-{
-    CHECK(pthread_create(t, NULL, fn, arg) == 0);
-}
-
-/* Joins t, failing the test if it has not ended within ms (a hang). */
-static void join_within(pthread_t t, int ms, const char *what)
-{
-    struct timespec ts;
-    int rc;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    rc = pthread_timedjoin_np(t, NULL, &ts);
-    if (rc != 0)
-        fprintf(stderr, "%s did not finish within %d ms\n", what, ms);
-    CHECK_EQ(rc, 0);
-}
-
 static uint32_t rnd_state = 12345;
 
 /* A number in [0, n) (single-threaded use only; threads keep their own). */
