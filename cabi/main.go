@@ -468,28 +468,14 @@ func (o *rtObject) waitRun(events *C.io_event_t, out *C.int, sl *C.la_sleep_t, p
 		if polled {
 			n, done, err := w.Finish(nfd, res, perr, true)
 			if done {
-				o.waitEnd()
-				if err != nil {
-					return code(err)
-				}
-				writeEvents(events, o.evs[:n])
-				*out = C.int(n)
-				sl.done = 1
-				return 0
+				return o.waitDone(events, out, sl, n, err)
 			}
 		}
 		ms, poll := w.Prepare()
 		if !poll {
 			n, done, err := w.Finish(0, port.WaitResult{}, nil, false)
 			if done {
-				o.waitEnd()
-				if err != nil {
-					return code(err)
-				}
-				writeEvents(events, o.evs[:n])
-				*out = C.int(n)
-				sl.done = 1
-				return 0
+				return o.waitDone(events, out, sl, n, err)
 			}
 			polled = false
 			continue
@@ -504,6 +490,18 @@ func (o *rtObject) waitRun(events *C.io_event_t, out *C.int, sl *C.la_sleep_t, p
 		sl.raw, sl.rawcap, sl.token = o.rawbuf, C.int(len(w.Buf())+1), C.uintptr_t(o.token)
 		return 0
 	}
+}
+
+// waitDone ends the wait call and hands its result to C.
+func (o *rtObject) waitDone(events *C.io_event_t, out *C.int, sl *C.la_sleep_t, n int, err error) C.int {
+	o.waitEnd()
+	sl.done = 1
+	if err != nil {
+		return code(err)
+	}
+	writeEvents(events, o.evs[:n])
+	*out = C.int(n)
+	return 0
 }
 
 func (o *rtObject) waitEnd() {
