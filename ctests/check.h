@@ -128,6 +128,13 @@ static inline void start_thread(pthread_t *t, void *(*fn)(void *), void *arg)
 /* Joins t, failing the test if it has not ended within ms (a hang). */
 static inline void join_within(pthread_t t, int ms, const char *what)
 {
+#ifdef _WIN32
+    /* winpthreads has no pthread_timedjoin_np; the wine runner's timeout
+     * catches a hang there. */
+    (void)ms;
+    (void)what;
+    CHECK_EQ(pthread_join(t, NULL), 0);
+#else
     struct timespec ts;
     int rc;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -141,6 +148,7 @@ static inline void join_within(pthread_t t, int ms, const char *what)
     if (rc != 0)
         fprintf(stderr, "%s did not finish within %d ms\n", what, ms);
     CHECK_EQ(rc, 0);
+#endif
 }
 
 #endif /* CHECK_H */

@@ -318,38 +318,6 @@ static void t_block_writer_clear(void)
     async_queue_destroy(q);
 }
 
-static void t_block_writer_destroy(void)
-{
-    async_queue_t *q = mkq(1, sizeof(int), ASYNC_QUEUE_BLOCK_WRITER);
-    pthread_t th;
-    writer_t w;
-    enq_int(q, 1);
-    start_writer(&th, &w, q, 2, -2);
-    sleep_ms(200);
-    CHECK_EQ(atomic_load(&w.done), 0);
-    async_queue_destroy(q);
-    pthread_join(th, NULL);
-    CHECK(!w.ok);
-    CHECK_EQ(w.err, ASYNC_E_CLOSED);
-}
-
-static void t_enqueue_wait_destroy(void)
-{
-    /* enqueue_wait on a full no-policy queue also wakes with CLOSED */
-    async_queue_t *q = mkq(1, sizeof(int), 0);
-    pthread_t th;
-    writer_t w;
-    enq_int(q, 1);
-    start_writer(&th, &w, q, 2, 20000);
-    sleep_ms(200);
-    CHECK_EQ(atomic_load(&w.done), 0);
-    async_queue_destroy(q);
-    pthread_join(th, NULL);
-    CHECK(!w.ok);
-    CHECK_EQ(w.err, ASYNC_E_CLOSED);
-    CHECK(w.elapsed < 15000);
-}
-
 static void t_enqueue_wait_timeout(void)
 {
     int flags[2] = {0, ASYNC_QUEUE_BLOCK_WRITER};
@@ -468,19 +436,58 @@ static void t_dequeue_wait_woken(void)
     async_queue_destroy(q);
 }
 
-static void t_dequeue_wait_destroy(void)
+/* A caller parked on a queue wakes with CLOSED when the queue is destroyed:
+ *   PARK_DEQ  dequeue_wait(-1) on an empty queue,
+ *   PARK_BW   enqueue on a full BLOCK_WRITER queue,
+ *   PARK_ENQ  enqueue_wait(20000) on a full queue without a policy.
+ * Nothing public says the caller has parked, so the test sleeps first. On a
+ * slow host (wine, qemu, a loaded CI) the thread may reach its call only after
+ * the destroy and then fails with BADHANDLE: that attempt proves nothing and
+ * is repeated with a longer sleep. Any other outcome fails the test, and so
+ * does never seeing CLOSED. */
+enum { PARK_DEQ, PARK_BW, PARK_ENQ };
+
+static void destroy_wakes_parked(int kind)
 {
-    async_queue_t *q = mkq(4, sizeof(int), 0);
-    pthread_t th;
-    reader_t r;
-    start_reader(&th, &r, q, -1);
-    sleep_ms(200);
-    CHECK_EQ(atomic_load(&r.done), 0);
-    async_queue_destroy(q);
-    pthread_join(th, NULL);
-    CHECK(!r.ok);
-    CHECK_EQ(r.err, ASYNC_E_CLOSED);
+    int attempt, sleep_for = 200;
+    for (attempt = 0; attempt < 5; attempt++, sleep_for *= 2) {
+        async_queue_t *q = mkq(1, sizeof(int), kind == PARK_BW ? ASYNC_QUEUE_BLOCK_WRITER : 0);
+        pthread_t th;
+        reader_t r;
+        writer_t w;
+        atomic_int *done;
+        int ok, err;
+        double elapsed;
+        if (kind == PARK_DEQ) {
+            start_reader(&th, &r, q, -1);
+            done = &r.done;
+        } else {
+            enq_int(q, 1);
+            start_writer(&th, &w, q, 2, kind == PARK_BW ? -2 : 20000);
+            done = &w.done;
+        }
+        sleep_ms(sleep_for);
+        CHECK_EQ(atomic_load(done), 0);
+        async_queue_destroy(q);
+        join_within(th, 30000, "caller parked on the queue");
+        ok = kind == PARK_DEQ ? r.ok : w.ok;
+        err = kind == PARK_DEQ ? r.err : w.err;
+        elapsed = kind == PARK_DEQ ? r.elapsed : w.elapsed;
+        CHECK(!ok);
+        if (err == ASYNC_E_BADHANDLE) {
+            fprintf(stderr, "the call began after the destroy (slept %d ms); again\n", sleep_for);
+            continue;
+        }
+        CHECK_EQ(err, ASYNC_E_CLOSED);
+        CHECK(elapsed < 15000); /* woken by the destroy, not by a timeout */
+        return;
+    }
+    CHECK(!"the caller never parked before the destroy");
 }
+
+static void t_dequeue_wait_destroy(void) { destroy_wakes_parked(PARK_DEQ); }
+static void t_block_writer_destroy(void) { destroy_wakes_parked(PARK_BW); }
+static void t_enqueue_wait_destroy(void) { destroy_wakes_parked(PARK_ENQ); }
 
 /* --- sizes and arguments ------------------------------------------------ */
 

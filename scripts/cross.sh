@@ -151,15 +151,21 @@ wine_c_tests() {
     # Each queue case is a process. mpmc (8 threads hammering one queue)
     # takes minutes under wine's emulated futexes: it runs natively and
     # under qemu instead.
-    local cases c n=0 bad=0
+    local cases c n=0 bad=0 failed=""
     cases=$(sed -nE 's/^    T\(([a-z0-9_]+)\),$/\1/p' ctests/test_queue.c)
     for c in $cases; do
         [ "$c" = mpmc ] && continue
         n=$((n + 1))
-        if ! wine_run 120 test_queue.exe "$c"; then
-            echo "FAIL queue.$c"
+        if ! wine_run 120 test_queue.exe "$c" >"$LOG/wine-queue-$c.out" 2>&1; then
             bad=$((bad + 1))
+            failed="$failed $c"
         fi
+        cat "$LOG/wine-queue-$c.out"
+    done
+    # The failures' own output goes last, so that the tail CI shows has it.
+    for c in $failed; do
+        echo "FAIL queue.$c:"
+        tail -n 5 "$LOG/wine-queue-$c.out" | sed 's/^/  /'
     done
     echo "test_queue under wine: $((n - bad)) passed, $bad failed"
     [ $bad -eq 0 ]
