@@ -5,14 +5,16 @@
 #
 # Environment: ROUNDS (default 5), BENCH_DOC (default docs/PERFORMANCE.md;
 # empty = do not write it), BENCH_QUICK=1 (small op counts, 2 rounds, for
-# trying the harness; its results are not written to the doc).
+# trying the harness; its results are not written to the doc), BENCH_ROWS=regex
+# (only the rows whose name matches, e.g. 'queue|timers'; the doc is not written
+# and the strace and 1M-fiber passes are skipped).
 # Exit status: 0, or 1 if a benchmark failed a correctness check or libasync
 # did not build. Missed performance targets do not fail the run.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 B=$ROOT/bench
-OUT=$B/out
+OUT=${BENCH_OUT:-$B/out}
 ROUNDS=${ROUNDS:-5}
 DOC=${BENCH_DOC-$ROOT/docs/PERFORMANCE.md}
 COMMAND="make bench"
@@ -20,6 +22,8 @@ SCALE=1
 if [[ ${BENCH_QUICK:-0} == 1 ]]; then
   ROUNDS=2 SCALE=10 DOC="" COMMAND="BENCH_QUICK=1 make bench"
 fi
+ONLY=${BENCH_ROWS:-}
+[[ -n $ONLY ]] && DOC=""
 mkdir -p "$OUT"
 log() { printf '== %s\n' "$*" >&2; }
 
@@ -174,6 +178,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
   for spec in "${BENCHES[@]}"; do
     read -r row impl _ <<<"$spec"
     [[ $impl == libasync && $ours_ok == 0 ]] && continue
+    [[ -n $ONLY && ! $row =~ ^($ONLY) ]] && continue
     [[ -n $prev && $row != "$prev" ]] && flush_row
     row_lines+=("$spec")
     prev=$row
@@ -181,6 +186,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
   flush_row
 done
 
+[[ -n $ONLY ]] && ONCE=()
 log "single pass: 1M parked fibers"
 for spec in "${ONCE[@]}"; do
   read -r _ impl _ <<<"$spec"
@@ -205,7 +211,7 @@ strace_pass() { # impl prog
     END { printf "row=completions_strace impl=%s round=1 ok=1 writes_per_msg=%.6f futex_per_msg=%.6f\n",
                  impl, w / msgs, f / msgs }' "$f" | tee -a "$RESULTS" >&2
 }
-if command -v strace >/dev/null; then
+if [[ -z $ONLY ]] && command -v strace >/dev/null; then
   log "strace pass (wake syscalls)"
   [[ $ours_ok == 1 ]] && strace_pass libasync completions_async
   strace_pass libuv completions_uv
