@@ -213,8 +213,10 @@ typedef enum {
 /* Starts a thread running proc(context). stack_size 0 uses the platform
  * default; other values are honoured (rounded up to the page size and to the
  * platform minimum). The worker is RUNNING when this returns.
- * Errors: ASYNC_E_INVAL (proc NULL), ASYNC_E_NOMEM, ASYNC_E_SYS (the thread
- * could not be created). Thread-safe; never blocks. */
+ * Errors: ASYNC_E_INVAL (proc NULL, or a stack_size so large that rounding
+ * it up overflows, e.g. SIZE_MAX), ASYNC_E_NOMEM (also for a stack the system
+ * cannot provide), ASYNC_E_SYS (the thread could not be created).
+ * Thread-safe; never blocks. */
 async_worker_t *async_worker_create(async_worker_proc_t proc, void *context, size_t stack_size);
 
 /* Releases the worker. If proc is still running, the worker is first asked to
@@ -316,7 +318,8 @@ void async_runtime_deinit(async_runtime_t *rt);
  * nothing). Level-triggered. `context` comes back in each io_event_t.
  * Errors: ASYNC_E_BADHANDLE, ASYNC_E_INVAL (other event bits), ASYNC_E_BADFD
  * (fd < 0, not open, or not pollable, e.g. a regular file with epoll),
- * ASYNC_E_EXISTS (already added), ASYNC_E_NOMEM, ASYNC_E_SYS.
+ * ASYNC_E_EXISTS (already added), ASYNC_E_NOMEM, ASYNC_E_SYS, ASYNC_E_CLOSED
+ * (async_runtime_deinit is under way on another thread).
  * Call async_runtime_remove before closing a registered fd. If it is closed
  * without: the poll backend reports it once as ERROR|CLOSE; epoll forgets it
  * (but if a dup keeps the file open, its events keep coming with the old
@@ -327,12 +330,14 @@ int async_runtime_add(async_runtime_t *rt, async_fd_t fd, uint32_t events, void 
 
 /* Changes the events watched for a registered fd (same bits as add).
  * Errors: ASYNC_E_BADHANDLE, ASYNC_E_INVAL, ASYNC_E_BADFD, ASYNC_E_NOTFOUND
- * (fd not registered), ASYNC_E_SYS. Thread-safe; never blocks. */
+ * (fd not registered), ASYNC_E_SYS, ASYNC_E_CLOSED (deinit under way).
+ * Thread-safe; never blocks. */
 int async_runtime_modify(async_runtime_t *rt, async_fd_t fd, uint32_t events);
 
 /* Stops watching fd. Call it before closing the fd. Errors:
  * ASYNC_E_BADHANDLE, ASYNC_E_BADFD (also for an fd already closed),
- * ASYNC_E_NOTFOUND, ASYNC_E_SYS. Thread-safe; never blocks. */
+ * ASYNC_E_NOTFOUND, ASYNC_E_SYS, ASYNC_E_CLOSED (deinit under way).
+ * Thread-safe; never blocks. */
 int async_runtime_remove(async_runtime_t *rt, async_fd_t fd);
 
 /* Waits for events and fills up to max_events entries of `events`; returns
@@ -363,7 +368,8 @@ int async_runtime_wakeup(async_runtime_t *rt);
 /* Starts a timer that fires a TIMER event carrying `key` (and the timer id in
  * `data`) after delay_ms, then every repeat_ms if repeat_ms > 0 (without
  * drift: missed periods are skipped, not bunched). Returns the timer id
- * (never 0), or 0 on error: ASYNC_E_BADHANDLE, ASYNC_E_NOMEM. A one-shot
+ * (never 0), or 0 on error: ASYNC_E_BADHANDLE, ASYNC_E_NOMEM, ASYNC_E_CLOSED
+ * (deinit under way on another thread). A one-shot
  * timer's id is invalid once its event was returned by async_runtime_wait.
  * (On 32-bit platforms the id in io_event_t.data is truncated to uintptr_t.)
  * Thread-safe; never blocks. */
