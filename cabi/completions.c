@@ -19,6 +19,8 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "la.h"
@@ -97,7 +99,9 @@ la_rtc_t *la_rtc_new(int fd, int kind) {
     }
     r->bell.fd = fd;
     r->bell.kind = kind;
-    atomic_store(&r->sleeping, 0);
+    memset(&r->sh, 0, sizeof r->sh);
+    atomic_store(&r->sh.gowork, 1); /* nothing published yet: Go first */
+    atomic_store(&r->waiting, 0);
     atomic_store(&r->closed, 0);
     r->prods = r->cursor = NULL;
     r->free_next = NULL;
@@ -218,14 +222,14 @@ int la_rt_post(uint64_t h, uintptr_t key, uintptr_t data) {
      * consistent), so either the loop sees the entry or we see the flag. */
     atomic_store_explicit(&b->count, c + 1, memory_order_seq_cst);
     la_rtc_t *r = p->rt;
-    if (__builtin_expect(atomic_load_explicit(&r->sleeping, memory_order_seq_cst) != 0, 0)) {
+    if (__builtin_expect(atomic_load_explicit(&r->sh.sleeping, memory_order_seq_cst) != 0, 0)) {
         /* Pin the handle first: r may be recycled once its runtime is gone,
          * and its flag then belongs to another runtime. */
         la_slot_t *slot;
         la_rtc_t *pr = la_handle_get(h, LA_T_RUNTIME, &slot);
         if (pr) {
             int32_t one = 1;
-            if (atomic_compare_exchange_strong(&pr->sleeping, &one, 0)) {
+            if (atomic_compare_exchange_strong(&pr->sh.sleeping, &one, 0)) {
                 int saved = errno;
                 uint64_t v = 1;
                 char ch = 'r';
@@ -241,8 +245,23 @@ int la_rt_post(uint64_t h, uintptr_t key, uintptr_t data) {
     return 0;
 }
 
-/* The sleep flag as a plain int32 for Go, which accesses it atomically. */
-int32_t *la_rtc_sleep_flag(la_rtc_t *r) { return (int32_t *)&r->sleeping; }
+/* The shared state and the wait flag for Go, which accesses them atomically. */
+la_shared_t *la_rtc_shared(la_rtc_t *r) { return &r->sh; }
+int32_t *la_rtc_wait_flag(la_rtc_t *r) { return (int32_t *)&r->waiting; }
+
+/* Called by Go right after its runtime took its start time, so that C's
+ * "ns since start" is never ahead of Go's: C then never thinks a timer is
+ * not due when Go would (it can only be a little behind, by the time
+ * between the two clock reads). */
+void la_rtc_set_start(la_rtc_t *r) {
+#if defined(_WIN32)
+    r->start_ns = 0; /* no C fast path there (rtwait.c) */
+#else
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    r->start_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+#endif
+}
 
 /* 1 if some producer has entries not taken yet. Loop thread only. */
 int la_rtc_pending(la_rtc_t *r) {
@@ -258,10 +277,10 @@ int la_rtc_pending(la_rtc_t *r) {
     return any;
 }
 
-/* Moves up to max entries into out, round-robin over producers starting
- * after the one served first last time; frees drained blocks and drained
- * orphans. Loop thread only. */
-int la_rtc_take(la_rtc_t *r, la_pair_t *out, int max) {
+/* Moves up to max entries into out (pairs) or ev (completion events),
+ * round-robin over producers starting after the one served first last time;
+ * frees drained blocks and drained orphans. Loop thread only. */
+static inline int take(la_rtc_t *r, la_pair_t *out, io_event_t *ev, int max) {
     int n = 0;
     pthread_mutex_lock(&r->mu);
     la_cprod_t *start = r->cursor ? r->cursor : r->prods;
@@ -271,7 +290,19 @@ int la_rtc_take(la_rtc_t *r, la_pair_t *out, int max) {
             for (;;) {
                 la_cblock_t *b = p->hblk;
                 uint32_t cnt = atomic_load_explicit(&b->count, memory_order_acquire);
-                while (p->hidx < cnt && n < max) out[n++] = b->e[p->hidx++];
+                if (ev) {
+                    while (p->hidx < cnt && n < max) {
+                        const la_pair_t *e = &b->e[p->hidx++];
+                        io_event_t *o = &ev[n++];
+                        o->fd = -1;
+                        o->event_type = ASYNC_EVENT_COMPLETION;
+                        o->completion_key = e->key;
+                        o->data = e->data;
+                        o->context = NULL;
+                    }
+                } else {
+                    while (p->hidx < cnt && n < max) out[n++] = b->e[p->hidx++];
+                }
                 if (n == max || p->hidx < LA_CB) break;
                 la_cblock_t *nb = atomic_load_explicit(&b->next, memory_order_acquire);
                 if (!nb) break;
@@ -299,3 +330,7 @@ int la_rtc_take(la_rtc_t *r, la_pair_t *out, int max) {
     pthread_mutex_unlock(&r->mu);
     return n;
 }
+
+int la_rtc_take(la_rtc_t *r, la_pair_t *out, int max) { return take(r, out, NULL, max); }
+
+int la_rtc_take_events(la_rtc_t *r, io_event_t *out, int max) { return take(r, NULL, out, max); }

@@ -49,9 +49,22 @@ typedef struct {
     uintptr_t key, data;
 } la_pair_t;
 typedef struct la_cprod la_cprod_t;
+/* libasync.Shared, field for field: the state the wait's C fast path shares
+ * with Go (runtime.go). */
+typedef struct {
+    _Atomic int32_t sleeping;  /* 1 while the loop may block */
+    _Atomic int32_t gowork;    /* 1: Go may have work ready (Post, timers) */
+    _Atomic int32_t skipped;   /* fd polls skipped in a row */
+    int32_t pad;
+    _Atomic int64_t last_poll; /* ns since start of the last fd poll */
+    _Atomic int64_t next_due;  /* no timer due before this (ns since start) */
+    _Atomic int64_t nfds;      /* fds registered */
+} la_shared_t;
 typedef struct la_rtc {
     la_doorbell_t bell;        /* first: async_runtime_wakeup reads it as la_doorbell_t */
-    _Atomic int32_t sleeping;  /* 1 while the loop may block (shared with Go) */
+    la_shared_t sh;
+    _Atomic int32_t waiting;   /* 1 while a thread is in async_runtime_wait */
+    int64_t start_ns;          /* the monotonic clock when Go's runtime started */
     _Atomic int closed;
     pthread_mutex_t mu;        /* the producer list */
     la_cprod_t *prods, *cursor;
@@ -61,8 +74,12 @@ la_rtc_t *la_rtc_new(int fd, int kind);
 void la_rtc_close(la_rtc_t *r);
 void la_rtc_recycle(la_rtc_t *r);
 int la_rtc_pending(la_rtc_t *r);
-int32_t *la_rtc_sleep_flag(la_rtc_t *r);
+la_shared_t *la_rtc_shared(la_rtc_t *r);
+int32_t *la_rtc_wait_flag(la_rtc_t *r);
+void la_rtc_set_start(la_rtc_t *r);
 int la_rtc_take(la_rtc_t *r, la_pair_t *out, int max);
+/* la_rtc_take straight into the caller's events (completion events). */
+int la_rtc_take_events(la_rtc_t *r, io_event_t *out, int max);
 /* The C-driven wait (rtwait.c, cabi/main.go): what Go asks C to sleep on. */
 typedef struct {
     int done;       /* 1: the wait is over (result in *out / the return code) */

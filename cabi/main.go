@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"runtime/cgo"
 	"runtime/debug"
 	"sync/atomic"
@@ -75,7 +76,7 @@ type object struct {
 
 type rtObject struct {
 	rt      *libasync.Runtime
-	waiting atomic.Bool
+	waiting *int32 // in C memory: C's fast path takes it too (rtwait.c)
 	evs     []libasync.Event
 	rtc     *C.la_rtc_t
 
@@ -86,6 +87,12 @@ type rtObject struct {
 	wcall  *libasync.WaitCall
 	token  cgo.Handle // how C names this object across the sleep
 }
+
+// la_shared_t mirrors libasync.Shared: the sizes must agree (compile-time check).
+var (
+	_ [unsafe.Sizeof(C.la_shared_t{}) - unsafe.Sizeof(libasync.Shared{})]byte
+	_ [unsafe.Sizeof(libasync.Shared{}) - unsafe.Sizeof(C.la_shared_t{})]byte
+)
 
 // cSource drains the runtime's C-side completion queues (completions.c),
 // which async_runtime_post_completion feeds without entering Go.
@@ -357,14 +364,15 @@ func la_go_rt_init(out *C.uint64_t) (rc C.int) {
 		return C.int(libasync.ENoMem)
 	}
 	src := &cSource{r: r}
-	rt := libasync.NewRuntimeWithSource(p, src, (*int32)(unsafe.Pointer(C.la_rtc_sleep_flag(r))))
+	rt := libasync.NewRuntimeWithSource(p, src, (*libasync.Shared)(unsafe.Pointer(C.la_rtc_shared(r))))
+	C.la_rtc_set_start(r) // after the Go runtime's start (see there)
 	h := C.la_handle_alloc(C.LA_T_RUNTIME, unsafe.Pointer(r))
 	if h == 0 {
 		rt.Close()
 		C.la_rtc_recycle(r)
 		return C.int(libasync.ENoMem)
 	}
-	ro := &rtObject{rt: rt, rtc: r}
+	ro := &rtObject{rt: rt, rtc: r, waiting: (*int32)(unsafe.Pointer(C.la_rtc_wait_flag(r)))}
 	if rp, ok := p.(port.RawPoller); ok {
 		ro.raw = rp
 		ro.token = cgo.NewHandle(ro)
@@ -387,6 +395,9 @@ func la_go_rt_deinit(h C.uint64_t) (rc C.int) {
 	C.la_handle_free(h, C.LA_T_RUNTIME)
 	C.la_rtc_close(o.rt.rtc)
 	err := o.rt.rt.Close() // waits for a waiter to leave
+	for atomic.LoadInt32(o.rt.waiting) != 0 {
+		runtime.Gosched() // a waiter on the poller-in-Go path clears it just after
+	}
 	C.la_rtc_recycle(o.rt.rtc)
 	if o.rt.raw != nil {
 		o.rt.token.Delete()
@@ -432,7 +443,7 @@ func waitSetup(o *rtObject, events *C.io_event_t, max C.int, timeout C.int) ([]l
 	if !ok || events == nil || max < 1 {
 		return nil, 0, C.int(libasync.EInval)
 	}
-	if !o.waiting.CompareAndSwap(false, true) {
+	if !atomic.CompareAndSwapInt32(o.waiting, 0, 1) {
 		return nil, 0, C.int(libasync.EBusy)
 	}
 	if cap(o.evs) < int(max) {
@@ -505,11 +516,13 @@ func (o *rtObject) waitDone(events *C.io_event_t, out *C.int, sl *C.la_sleep_t, 
 }
 
 func (o *rtObject) waitEnd() {
+	// The flag first: once the WaitCall ends, deinit may go on and recycle
+	// the C memory the flag lives in.
+	atomic.StoreInt32(o.waiting, 0)
 	if o.wcall != nil {
 		o.wcall.End()
 		o.wcall = nil
 	}
-	o.waiting.Store(false)
 }
 
 //export la_go_rt_wait_begin
@@ -525,7 +538,7 @@ func la_go_rt_wait_begin(h C.uint64_t, events *C.io_event_t, max C.int, timeout 
 		return rc
 	}
 	if o.raw == nil {
-		defer o.waiting.Store(false)
+		defer atomic.StoreInt32(o.waiting, 0)
 		n, err := o.rt.Wait(evs, d)
 		if err != nil {
 			return code(err)
@@ -536,7 +549,7 @@ func la_go_rt_wait_begin(h C.uint64_t, events *C.io_event_t, max C.int, timeout 
 	}
 	w, err := o.rt.BeginWait(evs, d)
 	if err != nil {
-		o.waiting.Store(false)
+		atomic.StoreInt32(o.waiting, 0)
 		return code(err)
 	}
 	o.wcall = w

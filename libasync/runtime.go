@@ -64,10 +64,10 @@ type Runtime struct {
 	closed   bool
 	shut     atomic.Bool
 
-	sleeping *int32 // 1 while the waiter may block in the poller (see Source)
-	sleepBox int32
-	src      Source
-	wakeAt   atomic.Int64 // tick the sleeping waiter will wake at (MaxInt64: never)
+	sh     *Shared // the sleep flag and what a fast path outside Go needs
+	shBox  Shared
+	src    Source
+	wakeAt atomic.Int64 // tick the sleeping waiter will wake at (MaxInt64: never)
 
 	waitMu sync.Mutex // held by the one waiter
 	wcall  WaitCall
@@ -83,10 +83,22 @@ type Runtime struct {
 	cmu    sync.RWMutex // fd contexts
 	ctx    map[int]fdReg
 	regSeq atomic.Uint64 // bumped by every Add, Modify and Remove
-	nfds   atomic.Int64  // registrations (an upper bound: epoll forgets closed fds)
+}
 
-	skipped  int   // fd polls skipped in a row while other work was ready
-	lastPoll int64 // ns of the last fd poll
+// Shared is the part of a Runtime's state that a fast path outside Go reads
+// and updates: the C boundary's async_runtime_wait hands out completions of
+// its Source without entering Go while nothing else can be ready (GoWork 0,
+// no timer due before NextDue, and the fd poll budget below not spent). It
+// may live in C memory; every access is atomic. Times are ns since the
+// runtime started (the monotonic clock).
+type Shared struct {
+	Sleeping int32 // 1 while the waiter may block in the poller (see Source)
+	GoWork   int32 // 1: completions from Post or expired timers may be ready
+	Skipped  int32 // fd polls skipped in a row while other work was ready
+	_        int32
+	LastPoll int64 // when the fds were last polled
+	NextDue  int64 // no timer is due before this (MaxInt64: none); valid while GoWork is 0
+	Nfds     int64 // registrations (an upper bound: epoll forgets closed fds)
 }
 
 // Fd polls may be skipped while completions or timers are ready (a poll is a
@@ -112,7 +124,8 @@ func NewRuntime() (*Runtime, error) {
 // NewRuntimeWith makes a runtime on the given poller, which it then owns.
 func NewRuntimeWith(p port.Poller) *Runtime {
 	rt := &Runtime{poller: p, start: time.Now(), wheel: newWheel(), ctx: map[int]fdReg{}}
-	rt.sleeping = &rt.sleepBox
+	rt.sh = &rt.shBox
+	rt.sh.GoWork = 1
 	return rt
 }
 
@@ -133,11 +146,12 @@ type Source interface {
 }
 
 // NewRuntimeWithSource is NewRuntimeWith with an external completion source
-// whose feeders read the sleep flag at sleepFlag (which may live in C
-// memory; it is only accessed atomically).
-func NewRuntimeWithSource(p port.Poller, src Source, sleepFlag *int32) *Runtime {
+// whose feeders read the sleep flag sh.Sleeping; sh (which may live in C
+// memory, zeroed) is the state shared with a fast path outside Go.
+func NewRuntimeWithSource(p port.Poller, src Source, sh *Shared) *Runtime {
 	rt := NewRuntimeWith(p)
-	rt.src, rt.sleeping = src, sleepFlag
+	*sh = Shared{GoWork: 1}
+	rt.src, rt.sh = src, sh
 	return rt
 }
 
@@ -180,7 +194,7 @@ func (rt *Runtime) Add(fd int, events uint32, ctx uintptr) error {
 		return err
 	}
 	if _, ok := rt.ctx[fd]; !ok {
-		rt.nfds.Add(1)
+		atomic.AddInt64(&rt.sh.Nfds, 1)
 	}
 	rt.ctx[fd] = fdReg{ctx, rt.regSeq.Add(1)}
 	return nil
@@ -219,7 +233,7 @@ func (rt *Runtime) Remove(fd int) error {
 	}
 	// ErrBadFd: closed while registered, so the registration is gone too.
 	if _, ok := rt.ctx[fd]; ok {
-		rt.nfds.Add(-1)
+		atomic.AddInt64(&rt.sh.Nfds, -1)
 		delete(rt.ctx, fd)
 		rt.regSeq.Add(1)
 	}
@@ -237,7 +251,8 @@ func (rt *Runtime) Post(key, data uintptr) error {
 	rt.pending = append(rt.pending, completion{key, data})
 	rt.npending.Add(1)
 	rt.mu.Unlock()
-	if atomic.LoadInt32(rt.sleeping) != 0 && atomic.CompareAndSwapInt32(rt.sleeping, 1, 0) {
+	atomic.StoreInt32(&rt.sh.GoWork, 1)
+	if atomic.LoadInt32(&rt.sh.Sleeping) != 0 && atomic.CompareAndSwapInt32(&rt.sh.Sleeping, 1, 0) {
 		_ = rt.poller.Ring() // ErrClosed after Close: nobody to wake
 	}
 	return nil
@@ -275,9 +290,10 @@ func (rt *Runtime) AddTimer(delay, period uint64, key uintptr) (uint64, error) {
 	id := rt.wheel.add(due, period, key)
 	rt.tver.Add(1)
 	rt.tmu.Unlock()
+	atomic.StoreInt32(&rt.sh.GoWork, 1) // NextDue may be later than this timer
 	// Wake a sleeping waiter whose sleep would outlast this timer.
-	if atomic.LoadInt32(rt.sleeping) != 0 && due < uint64(rt.wakeAt.Load()) &&
-		atomic.CompareAndSwapInt32(rt.sleeping, 1, 0) {
+	if atomic.LoadInt32(&rt.sh.Sleeping) != 0 && due < uint64(rt.wakeAt.Load()) &&
+		atomic.CompareAndSwapInt32(&rt.sh.Sleeping, 1, 0) {
 		_ = rt.poller.Ring()
 	}
 	return id, nil
@@ -362,10 +378,24 @@ func (rt *Runtime) BeginWait(out []Event, timeout time.Duration) (*WaitCall, err
 // Buf is where the poller's events go (len: as many as out can take).
 func (w *WaitCall) Buf() []port.Event { return w.rt.evbuf[:len(w.out)] }
 
-// End finishes the wait; the WaitCall must not be used afterwards.
+// End finishes the wait; the WaitCall must not be used afterwards. It
+// publishes in Shared what the fast path outside Go needs: whether work was
+// left here (GoWork; Prepare cleared it, Post and AddTimer set it) and when
+// the next timer is due.
 func (w *WaitCall) End() {
 	rt := w.rt
 	w.rt = nil
+	rt.tmu.Lock()
+	ready := rt.wheel.nready > 0
+	due := int64(math.MaxInt64)
+	if tick, _, _, ok := rt.wheel.next(); ok && tick < uint64(math.MaxInt64/1000000) {
+		due = int64(tick) * 1e6
+	}
+	rt.tmu.Unlock()
+	atomic.StoreInt64(&rt.sh.NextDue, due)
+	if ready || rt.bhead < len(rt.batch) || rt.npending.Load() != 0 {
+		atomic.StoreInt32(&rt.sh.GoWork, 1)
+	}
 	rt.waitMu.Unlock()
 }
 
@@ -374,6 +404,9 @@ func (w *WaitCall) End() {
 // sleep flag is raised: whoever adds work then rings the doorbell.
 func (w *WaitCall) Prepare() (ms int, poll bool) {
 	rt := w.rt
+	// Cleared before looking at the timers and Post's queue: whatever is
+	// added after this sets it again (see End).
+	atomic.StoreInt32(&rt.sh.GoWork, 0)
 	tick, ns := rt.now()
 	w.ns = ns
 	w.regSeq = rt.regSeq.Load() // before the poll: see fdReg
@@ -402,22 +435,27 @@ func (w *WaitCall) Prepare() (ms int, poll bool) {
 			} else {
 				rt.wakeAt.Store(wake / 1e6)
 			}
-			atomic.StoreInt32(rt.sleeping, 1)
+			atomic.StoreInt32(&rt.sh.Sleeping, 1)
 			// Dekker with Post, AddTimer and the Source's feeders: after
 			// announcing sleep, look again for what they may have added.
 			if rt.npending.Load() != 0 || rt.tver.Load() != tver || (rt.src != nil && rt.src.Pending()) {
-				atomic.StoreInt32(rt.sleeping, 0)
+				atomic.StoreInt32(&rt.sh.Sleeping, 0)
 				ms = 0
 			}
 		}
 	}
-	if ms == 0 && (rt.nfds.Load() == 0 || (rt.skipped < maxSkippedPolls && ns-rt.lastPoll < pollEvery)) {
+	sh := rt.sh
+	if ms == 0 && (atomic.LoadInt64(&sh.Nfds) == 0 ||
+		(atomic.LoadInt32(&sh.Skipped) < maxSkippedPolls && ns-atomic.LoadInt64(&sh.LastPoll) < pollEvery)) {
 		// Other work is ready: skip the syscall this time. A rung doorbell
 		// is drained at the next real poll.
-		rt.skipped++
+		if atomic.LoadInt32(&sh.Skipped) < maxSkippedPolls {
+			atomic.AddInt32(&sh.Skipped, 1)
+		}
 		return 0, false
 	}
-	rt.skipped, rt.lastPoll = 0, ns
+	atomic.StoreInt32(&sh.Skipped, 0)
+	atomic.StoreInt64(&sh.LastPoll, ns)
 	return ms, true
 }
 
@@ -427,7 +465,7 @@ func (w *WaitCall) Prepare() (ms int, poll bool) {
 func (w *WaitCall) Finish(nfd int, res port.WaitResult, perr error, polled bool) (n int, done bool, err error) {
 	rt := w.rt
 	if polled {
-		atomic.StoreInt32(rt.sleeping, 0)
+		atomic.StoreInt32(&rt.sh.Sleeping, 0)
 	}
 	if rt.shut.Load() {
 		return 0, true, ErrClosed
