@@ -413,6 +413,7 @@ int la_q_enqueue(uint64_t h, const void *data, size_t size, int wait, int timeou
         la_qslot_t *ns = realloc(s, sizeof *ns + c);
         if (!ns) {
             rc = ASYNC_E_NOMEM;
+            wake_fibers(q, 0); /* the room is still there: pass on a wake-up we may have had */
             goto out;
         }
         ns->cap = c;
