@@ -24,6 +24,9 @@
 #include <unistd.h>
 
 #include "la.h"
+#if defined(_WIN32)
+#include "la_windows.h"
+#endif
 
 #define LA_CB 254 /* entries per block: a block is 4 KiB on 64-bit */
 
@@ -231,12 +234,17 @@ int la_rt_post(uint64_t h, uintptr_t key, uintptr_t data) {
             int32_t one = 1;
             if (atomic_compare_exchange_strong(&pr->sh.sleeping, &one, 0)) {
                 int saved = errno;
+#if defined(_WIN32)
+                /* The doorbell is an I/O completion port, not a descriptor. */
+                if (pr->bell.kind == LA_DOORBELL_IOCP) la_win_ring(pr->bell.fd);
+#else
                 uint64_t v = 1;
                 char ch = 'r';
                 ssize_t w;
                 do w = pr->bell.kind == LA_DOORBELL_EVENTFD ? write(pr->bell.fd, &v, sizeof v)
                                                             : write(pr->bell.fd, &ch, 1);
                 while (w < 0 && errno == EINTR);
+#endif
                 errno = saved;
             }
             la_handle_put(slot);

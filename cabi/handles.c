@@ -48,7 +48,7 @@ uint64_t la_handle_alloc(int type, void *obj) {
     la_slot_t *s = slot_of(idx);
     s->gen = (s->gen + 1) & 0xFFFFFFu;
     if (s->gen == 0) s->gen = 1;
-    s->obj = obj;
+    __atomic_store_n(&s->obj, obj, __ATOMIC_RELEASE); /* see la_handle_peek */
     uint64_t h = ((uint64_t)s->gen << 40) | ((uint64_t)(type & 0xFF) << 32) | idx;
     atomic_store_explicit(&s->tag, h, memory_order_release);
     pthread_mutex_unlock(&table_mu);
@@ -72,6 +72,19 @@ void *la_handle_get(uint64_t h, int type, la_slot_t **out) {
 
 void la_handle_put(la_slot_t *s) { atomic_fetch_sub_explicit(&s->refs, 1, memory_order_release); }
 
+/* An object read with acquire was stored by the allocation of h itself (the
+ * acquire of the tag orders it after that store) or by a later free or
+ * allocation of the slot, which come after the tag left h: the second look
+ * at the tag then fails. */
+void *la_handle_peek(uint64_t h, int type) {
+    if (type_of(h) != type) return NULL;
+    la_slot_t *s = slot_of((uint32_t)h);
+    if (!s || atomic_load_explicit(&s->tag, memory_order_acquire) != h) return NULL;
+    void *obj = __atomic_load_n(&s->obj, __ATOMIC_ACQUIRE);
+    if (atomic_load_explicit(&s->tag, memory_order_relaxed) != h) return NULL;
+    return obj;
+}
+
 int la_handle_live(uint64_t h, int type) {
     if (type_of(h) != type) return 0;
     la_slot_t *s = slot_of((uint32_t)h);
@@ -89,7 +102,7 @@ void *la_handle_free(uint64_t h, int type) {
     while (atomic_load_explicit(&s->refs, memory_order_acquire) != 0) sched_yield();
     void *obj = s->obj;
     pthread_mutex_lock(&table_mu);
-    s->obj = NULL;
+    __atomic_store_n(&s->obj, NULL, __ATOMIC_RELEASE);
     if (nfree == free_cap) {
         size_t ncap = free_cap ? free_cap * 2 : 1024;
         uint32_t *n = realloc(free_idx, ncap * sizeof *n);

@@ -5,17 +5,15 @@ import (
 	"unsafe"
 
 	pointer "github.com/mattn/go-pointer"
-
-	"github.com/libasync/libasync/libasync"
 )
 
 // synthetic makes a handle value as la_handle_alloc would (see la.h).
 func synthetic(idx uint32, typ, gen uint64) uint64 { return gen<<40 | typ<<32 | uint64(idx) }
 
 func TestTableRejectsStaleAndForeignHandles(t *testing.T) {
-	q, _ := libasync.NewQueue(1, 1, 0)
-	h := synthetic(4000, 1, 7)
-	publish(h, &object{queue: q})
+	o := &object{rt: &rtObject{}}
+	h := synthetic(4000, 3, 7)
+	publish(h, o)
 	if lookup(h) == nil {
 		t.Fatal("live handle not found")
 	}
@@ -24,14 +22,15 @@ func TestTableRejectsStaleAndForeignHandles(t *testing.T) {
 			t.Fatalf("lookup(%#x) found an object", bad)
 		}
 	}
-	if unpublish(h, isRuntime) != nil || lookup(h) == nil {
-		t.Fatal("a queue was unpublished as a runtime")
+	notRuntime := func(o *object) bool { return o.rt == nil }
+	if unpublish(h, notRuntime) != nil || lookup(h) == nil {
+		t.Fatal("a runtime was unpublished as another kind")
 	}
-	if unpublish(h, isQueue) == nil || lookup(h) != nil || unpublish(h, isQueue) != nil {
+	if unpublish(h, isRuntime) == nil || lookup(h) != nil || unpublish(h, isRuntime) != nil {
 		t.Fatal("unpublish must succeed once and hide the object")
 	}
 	// The slot reused with a new generation: the old handle stays dead.
-	publish(synthetic(4000, 1, 8), &object{queue: q})
+	publish(synthetic(4000, 3, 8), &object{rt: &rtObject{}})
 	if lookup(h) != nil {
 		t.Fatal("stale handle resolved to the slot's new object")
 	}
@@ -42,12 +41,11 @@ func TestTableRejectsStaleAndForeignHandles(t *testing.T) {
 //
 //	go test -run - -bench Lookup -cpu 1,2 ./cabi
 func BenchmarkLookupTable(b *testing.B) {
-	q, _ := libasync.NewQueue(1, 1, 0)
 	const n = 1024
 	hs := make([]uint64, n)
 	for i := range hs {
-		hs[i] = synthetic(uint32(8192+i), 1, 1)
-		publish(hs[i], &object{queue: q})
+		hs[i] = synthetic(uint32(8192+i), 3, 1)
+		publish(hs[i], &object{rt: &rtObject{}})
 	}
 	b.RunParallel(func(pb *testing.PB) {
 		i := 0
@@ -61,7 +59,7 @@ func BenchmarkLookupTable(b *testing.B) {
 }
 
 func BenchmarkLookupGoPointer(b *testing.B) {
-	q, _ := libasync.NewQueue(1, 1, 0)
+	q := &rtObject{}
 	const n = 1024
 	ps := make([]unsafe.Pointer, n)
 	for i := range ps {
@@ -87,8 +85,7 @@ func BenchmarkLookupGoPointer(b *testing.B) {
 // handle resolves to a newer object (the ABA hazard), reported as
 // stale-hits/op; the integer table's answer is always 0 (see the test above).
 func BenchmarkGoPointerStaleReuse(b *testing.B) {
-	a, _ := libasync.NewQueue(1, 1, 0)
-	c, _ := libasync.NewQueue(1, 1, 0)
+	a, c := &rtObject{}, &rtObject{}
 	hits := 0
 	for i := 0; i < b.N; i++ {
 		p := pointer.Save(a)

@@ -34,11 +34,15 @@ void *la_handle_free(uint64_t h, int type);
  * la_handle_put(). NULL if h is not a live handle of that type. */
 void *la_handle_get(uint64_t h, int type, la_slot_t **slot);
 void la_handle_put(la_slot_t *slot);
+/* h's object without pinning: NULL unless h was live during the call. For
+ * objects that are never freed (only recycled as the same type), which the
+ * caller checks again under its own lock (the queues, queue.c). */
+void *la_handle_peek(uint64_t h, int type);
 /* 1 if h is a live handle of that type (no pinning). */
 int la_handle_live(uint64_t h, int type);
 
 /* The signal-safe doorbell of a runtime (the first member of its C side). */
-enum { LA_DOORBELL_EVENTFD = 1, LA_DOORBELL_PIPE = 2 };
+enum { LA_DOORBELL_EVENTFD = 1, LA_DOORBELL_PIPE = 2, LA_DOORBELL_IOCP = 3 /* port.DoorbellIOCP */ };
 typedef struct {
     int fd;
     int kind;
@@ -94,6 +98,18 @@ int la_go_rt_wait(uint64_t h, io_event_t *events, int max, int timeout, int *out
 
 /* async_runtime_post_completion without Go: returns an async_err_t. */
 int la_rt_post(uint64_t h, uintptr_t key, uintptr_t data);
+
+/* The C API's queue (queue.c); each returns an async_err_t. */
+int la_q_create(size_t capacity, size_t max_msg, unsigned flags, uint64_t *out);
+int la_q_destroy(uint64_t h);
+/* When full (and not DROP_OLDEST): wait 0 fails with FULL, 1 waits up to
+ * timeout_ms (-1 forever), -1 waits forever only on a BLOCK_WRITER queue. */
+int la_q_enqueue(uint64_t h, const void *data, size_t size, int wait, int timeout_ms);
+int la_q_dequeue(uint64_t h, void *buf, size_t size, size_t *out_size, int timeout_ms);
+int la_q_query(uint64_t h, int what, int *out); /* what 0: is_empty, 1: is_full */
+int la_q_clear(uint64_t h);
+int la_q_stats(uint64_t h, async_queue_stats_t *st);
+int la_q_attach(uint64_t h, uint64_t rt, uintptr_t key);
 
 /* Errors and fork detection. */
 void la_set_error(int code);

@@ -1,5 +1,5 @@
 /* Windows pieces of the C half of cabi (sys_windows.c). Not installed.
- * Included by worker.c and shim.c only when _WIN32 is defined. */
+ * Included by worker.c and completions.c only when _WIN32 is defined. */
 #ifndef LA_WINDOWS_H
 #define LA_WINDOWS_H
 
@@ -20,6 +20,11 @@
 int la_win_stop_pair(int *rfd, int *wfd);
 int la_win_stop_signal(int wfd); /* send(2)'s result */
 void la_win_stop_close(int rfd, int wfd);
+
+/* Rings a runtime's doorbell, an I/O completion port (port.DoorbellIOCP):
+ * posts the packet port/iocp_windows.go calls keyRing, which wakes the
+ * waiter without being reported. */
+void la_win_ring(int iocp);
 
 /* The page size (GetSystemInfo). */
 size_t la_win_page_size(void);

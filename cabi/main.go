@@ -1,6 +1,7 @@
 // Command cabi is libasync's C boundary, built with -buildmode=c-shared or
 // c-archive. The public functions of include/async.h are C (shim.c,
-// worker.c); those that need the Go core call the la_go_* exports below.
+// worker.c, queue.c, fiber_*.c); those that need the Go core (the runtime)
+// call the la_go_* exports below.
 //
 // Rules of this boundary:
 //   - every export validates its handle through the handle table and never
@@ -69,9 +70,8 @@ const (
 )
 
 type object struct {
-	h     uint64
-	queue *libasync.Queue
-	rt    *rtObject
+	h  uint64
+	rt *rtObject
 }
 
 type rtObject struct {
@@ -155,8 +155,8 @@ func publish(h uint64, o *object) {
 	c[idx&(chunkSize-1)].Store(o)
 }
 
-// unpublish removes h's object if it is of the wanted kind (a queue
-// handle must never destroy a runtime); only one caller wins.
+// unpublish removes h's object if it is of the wanted kind (a handle of
+// another type must never destroy a runtime); only one caller wins.
 func unpublish(h uint64, isKind func(*object) bool) *object {
 	s := objSlot(h)
 	if s == nil {
@@ -169,179 +169,13 @@ func unpublish(h uint64, isKind func(*object) bool) *object {
 	return o
 }
 
-func isQueue(o *object) bool   { return o.queue != nil }
 func isRuntime(o *object) bool { return o.rt != nil }
-
-func getQueue(h C.uint64_t) *libasync.Queue {
-	if o := lookup(uint64(h)); o != nil {
-		return o.queue
-	}
-	return nil
-}
 
 func getRuntime(h C.uint64_t) *rtObject {
 	if o := lookup(uint64(h)); o != nil {
 		return o.rt
 	}
 	return nil
-}
-
-// ---------------------------------------------------------------------------
-// Queue
-
-//export la_go_queue_create
-func la_go_queue_create(capacity, maxMsg C.size_t, flags C.uint, out *C.uint64_t) (rc C.int) {
-	defer guard(&rc)
-	if uint64(capacity) > 1<<30 || uint64(maxMsg) > 1<<40 {
-		return C.int(libasync.EInval)
-	}
-	q, err := libasync.NewQueue(int(capacity), int(maxMsg), libasync.QueueFlags(flags))
-	if err != nil {
-		return code(err)
-	}
-	h := C.la_handle_alloc(C.LA_T_QUEUE, nil)
-	if h == 0 {
-		return C.int(libasync.ENoMem)
-	}
-	publish(uint64(h), &object{queue: q})
-	*out = h
-	return 0
-}
-
-//export la_go_queue_destroy
-func la_go_queue_destroy(h C.uint64_t) (rc C.int) {
-	defer guard(&rc)
-	o := unpublish(uint64(h), isQueue)
-	if o == nil {
-		return C.int(libasync.EBadHandle)
-	}
-	o.queue.Close()
-	C.la_handle_free(h, C.LA_T_QUEUE)
-	return 0
-}
-
-// la_go_queue_enqueue: mode 0 is async_queue_enqueue (waits only with
-// BLOCK_WRITER, forever), mode 1 is async_queue_enqueue_wait(timeout).
-//
-//export la_go_queue_enqueue
-func la_go_queue_enqueue(h C.uint64_t, data unsafe.Pointer, size C.size_t, timeout C.int, mode C.int) (rc C.int) {
-	defer guard(&rc)
-	q := getQueue(h)
-	if q == nil {
-		return C.int(libasync.EBadHandle)
-	}
-	if data == nil || size == 0 {
-		return C.int(libasync.EInval)
-	}
-	d, ok := duration(timeout)
-	if !ok {
-		return C.int(libasync.EInval)
-	}
-	if uint64(size) > 1<<40 {
-		return C.int(libasync.ETooBig)
-	}
-	msg := unsafe.Slice((*byte)(data), int(size))
-	if mode == 0 {
-		return code(q.Enqueue(msg))
-	}
-	return code(q.EnqueueTimeout(msg, d))
-}
-
-//export la_go_queue_dequeue
-func la_go_queue_dequeue(h C.uint64_t, buf unsafe.Pointer, size C.size_t, outSize *C.size_t, timeout C.int) (rc C.int) {
-	defer guard(&rc)
-	q := getQueue(h)
-	if q == nil {
-		return C.int(libasync.EBadHandle)
-	}
-	if buf == nil && size > 0 {
-		return C.int(libasync.EInval)
-	}
-	d, ok := duration(timeout)
-	if !ok {
-		return C.int(libasync.EInval)
-	}
-	var b []byte
-	if buf != nil {
-		if uint64(size) > 1<<40 {
-			size = 1 << 40
-		}
-		b = unsafe.Slice((*byte)(buf), int(size))
-	}
-	n, err := q.DequeueTimeout(b, d)
-	if outSize != nil && (err == nil || err == libasync.ErrBufSize) {
-		*outSize = C.size_t(n)
-	}
-	return code(err)
-}
-
-// la_go_queue_query: what 0 = is_empty, 1 = is_full.
-//
-//export la_go_queue_query
-func la_go_queue_query(h C.uint64_t, what C.int, out *C.int) (rc C.int) {
-	defer guard(&rc)
-	q := getQueue(h)
-	if q == nil {
-		return C.int(libasync.EBadHandle)
-	}
-	var r bool
-	if what == 0 {
-		r = q.IsEmpty()
-	} else {
-		r = q.IsFull()
-	}
-	if r {
-		*out = 1
-	} else {
-		*out = 0
-	}
-	return 0
-}
-
-//export la_go_queue_clear
-func la_go_queue_clear(h C.uint64_t) (rc C.int) {
-	defer guard(&rc)
-	q := getQueue(h)
-	if q == nil {
-		return C.int(libasync.EBadHandle)
-	}
-	q.Clear()
-	return 0
-}
-
-//export la_go_queue_stats
-func la_go_queue_stats(h C.uint64_t, out *C.async_queue_stats_t) (rc C.int) {
-	defer guard(&rc)
-	q := getQueue(h)
-	if q == nil {
-		return C.int(libasync.EBadHandle)
-	}
-	s := q.Stats()
-	out.capacity = C.size_t(s.Capacity)
-	out.current_size = C.size_t(s.CurrentSize)
-	out.max_msg_size = C.size_t(s.MaxMsgSize)
-	out.enqueue_count = C.uint64_t(s.EnqueueCount)
-	out.dequeue_count = C.uint64_t(s.DequeueCount)
-	out.dropped_count = C.uint64_t(s.Dropped)
-	return 0
-}
-
-//export la_go_queue_attach
-func la_go_queue_attach(h, rth C.uint64_t, key C.uintptr_t) (rc C.int) {
-	defer guard(&rc)
-	q := getQueue(h)
-	if q == nil {
-		return C.int(libasync.EBadHandle)
-	}
-	var rt *libasync.Runtime
-	if rth != 0 {
-		o := getRuntime(rth)
-		if o == nil {
-			return C.int(libasync.EBadHandle)
-		}
-		rt = o.rt
-	}
-	return code(q.Attach(rt, uintptr(key), uintptr(h)))
 }
 
 // ---------------------------------------------------------------------------

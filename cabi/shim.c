@@ -1,7 +1,8 @@
 /* The public C API of include/async.h for the queue and the runtime.
  *
  * Each function is a small C shim: it refuses calls in a forked child before
- * touching Go, calls the la_go_* export, and records the error code in the
+ * touching Go, calls the C queue (queue.c), the C completion path
+ * (completions.c) or a la_go_* export, and records the error code in the
  * calling thread's last-error slot. Keeping the public entry points in C is
  * what lets later layers (the fiber scheduler) route calls made on a fiber
  * stack through a stack switch, and lets async_runtime_wakeup stay
@@ -56,8 +57,6 @@ void la_go_call(void (*fn)(void *), void *arg) {
 }
 
 enum {
-    GO_Q_CREATE, GO_Q_DESTROY, GO_Q_ENQ, GO_Q_DEQ, GO_Q_QUERY, GO_Q_CLEAR, GO_Q_STATS, GO_Q_ATTACH,
-    GO_Q_ENQ_FIBER, GO_Q_DEQ_FIBER, GO_Q_FIBER_END,
     GO_RT_INIT, GO_RT_DEINIT, GO_RT_FD, GO_RT_WAIT, GO_RT_POST, GO_RT_ADD_TIMER, GO_RT_CANCEL_TIMER
 };
 
@@ -75,19 +74,6 @@ typedef struct {
 static void go_dispatch(void *arg) {
     la_gocall_t *c = arg;
     switch (c->op) {
-    case GO_Q_CREATE: c->rc = la_go_queue_create(c->n, (size_t)c->u1, c->u, (uint64_t *)c->p); break;
-    case GO_Q_DESTROY: c->rc = la_go_queue_destroy(c->h); break;
-    case GO_Q_ENQ: c->rc = la_go_queue_enqueue(c->h, c->p, c->n, c->i1, c->i2); break;
-    case GO_Q_DEQ: c->rc = la_go_queue_dequeue(c->h, c->p, c->n, (size_t *)c->p2, c->i1); break;
-    case GO_Q_QUERY: c->rc = la_go_queue_query(c->h, c->i1, (int *)c->p); break;
-    case GO_Q_CLEAR: c->rc = la_go_queue_clear(c->h); break;
-    case GO_Q_STATS: c->rc = la_go_queue_stats(c->h, (async_queue_stats_t *)c->p); break;
-    case GO_Q_ATTACH: c->rc = la_go_queue_attach(c->h, c->h2, c->k); break;
-    case GO_Q_ENQ_FIBER: c->rc = la_go_queue_enqueue_fiber(c->h, c->p, c->n, c->i2, c->k, (uint64_t *)c->p2); break;
-    case GO_Q_DEQ_FIBER:
-        c->rc = la_go_queue_dequeue_fiber(c->h, c->p, c->n, (size_t *)c->p2, c->k, (uint64_t *)(uintptr_t)c->d);
-        break;
-    case GO_Q_FIBER_END: c->rc = la_go_queue_fiber_end(c->u1, c->i1); break;
     case GO_RT_INIT: c->rc = la_go_rt_init((uint64_t *)c->p); break;
     case GO_RT_DEINIT: c->rc = la_go_rt_deinit(c->h); break;
     case GO_RT_FD: c->rc = la_go_rt_fd(c->h, c->i1, c->i2, (uint32_t)c->u, c->k); break;
@@ -105,49 +91,6 @@ static int go(la_gocall_t c) {
 }
 
 #define GO(...) go((la_gocall_t){__VA_ARGS__})
-
-/* ---- queue waits on fibers ---------------------------------------------------
- * The fiber prepares to park, then (on the worker's stack) either completes
- * the operation or registers a Go-side FiberWait whose notification calls
- * la_fiber_queue_notify; then it parks and retries when notified. */
-#define LA_REGISTERED (-2)
-
-void la_fiber_queue_notify(uintptr_t token) { la_waiter_wake((la_waiter_t *)token, LA_W_READY); }
-
-static void park_abandon(la_fiber_t *f) {
-    atomic_store(&f->claim, LA_W_IDLE);
-    atomic_store(&f->state, LA_FS_RUNNING);
-}
-
-/* deq 0: enqueue (mode as la_go_queue_enqueue), 1: dequeue. */
-static int queue_fiber_op(la_fiber_t *f, int deq, uint64_t h, void *p, size_t n, size_t *out_size, int mode,
-                          int timeout_ms) {
-    if (timeout_ms < -1) return ASYNC_E_INVAL;
-    uint64_t deadline = la_deadline(timeout_ms);
-    int waited = 0;
-    for (;;) {
-        la_waiter_t w;
-        int rc = la_waiter_init(&w, LA_PK_NORMAL);
-        if (rc) return rc;
-        uint64_t id = 0;
-        if (deq)
-            rc = GO(.op = GO_Q_DEQ_FIBER, .h = h, .p = p, .n = n, .p2 = out_size, .k = (uintptr_t)&w,
-                    .d = (uintptr_t)&id);
-        else
-            rc = GO(.op = GO_Q_ENQ_FIBER, .h = h, .p = p, .n = n, .i2 = mode, .k = (uintptr_t)&w, .p2 = &id);
-        if (rc != LA_REGISTERED) {
-            park_abandon(f);
-            /* The handle was good when we registered: it went away while we
-             * waited, which the header calls ASYNC_E_CLOSED. */
-            if (rc == ASYNC_E_BADHANDLE && waited) rc = ASYNC_E_CLOSED;
-            return rc;
-        }
-        waited = 1;
-        int why = la_waiter_wait(&w, deadline);
-        GO(.op = GO_Q_FIBER_END, .u1 = id, .i1 = why != LA_W_READY);
-        if (why != LA_W_READY) return la_reason_err(why);
-    }
-}
 
 __attribute__((noinline)) void async_clear_error(void) {
     int *slot = la_fiber_error_slot();
@@ -212,65 +155,61 @@ static inline int la_ok(int rc) {
     return 1;
 }
 
-/* ---- queue --------------------------------------------------------------- */
+/* ---- queue ----------------------------------------------------------------
+ * Pure C (queue.c): no Go crossing. Waits park a calling fiber. */
 
 async_queue_t *async_queue_create(size_t capacity, size_t max_msg_size, async_queue_flags_t flags) {
     LA_FORK_GUARD(NULL);
     uint64_t h = 0;
-    if (!la_ok(GO(.op = GO_Q_CREATE, .n = capacity, .u1 = max_msg_size, .u = (unsigned)flags, .p = &h))) return NULL;
+    if (!la_ok(la_q_create(capacity, max_msg_size, (unsigned)flags, &h))) return NULL;
     return (async_queue_t *)(uintptr_t)h;
 }
 
 void async_queue_destroy(async_queue_t *queue) {
     LA_FORK_GUARD();
-    la_ok(GO(.op = GO_Q_DESTROY, .h = LA_H(queue)));
+    la_ok(la_q_destroy(LA_H(queue)));
 }
 
 bool async_queue_enqueue(async_queue_t *queue, const void *data, size_t size) {
     LA_FORK_GUARD(false);
-    la_fiber_t *f = la_current_fiber();
-    if (f) return la_ok(queue_fiber_op(f, 0, LA_H(queue), (void *)data, size, NULL, 0, -1));
-    return la_ok(GO(.op = GO_Q_ENQ, .h = LA_H(queue), .p = (void *)data, .n = size, .i1 = -1, .i2 = 0));
+    /* wait is only consulted when the queue is full, and only BLOCK_WRITER
+     * waits then: queue.c reads the flag under its lock. */
+    return la_ok(la_q_enqueue(LA_H(queue), data, size, -1, -1));
 }
 
 bool async_queue_enqueue_wait(async_queue_t *queue, const void *data, size_t size, int timeout_ms) {
     LA_FORK_GUARD(false);
-    la_fiber_t *f = la_current_fiber();
-    if (f && timeout_ms != 0) return la_ok(queue_fiber_op(f, 0, LA_H(queue), (void *)data, size, NULL, 1, timeout_ms));
-    return la_ok(GO(.op = GO_Q_ENQ, .h = LA_H(queue), .p = (void *)data, .n = size, .i1 = timeout_ms, .i2 = 1));
+    return la_ok(la_q_enqueue(LA_H(queue), data, size, 1, timeout_ms));
 }
 
 bool async_queue_dequeue(async_queue_t *queue, void *buffer, size_t buffer_size, size_t *out_size) {
     LA_FORK_GUARD(false);
-    return la_ok(GO(.op = GO_Q_DEQ, .h = LA_H(queue), .p = buffer, .n = buffer_size, .p2 = out_size, .i1 = 0));
+    return la_ok(la_q_dequeue(LA_H(queue), buffer, buffer_size, out_size, 0));
 }
 
 bool async_queue_dequeue_wait(async_queue_t *queue, void *buffer, size_t buffer_size, size_t *out_size,
                               int timeout_ms) {
     LA_FORK_GUARD(false);
-    la_fiber_t *f = la_current_fiber();
-    if (f && timeout_ms != 0)
-        return la_ok(queue_fiber_op(f, 1, LA_H(queue), buffer, buffer_size, out_size, 0, timeout_ms));
-    return la_ok(GO(.op = GO_Q_DEQ, .h = LA_H(queue), .p = buffer, .n = buffer_size, .p2 = out_size, .i1 = timeout_ms));
+    return la_ok(la_q_dequeue(LA_H(queue), buffer, buffer_size, out_size, timeout_ms));
 }
 
 bool async_queue_is_empty(const async_queue_t *queue) {
     LA_FORK_GUARD(true);
     int r = 1;
-    if (!la_ok(GO(.op = GO_Q_QUERY, .h = LA_H(queue), .i1 = 0, .p = &r))) return true;
+    if (!la_ok(la_q_query(LA_H(queue), 0, &r))) return true;
     return r != 0;
 }
 
 bool async_queue_is_full(const async_queue_t *queue) {
     LA_FORK_GUARD(false);
     int r = 0;
-    if (!la_ok(GO(.op = GO_Q_QUERY, .h = LA_H(queue), .i1 = 1, .p = &r))) return false;
+    if (!la_ok(la_q_query(LA_H(queue), 1, &r))) return false;
     return r != 0;
 }
 
 void async_queue_clear(async_queue_t *queue) {
     LA_FORK_GUARD();
-    la_ok(GO(.op = GO_Q_CLEAR, .h = LA_H(queue)));
+    la_ok(la_q_clear(LA_H(queue)));
 }
 
 void async_queue_get_stats(const async_queue_t *queue, async_queue_stats_t *stats) {
@@ -280,12 +219,12 @@ void async_queue_get_stats(const async_queue_t *queue, async_queue_stats_t *stat
         return;
     }
     memset(stats, 0, sizeof *stats);
-    la_ok(GO(.op = GO_Q_STATS, .h = LA_H(queue), .p = stats));
+    if (!la_ok(la_q_stats(LA_H(queue), stats))) memset(stats, 0, sizeof *stats);
 }
 
 int async_queue_attach(async_queue_t *queue, async_runtime_t *rt, uintptr_t completion_key) {
     LA_FORK_GUARD(-1);
-    return la_ok(GO(.op = GO_Q_ATTACH, .h = LA_H(queue), .h2 = LA_H(rt), .k = completion_key)) ? 0 : -1;
+    return la_ok(la_q_attach(LA_H(queue), LA_H(rt), completion_key)) ? 0 : -1;
 }
 
 /* ---- runtime ------------------------------------------------------------- */

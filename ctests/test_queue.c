@@ -698,6 +698,53 @@ static void t_stats_consistent(void)
     async_queue_destroy(g_sq);
 }
 
+/* Messages of 1 MiB max: the queue allocates a slot's buffer when it is
+ * first used and grows it for a bigger message; every length round-trips
+ * intact, in order, through growth, DROP_OLDEST and BUFSIZE. */
+static void t_big_msgs(void)
+{
+    const size_t max = (size_t)1 << 20;
+    const size_t sizes[] = {1, 100, 65, max, 3, max - 1, 4096, 64};
+    const size_t nsizes = sizeof sizes / sizeof sizes[0];
+    unsigned char *in = malloc(max), *out = malloc(max);
+    async_queue_t *q = mkq(3, max, ASYNC_QUEUE_DROP_OLDEST);
+    async_queue_stats_t st;
+    size_t i, j, n;
+    CHECK(in != NULL && out != NULL);
+    for (i = 0; i < nsizes; i++) {
+        for (j = 0; j < sizes[i]; j++)
+            in[j] = (unsigned char)(i * 31 + j * 7);
+        CHECK(async_queue_enqueue(q, in, sizes[i]));
+        if (i < 2)
+            continue;
+        /* keep two queued: the slots are reused with other sizes */
+        n = 0;
+        CHECK_FAIL(!async_queue_dequeue(q, out, sizes[i - 2] - 1, &n), ASYNC_E_BUFSIZE);
+        CHECK_EQ(n, sizes[i - 2]);
+        CHECK(async_queue_dequeue(q, out, max, &n));
+        CHECK_EQ(n, sizes[i - 2]);
+        for (j = 0; j < n; j++)
+            CHECK_EQ(out[j], (unsigned char)((i - 2) * 31 + j * 7));
+    }
+    /* fill past the capacity: the oldest is dropped */
+    for (i = 0; i < 4; i++) {
+        memset(in, (int)i, 200 * (i + 1));
+        CHECK(async_queue_enqueue(q, in, 200 * (i + 1)));
+    }
+    stats(q, &st);
+    CHECK_EQ(st.current_size, 3);
+    CHECK_EQ(st.dropped_count, 3); /* the 2 left from the loop, then message 0 */
+    for (i = 1; i < 4; i++) {
+        CHECK(async_queue_dequeue(q, out, max, &n));
+        CHECK_EQ(n, 200 * (i + 1));
+        CHECK(out[0] == i && out[n - 1] == i);
+    }
+    CHECK(async_queue_is_empty(q));
+    async_queue_destroy(q);
+    free(in);
+    free(out);
+}
+
 /* --- attach to a runtime ------------------------------------------------ */
 
 /* Collects events for up to `ms`, returns how many; all must be completions
@@ -911,6 +958,7 @@ static const test_case_t cases[] = {
     T(clear),
     T(stats),
     T(stats_consistent),
+    T(big_msgs),
     T(attach_signal),
     T(attach_replace),
     T(attach_destroyed),

@@ -75,7 +75,7 @@ var table = []line{
 	{"timers", "cold_ns_per_op", "timers: first pass on fresh memory, per op", "ns/op", 1,
 		"libuv", "libuv uv_timer_start/stop", "", 0, ""},
 	{"cgo", "c_call_ns", "C boundary: a call the C half answers (async_last_error)", "ns", 1, "", "", "", 0, ""},
-	{"cgo", "go_call_ns", "C boundary: a trivial call into Go (async_queue_is_empty)", "ns", 1, "", "", "", 0, ""},
+	{"cgo", "go_call_ns", "C boundary: a trivial call into Go (a handle lookup: async_runtime_cancel_timer, dead runtime)", "ns", 1, "", "", "", 0, ""},
 	{"cgo", "first_call_us", "C boundary: first call into Go from a new thread", "µs", 1, "", "", "", 0, ""},
 	{"cgo", "post_ns", "post_completion, one thread, no waiter", "ns", 1, "", "", "", 0, ""},
 
