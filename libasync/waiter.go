@@ -3,11 +3,9 @@ package libasync
 import "time"
 
 // waiter is one blocked caller. It is woken at most once per push; the owner
-// of the lock guarding the waitList pops it and signals ch, or, for a caller
-// that must not block its thread (a fiber), calls notify under that lock.
+// of the lock guarding the waitList pops it and signals ch.
 type waiter struct {
 	ch         chan struct{}
-	notify     func()
 	prev, next *waiter
 	listed     bool
 }
@@ -89,10 +87,6 @@ func (l *waitList) wakeOne() {
 		return
 	}
 	l.remove(w)
-	if w.notify != nil {
-		w.notify()
-		return
-	}
 	w.ch <- struct{}{}
 }
 
