@@ -116,7 +116,7 @@ static void t_join_zero(void)
     CHECK(w != NULL);
     t0 = now_ms();
     CHECK_FAIL(!async_worker_join(w, 0), ASYNC_E_TIMEDOUT);
-    CHECK(now_ms() - t0 < 1000); /* just checks */
+    CHECK(now_ms() - t0 < 5000); /* just checks: a join that waited would hang (the gate is closed) */
     gate_open();
     CHECK(async_worker_join(w, -1));
     CHECK(async_worker_join(w, 0));
@@ -132,7 +132,7 @@ static void t_join_timeout(void)
     CHECK_FAIL(!async_worker_join(w, 200), ASYNC_E_TIMEDOUT);
     el = now_ms() - t0;
     CHECK(el >= 200.0);
-    CHECK(el < 200.0 + 500.0);
+    CHECK(el < 200.0 + 2000.0); /* the margin the other timeouts get: a loaded or emulated host is late */
     CHECK_EQ(async_worker_get_state(w), ASYNC_WORKER_RUNNING);
     gate_open();
     CHECK(async_worker_join(w, -1));

@@ -45,7 +45,9 @@ func TestCompletionsExactlyOnceInOrder(t *testing.T) {
 		next := make([]int, producers)
 		ev := make([]Event, 3) // small: the rest stays queued
 		for got := 0; got < producers*per; {
-			n, err := rt.Wait(ev, time.Second)
+			// Producers are still posting: 10 s without an event is a
+			// hang (1 s was too short for a loaded host under qemu).
+			n, err := rt.Wait(ev, 10*time.Second)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -114,12 +116,26 @@ func TestSecondWaiterBusyAndCloseWakesWaiter(t *testing.T) {
 	backends(t, func(t *testing.T, rt *Runtime) {
 		res := make(chan error, 1)
 		go func() {
-			_, err := rt.Wait(make([]Event, 1), -1)
-			res <- err
+			for {
+				_, err := rt.Wait(make([]Event, 1), -1)
+				if !errors.Is(err, ErrBusy) {
+					res <- err
+					return
+				}
+				// Lost the race with the probe below: again.
+				time.Sleep(time.Millisecond)
+			}
 		}()
-		time.Sleep(20 * time.Millisecond)
-		if _, err := rt.Wait(make([]Event, 1), 0); !errors.Is(err, ErrBusy) {
-			t.Fatalf("second waiter: %v", err)
+		// Probe until the goroutine is inside its wait: no sleep is long
+		// enough on a slow host (qemu, wine, -race), but its wait is seen.
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
+			n, err := rt.Wait(make([]Event, 1), 0)
+			if errors.Is(err, ErrBusy) {
+				break
+			}
+			if err != nil || n != 0 || time.Now().After(deadline) {
+				t.Fatalf("second waiter: n=%d err=%v", n, err)
+			}
 		}
 		rt.Close()
 		if err := <-res; !errors.Is(err, ErrClosed) {
