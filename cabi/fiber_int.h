@@ -38,6 +38,7 @@ struct la_wk {
     la_fiber_t *fcache;
     int nfcache, nscache;
     uint64_t id_next, id_end;
+    int64_t lease; /* units of s->live held in reserve (see live_take) */
     la_stack_t scache[LA_SCACHE];
     /* the live fibers spawned on this worker (f->home) */
     la_flist_t fl;

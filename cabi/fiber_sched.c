@@ -130,7 +130,17 @@ static void runq_put(la_wk_t *w, la_fiber_t *f) {
     }
 }
 
+/* With one worker nobody steals: its queue needs no locked instructions. */
+static inline int solo(la_wk_t *w) { return w->s->nw == 1; }
+
 static la_fiber_t *runq_get(la_wk_t *w) {
+    if (solo(w)) {
+        uint32_t h = atomic_load_explicit(&w->head, memory_order_relaxed);
+        if (atomic_load_explicit(&w->tail, memory_order_relaxed) == h) return NULL;
+        la_fiber_t *f = atomic_load_explicit(&w->ring[h % LA_RUNQ], memory_order_relaxed);
+        atomic_store_explicit(&w->head, h + 1, memory_order_relaxed);
+        return f;
+    }
     for (;;) {
         uint32_t h = atomic_load_explicit(&w->head, memory_order_acquire);
         uint32_t t = atomic_load_explicit(&w->tail, memory_order_relaxed);
@@ -249,7 +259,13 @@ static void ready_on(la_wk_t *w, la_fiber_t *f, int lifo) {
     la_sched_t *s = f->s;
     if (w && w->s == s) {
         if (lifo) {
-            la_fiber_t *old = atomic_exchange(&w->runnext, f);
+            la_fiber_t *old;
+            if (solo(w)) {
+                old = atomic_load_explicit(&w->runnext, memory_order_relaxed);
+                atomic_store_explicit(&w->runnext, f, memory_order_relaxed);
+            } else {
+                old = atomic_exchange(&w->runnext, f);
+            }
             if (old) runq_put(w, old);
         } else {
             runq_put(w, f);
@@ -565,6 +581,30 @@ static int stack_take(la_sched_t *s, la_wk_t *w, la_stack_t *st, uint64_t id) {
     return 0;
 }
 
+/* s->live counts the live fibers plus the units workers hold in reserve
+ * (w->lease): a spawn on a worker takes a unit from its reserve and an exit
+ * puts one back, so neither touches the shared counter. A worker returns its
+ * reserve before it looks for work elsewhere or sleeps, so live reaches 0
+ * (and wait_idle wakes) once no fiber is live and the workers are idle. */
+#define LA_LEASE 64
+
+static void live_sub(la_sched_t *s, la_wk_t *w, int64_t n) {
+    w->lease -= n;
+    if (atomic_fetch_sub(&s->live, n) == n) {
+        pthread_mutex_lock(&s->fmu);
+        pthread_cond_broadcast(&s->fcv);
+        pthread_mutex_unlock(&s->fmu);
+    }
+}
+
+static void live_take(la_wk_t *w) {
+    if (w->lease == 0) {
+        atomic_fetch_add(&w->s->live, LA_LEASE);
+        w->lease = LA_LEASE;
+    }
+    w->lease--;
+}
+
 /* Invalidates f's handle and frees (or caches, w as above) the record; f is
  * off its list and its stack is released. */
 static void fiber_release(la_fiber_t *f, la_wk_t *w) {
@@ -598,7 +638,15 @@ static la_fiber_t *fiber_new(la_sched_t *s, la_wk_t *w, int *rc) {
         w->fcache = f->next;
         w->nfcache--;
         hidx = f->hidx;
-        memset(f, 0, sizeof *f);
+        /* what a fresh record has as 0 (the rest is set below or before use) */
+        f->asan_fake = NULL;
+        f->last_error = 0;
+        f->jlk = (la_spin_t){0};
+        f->done = 0;
+        atomic_store_explicit(&f->joining, 0, memory_order_relaxed);
+        atomic_store_explicit(&f->park_kind, 0, memory_order_relaxed);
+        f->joiner = NULL;
+        f->wk = NULL;
     } else if (!(f = calloc(1, sizeof *f))) {
         *rc = ASYNC_E_NOMEM;
         return NULL;
@@ -633,7 +681,6 @@ static void fiber_finish(la_wk_t *w, la_fiber_t *f) {
         flist_del(f);
         fiber_release(f, w);
     } else {
-        atomic_store(&f->state, LA_FS_DONE);
         la_spin_lock(&f->jlk);
         f->done = 1;
         /* The joiner goes to the tail of the queue: the fibers queued before
@@ -646,13 +693,10 @@ static void fiber_finish(la_wk_t *w, la_fiber_t *f) {
                 la_waiter_signal(jw);
         }
         la_spin_unlock(&f->jlk);
-        /* f may be freed by its joiner from here on. */
+        /* The last touch: a joiner that sees DONE frees f. */
+        atomic_store_explicit(&f->state, LA_FS_DONE, memory_order_release);
     }
-    if (atomic_fetch_sub(&s->live, 1) == 1) {
-        pthread_mutex_lock(&s->fmu);
-        pthread_cond_broadcast(&s->fcv);
-        pthread_mutex_unlock(&s->fmu);
-    }
+    if (++w->lease > 2 * LA_LEASE) live_sub(s, w, LA_LEASE);
 }
 
 static void run_fiber(la_wk_t *w, la_fiber_t *f) {
@@ -750,9 +794,19 @@ static void idle_park(la_wk_t *w) {
     pthread_mutex_unlock(&s->imu);
 }
 
+static la_fiber_t *take_next(la_wk_t *w) {
+    la_fiber_t *f = atomic_load_explicit(&w->runnext, memory_order_relaxed);
+    if (!f) return NULL;
+    if (solo(w)) {
+        atomic_store_explicit(&w->runnext, NULL, memory_order_relaxed);
+        return f;
+    }
+    return atomic_exchange(&w->runnext, NULL);
+}
+
 static la_fiber_t *local_get(la_wk_t *w) {
-    if (w->lifo_streak < 3 && atomic_load_explicit(&w->runnext, memory_order_relaxed)) {
-        la_fiber_t *f = atomic_exchange(&w->runnext, NULL);
+    if (w->lifo_streak < 3) {
+        la_fiber_t *f = take_next(w);
         if (f) {
             w->lifo_streak++;
             return f;
@@ -761,7 +815,7 @@ static la_fiber_t *local_get(la_wk_t *w) {
     w->lifo_streak = 0;
     la_fiber_t *f = runq_get(w);
     if (f) return f;
-    return atomic_exchange(&w->runnext, NULL);
+    return take_next(w);
 }
 
 static uint32_t rnd(la_wk_t *w) {
@@ -782,6 +836,7 @@ static la_fiber_t *find_work(la_wk_t *w) {
             if (atomic_load(&s->nfdwait) > 0 && !s->poller_active) poll_events(s, 0);
         }
         if ((f = local_get(w))) return f;
+        if (w->lease) live_sub(s, w, w->lease);
         if ((f = global_get(s, w, LA_RUNQ / 2))) return f;
         if (timers_run(s) > 0) continue;
         if (atomic_load(&s->nfdwait) > 0 && !s->poller_active && poll_events(s, 0) > 0) continue;
@@ -1261,11 +1316,13 @@ async_fiber_t *async_fiber_spawn(async_sched_t *sh, void (*fn)(void *), void *ar
     f->flags = flags;
     uint64_t h = f->handle;
     atomic_store_explicit(&f->state, LA_FS_RUNNABLE, memory_order_relaxed);
-    atomic_fetch_add(&s->live, 1);
-    if (w)
+    if (w) {
+        live_take(w);
         LA_BUMP(w->n_spawned);
-    else
+    } else {
+        atomic_fetch_add(&s->live, 1);
         atomic_fetch_add(&s->spawned, 1);
+    }
     flist_add(w ? &w->fl : &s->fl, f);
     ready_on(w, f, 0);
     if (!w) la_sched_put(s);
@@ -1342,23 +1399,28 @@ int async_fiber_join(async_fiber_t *fh, int timeout_ms) {
         la_set_error(rc);
         return -1;
     }
-    /* We are f's only joiner: f stays allocated until we free it. */
-    la_waiter_t w;
-    la_spin_lock(&f->jlk);
-    if (!f->done) {
-        if (timeout_ms == 0) {
-            rc = ASYNC_E_TIMEDOUT;
-        } else if ((rc = la_waiter_init(&w, LA_PK_NORMAL)) == 0) {
-            f->joiner = &w;
-            la_spin_unlock(&f->jlk);
-            int r = la_waiter_wait(&w, la_deadline(timeout_ms));
-            la_spin_lock(&f->jlk);
-            f->joiner = NULL;
-            la_waiter_done(&w);
-            rc = la_reason_err(r);
+    /* We are f's only joiner: f stays allocated until we free it. DONE is
+     * fiber_finish's last touch of f; done (under jlk) comes just before. */
+    if (atomic_load_explicit(&f->state, memory_order_acquire) != LA_FS_DONE) {
+        la_waiter_t w;
+        la_spin_lock(&f->jlk);
+        if (!f->done) {
+            if (timeout_ms == 0) {
+                rc = ASYNC_E_TIMEDOUT;
+            } else if ((rc = la_waiter_init(&w, LA_PK_NORMAL)) == 0) {
+                f->joiner = &w;
+                la_spin_unlock(&f->jlk);
+                int r = la_waiter_wait(&w, la_deadline(timeout_ms));
+                la_spin_lock(&f->jlk);
+                f->joiner = NULL;
+                la_waiter_done(&w);
+                rc = la_reason_err(r);
+            }
         }
+        la_spin_unlock(&f->jlk);
+        if (!rc)
+            while (atomic_load_explicit(&f->state, memory_order_acquire) != LA_FS_DONE) sched_yield();
     }
-    la_spin_unlock(&f->jlk);
     if (rc) {
         atomic_store(&f->joining, 0);
         if (pin) la_sched_put(s);
