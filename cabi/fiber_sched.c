@@ -56,7 +56,9 @@ int la_reason_err(int reason) {
 
 /* ---- TLS accessors ----------------------------------------------------------- */
 
-static __thread la_wk_t *tls_wk;
+/* initial-exec: a load at a fixed offset instead of a __tls_get_addr call
+ * (the Go runtime in this library already needs static TLS). */
+static __thread la_wk_t *tls_wk __attribute__((tls_model("initial-exec")));
 
 LA_NOINLINE la_wk_t *la_current_worker(void) {
     __asm__ volatile("" ::: "memory");
