@@ -44,7 +44,7 @@ struct la_fdrec {
     int fd;                /* the number (set by the first park) */
     la_waiter_t *rw, *ww;  /* parked reader / writer */
     _Atomic char drained;  /* hint: the last fiber read returned less than asked */
-    char stream;           /* read hint usable: stream socket or pipe (at ADD) */
+    _Atomic char stream;   /* read hint usable: stream socket or pipe (at ADD) */
 };
 
 #define LA_IN_BITS (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)
@@ -134,7 +134,7 @@ LA_NOINLINE static int sys_epoll_arm(int epfd, la_fdrec_t *r, uint32_t events) {
     if (epoll_ctl(epfd, EPOLL_CTL_MOD, r->fd, &ev) == 0) return 0;
     if (errno != ENOENT) return -errno;
     if (epoll_ctl(epfd, EPOLL_CTL_ADD, r->fd, &ev) != 0) return -errno;
-    r->stream = (char)sys_is_stream(r->fd);
+    atomic_store_explicit(&r->stream, (char)sys_is_stream(r->fd), memory_order_relaxed);
     return 0;
 }
 
@@ -377,7 +377,8 @@ ssize_t async_fiber_read(async_fd_t fd, void *buf, size_t n, int timeout_ms) {
     la_fiber_t *f = la_current_fiber();
     la_fdrec_t *rec = f ? fdrec(f->s, fd) : NULL;
     /* The last read drained this stream: wait first (see the top). */
-    if (rec && n > 0 && timeout_ms != 0 && rec->stream && atomic_load_explicit(&rec->drained, memory_order_relaxed)) {
+    if (rec && n > 0 && timeout_ms != 0 && atomic_load_explicit(&rec->stream, memory_order_relaxed) &&
+        atomic_load_explicit(&rec->drained, memory_order_relaxed)) {
         int rc = wait_dir(fd, 0, deadline, timeout_ms);
         /* Other errors (the number now names another kind of file, say):
          * the read below reports what applies. */
