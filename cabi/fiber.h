@@ -9,7 +9,7 @@
  *
  * Parking protocol (never lose a wake-up, never run a fiber whose context is
  * not saved):
- *   - the fiber calls la_park_prepare(): claim = 0, state = PARKING, then
+ *   - the fiber calls la_park_prepare(): state = PARKING, claim = 0, then
  *     registers itself with wakers (under their locks), then la_park_commit();
  *   - a waker first wins the claim with CAS(claim, 0 -> reason) (under the
  *     lock of the structure it found the fiber in) and only then calls
@@ -17,7 +17,9 @@
  *   - after the switch the loop CASes PARKING -> PARKED; if it finds NOTIFIED
  *     it enqueues the fiber itself.
  *   - after resuming, the fiber unregisters from every waker (under their
- *     locks) before it returns; claim tells why it woke.
+ *     locks) before it returns (a waker that unlinked it already, as a
+ *     channel completing an operation does, spares it that); claim tells why
+ *     it woke.
  */
 #ifndef LA_FIBER_H
 #define LA_FIBER_H
