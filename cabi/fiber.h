@@ -9,7 +9,7 @@
  *
  * Parking protocol (never lose a wake-up, never run a fiber whose context is
  * not saved):
- *   - the fiber calls la_park_prepare(): claim = 0, state = PARKING, then
+ *   - the fiber calls la_park_prepare(): state = PARKING, claim = 0, then
  *     registers itself with wakers (under their locks), then la_park_commit();
  *   - a waker first wins the claim with CAS(claim, 0 -> reason) (under the
  *     lock of the structure it found the fiber in) and only then calls
@@ -17,7 +17,9 @@
  *   - after the switch the loop CASes PARKING -> PARKED; if it finds NOTIFIED
  *     it enqueues the fiber itself.
  *   - after resuming, the fiber unregisters from every waker (under their
- *     locks) before it returns; claim tells why it woke.
+ *     locks) before it returns (a waker that unlinked it already, as a
+ *     channel completing an operation does, spares it that); claim tells why
+ *     it woke.
  */
 #ifndef LA_FIBER_H
 #define LA_FIBER_H
@@ -90,6 +92,12 @@ typedef struct la_sched la_sched_t;
 typedef struct la_wk la_wk_t;
 typedef struct la_fiber la_fiber_t;
 
+/* A list of fibers (through all_prev/all_next) under a spinlock. */
+typedef struct {
+    la_spin_t lk;
+    la_fiber_t *head;
+} la_flist_t;
+
 typedef struct {
     char *base;      /* lowest address of the slot (guard page first) */
     size_t size;     /* usable stack bytes (above the guard) */
@@ -113,7 +121,9 @@ struct la_fiber {
     la_stack_t stack;
     void *asan_fake;
     la_fiber_t *next; /* run queues */
-    la_fiber_t *all_prev, *all_next; /* the scheduler's list of live fibers */
+    la_fiber_t *all_prev, *all_next; /* in *home: the fibers of the scheduler */
+    la_flist_t *home;
+    uint32_t hidx; /* handle slot, kept reserved while the record is cached */
     /* timer (under s->tmu) */
     uint64_t deadline;
     int heap_idx; /* -1 when not in the heap */
@@ -172,6 +182,12 @@ la_stackpool_t *la_stackpool_new(size_t stack_size, int guard_mode);
 void la_stackpool_free(la_stackpool_t *p);
 int la_stack_get(la_stackpool_t *p, la_stack_t *out, uint64_t fiber_id);
 void la_stack_put(la_stackpool_t *p, la_stack_t *st);
+/* Up to n stacks (fewer when the pool has fewer free and more than none),
+ * owned by nobody; the count, or -async_err_t. One lock for the batch. */
+int la_stack_get_many(la_stackpool_t *p, la_stack_t *out, int n);
+void la_stack_put_many(la_stackpool_t *p, const la_stack_t *st, int n);
+/* Records which fiber uses st (for the overflow message; 0: none). */
+void la_stack_own(const la_stack_t *st, uint64_t fiber_id);
 int la_stackpool_guard_mode(la_stackpool_t *p);
 /* canary mode: 1 if the canary of st is intact */
 int la_stack_canary_ok(la_stackpool_t *p, const la_stack_t *st);

@@ -8,7 +8,17 @@
  * claim (la_waiter_claim) under the channel lock, then copies the element,
  * unlinks the node, and signals the waiter after unlocking. Select locks its
  * channels in address order, and a select waiter shares one claim among its
- * nodes, so exactly one of its operations happens. */
+ * nodes, so exactly one of its operations happens.
+ *
+ * Lifetime: an operation pins the channel's handle slot (la_handle_get) only
+ * while it runs without parking; destroy invalidates the handle and waits for
+ * those pins. A parked operation is counted in nparked instead (under lk)
+ * until it is done with the channel: the side that completes it (wins its
+ * claim through the channel) uncounts it, so a woken operation never touches
+ * the channel again; one woken otherwise (timeout, shutdown) unlinks its node
+ * and uncounts itself. Whoever brings nparked to 0 on a destroyed channel
+ * frees it. An uncontended operation thus costs the pin, the lock and the
+ * partner's claim. */
 #define _GNU_SOURCE
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +29,6 @@ typedef struct la_chan la_chan_t;
 
 typedef struct la_cnode {
     la_waiter_t *w;
-    la_chan_t *c;
     void *elem; /* send: source; recv: destination (may be NULL: discard) */
     int idx;    /* index in the select */
     int *won;   /* set to idx by the completing side */
@@ -34,12 +43,11 @@ typedef struct {
 
 struct la_chan {
     la_spin_t lk;
-    uint64_t handle;
-    _Atomic int refs;
     size_t cap, esz;
     char *buf;
     size_t head, count;
-    int closed;
+    int closed, dead;
+    int nparked; /* parked operations still to come back (see above) */
     la_cq_t sendq, recvq;
 };
 
@@ -68,30 +76,34 @@ static void cq_remove(la_cq_t *q, la_cnode_t *n) {
 }
 
 /* Pops the first waiter of q whose claim we win (others are unlinked: they
- * were already woken by something else). */
-static la_cnode_t *cq_take(la_cq_t *q) {
+ * were already woken by something else, and uncount themselves). c->lk held. */
+static la_cnode_t *cq_take(la_chan_t *c, la_cq_t *q) {
     while (q->head) {
         la_cnode_t *n = q->head;
         cq_remove(q, n);
-        if (la_waiter_claim(n->w, LA_W_READY)) return n;
+        if (la_waiter_claim(n->w, LA_W_READY)) {
+            c->nparked--;
+            return n;
+        }
     }
     return NULL;
 }
 
-static la_chan_t *chan_get(async_chan_t *h) {
-    la_slot_t *slot;
-    la_chan_t *c = la_handle_get(LA_H(h), LA_T_CHAN, &slot);
-    if (!c) return NULL;
-    atomic_fetch_add(&c->refs, 1);
-    la_handle_put(slot);
-    return c;
+static la_chan_t *chan_pin(async_chan_t *h, la_slot_t **slot) { return la_handle_get(LA_H(h), LA_T_CHAN, slot); }
+
+static void chan_free(la_chan_t *c) {
+    free(c->buf);
+    free(c);
 }
 
-static void chan_put(la_chan_t *c) {
-    if (atomic_fetch_sub(&c->refs, 1) == 1) {
-        free(c->buf);
-        free(c);
-    }
+/* A parked operation woken by something other than the channel: unlink n
+ * (if still listed) and uncount it. */
+static void unpark(la_chan_t *c, la_cq_t *q, la_cnode_t *n) {
+    la_spin_lock(&c->lk);
+    cq_remove(q, n);
+    int last = --c->nparked == 0 && c->dead;
+    la_spin_unlock(&c->lk);
+    if (last) chan_free(c);
 }
 
 #define LA_FORK_CHECK(fail)                                                                                  \
@@ -110,6 +122,7 @@ async_chan_t *async_chan_create(size_t capacity, size_t elem_size) {
         return NULL;
     }
     la_chan_t *c = calloc(1, sizeof *c);
+    uint64_t h;
     if (!c) {
         la_set_error(ASYNC_E_NOMEM);
         return NULL;
@@ -121,15 +134,13 @@ async_chan_t *async_chan_create(size_t capacity, size_t elem_size) {
         la_set_error(ASYNC_E_NOMEM);
         return NULL;
     }
-    atomic_store(&c->refs, 1);
-    c->handle = la_handle_alloc(LA_T_CHAN, c);
-    if (!c->handle) {
+    if (!(h = la_handle_alloc(LA_T_CHAN, c))) {
         free(c->buf);
         free(c);
         la_set_error(ASYNC_E_NOMEM);
         return NULL;
     }
-    return (async_chan_t *)(uintptr_t)c->handle;
+    return (async_chan_t *)(uintptr_t)h;
 }
 
 /* Wakes every parked operation with CLOSED (c->lk held); returns the list to
@@ -137,7 +148,7 @@ async_chan_t *async_chan_create(size_t capacity, size_t elem_size) {
 static la_cnode_t *close_locked(la_chan_t *c) {
     la_cnode_t *list = NULL, *n;
     c->closed = 1;
-    while ((n = cq_take(&c->recvq)) || (n = cq_take(&c->sendq))) {
+    while ((n = cq_take(c, &c->recvq)) || (n = cq_take(c, &c->sendq))) {
         *n->won = n->idx;
         *n->status = ASYNC_E_CLOSED;
         n->next = list;
@@ -156,7 +167,8 @@ static void signal_list(la_cnode_t *list) {
 
 void async_chan_close(async_chan_t *h) {
     LA_FORK_CHECK();
-    la_chan_t *c = chan_get(h);
+    la_slot_t *slot;
+    la_chan_t *c = chan_pin(h, &slot);
     if (!c) {
         la_set_error(ASYNC_E_BADHANDLE);
         return;
@@ -164,8 +176,8 @@ void async_chan_close(async_chan_t *h) {
     la_spin_lock(&c->lk);
     la_cnode_t *list = close_locked(c);
     la_spin_unlock(&c->lk);
+    la_handle_put(slot);
     signal_list(list);
-    chan_put(c);
 }
 
 void async_chan_destroy(async_chan_t *h) {
@@ -177,9 +189,11 @@ void async_chan_destroy(async_chan_t *h) {
     }
     la_spin_lock(&c->lk);
     la_cnode_t *list = close_locked(c);
+    c->dead = 1;
+    int last = c->nparked == 0;
     la_spin_unlock(&c->lk);
     signal_list(list);
-    chan_put(c);
+    if (last) chan_free(c);
 }
 
 /* ---- one operation, c->lk held ------------------------------------------------ */
@@ -192,7 +206,7 @@ static int try_send_locked(la_chan_t *c, const void *elem, int *status, la_cnode
         *status = ASYNC_E_CLOSED;
         return 1;
     }
-    la_cnode_t *r = cq_take(&c->recvq);
+    la_cnode_t *r = cq_take(c, &c->recvq);
     if (r) {
         if (r->elem) memcpy(r->elem, elem, c->esz);
         *r->won = r->idx;
@@ -218,7 +232,7 @@ static int try_recv_locked(la_chan_t *c, void *elem, int *status, la_cnode_t **w
         c->head = (c->head + 1) % c->cap;
         c->count--;
         /* a parked sender fills the freed slot */
-        la_cnode_t *s = cq_take(&c->sendq);
+        la_cnode_t *s = cq_take(c, &c->sendq);
         if (s) {
             size_t tail = (c->head + c->count) % c->cap;
             memcpy(c->buf + tail * c->esz, s->elem, c->esz);
@@ -230,7 +244,7 @@ static int try_recv_locked(la_chan_t *c, void *elem, int *status, la_cnode_t **w
         *status = 0;
         return 1;
     }
-    la_cnode_t *s = cq_take(&c->sendq);
+    la_cnode_t *s = cq_take(c, &c->sendq);
     if (s) {
         if (elem) memcpy(elem, s->elem, c->esz);
         *s->won = s->idx;
@@ -249,39 +263,36 @@ static int try_recv_locked(la_chan_t *c, void *elem, int *status, la_cnode_t **w
 /* dir: 0 send, 1 recv. Returns 0 or an async_err_t. */
 static int chan_op(async_chan_t *h, int dir, void *elem, int timeout_ms) {
     if (timeout_ms < -1 || (!elem && dir == 0)) return ASYNC_E_INVAL;
-    la_chan_t *c = chan_get(h);
+    la_slot_t *slot;
+    la_chan_t *c = chan_pin(h, &slot);
     if (!c) return ASYNC_E_BADHANDLE;
     int status = 0, won = -1;
     la_cnode_t *wake;
     la_spin_lock(&c->lk);
     int done = dir == 0 ? try_send_locked(c, elem, &status, &wake) : try_recv_locked(c, elem, &status, &wake);
-    if (done) {
+    if (done || timeout_ms == 0) {
         la_spin_unlock(&c->lk);
+        la_handle_put(slot);
         if (wake) la_waiter_signal(wake->w);
-        chan_put(c);
+        if (!done) return dir == 0 ? ASYNC_E_FULL : ASYNC_E_EMPTY;
         return status;
-    }
-    if (timeout_ms == 0) {
-        la_spin_unlock(&c->lk);
-        chan_put(c);
-        return dir == 0 ? ASYNC_E_FULL : ASYNC_E_EMPTY;
     }
     la_waiter_t w;
     int rc = la_waiter_init(&w, LA_PK_NORMAL);
     if (rc) {
         la_spin_unlock(&c->lk);
-        chan_put(c);
+        la_handle_put(slot);
         return rc;
     }
-    la_cnode_t node = {.w = &w, .c = c, .elem = elem, .idx = 0, .won = &won, .status = &status};
-    cq_push(dir == 0 ? &c->sendq : &c->recvq, &node);
+    la_cq_t *q = dir == 0 ? &c->sendq : &c->recvq;
+    la_cnode_t node = {.w = &w, .elem = elem, .idx = 0, .won = &won, .status = &status};
+    cq_push(q, &node);
+    c->nparked++;
     la_spin_unlock(&c->lk);
+    la_handle_put(slot);
     int why = la_waiter_wait(&w, la_deadline(timeout_ms));
-    la_spin_lock(&c->lk);
-    cq_remove(dir == 0 ? &c->sendq : &c->recvq, &node);
-    la_spin_unlock(&c->lk);
+    if (why != LA_W_READY) unpark(c, q, &node);
     la_waiter_done(&w);
-    chan_put(c);
     if (why == LA_W_READY) return status;
     return la_reason_err(why);
 }
@@ -340,6 +351,7 @@ int async_chan_select(async_chan_op_t *ops, size_t n, int timeout_ms) {
         return -1;
     }
     la_chan_t *chans[LA_SELECT_MAX], *order[LA_SELECT_MAX];
+    la_slot_t *slots[LA_SELECT_MAX];
     int rc = 0;
     size_t got = 0;
     for (; got < n; got++) {
@@ -348,13 +360,13 @@ int async_chan_select(async_chan_op_t *ops, size_t n, int timeout_ms) {
             rc = ASYNC_E_INVAL;
             break;
         }
-        if (!(chans[got] = chan_get(ops[got].chan))) {
+        if (!(chans[got] = chan_pin(ops[got].chan, &slots[got]))) {
             rc = ASYNC_E_BADHANDLE;
             break;
         }
     }
     if (rc) {
-        for (size_t i = 0; i < got; i++) chan_put(chans[i]);
+        for (size_t i = 0; i < got; i++) la_handle_put(slots[i]);
         la_set_error(rc);
         return -1;
     }
@@ -376,8 +388,8 @@ int async_chan_select(async_chan_op_t *ops, size_t n, int timeout_ms) {
     }
     if (result >= 0 || timeout_ms == 0) {
         for (size_t i = nu; i-- > 0;) la_spin_unlock(&order[i]->lk);
+        for (size_t i = 0; i < n; i++) la_handle_put(slots[i]);
         if (wake) la_waiter_signal(wake->w);
-        for (size_t i = 0; i < n; i++) chan_put(chans[i]);
         if (result < 0) {
             la_set_error(ASYNC_E_TIMEDOUT);
             return -1;
@@ -391,22 +403,23 @@ int async_chan_select(async_chan_op_t *ops, size_t n, int timeout_ms) {
     rc = la_waiter_init(&w, LA_PK_NORMAL);
     if (!rc) {
         for (size_t i = 0; i < n; i++) {
-            nodes[i] = (la_cnode_t){.w = &w, .c = chans[i], .elem = ops[i].elem, .idx = (int)i,
-                                    .won = &won, .status = &statuses[i]};
+            nodes[i] = (la_cnode_t){.w = &w, .elem = ops[i].elem, .idx = (int)i, .won = &won,
+                                    .status = &statuses[i]};
             cq_push(ops[i].dir == ASYNC_CHAN_SEND ? &chans[i]->sendq : &chans[i]->recvq, &nodes[i]);
+            chans[i]->nparked++;
         }
     }
     for (size_t i = nu; i-- > 0;) la_spin_unlock(&order[i]->lk);
+    for (size_t i = 0; i < n; i++) la_handle_put(slots[i]);
     int why = LA_W_CANCELLED;
     if (!rc) {
         why = la_waiter_wait(&w, la_deadline(timeout_ms));
-        for (size_t i = 0; i < nu; i++) la_spin_lock(&order[i]->lk);
+        /* every node but the one a channel completed comes back */
         for (size_t i = 0; i < n; i++)
-            cq_remove(ops[i].dir == ASYNC_CHAN_SEND ? &chans[i]->sendq : &chans[i]->recvq, &nodes[i]);
-        for (size_t i = nu; i-- > 0;) la_spin_unlock(&order[i]->lk);
+            if (why != LA_W_READY || (int)i != won)
+                unpark(chans[i], ops[i].dir == ASYNC_CHAN_SEND ? &chans[i]->sendq : &chans[i]->recvq, &nodes[i]);
         la_waiter_done(&w);
     }
-    for (size_t i = 0; i < n; i++) chan_put(chans[i]);
     if (why != LA_W_READY) {
         la_set_error(la_reason_err(why));
         return -1;

@@ -7,7 +7,13 @@
 #define LA_RUNQ 256
 #define LA_MAX_WORKERS 1024
 
+#define LA_SCACHE 128 /* stacks a worker keeps (spill/refill half) */
+#define LA_FCACHE 128 /* fiber records a worker keeps */
+
 enum { LA_ACT_YIELD = 1, LA_ACT_PARK, LA_ACT_EXIT, LA_ACT_TRAP };
+
+/* Single-writer counter: relaxed load + store, no locked instruction. */
+#define LA_BUMP(c) atomic_store_explicit(&(c), atomic_load_explicit(&(c), memory_order_relaxed) + 1, memory_order_relaxed)
 
 struct la_wk {
     la_sched_t *s;
@@ -25,7 +31,17 @@ struct la_wk {
     void *asan_fake;
     const void *stk_bottom;
     size_t stk_size;
-    _Atomic uint64_t n_run, n_started, n_steal, n_park;
+    _Atomic uint64_t n_run, n_started, n_steal, n_park; /* written by this worker only */
+    _Atomic uint64_t n_spawned, n_finished;
+    /* Caches of this worker (touched by it only): finished fiber records
+     * (each keeping its reserved handle slot), stacks, fiber ids. */
+    la_fiber_t *fcache;
+    int nfcache, nscache;
+    uint64_t id_next, id_end;
+    int64_t lease; /* units of s->live held in reserve (see live_take) */
+    la_stack_t scache[LA_SCACHE];
+    /* the live fibers spawned on this worker (f->home) */
+    la_flist_t fl;
     _Alignas(64) _Atomic uint32_t head;
     _Atomic uint32_t tail;
     _Atomic(la_fiber_t *) runnext;
@@ -62,29 +78,14 @@ struct la_sched {
     la_fiber_t **heap;
     size_t hlen, hcap;
     _Atomic uint64_t next_deadline;
-    /* fibers */
-    pthread_mutex_t fmu;
+    /* fibers: every live or unjoined fiber is in the list of the worker
+     * that spawned it, or in fl when a plain thread did */
+    pthread_mutex_t fmu; /* with fcv: wait_idle */
     pthread_cond_t fcv;
-    la_fiber_t *all;
+    la_flist_t fl;
     _Atomic int64_t live;
-    _Atomic uint64_t spawned, finished;
+    _Atomic uint64_t spawned; /* by plain threads */
 };
-
-#define LA_LIST_PUSH(s, f)                                                                                   \
-    do {                                                                                                     \
-        (f)->all_prev = NULL;                                                                                \
-        (f)->all_next = (s)->all;                                                                            \
-        if ((s)->all) (s)->all->all_prev = (f);                                                              \
-        (s)->all = (f);                                                                                      \
-    } while (0)
-#define LA_LIST_REMOVE(s, f)                                                                                 \
-    do {                                                                                                     \
-        if ((f)->all_prev)                                                                                   \
-            (f)->all_prev->all_next = (f)->all_next;                                                         \
-        else                                                                                                 \
-            (s)->all = (f)->all_next;                                                                        \
-        if ((f)->all_next) (f)->all_next->all_prev = (f)->all_prev;                                          \
-    } while (0)
 
 la_sched_t *la_sched_get(async_sched_t *h);
 void la_sched_put(la_sched_t *s);

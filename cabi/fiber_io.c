@@ -1,15 +1,24 @@
 //go:build !windows
 
-/* fd waits for fibers: one edge-triggered epoll per scheduler.
+/* fd waits for fibers: one epoll per scheduler, EPOLLONESHOT registrations.
  *
  * Each fd gets a record (kept for the scheduler's life) holding the readiness
  * that arrived while nobody waited ("banked" bits) and at most one parked
  * reader and one parked writer. A wait clears the bank bit it needs, then
  * tries the syscall (or poll(2) with timeout 0), and only if that would block
- * registers itself (checking the bank under the record's lock first); an
- * edge arriving at any point after the clear is therefore never lost.
- * The fd is (re)added to epoll before each park: EEXIST means it already is;
- * a closed and reused fd number is thus picked up again.
+ * registers itself (checking the bank under the record's lock first).
+ *
+ * Registration: the fd is added once and re-armed by every park with
+ * EPOLL_CTL_MOD (one system call, under the record's lock, for the
+ * directions its waiters want); ENOENT means the number is not registered
+ * (first wait, or the fd was closed and its number reused: the kernel drops a
+ * registration when the file's last reference goes), and then it is added.
+ * Arming checks the file's current readiness, so a wait never misses what is
+ * already there, whatever the record believes. That lets a read skip its first
+ * attempt when the previous read on this (stream) fd drained it (returned
+ * less than asked): it parks at once, and the arm reports data that came in
+ * meanwhile. An event disarms the fd; if a waiter of the other direction
+ * remains, the poller re-arms it.
  *
  * errno is read only inside the small noinline sys_* helpers: after a park
  * the fiber may run on another thread, and gcc may cache errno's address. */
@@ -21,6 +30,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "fiber_int.h"
@@ -31,7 +41,10 @@
 struct la_fdrec {
     la_spin_t lk;
     uint32_t banked;
-    la_waiter_t *rw, *ww; /* parked reader / writer */
+    int fd;                /* the number (set by the first park) */
+    la_waiter_t *rw, *ww;  /* parked reader / writer */
+    _Atomic char drained;  /* hint: the last fiber read returned less than asked */
+    _Atomic char stream;   /* read hint usable: stream socket or pipe (at ADD) */
 };
 
 #define LA_IN_BITS (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)
@@ -68,9 +81,14 @@ static la_fdrec_t *fdrec(la_sched_t *s, int fd) {
     return &c[(size_t)fd % LA_FD_CHUNK];
 }
 
+LA_NOINLINE static int sys_epoll_arm(int epfd, la_fdrec_t *r, uint32_t events);
+
+static uint32_t arm_mask(la_fdrec_t *r) {
+    return (r->rw ? (uint32_t)(EPOLLIN | EPOLLRDHUP) : 0) | (r->ww ? (uint32_t)EPOLLOUT : 0);
+}
+
 /* Called by whichever worker polled epoll. */
 void la_io_event(la_sched_t *s, void *p, uint32_t ev) {
-    (void)s;
     la_fdrec_t *r = p;
     la_waiter_t *wake[2] = {NULL, NULL};
     la_spin_lock(&r->lk);
@@ -85,6 +103,8 @@ void la_io_event(la_sched_t *s, void *p, uint32_t ev) {
         if (r->rw == r->ww) r->rw = NULL;
         r->ww = NULL;
     }
+    /* the event disarmed the fd: re-arm for a waiter still there (rare) */
+    if (r->rw || r->ww) sys_epoll_arm(s->epfd, r, arm_mask(r));
     la_spin_unlock(&r->lk);
     /* claimed fibers cannot run before these calls: they are still alive */
     if (wake[0]) la_waiter_signal(wake[0]);
@@ -99,10 +119,23 @@ static void clear_bank(la_fdrec_t *r, uint32_t bits) {
 
 /* ---- syscalls that report -errno ----------------------------------------- */
 
-LA_NOINLINE static int sys_epoll_add(int epfd, int fd, void *rec) {
-    struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, .data.ptr = rec};
-    if (epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) == 0 || errno == EEXIST) return 0;
-    return -errno;
+/* 1 if reads of fd drain it when they return less than asked. */
+LA_NOINLINE static int sys_is_stream(int fd) {
+    int type = 0;
+    socklen_t len = sizeof type;
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0) return type == SOCK_STREAM;
+    struct stat st;
+    return errno == ENOTSOCK && fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode);
+}
+
+/* (Re)arms r->fd for events (one shot); adds it when it is not registered. */
+LA_NOINLINE static int sys_epoll_arm(int epfd, la_fdrec_t *r, uint32_t events) {
+    struct epoll_event ev = {.events = events | EPOLLONESHOT, .data.ptr = r};
+    if (epoll_ctl(epfd, EPOLL_CTL_MOD, r->fd, &ev) == 0) return 0;
+    if (errno != ENOENT) return -errno;
+    if (epoll_ctl(epfd, EPOLL_CTL_ADD, r->fd, &ev) != 0) return -errno;
+    atomic_store_explicit(&r->stream, (char)sys_is_stream(r->fd), memory_order_relaxed);
+    return 0;
 }
 
 LA_NOINLINE static int sys_poll1(int fd, short events, int timeout) {
@@ -189,8 +222,6 @@ static int fd_park(la_fiber_t *f, int fd, int dirs, uint64_t deadline) {
     la_sched_t *s = f->s;
     la_fdrec_t *r = fdrec(s, fd);
     if (!r) return fd < 0 ? ASYNC_E_BADFD : ASYNC_E_NOMEM;
-    int e = sys_epoll_add(s->epfd, fd, r);
-    if (e) return e == -ENOMEM ? ASYNC_E_NOMEM : ASYNC_E_BADFD;
     uint32_t mask = ((dirs & 1) ? LA_IN_BITS : 0) | ((dirs & 2) ? LA_OUT_BITS : 0);
     la_waiter_t w;
     la_spin_lock(&r->lk);
@@ -201,6 +232,16 @@ static int fd_park(la_fiber_t *f, int fd, int dirs, uint64_t deadline) {
     if (((dirs & 1) && r->rw) || ((dirs & 2) && r->ww)) {
         la_spin_unlock(&r->lk);
         return ASYNC_E_BUSY;
+    }
+    /* Arm for our directions and those of a waiter already parked (under
+     * the lock: the kernel's mask follows the record's waiters). */
+    r->fd = fd;
+    uint32_t want = arm_mask(r) | ((dirs & 1) ? (uint32_t)(EPOLLIN | EPOLLRDHUP) : 0) |
+                    ((dirs & 2) ? (uint32_t)EPOLLOUT : 0);
+    int e = sys_epoll_arm(s->epfd, r, want);
+    if (e) {
+        la_spin_unlock(&r->lk);
+        return e == -ENOMEM || e == -ENOSPC ? ASYNC_E_NOMEM : ASYNC_E_BADFD;
     }
     int rc = la_waiter_init(&w, LA_PK_NORMAL);
     if (rc) {
@@ -335,10 +376,24 @@ ssize_t async_fiber_read(async_fd_t fd, void *buf, size_t n, int timeout_ms) {
     uint64_t deadline = la_deadline(timeout_ms);
     la_fiber_t *f = la_current_fiber();
     la_fdrec_t *rec = f ? fdrec(f->s, fd) : NULL;
+    /* The last read drained this stream: wait first (see the top). */
+    if (rec && n > 0 && timeout_ms != 0 && atomic_load_explicit(&rec->stream, memory_order_relaxed) &&
+        atomic_load_explicit(&rec->drained, memory_order_relaxed)) {
+        int rc = wait_dir(fd, 0, deadline, timeout_ms);
+        /* Other errors (the number now names another kind of file, say):
+         * the read below reports what applies. */
+        if (rc == ASYNC_E_TIMEDOUT || rc == ASYNC_E_CANCELLED || rc == ASYNC_E_BUSY) {
+            la_set_error(rc);
+            return -1;
+        }
+    }
     for (;;) {
         if (rec) clear_bank(rec, EPOLLIN);
         ssize_t r = sys_read(fd, buf, n);
-        if (r >= 0) return r;
+        if (r >= 0) {
+            if (rec) atomic_store_explicit(&rec->drained, (char)(r > 0 && (size_t)r < n), memory_order_relaxed);
+            return r;
+        }
         if (r == -EINTR) continue;
         if (r != -EAGAIN && r != -EWOULDBLOCK) {
             la_set_error(map_errno((int)-r));

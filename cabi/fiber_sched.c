@@ -56,7 +56,9 @@ int la_reason_err(int reason) {
 
 /* ---- TLS accessors ----------------------------------------------------------- */
 
-static __thread la_wk_t *tls_wk;
+/* initial-exec: a load at a fixed offset instead of a __tls_get_addr call
+ * (the Go runtime in this library already needs static TLS). */
+static __thread la_wk_t *tls_wk __attribute__((tls_model("initial-exec")));
 
 LA_NOINLINE la_wk_t *la_current_worker(void) {
     __asm__ volatile("" ::: "memory");
@@ -130,7 +132,17 @@ static void runq_put(la_wk_t *w, la_fiber_t *f) {
     }
 }
 
+/* With one worker nobody steals: its queue needs no locked instructions. */
+static inline int solo(la_wk_t *w) { return w->s->nw == 1; }
+
 static la_fiber_t *runq_get(la_wk_t *w) {
+    if (solo(w)) {
+        uint32_t h = atomic_load_explicit(&w->head, memory_order_relaxed);
+        if (atomic_load_explicit(&w->tail, memory_order_relaxed) == h) return NULL;
+        la_fiber_t *f = atomic_load_explicit(&w->ring[h % LA_RUNQ], memory_order_relaxed);
+        atomic_store_explicit(&w->head, h + 1, memory_order_relaxed);
+        return f;
+    }
     for (;;) {
         uint32_t h = atomic_load_explicit(&w->head, memory_order_acquire);
         uint32_t t = atomic_load_explicit(&w->tail, memory_order_relaxed);
@@ -244,28 +256,38 @@ static int has_work(la_sched_t *s) {
 
 /* ---- readying fibers ----------------------------------------------------------- */
 
-static void ready(la_fiber_t *f, int lifo) {
+/* w: the calling thread's worker (la_current_worker()), or NULL. */
+static void ready_on(la_wk_t *w, la_fiber_t *f, int lifo) {
     la_sched_t *s = f->s;
-    la_wk_t *w = la_current_worker();
     if (w && w->s == s) {
         if (lifo) {
-            la_fiber_t *old = atomic_exchange(&w->runnext, f);
+            la_fiber_t *old;
+            if (solo(w)) {
+                old = atomic_load_explicit(&w->runnext, memory_order_relaxed);
+                atomic_store_explicit(&w->runnext, f, memory_order_relaxed);
+            } else {
+                old = atomic_exchange(&w->runnext, f);
+            }
             if (old) runq_put(w, old);
         } else {
             runq_put(w, f);
         }
+        /* The only worker is this busy one: nobody to wake. */
+        if (s->nw == 1) return;
     } else {
         global_put(s, f);
     }
     wake_idle(s);
 }
 
-void la_fiber_wake(la_fiber_t *f) {
+/* lifo: run it next on this worker (a wake-up by a running fiber); else at
+ * the tail of the run queue. */
+static void fiber_wake_q(la_fiber_t *f, int lifo) {
     for (;;) {
         int st = atomic_load(&f->state);
         if (st == LA_FS_PARKED) {
             if (atomic_compare_exchange_strong(&f->state, &st, LA_FS_RUNNABLE)) {
-                ready(f, 1);
+                ready_on(la_current_worker(), f, lifo);
                 return;
             }
         } else if (st == LA_FS_PARKING) {
@@ -275,6 +297,8 @@ void la_fiber_wake(la_fiber_t *f) {
         }
     }
 }
+
+void la_fiber_wake(la_fiber_t *f) { fiber_wake_q(f, 1); }
 
 /* ---- timers (a min-heap of parked fibers by deadline) ---------------------------- */
 
@@ -378,9 +402,14 @@ static int timers_run(la_sched_t *s) {
 /* ---- parking ------------------------------------------------------------------- */
 
 int la_park_prepare(la_fiber_t *f, int kind) {
-    atomic_store(&f->park_kind, kind);
+    /* Wakers find f only through structures it registers in after this
+     * (under their locks), except cancel_all, which finds it in its list: the
+     * seq_cst store of claim publishes kind and state to whoever reads claim
+     * == WAITING, and orders it before the load of shutdown (cancel_all
+     * stores shutdown before it reads claim): one of the two sees the other. */
+    atomic_store_explicit(&f->park_kind, kind, memory_order_relaxed);
+    atomic_store_explicit(&f->state, LA_FS_PARKING, memory_order_relaxed);
     atomic_store(&f->claim, LA_W_WAITING);
-    atomic_store(&f->state, LA_FS_PARKING);
     if (kind != LA_PK_BLOCKING && atomic_load(&f->s->shutdown)) {
         atomic_store(&f->claim, LA_W_IDLE);
         atomic_store(&f->state, LA_FS_RUNNING);
@@ -499,33 +528,177 @@ void la_waiter_done(la_waiter_t *w) {
 
 /* ---- the worker loop ------------------------------------------------------------ */
 
-static void fiber_free(la_fiber_t *f) { free(f); }
+/* ---- fiber records, stacks and lists ---------------------------------------------
+ * A worker keeps the records and stacks its fibers released (LA_FCACHE,
+ * LA_SCACHE): spawning and finishing on a worker take no shared lock and call
+ * no allocator. A cached record keeps its handle slot reserved (retired: old
+ * handles are BADHANDLE), so reusing it publishes a new generation there. */
 
-static void fiber_finish(la_wk_t *w, la_fiber_t *f) {
-    la_sched_t *s = w->s;
-    if (!la_stack_canary_ok(s->pool, &f->stack)) la_stack_overflow_abort(f->id, "canary overwritten");
-    la_stack_put(s->pool, &f->stack);
-    atomic_fetch_add(&s->finished, 1);
-    int joinable = (f->flags & ASYNC_FIBER_JOINABLE) != 0;
-    if (!joinable) {
-        pthread_mutex_lock(&s->fmu);
-        LA_LIST_REMOVE(s, f);
-        pthread_mutex_unlock(&s->fmu);
-        la_handle_free(f->handle, LA_T_FIBER);
-        fiber_free(f);
-    } else {
-        atomic_store(&f->state, LA_FS_DONE);
-        la_spin_lock(&f->jlk);
-        f->done = 1;
-        if (f->joiner) la_waiter_wake(f->joiner, LA_W_READY);
-        la_spin_unlock(&f->jlk);
-        /* f may be freed by its joiner from here on. */
+static void flist_add(la_flist_t *l, la_fiber_t *f) {
+    f->home = l;
+    f->all_prev = NULL;
+    la_spin_lock(&l->lk);
+    f->all_next = l->head;
+    if (l->head) l->head->all_prev = f;
+    l->head = f;
+    la_spin_unlock(&l->lk);
+}
+
+static void flist_del(la_fiber_t *f) {
+    la_flist_t *l = f->home;
+    la_spin_lock(&l->lk);
+    if (f->all_prev)
+        f->all_prev->all_next = f->all_next;
+    else
+        l->head = f->all_next;
+    if (f->all_next) f->all_next->all_prev = f->all_prev;
+    la_spin_unlock(&l->lk);
+}
+
+static la_flist_t *flist_at(la_sched_t *s, int i) { return i < s->nw ? &s->wks[i].fl : &s->fl; }
+
+/* w: a worker of f's scheduler running this code, or NULL. */
+static void stack_release(la_sched_t *s, la_wk_t *w, la_stack_t *st) {
+    if (!w) {
+        la_stack_put(s->pool, st);
+        return;
     }
-    if (atomic_fetch_sub(&s->live, 1) == 1) {
+    la_stack_own(st, 0);
+    if (w->nscache == LA_SCACHE) {
+        la_stack_put_many(s->pool, w->scache + LA_SCACHE / 2, LA_SCACHE / 2);
+        w->nscache = LA_SCACHE / 2;
+    }
+    w->scache[w->nscache++] = *st;
+}
+
+static int stack_take(la_sched_t *s, la_wk_t *w, la_stack_t *st, uint64_t id) {
+    if (!w) return la_stack_get(s->pool, st, id);
+    if (w->nscache == 0) {
+        int n = la_stack_get_many(s->pool, w->scache, LA_SCACHE / 2);
+        if (n < 0) return -n;
+        w->nscache = n;
+    }
+    *st = w->scache[--w->nscache];
+    la_stack_own(st, id);
+    return 0;
+}
+
+/* s->live counts the live fibers plus the units workers hold in reserve
+ * (w->lease): a spawn on a worker takes a unit from its reserve and an exit
+ * puts one back, so neither touches the shared counter. A worker returns its
+ * reserve before it looks for work elsewhere or sleeps, so live reaches 0
+ * (and wait_idle wakes) once no fiber is live and the workers are idle. */
+#define LA_LEASE 64
+
+static void live_sub(la_sched_t *s, la_wk_t *w, int64_t n) {
+    w->lease -= n;
+    if (atomic_fetch_sub(&s->live, n) == n) {
         pthread_mutex_lock(&s->fmu);
         pthread_cond_broadcast(&s->fcv);
         pthread_mutex_unlock(&s->fmu);
     }
+}
+
+static void live_take(la_wk_t *w) {
+    if (w->lease == 0) {
+        atomic_fetch_add(&w->s->live, LA_LEASE);
+        w->lease = LA_LEASE;
+    }
+    w->lease--;
+}
+
+/* Invalidates f's handle and frees (or caches, w as above) the record; f is
+ * off its list and its stack is released. */
+static void fiber_release(la_fiber_t *f, la_wk_t *w) {
+    la_handle_retire(f->handle, LA_T_FIBER);
+    if (w && w->nfcache < LA_FCACHE) {
+        f->next = w->fcache;
+        w->fcache = f;
+        w->nfcache++;
+        return;
+    }
+    la_handle_release(f->hidx);
+    free(f);
+}
+
+static _Atomic uint64_t next_fiber_id = 1;
+
+static uint64_t new_fiber_id(la_wk_t *w) {
+    if (!w) return atomic_fetch_add(&next_fiber_id, 1);
+    if (w->id_next == w->id_end) {
+        w->id_next = atomic_fetch_add(&next_fiber_id, 256);
+        w->id_end = w->id_next + 256;
+    }
+    return w->id_next++;
+}
+
+/* A new record with a stack and a live handle (state NEW), or NULL with *rc. */
+static la_fiber_t *fiber_new(la_sched_t *s, la_wk_t *w, int *rc) {
+    la_fiber_t *f = w ? w->fcache : NULL;
+    uint32_t hidx = 0;
+    if (f) {
+        w->fcache = f->next;
+        w->nfcache--;
+        hidx = f->hidx;
+        /* what a fresh record has as 0 (the rest is set below or before use) */
+        f->asan_fake = NULL;
+        f->last_error = 0;
+        f->jlk = (la_spin_t){0};
+        f->done = 0;
+        atomic_store_explicit(&f->joining, 0, memory_order_relaxed);
+        atomic_store_explicit(&f->park_kind, 0, memory_order_relaxed);
+        f->joiner = NULL;
+        f->wk = NULL;
+    } else if (!(f = calloc(1, sizeof *f))) {
+        *rc = ASYNC_E_NOMEM;
+        return NULL;
+    }
+    f->s = s;
+    f->heap_idx = -1;
+    f->id = new_fiber_id(w);
+    atomic_store_explicit(&f->claim, LA_W_IDLE, memory_order_relaxed);
+    if ((*rc = stack_take(s, w, &f->stack, f->id)) != 0) goto fail;
+    f->sp = la_ctx_make(f->stack.base + s->page + f->stack.size, f);
+    f->handle = hidx ? la_handle_reuse(hidx, LA_T_FIBER, f) : la_handle_alloc(LA_T_FIBER, f);
+    if (!f->handle) {
+        stack_release(s, w, &f->stack);
+        *rc = ASYNC_E_NOMEM;
+        goto fail;
+    }
+    f->hidx = (uint32_t)f->handle;
+    return f;
+fail:
+    if (hidx) la_handle_release(hidx);
+    free(f);
+    return NULL;
+}
+
+static void fiber_finish(la_wk_t *w, la_fiber_t *f) {
+    la_sched_t *s = w->s;
+    if (!la_stack_canary_ok(s->pool, &f->stack)) la_stack_overflow_abort(f->id, "canary overwritten");
+    stack_release(s, w, &f->stack);
+    LA_BUMP(w->n_finished);
+    int joinable = (f->flags & ASYNC_FIBER_JOINABLE) != 0;
+    if (!joinable) {
+        flist_del(f);
+        fiber_release(f, w);
+    } else {
+        la_spin_lock(&f->jlk);
+        f->done = 1;
+        /* The joiner goes to the tail of the queue: the fibers queued before
+         * it (often its other children) run first and it finds them done. */
+        la_waiter_t *jw = f->joiner;
+        if (jw && la_waiter_claim(jw, LA_W_READY)) {
+            if (jw->f)
+                fiber_wake_q(jw->f, 0);
+            else
+                la_waiter_signal(jw);
+        }
+        la_spin_unlock(&f->jlk);
+        /* The last touch: a joiner that sees DONE frees f. */
+        atomic_store_explicit(&f->state, LA_FS_DONE, memory_order_release);
+    }
+    if (++w->lease > 2 * LA_LEASE) live_sub(s, w, LA_LEASE);
 }
 
 static void run_fiber(la_wk_t *w, la_fiber_t *f) {
@@ -533,7 +706,7 @@ static void run_fiber(la_wk_t *w, la_fiber_t *f) {
     w->cur = f;
     f->wk = w;
     atomic_store_explicit(&f->state, LA_FS_RUNNING, memory_order_relaxed);
-    atomic_fetch_add_explicit(&w->n_run, 1, memory_order_relaxed);
+    LA_BUMP(w->n_run);
     for (;;) {
         if (__sanitizer_start_switch_fiber)
             __sanitizer_start_switch_fiber(&w->asan_fake, f->stack.base + s->page, f->stack.size);
@@ -553,7 +726,7 @@ static void run_fiber(la_wk_t *w, la_fiber_t *f) {
         break;
     case LA_ACT_PARK: {
         if (!la_stack_canary_ok(s->pool, &f->stack)) la_stack_overflow_abort(f->id, "canary overwritten");
-        atomic_fetch_add_explicit(&w->n_park, 1, memory_order_relaxed);
+        LA_BUMP(w->n_park);
         int st = LA_FS_PARKING;
         if (!atomic_compare_exchange_strong(&f->state, &st, LA_FS_PARKED)) {
             /* NOTIFIED: woken before it finished parking */
@@ -623,9 +796,19 @@ static void idle_park(la_wk_t *w) {
     pthread_mutex_unlock(&s->imu);
 }
 
+static la_fiber_t *take_next(la_wk_t *w) {
+    la_fiber_t *f = atomic_load_explicit(&w->runnext, memory_order_relaxed);
+    if (!f) return NULL;
+    if (solo(w)) {
+        atomic_store_explicit(&w->runnext, NULL, memory_order_relaxed);
+        return f;
+    }
+    return atomic_exchange(&w->runnext, NULL);
+}
+
 static la_fiber_t *local_get(la_wk_t *w) {
     if (w->lifo_streak < 3) {
-        la_fiber_t *f = atomic_exchange(&w->runnext, NULL);
+        la_fiber_t *f = take_next(w);
         if (f) {
             w->lifo_streak++;
             return f;
@@ -634,7 +817,7 @@ static la_fiber_t *local_get(la_wk_t *w) {
     w->lifo_streak = 0;
     la_fiber_t *f = runq_get(w);
     if (f) return f;
-    return atomic_exchange(&w->runnext, NULL);
+    return take_next(w);
 }
 
 static uint32_t rnd(la_wk_t *w) {
@@ -655,6 +838,7 @@ static la_fiber_t *find_work(la_wk_t *w) {
             if (atomic_load(&s->nfdwait) > 0 && !s->poller_active) poll_events(s, 0);
         }
         if ((f = local_get(w))) return f;
+        if (w->lease) live_sub(s, w, w->lease);
         if ((f = global_get(s, w, LA_RUNQ / 2))) return f;
         if (timers_run(s) > 0) continue;
         if (atomic_load(&s->nfdwait) > 0 && !s->poller_active && poll_events(s, 0) > 0) continue;
@@ -671,7 +855,7 @@ static la_fiber_t *find_work(la_wk_t *w) {
             }
             atomic_fetch_sub(&s->nspinning, 1);
             if (f) {
-                atomic_fetch_add_explicit(&w->n_steal, 1, memory_order_relaxed);
+                LA_BUMP(w->n_steal);
                 wake_idle(s);
                 return f;
             }
@@ -700,7 +884,7 @@ static void *worker_main(void *arg) {
 __attribute__((noreturn, used)) void la_fiber_main(la_fiber_t *f);
 void la_fiber_main(la_fiber_t *f) {
     asan_arrive(NULL);
-    atomic_fetch_add_explicit(&la_current_worker()->n_started, 1, memory_order_relaxed);
+    LA_BUMP(la_current_worker()->n_started);
     f->fn(f->arg);
     switch_out(f, LA_ACT_EXIT);
     abort();
@@ -957,13 +1141,16 @@ int async_sched_run(async_sched_t *sh) {
 
 static void cancel_all(la_sched_t *s) {
     atomic_store(&s->shutdown, 1);
-    pthread_mutex_lock(&s->fmu);
-    for (la_fiber_t *f = s->all; f; f = f->all_next) {
-        if (atomic_load(&f->park_kind) == LA_PK_BLOCKING) continue;
-        int z = LA_W_WAITING;
-        if (atomic_compare_exchange_strong(&f->claim, &z, LA_W_CANCELLED)) la_fiber_wake(f);
+    for (int i = 0; i <= s->nw; i++) {
+        la_flist_t *l = flist_at(s, i);
+        la_spin_lock(&l->lk);
+        for (la_fiber_t *f = l->head; f; f = f->all_next) {
+            int z = LA_W_WAITING;
+            if (atomic_load(&f->claim) != z || atomic_load(&f->park_kind) == LA_PK_BLOCKING) continue;
+            if (atomic_compare_exchange_strong(&f->claim, &z, LA_W_CANCELLED)) la_fiber_wake(f);
+        }
+        la_spin_unlock(&l->lk);
     }
-    pthread_mutex_unlock(&s->fmu);
 }
 
 int async_sched_shutdown(async_sched_t *sh, int timeout_ms) {
@@ -1016,16 +1203,29 @@ void async_sched_destroy(async_sched_t *sh) {
     pthread_mutex_unlock(&s->imu);
     kick_poller(s);
     for (int i = 0; i < s->nw; i++) pthread_join(s->wks[i].th, NULL);
-    /* Joinable fibers nobody joined. */
-    pthread_mutex_lock(&s->fmu);
-    la_fiber_t *f = s->all;
-    s->all = NULL;
-    pthread_mutex_unlock(&s->fmu);
-    while (f) {
-        la_fiber_t *nx = f->all_next;
-        la_handle_free(f->handle, LA_T_FIBER);
-        fiber_free(f);
-        f = nx;
+    /* Joinable fibers nobody joined, and the workers' caches. */
+    for (int i = 0; i <= s->nw; i++) {
+        la_flist_t *l = flist_at(s, i);
+        la_spin_lock(&l->lk);
+        la_fiber_t *f = l->head;
+        l->head = NULL;
+        la_spin_unlock(&l->lk);
+        while (f) {
+            la_fiber_t *nx = f->all_next;
+            fiber_release(f, NULL);
+            f = nx;
+        }
+    }
+    for (int i = 0; i < s->nw; i++) {
+        la_wk_t *w = &s->wks[i];
+        while (w->fcache) {
+            la_fiber_t *f = w->fcache;
+            w->fcache = f->next;
+            la_handle_release(f->hidx);
+            free(f);
+        }
+        w->nfcache = 0;
+        w->nscache = 0; /* the pool's arenas go with the pool */
     }
     while (atomic_load(&s->refs) != 0) sched_yield();
     sched_free(s);
@@ -1047,21 +1247,28 @@ int async_sched_get_stats(async_sched_t *sh, async_sched_stats_t *out, async_sch
     out->workers = s->nw;
     out->stack_size = la_stackpool_stack_size(s->pool);
     out->guard_mode = la_stackpool_guard_mode(s->pool);
+    /* finished before spawned: a fiber counted finished was counted spawned */
+    for (int i = 0; i < s->nw; i++)
+        out->fibers_finished += atomic_load_explicit(&s->wks[i].n_finished, memory_order_acquire);
     out->fibers_spawned = atomic_load(&s->spawned);
-    out->fibers_finished = atomic_load(&s->finished);
-    pthread_mutex_lock(&s->fmu);
-    for (la_fiber_t *f = s->all; f; f = f->all_next) {
-        switch (atomic_load(&f->state)) {
-        case LA_FS_NEW:
-        case LA_FS_RUNNABLE:
-        case LA_FS_NOTIFIED: out->fibers_runnable++; break;
-        case LA_FS_RUNNING: out->fibers_running++; break;
-        case LA_FS_PARKING:
-        case LA_FS_PARKED: out->fibers_parked++; break;
-        case LA_FS_DONE: out->fibers_done_unjoined++; break;
+    for (int i = 0; i < s->nw; i++)
+        out->fibers_spawned += atomic_load_explicit(&s->wks[i].n_spawned, memory_order_acquire);
+    for (int i = 0; i <= s->nw; i++) {
+        la_flist_t *l = flist_at(s, i);
+        la_spin_lock(&l->lk);
+        for (la_fiber_t *f = l->head; f; f = f->all_next) {
+            switch (atomic_load(&f->state)) {
+            case LA_FS_NEW:
+            case LA_FS_RUNNABLE:
+            case LA_FS_NOTIFIED: out->fibers_runnable++; break;
+            case LA_FS_RUNNING: out->fibers_running++; break;
+            case LA_FS_PARKING:
+            case LA_FS_PARKED: out->fibers_parked++; break;
+            case LA_FS_DONE: out->fibers_done_unjoined++; break;
+            }
         }
+        la_spin_unlock(&l->lk);
     }
-    pthread_mutex_unlock(&s->fmu);
     int n = max_workers < s->nw ? max_workers : s->nw;
     for (int i = 0; i < n; i++) {
         la_wk_t *w = &s->wks[i];
@@ -1076,65 +1283,52 @@ int async_sched_get_stats(async_sched_t *sh, async_sched_stats_t *out, async_sch
 
 /* ---- public API: fibers ------------------------------------------------------------ */
 
-static _Atomic uint64_t next_fiber_id = 1;
-
 async_fiber_t *async_fiber_spawn(async_sched_t *sh, void (*fn)(void *), void *arg, unsigned flags) {
     LA_FORK_CHECK(NULL);
     if (!fn || (flags & ~(unsigned)ASYNC_FIBER_JOINABLE)) {
         la_set_error(ASYNC_E_INVAL);
         return NULL;
     }
-    la_sched_t *s = la_sched_get(sh);
-    if (!s) {
-        la_set_error(ASYNC_E_BADHANDLE);
-        return NULL;
+    /* On a fiber of sh (the common case) the scheduler cannot go away under
+     * us (this fiber is live): a tag check replaces pinning it. */
+    la_wk_t *w = la_current_worker();
+    la_sched_t *s;
+    if (w && w->s->handle == LA_H(sh) && la_handle_live(LA_H(sh), LA_T_SCHED)) {
+        s = w->s;
+    } else {
+        w = NULL;
+        if (!(s = la_sched_get(sh))) {
+            la_set_error(ASYNC_E_BADHANDLE);
+            return NULL;
+        }
     }
     int rc = 0;
     la_fiber_t *f = NULL;
-    if (atomic_load(&s->shutdown)) {
+    if (atomic_load(&s->shutdown))
         rc = ASYNC_E_CANCELLED;
-        goto fail;
-    }
-    f = calloc(1, sizeof *f);
+    else
+        f = fiber_new(s, w, &rc);
     if (!f) {
-        rc = ASYNC_E_NOMEM;
-        goto fail;
+        if (!w) la_sched_put(s);
+        la_set_error(rc);
+        return NULL;
     }
-    f->s = s;
     f->fn = fn;
     f->arg = arg;
     f->flags = flags;
-    f->heap_idx = -1;
-    f->id = atomic_fetch_add(&next_fiber_id, 1);
-    atomic_store(&f->claim, LA_W_IDLE);
-    if ((rc = la_stack_get(s->pool, &f->stack, f->id)) != 0) {
-        free(f);
-        f = NULL;
-        goto fail;
-    }
-    f->sp = la_ctx_make(f->stack.base + s->page + f->stack.size, f);
-    f->handle = la_handle_alloc(LA_T_FIBER, f);
-    if (!f->handle) {
-        la_stack_put(s->pool, &f->stack);
-        free(f);
-        f = NULL;
-        rc = ASYNC_E_NOMEM;
-        goto fail;
-    }
     uint64_t h = f->handle;
-    atomic_store(&f->state, LA_FS_RUNNABLE);
-    atomic_fetch_add(&s->live, 1);
-    atomic_fetch_add(&s->spawned, 1);
-    pthread_mutex_lock(&s->fmu);
-    LA_LIST_PUSH(s, f);
-    pthread_mutex_unlock(&s->fmu);
-    ready(f, 0);
-    la_sched_put(s);
+    atomic_store_explicit(&f->state, LA_FS_RUNNABLE, memory_order_relaxed);
+    if (w) {
+        live_take(w);
+        LA_BUMP(w->n_spawned);
+    } else {
+        atomic_fetch_add(&s->live, 1);
+        atomic_fetch_add(&s->spawned, 1);
+    }
+    flist_add(w ? &w->fl : &s->fl, f);
+    ready_on(w, f, 0);
+    if (!w) la_sched_put(s);
     return (async_fiber_t *)(uintptr_t)h;
-fail:
-    la_sched_put(s);
-    la_set_error(rc);
-    return NULL;
 }
 
 async_fiber_t *async_fiber_current(void) {
@@ -1197,40 +1391,47 @@ int async_fiber_join(async_fiber_t *fh, int timeout_ms) {
         if (!atomic_compare_exchange_strong(&f->joining, &z, 1)) rc = ASYNC_E_BUSY;
     }
     la_sched_t *s = f->s;
-    if (!rc) atomic_fetch_add(&s->refs, 1);
+    /* A plain thread (or another scheduler's fiber) keeps s alive while it
+     * waits; a fiber of s does by being live. */
+    la_wk_t *cw = la_current_worker();
+    int pin = !(cw && cw->s == s);
+    if (!rc && pin) atomic_fetch_add(&s->refs, 1);
     la_handle_put(slot);
     if (rc) {
         la_set_error(rc);
         return -1;
     }
-    /* We are f's only joiner: f stays allocated until we free it. */
-    la_waiter_t w;
-    la_spin_lock(&f->jlk);
-    if (!f->done) {
-        if (timeout_ms == 0) {
-            rc = ASYNC_E_TIMEDOUT;
-        } else if ((rc = la_waiter_init(&w, LA_PK_NORMAL)) == 0) {
-            f->joiner = &w;
-            la_spin_unlock(&f->jlk);
-            int r = la_waiter_wait(&w, la_deadline(timeout_ms));
-            la_spin_lock(&f->jlk);
-            f->joiner = NULL;
-            la_waiter_done(&w);
-            rc = la_reason_err(r);
+    /* We are f's only joiner: f stays allocated until we free it. DONE is
+     * fiber_finish's last touch of f; done (under jlk) comes just before. */
+    if (atomic_load_explicit(&f->state, memory_order_acquire) != LA_FS_DONE) {
+        la_waiter_t w;
+        la_spin_lock(&f->jlk);
+        if (!f->done) {
+            if (timeout_ms == 0) {
+                rc = ASYNC_E_TIMEDOUT;
+            } else if ((rc = la_waiter_init(&w, LA_PK_NORMAL)) == 0) {
+                f->joiner = &w;
+                la_spin_unlock(&f->jlk);
+                int r = la_waiter_wait(&w, la_deadline(timeout_ms));
+                la_spin_lock(&f->jlk);
+                f->joiner = NULL;
+                la_waiter_done(&w);
+                rc = la_reason_err(r);
+            }
         }
+        la_spin_unlock(&f->jlk);
+        if (!rc)
+            while (atomic_load_explicit(&f->state, memory_order_acquire) != LA_FS_DONE) sched_yield();
     }
-    la_spin_unlock(&f->jlk);
     if (rc) {
         atomic_store(&f->joining, 0);
-        la_sched_put(s);
+        if (pin) la_sched_put(s);
         la_set_error(rc);
         return -1;
     }
-    pthread_mutex_lock(&s->fmu);
-    LA_LIST_REMOVE(s, f);
-    pthread_mutex_unlock(&s->fmu);
-    la_handle_free(f->handle, LA_T_FIBER);
-    fiber_free(f);
-    la_sched_put(s);
+    flist_del(f);
+    cw = la_current_worker(); /* we may have moved */
+    fiber_release(f, cw && cw->s == s ? cw : NULL);
+    if (pin) la_sched_put(s);
     return 0;
 }

@@ -166,39 +166,59 @@ static int add_arena(la_stackpool_t *p) {
     return 0;
 }
 
-int la_stack_get(la_stackpool_t *p, la_stack_t *out, uint64_t fiber_id) {
-    pthread_mutex_lock(&p->mu);
-    if (p->nfree == 0) {
-        int rc = add_arena(p);
-        if (rc) {
-            pthread_mutex_unlock(&p->mu);
-            return rc;
-        }
-    }
+/* Fills out (p->mu held, p->nfree > 0). */
+static void pop_slot(la_stackpool_t *p, la_stack_t *out) {
     p->nfree--;
     uint32_t ai = p->free_a[p->nfree], si = p->free_s[p->nfree];
-    pthread_mutex_unlock(&p->mu);
     la_arena_t *a = &arenas[ai];
     out->arena = ai;
     out->slot = si;
     out->base = (char *)atomic_load(&a->base) + (size_t)si * a->slot_size;
     out->size = p->stack_size;
-    atomic_store_explicit(&a->owner[si], fiber_id, memory_order_relaxed);
     if (a->mode == 3)
         for (int i = 0; i < LA_CANARY_WORDS; i++) ((uint64_t *)(out->base + p->page))[i] = LA_CANARY;
+}
+
+int la_stack_get_many(la_stackpool_t *p, la_stack_t *out, int n) {
+    pthread_mutex_lock(&p->mu);
+    if (p->nfree == 0) {
+        int rc = add_arena(p);
+        if (rc) {
+            pthread_mutex_unlock(&p->mu);
+            return -rc;
+        }
+    }
+    int got = 0;
+    /* only what is free now: a batch never maps an arena early */
+    while (got < n && p->nfree > 0) pop_slot(p, &out[got++]);
+    pthread_mutex_unlock(&p->mu);
+    return got;
+}
+
+int la_stack_get(la_stackpool_t *p, la_stack_t *out, uint64_t fiber_id) {
+    int got = la_stack_get_many(p, out, 1);
+    if (got < 0) return -got;
+    la_stack_own(out, fiber_id);
     return 0;
 }
 
-void la_stack_put(la_stackpool_t *p, la_stack_t *st) {
-    la_arena_t *a = &arenas[st->arena];
-    atomic_store_explicit(&a->owner[st->slot], 0, memory_order_relaxed);
+void la_stack_own(const la_stack_t *st, uint64_t fiber_id) {
+    atomic_store_explicit(&arenas[st->arena].owner[st->slot], fiber_id, memory_order_relaxed);
+}
+
+void la_stack_put_many(la_stackpool_t *p, const la_stack_t *st, int n) {
+    for (int i = 0; i < n; i++) la_stack_own(&st[i], 0);
     pthread_mutex_lock(&p->mu);
     /* the lists were sized for every slot of every arena: never full */
-    p->free_a[p->nfree] = st->arena;
-    p->free_s[p->nfree] = st->slot;
-    p->nfree++;
+    for (int i = 0; i < n; i++) {
+        p->free_a[p->nfree] = st[i].arena;
+        p->free_s[p->nfree] = st[i].slot;
+        p->nfree++;
+    }
     pthread_mutex_unlock(&p->mu);
 }
+
+void la_stack_put(la_stackpool_t *p, la_stack_t *st) { la_stack_put_many(p, st, 1); }
 
 int la_stack_canary_ok(la_stackpool_t *p, const la_stack_t *st) {
     if (arenas[st->arena].mode != 3) return 1;

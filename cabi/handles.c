@@ -91,16 +91,42 @@ int la_handle_live(uint64_t h, int type) {
     return s && atomic_load_explicit(&s->tag, memory_order_acquire) == h;
 }
 
-void *la_handle_free(uint64_t h, int type) {
-    if (type_of(h) != type) return NULL;
+/* Invalidates h and waits for the readers of its slot to leave; 1 if h was
+ * live. The slot stays reserved for the caller. */
+static int retire(uint64_t h, int type, void **obj) {
+    if (type_of(h) != type) return 0;
     la_slot_t *s = slot_of((uint32_t)h);
-    if (!s) return NULL;
+    if (!s) return 0;
     uint64_t expect = h;
-    if (!atomic_compare_exchange_strong(&s->tag, &expect, 0)) return NULL;
+    if (!atomic_compare_exchange_strong(&s->tag, &expect, 0)) return 0;
     /* Readers pin a slot only for a few instructions (they never block while
      * pinned), so this wait is short. */
     while (atomic_load_explicit(&s->refs, memory_order_acquire) != 0) sched_yield();
-    void *obj = s->obj;
+    *obj = s->obj;
+    return 1;
+}
+
+void *la_handle_retire(uint64_t h, int type) {
+    void *obj = NULL;
+    retire(h, type, &obj);
+    return obj;
+}
+
+/* A new handle in a slot the caller reserved with la_handle_retire (the
+ * caller owns the slot, so gen needs no lock). */
+uint64_t la_handle_reuse(uint32_t idx, int type, void *obj) {
+    la_slot_t *s = slot_of(idx);
+    s->gen = (s->gen + 1) & 0xFFFFFFu;
+    if (s->gen == 0) s->gen = 1;
+    s->obj = obj;
+    uint64_t h = ((uint64_t)s->gen << 40) | ((uint64_t)(type & 0xFF) << 32) | idx;
+    atomic_store_explicit(&s->tag, h, memory_order_release);
+    return h;
+}
+
+void la_handle_release(uint32_t idx) {
+    la_slot_t *s = slot_of(idx);
+    if (!s) return;
     pthread_mutex_lock(&table_mu);
     __atomic_store_n(&s->obj, NULL, __ATOMIC_RELEASE);
     if (nfree == free_cap) {
@@ -109,12 +135,17 @@ void *la_handle_free(uint64_t h, int type) {
         if (!n) {
             /* Leak the slot rather than fail the destroy. */
             pthread_mutex_unlock(&table_mu);
-            return obj;
+            return;
         }
         free_idx = n;
         free_cap = ncap;
     }
-    free_idx[nfree++] = (uint32_t)h;
+    free_idx[nfree++] = idx;
     pthread_mutex_unlock(&table_mu);
+}
+
+void *la_handle_free(uint64_t h, int type) {
+    void *obj = NULL;
+    if (retire(h, type, &obj)) la_handle_release((uint32_t)h);
     return obj;
 }

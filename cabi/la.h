@@ -30,6 +30,13 @@ uint64_t la_handle_alloc(int type, void *obj);
 /* Invalidates h, waits for readers of its slot to leave, frees the slot.
  * Returns the object, or NULL if h was not live. */
 void *la_handle_free(uint64_t h, int type);
+/* la_handle_free in two steps, for objects recycled with their slot:
+ * la_handle_retire invalidates h (and waits for its readers) but keeps the
+ * slot reserved; la_handle_reuse publishes a new handle (new generation) in
+ * a reserved slot; la_handle_release returns a reserved slot to the table. */
+void *la_handle_retire(uint64_t h, int type);
+uint64_t la_handle_reuse(uint32_t idx, int type, void *obj);
+void la_handle_release(uint32_t idx);
 /* Validates h and pins its slot: the object stays valid until
  * la_handle_put(). NULL if h is not a live handle of that type. */
 void *la_handle_get(uint64_t h, int type, la_slot_t **slot);

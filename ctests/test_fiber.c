@@ -708,6 +708,85 @@ static void t_wait_fd(void) {
     async_sched_destroy(s);
 }
 
+/* fd numbers reused behind the scheduler's back: a read of a drained stream
+ * parks before trying (its fd stays registered), so after close() the same
+ * number naming another file must still be watched: data already there, data
+ * that comes later, and a regular file that cannot be watched at all. */
+typedef struct {
+    int fd, peer; /* fd: the number the reader fiber uses */
+    int step;     /* how far the fiber got */
+    int err;
+} reuse_t;
+
+static void *late_writer(void *arg) {
+    reuse_t *x = arg;
+    sleep_ms(30);
+    ssize_t r = write(x->peer, "late", 4);
+    (void)r;
+    return NULL;
+}
+
+static void reuse_fiber(void *arg) {
+    reuse_t *x = arg;
+    char buf[64];
+    int sp[2];
+    pthread_t th;
+    /* 1: a stream socket the fiber parked on (so it is registered) and then
+     * drained */
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sp) != 0) return;
+    x->peer = sp[1];
+    if (pthread_create(&th, NULL, late_writer, x) != 0) return;
+    ssize_t n = async_fiber_read(sp[0], buf, sizeof buf, 5000);
+    pthread_join(th, NULL);
+    if (n != 4) goto fail;
+    x->step = 1;
+    /* 2: close it; a pipe takes the number, with data already in */
+    int num = sp[0];
+    close(sp[0]);
+    close(sp[1]);
+    int p[2];
+    if (pipe(p) != 0) return;
+    if (p[0] != num) {
+        if (dup2(p[0], num) != num) return;
+        close(p[0]);
+    }
+    if (write(p[1], "xyz", 3) != 3) return;
+    if (async_fiber_read(num, buf, sizeof buf, 5000) != 3 || memcmp(buf, "xyz", 3) != 0) goto fail;
+    x->step = 2;
+    /* 3: the same number, data arriving while the reader is parked */
+    x->fd = num;
+    x->peer = p[1];
+    if (pthread_create(&th, NULL, late_writer, x) != 0) return;
+    n = async_fiber_read(num, buf, sizeof buf, 5000);
+    pthread_join(th, NULL);
+    if (n != 4 || memcmp(buf, "late", 4) != 0) goto fail;
+    x->step = 3;
+    /* 4: a regular file on that number (not pollable) reads normally */
+    close(num);
+    close(p[1]);
+    FILE *tf = tmpfile();
+    if (!tf || fwrite("file", 1, 4, tf) != 4 || fflush(tf) != 0) return;
+    if (fileno(tf) != num && dup2(fileno(tf), num) != num) return;
+    if (lseek(num, 0, SEEK_SET) != 0) return;
+    if (async_fiber_read(num, buf, sizeof buf, 5000) != 4 || memcmp(buf, "file", 4) != 0) goto fail;
+    if (fileno(tf) != num) close(num);
+    fclose(tf);
+    x->step = 4;
+    return;
+fail:
+    x->err = async_last_error();
+}
+
+static void t_fd_reuse(void) {
+    async_sched_t *s = mk(1);
+    reuse_t x = {-1, -1, 0, 0};
+    CHECK(async_fiber_spawn(s, reuse_fiber, &x, 0));
+    CHECK_EQ(async_sched_run(s), 0);
+    if (x.step != 4) fprintf(stderr, "stopped after step %d: %s\n", x.step, async_strerror(x.err));
+    CHECK_EQ(x.step, 4);
+    async_sched_destroy(s);
+}
+
 /* echo: N client fibers x M messages against one acceptor + a fiber per
  * connection */
 typedef struct {
@@ -1397,6 +1476,7 @@ static const test_case_t cases[] = {
     T(chan_select_stress),
     T(pipes),
     T(wait_fd),
+    T(fd_reuse),
     T(echo),
     T(net_errors),
     T(blocking),
