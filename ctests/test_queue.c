@@ -577,6 +577,10 @@ static void t_create_inval(void)
     CHECK_FAIL(async_queue_create(8, 8, Q_FLAGS(0x08)) == NULL, ASYNC_E_INVAL);
     CHECK_FAIL(async_queue_create(8, 8, Q_FLAGS(0x40000000)) == NULL, ASYNC_E_INVAL);
     CHECK_FAIL(async_queue_create(8, 8, Q_FLAGS(ASYNC_QUEUE_SIGNAL_ON_DATA | 0x100)) == NULL, ASYNC_E_INVAL);
+    /* absurd sizes (the documented limits: capacity 2^30, max_msg_size 2^40) */
+    CHECK_FAIL(async_queue_create(((size_t)1 << 30) + 1, 8, Q_FLAGS(0)) == NULL, ASYNC_E_INVAL);
+    CHECK_FAIL(async_queue_create(8, ((size_t)1 << 40) + 1, Q_FLAGS(0)) == NULL, ASYNC_E_INVAL);
+    CHECK_FAIL(async_queue_create(SIZE_MAX, SIZE_MAX, Q_FLAGS(0)) == NULL, ASYNC_E_INVAL);
     /* every valid combination works */
     q = mkq(1, 1, ASYNC_QUEUE_DROP_OLDEST | ASYNC_QUEUE_SIGNAL_ON_DATA);
     async_queue_destroy(q);

@@ -127,8 +127,9 @@ typedef struct {
 
 /* Creates a queue of up to `capacity` messages of at most `max_msg_size`
  * bytes each. DROP_OLDEST and BLOCK_WRITER are mutually exclusive.
- * Returns NULL with ASYNC_E_INVAL for a zero capacity or size, unknown flags,
- * or both policies; ASYNC_E_NOMEM if memory or handles run out.
+ * Returns NULL with ASYNC_E_INVAL for a zero capacity or size, a capacity
+ * above 2^30 or a max_msg_size above 2^40, unknown flags, or both policies;
+ * ASYNC_E_NOMEM if memory or handles run out.
  * Thread-safe; never blocks. */
 async_queue_t *async_queue_create(size_t capacity, size_t max_msg_size, async_queue_flags_t flags);
 
