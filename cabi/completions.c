@@ -257,10 +257,11 @@ int la_rt_post(uint64_t h, uintptr_t key, uintptr_t data) {
 la_shared_t *la_rtc_shared(la_rtc_t *r) { return &r->sh; }
 int32_t *la_rtc_wait_flag(la_rtc_t *r) { return (int32_t *)&r->waiting; }
 
-/* Called by Go right after its runtime took its start time, so that C's
- * "ns since start" is never ahead of Go's: C then never thinks a timer is
- * not due when Go would (it can only be a little behind, by the time
- * between the two clock reads). */
+/* Called by Go just before its runtime takes its start time, so that C's
+ * "ns since start" is never behind Go's: C never thinks a timer is not due
+ * when Go would (it may think one due a little early, by the time between
+ * the two clock reads; then Go is entered and finds nothing, which is
+ * harmless). */
 void la_rtc_set_start(la_rtc_t *r) {
 #if defined(_WIN32)
     r->start_ns = 0; /* no C fast path there (rtwait.c) */

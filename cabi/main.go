@@ -198,8 +198,8 @@ func la_go_rt_init(out *C.uint64_t) (rc C.int) {
 		return C.int(libasync.ENoMem)
 	}
 	src := &cSource{r: r}
+	C.la_rtc_set_start(r) // before the Go runtime's start (see there)
 	rt := libasync.NewRuntimeWithSource(p, src, (*libasync.Shared)(unsafe.Pointer(C.la_rtc_shared(r))))
-	C.la_rtc_set_start(r) // after the Go runtime's start (see there)
 	h := C.la_handle_alloc(C.LA_T_RUNTIME, unsafe.Pointer(r))
 	if h == 0 {
 		rt.Close()
@@ -350,13 +350,14 @@ func (o *rtObject) waitDone(events *C.io_event_t, out *C.int, sl *C.la_sleep_t, 
 }
 
 func (o *rtObject) waitEnd() {
-	// The flag first: once the WaitCall ends, deinit may go on and recycle
-	// the C memory the flag lives in.
-	atomic.StoreInt32(o.waiting, 0)
+	// End first, so that a fast-path wait (rtwait.c), which may start as
+	// soon as the flag is clear, sees the state End publishes. Deinit waits
+	// for the flag before it recycles the C memory the flag lives in.
 	if o.wcall != nil {
 		o.wcall.End()
 		o.wcall = nil
 	}
+	atomic.StoreInt32(o.waiting, 0)
 }
 
 //export la_go_rt_wait_begin
