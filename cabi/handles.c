@@ -118,7 +118,7 @@ uint64_t la_handle_reuse(uint32_t idx, int type, void *obj) {
     la_slot_t *s = slot_of(idx);
     s->gen = (s->gen + 1) & 0xFFFFFFu;
     if (s->gen == 0) s->gen = 1;
-    s->obj = obj;
+    __atomic_store_n(&s->obj, obj, __ATOMIC_RELEASE); /* la_handle_peek may read it */
     uint64_t h = ((uint64_t)s->gen << 40) | ((uint64_t)(type & 0xFF) << 32) | idx;
     atomic_store_explicit(&s->tag, h, memory_order_release);
     return h;

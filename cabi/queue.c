@@ -75,6 +75,7 @@ typedef struct la_queue {
     int inside;              /* waiters that will look at the record again */
     uint64_t rt;             /* SIGNAL_ON_DATA: runtime handle (0: none) */
     uintptr_t key;
+    int npend;               /* the last SIGNAL_ON_DATA post failed (NOMEM) */
     struct la_queue *free_next;
 } la_queue_t;
 
@@ -327,6 +328,7 @@ int la_q_create(size_t capacity, size_t max_msg, unsigned flags, uint64_t *out) 
     q->rpend = q->wpend = 0;
     q->rt = 0;
     q->key = 0;
+    q->npend = 0;
     uint64_t h = la_handle_alloc(LA_T_QUEUE, q);
     q->h = h;
     if (!h) {
@@ -364,8 +366,13 @@ int la_q_destroy(uint64_t h) {
 
 /* Posts the SIGNAL_ON_DATA completion (under q->mu, so that each transition
  * posts exactly once). A runtime that is gone ends the attachment. */
+/* A post that fails for want of memory is retried by the next enqueue
+ * (npend): otherwise the consumer, waiting for that completion, would never
+ * drain the queue and no later transition would post again. */
 static void notify(la_queue_t *q) {
-    if (la_rt_post(q->rt, q->key, (uintptr_t)q->h) == ASYNC_E_BADHANDLE) q->rt = 0;
+    int rc = la_rt_post(q->rt, q->key, (uintptr_t)q->h);
+    if (rc == ASYNC_E_BADHANDLE) q->rt = 0;
+    q->npend = rc != 0 && q->rt != 0;
 }
 
 /* wait: 0 never waits (FULL), 1 waits up to timeout_ms, -1 waits forever
@@ -418,7 +425,7 @@ int la_q_enqueue(uint64_t h, const void *data, size_t size, int wait, int timeou
     memcpy(s->data, data, size);
     q->count++;
     q->enq++;
-    if (q->count == 1 && q->rt) notify(q);
+    if ((q->count == 1 || q->npend) && q->rt) notify(q);
     wake_fibers(q, 1);
 out:
     if (q->h == h) sig = settle(q);
@@ -509,6 +516,7 @@ int la_q_attach(uint64_t h, uint64_t rt, uintptr_t key) {
     else {
         q->rt = rt;
         q->key = key;
+        q->npend = 0;
         if (rt && q->count > 0) notify(q);
     }
     pthread_mutex_unlock(&q->mu);
