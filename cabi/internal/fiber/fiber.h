@@ -5,7 +5,7 @@
  * fiber leaves the loop's stack only through la_ctx_switch, with an action
  * telling the loop what to do next (yield, park, exit, or "trap": run a
  * function on the loop's own stack and switch straight back — the way Go
- * exports are called from fibers, see la_go_call).
+ * exports are called from fibers, see la_call_off_fiber).
  *
  * Parking protocol (never lose a wake-up, never run a fiber whose context is
  * not saved):
@@ -206,8 +206,10 @@ void __sanitizer_start_switch_fiber(void **fake_stack_save, const void *bottom, 
 void __sanitizer_finish_switch_fiber(void *fake_stack_save, const void **bottom_old, size_t *size_old)
     __attribute__((weak));
 
-/* ---- Go calls from fibers (shim.c) ----------------------------------------- */
-void la_go_call(void (*fn)(void *), void *arg);
+/* ---- Go calls from fibers (offstack.c) ------------------------------------ */
+/* Runs fn(arg) off any fiber stack: on a fiber, on its worker's own stack
+ * (a "trap"); elsewhere, directly. The way every Go export is called. */
+void la_call_off_fiber(void (*fn)(void *), void *arg);
 void la_fiber_trap(void (*fn)(void *), void *arg);
 
 

@@ -1,7 +1,7 @@
-// Command cabi is libasync's C boundary, built with -buildmode=c-shared or
-// c-archive. The public functions of include/async.h are C (shim.c,
-// worker.c, queue.c, fiber_*.c); those that need the Go core (the runtime)
-// call the la_go_* exports below.
+// Package rt is the C half of async_runtime and its Go glue. The public
+// functions (api.c) post completions (completions.c) and run the wait's fast
+// path and its sleep (wait.c) in C; everything else calls the la_go_*
+// exports below, which drive the Go core (libasync.Runtime).
 //
 // Rules of this boundary:
 //   - every export validates its handle through the handle table and never
@@ -10,10 +10,10 @@
 //     panic into ASYNC_E_INTERNAL: a Go panic never reaches C;
 //   - C never keeps a Go pointer: handles are integers (see la.h);
 //   - nothing here blocks except the documented waits.
-package main
+package rt
 
 /*
-#cgo CFLAGS: -I${SRCDIR}/../include -O2 -Wall
+#cgo CFLAGS: -I${SRCDIR}/../base -I${SRCDIR}/../fiber -I${SRCDIR}/../../../include -O2 -Wall
 #include <stdlib.h>
 #include "la.h"
 */
@@ -31,11 +31,11 @@ import (
 	"time"
 	"unsafe"
 
+	_ "github.com/libasync/libasync/cabi/internal/base"  // handles, errors
+	_ "github.com/libasync/libasync/cabi/internal/fiber" // la_call_off_fiber
 	"github.com/libasync/libasync/libasync"
 	"github.com/libasync/libasync/port"
 )
-
-func main() {}
 
 // guard turns a panic into ASYNC_E_INTERNAL. It must be deferred directly.
 func guard(rc *C.int) {

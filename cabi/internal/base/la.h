@@ -118,9 +118,31 @@ int la_q_clear(uint64_t h);
 int la_q_stats(uint64_t h, async_queue_stats_t *st);
 int la_q_attach(uint64_t h, uint64_t rt, uintptr_t key);
 
-/* Errors and fork detection. */
+/* Errors and fork detection (errors.c). */
 void la_set_error(int code);
+/* How la_set_error and async_last_error find the running fiber's own slot
+ * (NULL off a fiber); the fiber layer sets it once, at load. */
+void la_set_error_slot_hook(int *(*fn)(void));
 extern _Atomic int la_forked;
+
+/* The entry check of every public function: a forked child is refused
+ * (ASYNC_E_FORKED) before anything else runs, Go in particular. */
+#define LA_ENTRY(fail)                                                                                       \
+    do {                                                                                                     \
+        if (__builtin_expect(atomic_load_explicit(&la_forked, memory_order_relaxed), 0)) {                   \
+            la_set_error(ASYNC_E_FORKED);                                                                    \
+            return fail;                                                                                     \
+        }                                                                                                    \
+    } while (0)
+
+/* rc is an async_err_t: record it and report success or failure. */
+static inline int la_ok(int rc) {
+    if (__builtin_expect(rc != 0, 0)) {
+        la_set_error(rc);
+        return 0;
+    }
+    return 1;
+}
 
 #define LA_H(p) ((uint64_t)(uintptr_t)(p))
 

@@ -1,9 +1,8 @@
 //go:build windows
 
-package main
+package rt
 
 /*
-#cgo windows LDFLAGS: -lws2_32 -static-libgcc -Wl,-Bstatic -lwinpthread -Wl,-Bdynamic
 #include <stdint.h>
 */
 import "C"

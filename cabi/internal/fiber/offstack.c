@@ -1,0 +1,19 @@
+/* Go calls from fibers, and the fiber's own last-error slot.
+ *
+ * Go code must never run on a fiber stack: on a fiber, la_call_off_fiber
+ * runs fn on the worker's own stack ("trap": the fiber switches to its
+ * worker loop, which calls fn and switches straight back). Go exports called
+ * this way never park the fiber. */
+#include "fiber.h"
+
+void la_call_off_fiber(void (*fn)(void *), void *arg) {
+    if (la_current_fiber())
+        la_fiber_trap(fn, arg);
+    else
+        fn(arg);
+}
+
+/* On a fiber (also while it runs a Go call on its worker's stack) the
+ * last-error slot is the fiber's own: a fiber may resume on another thread.
+ * Registered at load, before any public call can run. */
+__attribute__((constructor)) static void la_fiber_error_init(void) { la_set_error_slot_hook(la_fiber_error_slot); }

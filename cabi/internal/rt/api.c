@@ -1,0 +1,146 @@
+/* The public runtime functions of include/async.h. Each checks the entry
+ * (LA_ENTRY), then calls the C completion path (completions.c), the C half
+ * of the wait (wait.c) or a Go export (runtime.go), and records the error
+ * code in the calling thread's last-error slot. async_runtime_wakeup stays
+ * async-signal-safe: it never enters Go.
+ *
+ * Go code must never run on a fiber stack: the Go exports are called through
+ * la_call_off_fiber (fiber.h), which runs them on the worker's own stack when
+ * the caller is a fiber. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "_cgo_export.h"
+#include "fiber.h"
+#include "la.h"
+
+enum {
+    GO_RT_INIT, GO_RT_DEINIT, GO_RT_FD, GO_RT_WAIT, GO_RT_POST, GO_RT_ADD_TIMER, GO_RT_CANCEL_TIMER
+};
+
+/* The arguments of one la_go_* call. */
+typedef struct {
+    int op, rc;
+    uint64_t h, h2, u1, u2;
+    void *p, *p2;
+    size_t n;
+    int i1, i2;
+    unsigned u;
+    uintptr_t k, d;
+} la_gocall_t;
+
+static void go_dispatch(void *arg) {
+    la_gocall_t *c = arg;
+    switch (c->op) {
+    case GO_RT_INIT: c->rc = la_go_rt_init((uint64_t *)c->p); break;
+    case GO_RT_DEINIT: c->rc = la_go_rt_deinit(c->h); break;
+    case GO_RT_FD: c->rc = la_go_rt_fd(c->h, c->i1, c->i2, (uint32_t)c->u, c->k); break;
+    case GO_RT_WAIT: c->rc = la_go_rt_wait(c->h, (io_event_t *)c->p, c->i1, c->i2, (int *)c->p2); break;
+    case GO_RT_POST: c->rc = la_rt_post(c->h, c->k, c->d); break;
+    case GO_RT_ADD_TIMER: c->rc = la_go_rt_add_timer(c->h, c->u1, c->u2, c->k, (uint64_t *)c->p); break;
+    case GO_RT_CANCEL_TIMER: c->rc = la_go_rt_cancel_timer(c->h, c->u1); break;
+    default: c->rc = ASYNC_E_INTERNAL;
+    }
+}
+
+static int go(la_gocall_t c) {
+    la_call_off_fiber(go_dispatch, &c);
+    return c.rc;
+}
+
+#define GO(...) go((la_gocall_t){__VA_ARGS__})
+
+/* ---- runtime ------------------------------------------------------------- */
+
+async_runtime_t *async_runtime_init(void) {
+    LA_ENTRY(NULL);
+    uint64_t h = 0;
+    if (!la_ok(GO(.op = GO_RT_INIT, .p = &h))) return NULL;
+    return (async_runtime_t *)(uintptr_t)h;
+}
+
+void async_runtime_deinit(async_runtime_t *rt) {
+    LA_ENTRY();
+    la_ok(GO(.op = GO_RT_DEINIT, .h = LA_H(rt)));
+}
+
+static int rt_fd(async_runtime_t *rt, int op, async_fd_t fd, uint32_t events, void *context) {
+    LA_ENTRY(-1);
+#if defined(_WIN32)
+    if (fd > (async_fd_t)INT32_MAX) return la_set_error(ASYNC_E_BADFD), -1;
+#endif
+    return la_ok(GO(.op = GO_RT_FD, .h = LA_H(rt), .i1 = op, .i2 = (int)fd, .u = events, .k = (uintptr_t)context)) ? 0 : -1;
+}
+
+int async_runtime_add(async_runtime_t *rt, async_fd_t fd, uint32_t events, void *context) {
+    return rt_fd(rt, 0, fd, events, context);
+}
+
+int async_runtime_modify(async_runtime_t *rt, async_fd_t fd, uint32_t events) {
+    return rt_fd(rt, 1, fd, events, NULL);
+}
+
+int async_runtime_remove(async_runtime_t *rt, async_fd_t fd) { return rt_fd(rt, 2, fd, 0, NULL); }
+
+int async_runtime_wait(async_runtime_t *rt, io_event_t *events, int max_events, int timeout_ms) {
+    LA_ENTRY(-1);
+    int n = 0;
+    if (!la_ok(GO(.op = GO_RT_WAIT, .h = LA_H(rt), .p = events, .i1 = max_events, .i2 = timeout_ms, .p2 = &n))) return -1;
+    return n;
+}
+
+int async_runtime_post_completion(async_runtime_t *rt, uintptr_t completion_key, uintptr_t data) {
+    LA_ENTRY(-1);
+    /* Pure C (completions.c): no Go crossing, safe on a fiber stack as is. */
+    return la_ok(la_rt_post(LA_H(rt), completion_key, data)) ? 0 : -1;
+}
+
+int async_runtime_wakeup(async_runtime_t *rt) {
+    LA_ENTRY(-1);
+#if defined(_WIN32)
+    /* The doorbell is an IOCP and no signal handler interrupts threads here:
+     * ring it through Go (cabi/wakeup_windows.go). */
+    return la_ok(la_go_rt_wakeup(LA_H(rt))) ? 0 : -1;
+#else
+    int saved = errno;
+    la_slot_t *slot;
+    la_doorbell_t *bell = la_handle_get(LA_H(rt), LA_T_RUNTIME, &slot);
+    if (!bell) {
+        la_set_error(ASYNC_E_BADHANDLE);
+        return -1;
+    }
+    ssize_t r;
+    if (bell->kind == LA_DOORBELL_EVENTFD) {
+        uint64_t v = (uint64_t)1 << 32; /* port.WakeupIncrement */
+        do r = write(bell->fd, &v, sizeof v);
+        while (r < 0 && errno == EINTR);
+    } else {
+        char c = 'w'; /* port.WakeupByte */
+        do r = write(bell->fd, &c, 1);
+        while (r < 0 && errno == EINTR);
+    }
+    la_handle_put(slot);
+    /* EAGAIN: the doorbell is already full, the waiter wakes anyway. */
+    int ok = r >= 0 || errno == EAGAIN;
+    errno = saved;
+    if (!ok) {
+        la_set_error(ASYNC_E_SYS);
+        return -1;
+    }
+    return 0;
+#endif
+}
+
+uint64_t async_runtime_add_timer(async_runtime_t *rt, uint64_t delay_ms, uint64_t repeat_ms, uintptr_t key) {
+    LA_ENTRY(0);
+    uint64_t id = 0;
+    if (!la_ok(GO(.op = GO_RT_ADD_TIMER, .h = LA_H(rt), .u1 = delay_ms, .u2 = repeat_ms, .k = key, .p = &id))) return 0;
+    return id;
+}
+
+int async_runtime_cancel_timer(async_runtime_t *rt, uint64_t timer_id) {
+    LA_ENTRY(-1);
+    return la_ok(GO(.op = GO_RT_CANCEL_TIMER, .h = LA_H(rt), .u1 = timer_id)) ? 0 : -1;
+}
