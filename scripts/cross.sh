@@ -4,7 +4,7 @@
 #   1. go vet + test binaries (a build) of libasync/ and port/ for darwin,
 #      freebsd, netbsd, openbsd and windows (amd64; darwin also arm64);
 #   2. the whole library as a Windows DLL (cgo + mingw-w64, go vet of cabi),
-#      with a check that it exports every function async.h declares;
+#      with a check that it exports exactly the functions async.h declares;
 #   3. under wine: the Go tests of port/ and libasync/ (IOCP backend), the
 #      Windows C smoke test (scripts/win_smoke.c) and the portable C queue
 #      tests, all against the DLL;
@@ -85,18 +85,27 @@ win_dll() {
     mkdir -p "$WIN"
     CGO_ENABLED=1 CC=x86_64-w64-mingw32-gcc GOOS=windows GOARCH=amd64 \
         go build -buildmode=c-shared -o "$WIN/libasync.dll" ./cabi &&
-        CGO_ENABLED=1 CC=x86_64-w64-mingw32-gcc GOOS=windows GOARCH=amd64 go vet ./cabi
+        CGO_ENABLED=1 CC=x86_64-w64-mingw32-gcc GOOS=windows GOARCH=amd64 go vet ./cabi/...
 }
-# Every function async.h declares for _WIN32 must be in the DLL's export table.
+# The DLL exports exactly the functions async.h declares for _WIN32, plus the
+# Go exports cabi's C calls (la_go_*): Go's linker lists every //export in the
+# DLL's .def file, and no linker option takes them out again.
 win_exports() {
     x86_64-w64-mingw32-gcc -E -P -Iinclude include/async.h | grep -oE '\basync_[a-z0-9_]+ *\(' |
         tr -d ' (' | sort -u >"$WIN/api.txt"
     x86_64-w64-mingw32-objdump -p "$WIN/libasync.dll" |
-        sed -n '/\[Ordinal\/Name Pointer\] Table/,/^$/p' | grep -oE '\basync_[a-z0-9_]+' | sort -u >"$WIN/exports.txt"
-    local missing
+        sed -n '/\[Ordinal\/Name Pointer\] Table/,/^$/p' | grep -oE '\] [A-Za-z_][A-Za-z0-9_]*' | cut -c3- |
+        sort -u >"$WIN/all_exports.txt"
+    grep -E '^async_' "$WIN/all_exports.txt" >"$WIN/exports.txt"
+    local missing extra other
     missing=$(comm -23 "$WIN/api.txt" "$WIN/exports.txt")
-    echo "$(wc -l <"$WIN/api.txt") functions in async.h, $(wc -l <"$WIN/exports.txt") exported"
+    extra=$(comm -13 "$WIN/api.txt" "$WIN/exports.txt")
+    other=$(grep -vE '^(async_|la_go_)' "$WIN/all_exports.txt" || true)
+    echo "$(wc -l <"$WIN/api.txt") functions in async.h, $(wc -l <"$WIN/exports.txt") async_* exported," \
+        "$(grep -c '^la_go_' "$WIN/all_exports.txt") Go exports"
     [ -z "$missing" ] || { echo "not exported (add to cabi/exports_windows.c): $missing"; return 1; }
+    [ -z "$extra" ] || { echo "exported but not in async.h: $extra"; return 1; }
+    [ -z "$other" ] || { echo "unexpected exports: $other"; return 1; }
 }
 win_c_build() {
     # The smoke test (win32 threads) and the portable C queue tests (POSIX
@@ -182,12 +191,12 @@ ARM=$OUT/arm64
 QEMU=$(command -v qemu-aarch64-static || command -v qemu-aarch64 || echo qemu-aarch64-static)
 export QEMU_LD_PREFIX=/usr/aarch64-linux-gnu
 arm64_build() {
-    CGO_ENABLED=1 CC=aarch64-linux-gnu-gcc GOARCH=arm64 go vet ./libasync ./port ./cabi &&
+    CGO_ENABLED=1 CC=aarch64-linux-gnu-gcc GOARCH=arm64 go vet ./libasync ./port ./cabi/... &&
         cmake -S . -B "$ARM" -DCMAKE_TOOLCHAIN_FILE="$ROOT/cmake/aarch64-linux-gnu.cmake" \
         -DASYNC_GO="/usr/bin/env;GOARCH=arm64;CC=aarch64-linux-gnu-gcc;$(command -v go)" \
         -DASYNC_BUILD_EXAMPLES=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo &&
         cmake --build "$ARM" -j"$JOBS" &&
-        file "$ARM/libasync.so" | grep -q 'ARM aarch64'
+        file -L "$ARM/libasync.so" | grep -q 'ARM aarch64'
 }
 # Under qemu the poll-backend copies of the stress and fault cases are left
 # out for time (the runtime and queue ones run on both backends; the poll
