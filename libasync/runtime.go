@@ -155,8 +155,6 @@ func NewRuntimeWithSource(p port.Poller, src Source, sh *Shared) *Runtime {
 	return rt
 }
 
-// Backend names the poller in use.
-func (rt *Runtime) Backend() string { return rt.poller.Name() }
 
 // Poller exposes the poller (for the C boundary's signal-safe doorbell).
 func (rt *Runtime) Poller() port.Poller { return rt.poller }

@@ -20,9 +20,6 @@ func newPipeBell() (pipeBell, error) {
 	return pipeBell{rfd: p[0], wfd: p[1]}, nil
 }
 
-// owns reports whether fd is one of the doorbell's ends.
-func (b *pipeBell) owns(fd int) bool { return fd == b.rfd || fd == b.wfd }
-
 // drain empties the pipe and reports whether it held a WakeupByte.
 func (b *pipeBell) drain() bool {
 	woken := false

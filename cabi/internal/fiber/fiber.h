@@ -169,12 +169,9 @@ void la_fiber_wake(la_fiber_t *f);
 /* Park the current fiber (after la_park_prepare + registration). */
 void la_park_commit(la_fiber_t *f);
 int la_park_prepare(la_fiber_t *f, int kind);
-/* fd readiness */
-int la_sched_fd_wait(la_fiber_t *f, int fd, uint32_t events, uint64_t deadline);
 /* timers */
 void la_timer_add(la_sched_t *s, la_fiber_t *f, uint64_t deadline);
 void la_timer_del(la_sched_t *s, la_fiber_t *f);
-la_sched_t *la_fiber_sched(la_fiber_t *f);
 
 /* ---- stacks (fiber_stack.c) ---------------------------------------------- */
 typedef struct la_stackpool la_stackpool_t;

@@ -78,8 +78,6 @@ LA_NOINLINE int *la_fiber_error_slot(void) {
     return w && w->cur ? &w->cur->last_error : NULL;
 }
 
-la_sched_t *la_fiber_sched(la_fiber_t *f) { return f->s; }
-
 /* For the fault handler (async-signal-safe): the lowest address of the guard
  * page of the fiber running on this thread, or 0. */
 uintptr_t la_sig_current_stack(uint64_t *id) {

@@ -17,18 +17,17 @@
 #include "la.h"
 
 enum {
-    GO_RT_INIT, GO_RT_DEINIT, GO_RT_FD, GO_RT_WAIT, GO_RT_POST, GO_RT_ADD_TIMER, GO_RT_CANCEL_TIMER
+    GO_RT_INIT, GO_RT_DEINIT, GO_RT_FD, GO_RT_WAIT, GO_RT_ADD_TIMER, GO_RT_CANCEL_TIMER
 };
 
 /* The arguments of one la_go_* call. */
 typedef struct {
     int op, rc;
-    uint64_t h, h2, u1, u2;
+    uint64_t h, u1, u2;
     void *p, *p2;
-    size_t n;
     int i1, i2;
     unsigned u;
-    uintptr_t k, d;
+    uintptr_t k;
 } la_gocall_t;
 
 static void go_dispatch(void *arg) {
@@ -38,7 +37,6 @@ static void go_dispatch(void *arg) {
     case GO_RT_DEINIT: c->rc = la_go_rt_deinit(c->h); break;
     case GO_RT_FD: c->rc = la_go_rt_fd(c->h, c->i1, c->i2, (uint32_t)c->u, c->k); break;
     case GO_RT_WAIT: c->rc = la_go_rt_wait(c->h, (io_event_t *)c->p, c->i1, c->i2, (int *)c->p2); break;
-    case GO_RT_POST: c->rc = la_rt_post(c->h, c->k, c->d); break;
     case GO_RT_ADD_TIMER: c->rc = la_go_rt_add_timer(c->h, c->u1, c->u2, c->k, (uint64_t *)c->p); break;
     case GO_RT_CANCEL_TIMER: c->rc = la_go_rt_cancel_timer(c->h, c->u1); break;
     default: c->rc = ASYNC_E_INTERNAL;
