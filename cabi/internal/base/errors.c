@@ -1,9 +1,9 @@
 /* The error half of every public function: the calling thread's (or
  * fiber's) last-error slot, async_strerror's table, the fork flag that the
- * entry macro LA_ENTRY (la.h) checks, and the library's version string. */
+ * entry macro LA_ENTRY (base.h) checks, and the library's version string. */
 #include <pthread.h>
 
-#include "la.h"
+#include "base.h"
 
 #define LA_STR2(x) #x
 #define LA_STR(x) LA_STR2(x)

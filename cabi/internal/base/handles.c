@@ -1,10 +1,10 @@
-/* The handle table: see la.h. Allocation and release take a mutex (cold
+/* The handle table: see base.h. Allocation and release take a mutex (cold
  * paths); validation is lock-free. */
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
 
-#include "la.h"
+#include "base.h"
 
 #define LA_CHUNK_BITS 12
 #define LA_CHUNK_SIZE (1u << LA_CHUNK_BITS)

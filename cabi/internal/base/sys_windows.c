@@ -1,4 +1,4 @@
-/* Windows pieces of the C half of cabi; see la_windows.h and
+/* Windows pieces of the C half of cabi; see sys_windows.h and
  * docs/PLATFORMS.md. */
 #include <winsock2.h>
 #include <ws2tcpip.h>
@@ -7,7 +7,7 @@
 #include <limits.h>
 #include <string.h>
 
-#include "la_windows.h"
+#include "sys_windows.h"
 
 static SOCKET tcp_socket(void) {
     /* WSA_FLAG_NO_HANDLE_INHERIT: Windows' close-on-exec. */

@@ -69,10 +69,7 @@ static void *pool_main(void *unused) {
 }
 
 int async_fiber_blocking(void (*fn)(void *), void *arg) {
-    if (atomic_load_explicit(&la_forked, memory_order_relaxed)) {
-        la_set_error(ASYNC_E_FORKED);
-        return -1;
-    }
+    LA_ENTRY(-1);
     if (!fn) {
         la_set_error(ASYNC_E_INVAL);
         return -1;

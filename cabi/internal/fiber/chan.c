@@ -106,16 +106,8 @@ static void unpark(la_chan_t *c, la_cq_t *q, la_cnode_t *n) {
     if (last) chan_free(c);
 }
 
-#define LA_FORK_CHECK(fail)                                                                                  \
-    do {                                                                                                     \
-        if (atomic_load_explicit(&la_forked, memory_order_relaxed)) {                                        \
-            la_set_error(ASYNC_E_FORKED);                                                                    \
-            return fail;                                                                                     \
-        }                                                                                                    \
-    } while (0)
-
 async_chan_t *async_chan_create(size_t capacity, size_t elem_size) {
-    LA_FORK_CHECK(NULL);
+    LA_ENTRY(NULL);
     if (elem_size == 0 || elem_size > (1u << 20) || capacity > (1u << 24) ||
         capacity * elem_size > ((size_t)1 << 30)) {
         la_set_error(ASYNC_E_INVAL);
@@ -166,7 +158,7 @@ static void signal_list(la_cnode_t *list) {
 }
 
 void async_chan_close(async_chan_t *h) {
-    LA_FORK_CHECK();
+    LA_ENTRY();
     la_slot_t *slot;
     la_chan_t *c = chan_pin(h, &slot);
     if (!c) {
@@ -181,7 +173,7 @@ void async_chan_close(async_chan_t *h) {
 }
 
 void async_chan_destroy(async_chan_t *h) {
-    LA_FORK_CHECK();
+    LA_ENTRY();
     la_chan_t *c = la_handle_free(LA_H(h), LA_T_CHAN);
     if (!c) {
         la_set_error(ASYNC_E_BADHANDLE);
@@ -298,7 +290,7 @@ static int chan_op(async_chan_t *h, int dir, void *elem, int timeout_ms) {
 }
 
 int async_chan_send(async_chan_t *c, const void *elem, int timeout_ms) {
-    LA_FORK_CHECK(-1);
+    LA_ENTRY(-1);
     int rc = chan_op(c, 0, (void *)elem, timeout_ms);
     if (rc) {
         la_set_error(rc);
@@ -308,7 +300,7 @@ int async_chan_send(async_chan_t *c, const void *elem, int timeout_ms) {
 }
 
 int async_chan_recv(async_chan_t *c, void *elem, int timeout_ms) {
-    LA_FORK_CHECK(-1);
+    LA_ENTRY(-1);
     int rc = chan_op(c, 1, elem, timeout_ms);
     if (rc) {
         la_set_error(rc);
@@ -345,7 +337,7 @@ static uint32_t sel_rand(void) {
 }
 
 int async_chan_select(async_chan_op_t *ops, size_t n, int timeout_ms) {
-    LA_FORK_CHECK(-1);
+    LA_ENTRY(-1);
     if (!ops || n == 0 || n > LA_SELECT_MAX || timeout_ms < -1) {
         la_set_error(ASYNC_E_INVAL);
         return -1;

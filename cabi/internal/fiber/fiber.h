@@ -30,29 +30,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "la.h"
+#include "base.h"
 
 #define LA_NOINLINE __attribute__((noinline, noclone))
-
-/* ---- spinlock (held for a few instructions only; never across a switch) --- */
-typedef struct {
-    _Atomic int v;
-} la_spin_t;
-
-static inline void la_spin_lock(la_spin_t *l) {
-    for (int n = 0;; n++) {
-        if (!atomic_exchange_explicit(&l->v, 1, memory_order_acquire)) return;
-        while (atomic_load_explicit(&l->v, memory_order_relaxed)) {
-            if (++n > 100) sched_yield();
-#if defined(__x86_64__)
-            else __builtin_ia32_pause();
-#elif defined(__aarch64__)
-            else __asm__ volatile("yield");
-#endif
-        }
-    }
-}
-static inline void la_spin_unlock(la_spin_t *l) { atomic_store_explicit(&l->v, 0, memory_order_release); }
 
 /* ---- context switch (fiber_switch_<arch>.S) ------------------------------ */
 /* Saves the callee-saved state on the current stack, stores the stack pointer
@@ -156,8 +136,6 @@ int la_waiter_wake(la_waiter_t *w, int reason);
 int la_waiter_wait(la_waiter_t *w, uint64_t deadline_ns);
 void la_waiter_done(la_waiter_t *w);
 /* deadline in ns from a timeout in ms (-1: 0 = none). */
-uint64_t la_deadline(int timeout_ms);
-uint64_t la_now_ns(void);
 int la_reason_err(int reason);
 
 /* ---- scheduler internals shared by the fiber_*.c files ------------------ */

@@ -300,16 +300,8 @@ static uint32_t from_poll(int re) {
 
 /* ---- public API ------------------------------------------------------------- */
 
-#define LA_FORK_CHECK(fail)                                                                                  \
-    do {                                                                                                     \
-        if (atomic_load_explicit(&la_forked, memory_order_relaxed)) {                                        \
-            la_set_error(ASYNC_E_FORKED);                                                                    \
-            return fail;                                                                                     \
-        }                                                                                                    \
-    } while (0)
-
 int async_fiber_wait_fd(async_fd_t fd, uint32_t events, int timeout_ms) {
-    LA_FORK_CHECK(-1);
+    LA_ENTRY(-1);
     if (check_timeout(timeout_ms)) return -1;
     if (events == 0 || (events & ~(ASYNC_EVENT_READ | ASYNC_EVENT_WRITE))) {
         la_set_error(ASYNC_E_INVAL);
@@ -363,7 +355,7 @@ int async_fiber_wait_fd(async_fd_t fd, uint32_t events, int timeout_ms) {
 }
 
 ssize_t async_fiber_read(async_fd_t fd, void *buf, size_t n, int timeout_ms) {
-    LA_FORK_CHECK(-1);
+    LA_ENTRY(-1);
     if (check_timeout(timeout_ms)) return -1;
     if (!buf && n > 0) {
         la_set_error(ASYNC_E_INVAL);
@@ -408,7 +400,7 @@ ssize_t async_fiber_read(async_fd_t fd, void *buf, size_t n, int timeout_ms) {
 }
 
 ssize_t async_fiber_write(async_fd_t fd, const void *buf, size_t n, int timeout_ms) {
-    LA_FORK_CHECK(-1);
+    LA_ENTRY(-1);
     if (check_timeout(timeout_ms)) return -1;
     if (!buf && n > 0) {
         la_set_error(ASYNC_E_INVAL);
@@ -444,7 +436,7 @@ ssize_t async_fiber_write(async_fd_t fd, const void *buf, size_t n, int timeout_
 }
 
 async_fd_t async_fiber_accept(async_fd_t lfd, struct sockaddr *addr, socklen_t *len, int timeout_ms) {
-    LA_FORK_CHECK(-1);
+    LA_ENTRY(-1);
     if (check_timeout(timeout_ms)) return -1;
     if ((addr && !len) || lfd < 0) {
         la_set_error(lfd < 0 ? ASYNC_E_BADFD : ASYNC_E_INVAL);
@@ -471,7 +463,7 @@ async_fd_t async_fiber_accept(async_fd_t lfd, struct sockaddr *addr, socklen_t *
 }
 
 int async_fiber_connect(async_fd_t fd, const struct sockaddr *addr, socklen_t len, int timeout_ms) {
-    LA_FORK_CHECK(-1);
+    LA_ENTRY(-1);
     if (check_timeout(timeout_ms)) return -1;
     if (!addr) {
         la_set_error(ASYNC_E_INVAL);

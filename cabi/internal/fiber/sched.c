@@ -33,17 +33,6 @@
 
 /* ---- time ------------------------------------------------------------------ */
 
-uint64_t la_now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-uint64_t la_deadline(int timeout_ms) {
-    if (timeout_ms < 0) return 0;
-    return la_now_ns() + (uint64_t)timeout_ms * 1000000u;
-}
-
 int la_reason_err(int reason) {
     switch (reason) {
     case LA_W_READY: return 0;
@@ -970,14 +959,6 @@ la_sched_t *la_sched_get(async_sched_t *h) {
 
 void la_sched_put(la_sched_t *s) { atomic_fetch_sub(&s->refs, 1); }
 
-#define LA_FORK_CHECK(fail)                                                                                  \
-    do {                                                                                                     \
-        if (atomic_load_explicit(&la_forked, memory_order_relaxed)) {                                        \
-            la_set_error(ASYNC_E_FORKED);                                                                    \
-            return fail;                                                                                     \
-        }                                                                                                    \
-    } while (0)
-
 /* ---- public API: scheduler -------------------------------------------------------- */
 
 static void sched_free(la_sched_t *s) {
@@ -997,7 +978,7 @@ static void sched_free(la_sched_t *s) {
 }
 
 async_sched_t *async_sched_create(const async_sched_config_t *cfg) {
-    LA_FORK_CHECK(NULL);
+    LA_ENTRY(NULL);
     int nw = cfg && cfg->workers ? cfg->workers : default_workers();
     size_t ss = cfg && cfg->stack_size ? cfg->stack_size : default_stack();
     int gm = cfg ? cfg->guard_mode : 0;
@@ -1121,7 +1102,7 @@ static int on_fiber_of(la_sched_t *s) {
 }
 
 int async_sched_run(async_sched_t *sh) {
-    LA_FORK_CHECK(-1);
+    LA_ENTRY(-1);
     la_sched_t *s = la_sched_get(sh);
     if (!s) {
         la_set_error(ASYNC_E_BADHANDLE);
@@ -1152,7 +1133,7 @@ static void cancel_all(la_sched_t *s) {
 }
 
 int async_sched_shutdown(async_sched_t *sh, int timeout_ms) {
-    LA_FORK_CHECK(-1);
+    LA_ENTRY(-1);
     if (timeout_ms < -1) {
         la_set_error(ASYNC_E_INVAL);
         return -1;
@@ -1177,7 +1158,7 @@ int async_sched_shutdown(async_sched_t *sh, int timeout_ms) {
 }
 
 void async_sched_destroy(async_sched_t *sh) {
-    LA_FORK_CHECK();
+    LA_ENTRY();
     la_sched_t *s = la_sched_get(sh);
     if (!s) {
         la_set_error(ASYNC_E_BADHANDLE);
@@ -1231,7 +1212,7 @@ void async_sched_destroy(async_sched_t *sh) {
 
 int async_sched_get_stats(async_sched_t *sh, async_sched_stats_t *out, async_sched_worker_stats_t *per_worker,
                           int max_workers) {
-    LA_FORK_CHECK(-1);
+    LA_ENTRY(-1);
     if (!out || max_workers < 0 || (max_workers > 0 && !per_worker)) {
         la_set_error(ASYNC_E_INVAL);
         return -1;
@@ -1282,7 +1263,7 @@ int async_sched_get_stats(async_sched_t *sh, async_sched_stats_t *out, async_sch
 /* ---- public API: fibers ------------------------------------------------------------ */
 
 async_fiber_t *async_fiber_spawn(async_sched_t *sh, void (*fn)(void *), void *arg, unsigned flags) {
-    LA_FORK_CHECK(NULL);
+    LA_ENTRY(NULL);
     if (!fn || (flags & ~(unsigned)ASYNC_FIBER_JOINABLE)) {
         la_set_error(ASYNC_E_INVAL);
         return NULL;
@@ -1344,7 +1325,7 @@ void async_fiber_yield(void) {
 }
 
 int async_fiber_sleep(uint64_t ms) {
-    LA_FORK_CHECK(-1);
+    LA_ENTRY(-1);
     la_fiber_t *f = la_current_fiber();
     if (ms > (uint64_t)INT32_MAX * 1000u) ms = (uint64_t)INT32_MAX * 1000u;
     uint64_t deadline = la_now_ns() + ms * 1000000u;
@@ -1370,7 +1351,7 @@ int async_fiber_sleep(uint64_t ms) {
 }
 
 int async_fiber_join(async_fiber_t *fh, int timeout_ms) {
-    LA_FORK_CHECK(-1);
+    LA_ENTRY(-1);
     if (timeout_ms < -1) {
         la_set_error(ASYNC_E_INVAL);
         return -1;

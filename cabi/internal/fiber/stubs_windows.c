@@ -38,10 +38,6 @@ int la_waiter_wait(la_waiter_t *w, uint64_t deadline_ns) {
 
 void la_waiter_done(la_waiter_t *w) { (void)w; }
 
-uint64_t la_now_ns(void) { return (uint64_t)GetTickCount64() * 1000000u; }
-
-uint64_t la_deadline(int timeout_ms) { return timeout_ms < 0 ? 0 : la_now_ns() + (uint64_t)timeout_ms * 1000000u; }
-
 int la_reason_err(int reason) {
     (void)reason;
     return ASYNC_E_NOTSUP;

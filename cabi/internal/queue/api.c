@@ -3,7 +3,7 @@
  * crossing. Waits park a calling fiber. */
 #include <string.h>
 
-#include "la.h"
+#include "queue.h"
 
 async_queue_t *async_queue_create(size_t capacity, size_t max_msg_size, async_queue_flags_t flags) {
     LA_ENTRY(NULL);

@@ -34,7 +34,8 @@
 #include <time.h>
 
 #include "fiber.h"
-#include "la.h"
+#include "queue.h"
+#include "rt.h"
 
 #define LA_Q_INLINE (1u << 20)
 #define LA_Q_MAX_CAP ((size_t)1 << 30)

@@ -23,9 +23,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "la.h"
+#include "rt.h"
 #if defined(_WIN32)
-#include "la_windows.h"
+#include "sys_windows.h"
 #endif
 
 #define LA_CB 254 /* entries per block: a block is 4 KiB on 64-bit */

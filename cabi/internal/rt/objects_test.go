@@ -7,7 +7,7 @@ import (
 	pointer "github.com/mattn/go-pointer"
 )
 
-// synthetic makes a handle value as la_handle_alloc would (see la.h).
+// synthetic makes a handle value as la_handle_alloc would (see base.h).
 func synthetic(idx uint32, typ, gen uint64) uint64 { return gen<<40 | typ<<32 | uint64(idx) }
 
 func TestTableRejectsStaleAndForeignHandles(t *testing.T) {

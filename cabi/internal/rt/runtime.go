@@ -8,14 +8,14 @@
 //     trusts a pointer it was given beyond the sizes it was told;
 //   - every export returns an async_err_t code (0 = success) and recovers any
 //     panic into ASYNC_E_INTERNAL: a Go panic never reaches C;
-//   - C never keeps a Go pointer: handles are integers (see la.h);
+//   - C never keeps a Go pointer: handles are integers (see base.h);
 //   - nothing here blocks except the documented waits.
 package rt
 
 /*
 #cgo CFLAGS: -I${SRCDIR}/../base -I${SRCDIR}/../fiber -I${SRCDIR}/../../../include -O2 -Wall
 #include <stdlib.h>
-#include "la.h"
+#include "rt.h"
 */
 import "C"
 

@@ -7,7 +7,7 @@
 #endif
 
 #include "_cgo_export.h"
-#include "la.h"
+#include "rt.h"
 
 static int raw_wait(const la_sleep_t *sl) {
 #if defined(__linux__)
@@ -66,7 +66,7 @@ static int fast_wait(uint64_t h, io_event_t *events, int max, int timeout, int *
 #endif
 }
 
-int la_go_rt_wait(uint64_t h, io_event_t *events, int max, int timeout, int *out) {
+int la_rt_wait(uint64_t h, io_event_t *events, int max, int timeout, int *out) {
     int frc = fast_wait(h, events, max, timeout, out);
     if (frc >= 0) return frc;
     la_sleep_t sl = {0};

@@ -14,9 +14,9 @@
 #include <sys/eventfd.h>
 #endif
 
-#include "la.h"
+#include "base.h"
 #if defined(_WIN32)
-#include "la_windows.h"
+#include "sys_windows.h"
 #endif
 
 /* A worker may call into libasync (Go); the Go runtime needs some C stack on
@@ -40,15 +40,9 @@ typedef struct la_worker {
 
 static __thread la_worker_t *current_worker;
 
-/* After fork() the child refuses every worker call but async_worker_current
- * (a signal_stop there would make the parent's stop descriptor readable). */
-#define WORKER_FORK_GUARD(fail)                                                    \
-    do {                                                                           \
-        if (__builtin_expect(atomic_load_explicit(&la_forked, memory_order_relaxed), 0)) { \
-            la_set_error(ASYNC_E_FORKED);                                          \
-            return fail;                                                           \
-        }                                                                          \
-    } while (0)
+/* After fork() the child refuses every worker call (LA_ENTRY) but
+ * async_worker_current (a signal_stop there would make the parent's stop
+ * descriptor readable). */
 
 static void worker_unref(la_worker_t *w) {
     if (atomic_fetch_sub(&w->refs, 1) != 1) return;
@@ -112,10 +106,7 @@ static int make_stop_fd(la_worker_t *w) {
 static void signal_stop(la_worker_t *w);
 
 async_worker_t *async_worker_create(async_worker_proc_t proc, void *context, size_t stack_size) {
-    if (atomic_load_explicit(&la_forked, memory_order_relaxed)) {
-        la_set_error(ASYNC_E_FORKED);
-        return NULL;
-    }
+    LA_ENTRY(NULL);
     if (!proc) {
         la_set_error(ASYNC_E_INVAL);
         return NULL;
@@ -194,10 +185,7 @@ async_worker_t *async_worker_create(async_worker_proc_t proc, void *context, siz
 }
 
 void async_worker_destroy(async_worker_t *worker) {
-    if (atomic_load_explicit(&la_forked, memory_order_relaxed)) {
-        la_set_error(ASYNC_E_FORKED);
-        return;
-    }
+    LA_ENTRY();
     la_worker_t *w = la_handle_free(LA_H(worker), LA_T_WORKER);
     if (!w) {
         la_set_error(ASYNC_E_BADHANDLE);
@@ -231,7 +219,7 @@ static void signal_stop(la_worker_t *w) {
 }
 
 void async_worker_signal_stop(async_worker_t *worker) {
-    WORKER_FORK_GUARD();
+    LA_ENTRY();
     int saved = errno;
     la_worker_t *w = worker_get(worker);
     if (!w) {
@@ -245,10 +233,7 @@ void async_worker_signal_stop(async_worker_t *worker) {
 }
 
 bool async_worker_join(async_worker_t *worker, int timeout_ms) {
-    if (atomic_load_explicit(&la_forked, memory_order_relaxed)) {
-        la_set_error(ASYNC_E_FORKED);
-        return false;
-    }
+    LA_ENTRY(false);
     if (timeout_ms < -1) {
         la_set_error(ASYNC_E_INVAL);
         return false;
@@ -307,7 +292,7 @@ async_worker_t *async_worker_current(void) {
 }
 
 bool async_worker_should_stop(async_worker_t *worker) {
-    WORKER_FORK_GUARD(true);
+    LA_ENTRY(true);
     la_worker_t *w = current_worker;
     if (w && LA_H(worker) == w->handle) {
         /* The worker asking about itself: its record is alive (it holds a
@@ -325,7 +310,7 @@ bool async_worker_should_stop(async_worker_t *worker) {
 }
 
 async_worker_state_t async_worker_get_state(const async_worker_t *worker) {
-    WORKER_FORK_GUARD(ASYNC_WORKER_STOPPED);
+    LA_ENTRY(ASYNC_WORKER_STOPPED);
     la_worker_t *w = worker_get(worker);
     if (!w) {
         la_set_error(ASYNC_E_BADHANDLE);
@@ -337,7 +322,7 @@ async_worker_state_t async_worker_get_state(const async_worker_t *worker) {
 }
 
 void *async_worker_result(async_worker_t *worker) {
-    WORKER_FORK_GUARD(NULL);
+    LA_ENTRY(NULL);
     la_worker_t *w = worker_get(worker);
     if (!w) {
         la_set_error(ASYNC_E_BADHANDLE);
@@ -356,7 +341,7 @@ void *async_worker_result(async_worker_t *worker) {
 }
 
 int async_worker_stop_fd(async_worker_t *worker) {
-    WORKER_FORK_GUARD(-1);
+    LA_ENTRY(-1);
     la_worker_t *w = worker_get(worker);
     if (!w) {
         la_set_error(ASYNC_E_BADHANDLE);
@@ -370,7 +355,7 @@ int async_worker_stop_fd(async_worker_t *worker) {
 pthread_t async_worker_get_native_handle(async_worker_t *worker) {
     pthread_t t;
     memset(&t, 0, sizeof t);
-    WORKER_FORK_GUARD(t);
+    LA_ENTRY(t);
     la_worker_t *w = worker_get(worker);
     if (!w) {
         la_set_error(ASYNC_E_BADHANDLE);

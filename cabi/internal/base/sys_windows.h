@@ -1,7 +1,7 @@
 /* Windows pieces of the C half of cabi (sys_windows.c). Not installed.
  * Included by worker.c and completions.c only when _WIN32 is defined. */
-#ifndef LA_WINDOWS_H
-#define LA_WINDOWS_H
+#ifndef LA_SYS_WINDOWS_H
+#define LA_SYS_WINDOWS_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,9 +1,14 @@
-/* Internal declarations shared by the C half of cabi. Not installed. */
-#ifndef LA_INTERNAL_H
-#define LA_INTERNAL_H
+/* What every subsystem of cabi's C half shares (package base). Not installed.
+ * Handles (handles.c), the last-error slot, the fork flag and the entry check
+ * LA_ENTRY (errors.c), the monotonic clock and deadlines (clock.c), and a
+ * spinlock. Nothing here calls into another subsystem. */
+#ifndef LA_BASE_H
+#define LA_BASE_H
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "async.h"
@@ -48,75 +53,7 @@ void *la_handle_peek(uint64_t h, int type);
 /* 1 if h is a live handle of that type (no pinning). */
 int la_handle_live(uint64_t h, int type);
 
-/* The signal-safe doorbell of a runtime (the first member of its C side). */
-enum { LA_DOORBELL_EVENTFD = 1, LA_DOORBELL_PIPE = 2, LA_DOORBELL_IOCP = 3 /* port.DoorbellIOCP */ };
-typedef struct {
-    int fd;
-    int kind;
-} la_doorbell_t;
-
-/* The C side of a runtime, the C object of its handle (completions.c). */
-typedef struct {
-    uintptr_t key, data;
-} la_pair_t;
-typedef struct la_cprod la_cprod_t;
-/* libasync.Shared, field for field: the state the wait's C fast path shares
- * with Go (runtime.go). */
-typedef struct {
-    _Atomic int32_t sleeping;  /* 1 while the loop may block */
-    _Atomic int32_t gowork;    /* 1: Go may have work ready (Post, timers) */
-    _Atomic int32_t skipped;   /* fd polls skipped in a row */
-    int32_t pad;
-    _Atomic int64_t last_poll; /* ns since start of the last fd poll */
-    _Atomic int64_t next_due;  /* no timer due before this (ns since start) */
-    _Atomic int64_t nfds;      /* fds registered */
-} la_shared_t;
-typedef struct la_rtc {
-    la_doorbell_t bell;        /* first: async_runtime_wakeup reads it as la_doorbell_t */
-    la_shared_t sh;
-    _Atomic int32_t waiting;   /* 1 while a thread is in async_runtime_wait */
-    int64_t start_ns;          /* the monotonic clock when Go's runtime started */
-    _Atomic int closed;
-    pthread_mutex_t mu;        /* the producer list */
-    la_cprod_t *prods, *cursor;
-    struct la_rtc *free_next;
-} la_rtc_t;
-la_rtc_t *la_rtc_new(int fd, int kind);
-void la_rtc_close(la_rtc_t *r);
-void la_rtc_recycle(la_rtc_t *r);
-int la_rtc_pending(la_rtc_t *r);
-la_shared_t *la_rtc_shared(la_rtc_t *r);
-int32_t *la_rtc_wait_flag(la_rtc_t *r);
-void la_rtc_set_start(la_rtc_t *r);
-int la_rtc_take(la_rtc_t *r, la_pair_t *out, int max);
-/* la_rtc_take straight into the caller's events (completion events). */
-int la_rtc_take_events(la_rtc_t *r, io_event_t *out, int max);
-/* The C-driven wait (rtwait.c, cabi/main.go): what Go asks C to sleep on. */
-typedef struct {
-    int done;       /* 1: the wait is over (result in *out / the return code) */
-    int ms;         /* sleep up to this long (-1 forever) */
-    int fd;         /* on this poller descriptor (epoll) */
-    int rawcap;     /* records that fit in raw */
-    void *raw;      /* where the poller's records go */
-    uintptr_t token;
-} la_sleep_t;
-/* async_runtime_wait's body; returns an async_err_t. */
-int la_go_rt_wait(uint64_t h, io_event_t *events, int max, int timeout, int *out);
-
-/* async_runtime_post_completion without Go: returns an async_err_t. */
-int la_rt_post(uint64_t h, uintptr_t key, uintptr_t data);
-
-/* The C API's queue (queue.c); each returns an async_err_t. */
-int la_q_create(size_t capacity, size_t max_msg, unsigned flags, uint64_t *out);
-int la_q_destroy(uint64_t h);
-/* When full (and not DROP_OLDEST): wait 0 fails with FULL, 1 waits up to
- * timeout_ms (-1 forever), -1 waits forever only on a BLOCK_WRITER queue. */
-int la_q_enqueue(uint64_t h, const void *data, size_t size, int wait, int timeout_ms);
-int la_q_dequeue(uint64_t h, void *buf, size_t size, size_t *out_size, int timeout_ms);
-int la_q_query(uint64_t h, int what, int *out); /* what 0: is_empty, 1: is_full */
-int la_q_clear(uint64_t h);
-int la_q_stats(uint64_t h, async_queue_stats_t *st);
-int la_q_attach(uint64_t h, uint64_t rt, uintptr_t key);
+#define LA_H(p) ((uint64_t)(uintptr_t)(p))
 
 /* Errors and fork detection (errors.c). */
 void la_set_error(int code);
@@ -145,5 +82,32 @@ static inline int la_ok(int rc) {
 }
 
 #define LA_H(p) ((uint64_t)(uintptr_t)(p))
+
+
+/* ---- monotonic clock and deadlines (clock.c) ------------------------------ */
+/* Nanoseconds of CLOCK_MONOTONIC (GetTickCount64 on Windows). */
+uint64_t la_now_ns(void);
+/* The deadline timeout_ms from now, 0 for "forever" (timeout_ms < 0). */
+uint64_t la_deadline(int timeout_ms);
+
+/* ---- spinlock (held for a few instructions only; never across a switch) --- */
+typedef struct {
+    _Atomic int v;
+} la_spin_t;
+
+static inline void la_spin_lock(la_spin_t *l) {
+    for (int n = 0;; n++) {
+        if (!atomic_exchange_explicit(&l->v, 1, memory_order_acquire)) return;
+        while (atomic_load_explicit(&l->v, memory_order_relaxed)) {
+            if (++n > 100) sched_yield();
+#if defined(__x86_64__)
+            else __builtin_ia32_pause();
+#elif defined(__aarch64__)
+            else __asm__ volatile("yield");
+#endif
+        }
+    }
+}
+static inline void la_spin_unlock(la_spin_t *l) { atomic_store_explicit(&l->v, 0, memory_order_release); }
 
 #endif

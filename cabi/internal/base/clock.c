@@ -1,0 +1,22 @@
+/* The monotonic clock and deadlines every wait of the library uses. */
+#include <time.h>
+#if defined(_WIN32)
+#include <windows.h>
+#endif
+
+#include "base.h"
+
+#if defined(_WIN32)
+uint64_t la_now_ns(void) { return (uint64_t)GetTickCount64() * 1000000u; }
+#else
+uint64_t la_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+#endif
+
+uint64_t la_deadline(int timeout_ms) {
+    if (timeout_ms < 0) return 0;
+    return la_now_ns() + (uint64_t)timeout_ms * 1000000u;
+}

@@ -1,0 +1,67 @@
+/* The C half of async_runtime (package rt): the runtime's C record, the
+ * completion path (completions.c) and the wait's C part (wait.c). Not
+ * installed. */
+#ifndef LA_RT_H
+#define LA_RT_H
+
+#include "base.h"
+
+/* The signal-safe doorbell of a runtime (the first member of its C side). */
+enum { LA_DOORBELL_EVENTFD = 1, LA_DOORBELL_PIPE = 2, LA_DOORBELL_IOCP = 3 /* port.DoorbellIOCP */ };
+typedef struct {
+    int fd;
+    int kind;
+} la_doorbell_t;
+
+/* The C side of a runtime, the C object of its handle (completions.c). */
+typedef struct {
+    uintptr_t key, data;
+} la_pair_t;
+typedef struct la_cprod la_cprod_t;
+/* libasync.Shared, field for field: the state the wait's C fast path shares
+ * with Go (runtime.go). */
+typedef struct {
+    _Atomic int32_t sleeping;  /* 1 while the loop may block */
+    _Atomic int32_t gowork;    /* 1: Go may have work ready (Post, timers) */
+    _Atomic int32_t skipped;   /* fd polls skipped in a row */
+    int32_t pad;
+    _Atomic int64_t last_poll; /* ns since start of the last fd poll */
+    _Atomic int64_t next_due;  /* no timer due before this (ns since start) */
+    _Atomic int64_t nfds;      /* fds registered */
+} la_shared_t;
+typedef struct la_rtc {
+    la_doorbell_t bell;        /* first: async_runtime_wakeup reads it as la_doorbell_t */
+    la_shared_t sh;
+    _Atomic int32_t waiting;   /* 1 while a thread is in async_runtime_wait */
+    int64_t start_ns;          /* the monotonic clock when Go's runtime started */
+    _Atomic int closed;
+    pthread_mutex_t mu;        /* the producer list */
+    la_cprod_t *prods, *cursor;
+    struct la_rtc *free_next;
+} la_rtc_t;
+la_rtc_t *la_rtc_new(int fd, int kind);
+void la_rtc_close(la_rtc_t *r);
+void la_rtc_recycle(la_rtc_t *r);
+int la_rtc_pending(la_rtc_t *r);
+la_shared_t *la_rtc_shared(la_rtc_t *r);
+int32_t *la_rtc_wait_flag(la_rtc_t *r);
+void la_rtc_set_start(la_rtc_t *r);
+int la_rtc_take(la_rtc_t *r, la_pair_t *out, int max);
+/* la_rtc_take straight into the caller's events (completion events). */
+int la_rtc_take_events(la_rtc_t *r, io_event_t *out, int max);
+/* The C-driven wait (wait.c, runtime.go): what Go asks C to sleep on. */
+typedef struct {
+    int done;       /* 1: the wait is over (result in *out / the return code) */
+    int ms;         /* sleep up to this long (-1 forever) */
+    int fd;         /* on this poller descriptor (epoll) */
+    int rawcap;     /* records that fit in raw */
+    void *raw;      /* where the poller's records go */
+    uintptr_t token;
+} la_sleep_t;
+/* async_runtime_wait's body; returns an async_err_t. */
+int la_rt_wait(uint64_t h, io_event_t *events, int max, int timeout, int *out);
+
+/* async_runtime_post_completion without Go: returns an async_err_t. */
+int la_rt_post(uint64_t h, uintptr_t key, uintptr_t data);
+
+#endif
