@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/libasync/libasync/internal/boundary"
 	"github.com/libasync/libasync/port"
 )
 
@@ -22,14 +23,9 @@ const (
 
 // Event is one thing Wait reports: fd readiness (Fd >= 0, Context as given to
 // Add), a completion (Fd -1, Key and Data as posted) or a timer (Fd -1, Key,
-// Data = the timer id).
-type Event struct {
-	Fd      int
-	Type    uint32
-	Key     uintptr
-	Data    uintptr
-	Context uintptr
-}
+// Data = the timer id). Its fields are Fd int, Type uint32, Key, Data and
+// Context uintptr.
+type Event = boundary.Event
 
 type completion struct{ key, data uintptr }
 
@@ -64,13 +60,13 @@ type Runtime struct {
 	closed   bool
 	shut     atomic.Bool
 
-	sh     *Shared // the sleep flag and what a fast path outside Go needs
-	shBox  Shared
-	src    Source
+	sh     *boundary.Shared // the sleep flag and what a fast path outside Go needs
+	shBox  boundary.Shared
+	src    boundary.Source
 	wakeAt atomic.Int64 // tick the sleeping waiter will wake at (MaxInt64: never)
 
 	waitMu sync.Mutex // held by the one waiter
-	wcall  WaitCall
+	wcall  waitCall
 	batch  []completion
 	bhead  int
 	evbuf  []port.Event
@@ -83,22 +79,6 @@ type Runtime struct {
 	cmu    sync.RWMutex // fd contexts
 	ctx    map[int]fdReg
 	regSeq atomic.Uint64 // bumped by every Add, Modify and Remove
-}
-
-// Shared is the part of a Runtime's state that a fast path outside Go reads
-// and updates: the C boundary's async_runtime_wait hands out completions of
-// its Source without entering Go while nothing else can be ready (GoWork 0,
-// no timer due before NextDue, and the fd poll budget below not spent). It
-// may live in C memory; every access is atomic. Times are ns since the
-// runtime started (the monotonic clock).
-type Shared struct {
-	Sleeping int32 // 1 while the waiter may block in the poller (see Source)
-	GoWork   int32 // 1: completions from Post or expired timers may be ready
-	Skipped  int32 // fd polls skipped in a row while other work was ready
-	_        int32
-	LastPoll int64 // when the fds were last polled
-	NextDue  int64 // no timer is due before this (MaxInt64: none); valid while GoWork is 0
-	Nfds     int64 // registrations (an upper bound: epoll forgets closed fds)
 }
 
 // Fd polls may be skipped while completions or timers are ready (a poll is a
@@ -129,35 +109,16 @@ func NewRuntimeWith(p port.Poller) *Runtime {
 	return rt
 }
 
-// Source is a queue of completions kept outside the runtime, drained by Wait
-// beside what Post queued: the C boundary keeps one lock-free queue per
-// posting thread there, so that posting from C never enters Go.
-//
-// Whoever feeds a Source must, after publishing an entry, read the sleep
-// flag (sequentially consistent) and, if it is 1 and a compare-and-swap to 0
-// succeeds, ring the poller's doorbell (port.Poller.Doorbell). Wait raises the
-// flag before it may block and then calls Pending, so no entry is missed.
-type Source interface {
-	// Pending reports whether entries wait to be taken.
-	Pending() bool
-	// Take moves up to len(out) entries into out (Key and Data) and
-	// returns how many; entries of one feeder come out in FIFO order.
-	Take(out []Event) int
-}
-
-// NewRuntimeWithSource is NewRuntimeWith with an external completion source
+// newRuntimeWithSource is NewRuntimeWith with an external completion source
 // whose feeders read the sleep flag sh.Sleeping; sh (which may live in C
-// memory, zeroed) is the state shared with a fast path outside Go.
-func NewRuntimeWithSource(p port.Poller, src Source, sh *Shared) *Runtime {
+// memory, zeroed) is the state shared with a fast path outside Go. The C
+// boundary reaches it through boundary.NewRuntime (boundary.go).
+func newRuntimeWithSource(p port.Poller, src boundary.Source, sh *boundary.Shared) *Runtime {
 	rt := NewRuntimeWith(p)
-	*sh = Shared{GoWork: 1}
+	*sh = boundary.Shared{GoWork: 1}
 	rt.src, rt.sh = src, sh
 	return rt
 }
-
-
-// Poller exposes the poller (for the C boundary's signal-safe doorbell).
-func (rt *Runtime) Poller() port.Poller { return rt.poller }
 
 func mapPortErr(err error) error {
 	switch err {
@@ -315,7 +276,7 @@ func (rt *Runtime) CancelTimer(id uint64) error {
 // forever, 0 polls, otherwise at least timeout (rounded up to whole ms).
 // It returns early with 0 on Wakeup or when a signal interrupted the wait.
 func (rt *Runtime) Wait(out []Event, timeout time.Duration) (int, error) {
-	w, err := rt.BeginWait(out, timeout)
+	w, err := rt.beginWait(out, timeout)
 	if err != nil {
 		return 0, err
 	}
@@ -334,13 +295,13 @@ func (rt *Runtime) Wait(out []Event, timeout time.Duration) (int, error) {
 	}
 }
 
-// WaitCall is one Wait taken apart, so that the blocking part can be done
-// by someone else: the C boundary sleeps in epoll_wait itself, outside Go
-// (see port.RawPoller), which spares a blocked host thread Go's syscall
-// bookkeeping. Use: BeginWait, then loop { Prepare; poll for ms if asked,
-// into Buf; Finish } until Finish says done; then End. Only the goroutine or
-// thread that called BeginWait may use it.
-type WaitCall struct {
+// waitCall is one Wait taken apart (a boundary.Waiter), so that the
+// blocking part can be done by someone else: the C boundary sleeps in
+// epoll_wait itself, outside Go (see port.RawPoller), which spares a blocked
+// host thread Go's syscall bookkeeping. Use: beginWait, then loop { Prepare;
+// poll for ms if asked, into Buf; Finish } until Finish says done; then End.
+// Only the goroutine or thread that called beginWait may use it.
+type waitCall struct {
 	rt       *Runtime
 	out      []Event
 	timeout  time.Duration
@@ -349,8 +310,8 @@ type WaitCall struct {
 	regSeq   uint64
 }
 
-// BeginWait starts a wait (ErrBusy if another is in progress).
-func (rt *Runtime) BeginWait(out []Event, timeout time.Duration) (*WaitCall, error) {
+// beginWait starts a wait (ErrBusy if another is in progress).
+func (rt *Runtime) beginWait(out []Event, timeout time.Duration) (*waitCall, error) {
 	if len(out) == 0 {
 		return nil, ErrInval
 	}
@@ -362,7 +323,7 @@ func (rt *Runtime) BeginWait(out []Event, timeout time.Duration) (*WaitCall, err
 		return nil, ErrClosed
 	}
 	w := &rt.wcall
-	*w = WaitCall{rt: rt, out: out, timeout: timeout, deadline: -1}
+	*w = waitCall{rt: rt, out: out, timeout: timeout, deadline: -1}
 	if timeout >= 0 {
 		_, ns := rt.now()
 		w.deadline = ns + int64(timeout)
@@ -374,13 +335,13 @@ func (rt *Runtime) BeginWait(out []Event, timeout time.Duration) (*WaitCall, err
 }
 
 // Buf is where the poller's events go (len: as many as out can take).
-func (w *WaitCall) Buf() []port.Event { return w.rt.evbuf[:len(w.out)] }
+func (w *waitCall) Buf() []port.Event { return w.rt.evbuf[:len(w.out)] }
 
-// End finishes the wait; the WaitCall must not be used afterwards. It
-// publishes in Shared what the fast path outside Go needs: whether work was
+// End finishes the wait; the waitCall must not be used afterwards. It
+// publishes in boundary.Shared what the fast path outside Go needs: whether work was
 // left here (GoWork; Prepare cleared it, Post and AddTimer set it) and when
 // the next timer is due.
-func (w *WaitCall) End() {
+func (w *waitCall) End() {
 	rt := w.rt
 	w.rt = nil
 	rt.tmu.Lock()
@@ -400,7 +361,7 @@ func (w *WaitCall) End() {
 // Prepare advances the timers and says how long the poller may block (ms:
 // -1 forever, 0 not at all) and whether to poll at all. When ms != 0 the
 // sleep flag is raised: whoever adds work then rings the doorbell.
-func (w *WaitCall) Prepare() (ms int, poll bool) {
+func (w *waitCall) Prepare() (ms int, poll bool) {
 	rt := w.rt
 	// Cleared before looking at the timers and Post's queue: whatever is
 	// added after this sets it again (see End).
@@ -434,7 +395,7 @@ func (w *WaitCall) Prepare() (ms int, poll bool) {
 				rt.wakeAt.Store(wake / 1e6)
 			}
 			atomic.StoreInt32(&rt.sh.Sleeping, 1)
-			// Dekker with Post, AddTimer and the Source's feeders: after
+			// Dekker with Post, AddTimer and the source's feeders: after
 			// announcing sleep, look again for what they may have added.
 			if rt.npending.Load() != 0 || rt.tver.Load() != tver || (rt.src != nil && rt.src.Pending()) {
 				atomic.StoreInt32(&rt.sh.Sleeping, 0)
@@ -460,7 +421,7 @@ func (w *WaitCall) Prepare() (ms int, poll bool) {
 // Finish takes the poller's result (nfd events in Buf, or polled=false when
 // Prepare said not to poll) and collects events into out. done says the
 // wait is over (n events, or err).
-func (w *WaitCall) Finish(nfd int, res port.WaitResult, perr error, polled bool) (n int, done bool, err error) {
+func (w *waitCall) Finish(nfd int, res port.WaitResult, perr error, polled bool) (n int, done bool, err error) {
 	rt := w.rt
 	if polled {
 		atomic.StoreInt32(&rt.sh.Sleeping, 0)

@@ -18,8 +18,8 @@ typedef struct {
     uintptr_t key, data;
 } la_pair_t;
 typedef struct la_cprod la_cprod_t;
-/* libasync.Shared, field for field: the state the wait's C fast path shares
- * with Go (runtime.go). */
+/* boundary.Shared (internal/boundary), field for field: the state the wait's C fast path shares
+ * with Go (libasync/runtime.go). */
 typedef struct {
     _Atomic int32_t sleeping;  /* 1 while the loop may block */
     _Atomic int32_t gowork;    /* 1: Go may have work ready (Post, timers) */

@@ -33,6 +33,7 @@ import (
 
 	_ "github.com/libasync/libasync/cabi/internal/base"  // handles, errors
 	_ "github.com/libasync/libasync/cabi/internal/fiber" // la_call_off_fiber
+	"github.com/libasync/libasync/internal/boundary"
 	"github.com/libasync/libasync/libasync"
 	"github.com/libasync/libasync/port"
 )
@@ -84,14 +85,16 @@ type rtObject struct {
 	raw    port.RawPoller // nil: the poller waits in Go
 	rawbuf unsafe.Pointer // C memory for epoll_wait's records
 	rawcap int
-	wcall  *libasync.WaitCall
+	wcall  boundary.Waiter
+	begin  func([]libasync.Event, time.Duration) (boundary.Waiter, error)
+	poller port.Poller
 	token  cgo.Handle // how C names this object across the sleep
 }
 
-// la_shared_t mirrors libasync.Shared: the sizes must agree (compile-time check).
+// la_shared_t mirrors boundary.Shared: the sizes must agree (compile-time check).
 var (
-	_ [unsafe.Sizeof(C.la_shared_t{}) - unsafe.Sizeof(libasync.Shared{})]byte
-	_ [unsafe.Sizeof(libasync.Shared{}) - unsafe.Sizeof(C.la_shared_t{})]byte
+	_ [unsafe.Sizeof(C.la_shared_t{}) - unsafe.Sizeof(boundary.Shared{})]byte
+	_ [unsafe.Sizeof(boundary.Shared{}) - unsafe.Sizeof(C.la_shared_t{})]byte
 )
 
 // cSource drains the runtime's C-side completion queues (completions.c),
@@ -199,14 +202,15 @@ func la_go_rt_init(out *C.uint64_t) (rc C.int) {
 	}
 	src := &cSource{r: r}
 	C.la_rtc_set_start(r) // before the Go runtime's start (see there)
-	rt := libasync.NewRuntimeWithSource(p, src, (*libasync.Shared)(unsafe.Pointer(C.la_rtc_shared(r))))
+	lrt, hooks := boundary.NewRuntime(p, src, (*boundary.Shared)(unsafe.Pointer(C.la_rtc_shared(r))))
+	rt := lrt.(*libasync.Runtime)
 	h := C.la_handle_alloc(C.LA_T_RUNTIME, unsafe.Pointer(r))
 	if h == 0 {
 		rt.Close()
 		C.la_rtc_recycle(r)
 		return C.int(libasync.ENoMem)
 	}
-	ro := &rtObject{rt: rt, rtc: r, waiting: (*int32)(unsafe.Pointer(C.la_rtc_wait_flag(r)))}
+	ro := &rtObject{rt: rt, rtc: r, begin: hooks.BeginWait, poller: p, waiting: (*int32)(unsafe.Pointer(C.la_rtc_wait_flag(r)))}
 	if rp, ok := p.(port.RawPoller); ok {
 		ro.raw = rp
 		ro.token = cgo.NewHandle(ro)
@@ -327,7 +331,7 @@ func (o *rtObject) waitRun(events *C.io_event_t, out *C.int, sl *C.la_sleep_t, p
 		}
 		if ms == 0 {
 			// A poll that does not block is as cheap from Go.
-			nfd, res, perr = o.rt.Poller().Wait(w.Buf(), 0)
+			nfd, res, perr = o.poller.Wait(w.Buf(), 0)
 			polled = true
 			continue
 		}
@@ -382,7 +386,7 @@ func la_go_rt_wait_begin(h C.uint64_t, events *C.io_event_t, max C.int, timeout 
 		*out = C.int(n)
 		return 0
 	}
-	w, err := o.rt.BeginWait(evs, d)
+	w, err := o.begin(evs, d)
 	if err != nil {
 		atomic.StoreInt32(o.waiting, 0)
 		return code(err)

@@ -1,0 +1,22 @@
+package libasync
+
+import (
+	"time"
+
+	"github.com/libasync/libasync/internal/boundary"
+	"github.com/libasync/libasync/port"
+)
+
+// The C boundary's way in (internal/boundary): not part of the Go API.
+func init() {
+	boundary.NewRuntime = func(p port.Poller, src boundary.Source, sh *boundary.Shared) (any, boundary.Hooks) {
+		rt := newRuntimeWithSource(p, src, sh)
+		return rt, boundary.Hooks{BeginWait: func(out []Event, timeout time.Duration) (boundary.Waiter, error) {
+			w, err := rt.beginWait(out, timeout)
+			if err != nil {
+				return nil, err
+			}
+			return w, nil
+		}}
+	}
+}
