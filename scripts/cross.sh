@@ -94,7 +94,7 @@ win_exports() {
     x86_64-w64-mingw32-gcc -E -P -Iinclude include/async.h | grep -oE '\basync_[a-z0-9_]+ *\(' |
         tr -d ' (' | sort -u >"$WIN/api.txt"
     x86_64-w64-mingw32-objdump -p "$WIN/libasync.dll" |
-        sed -n '/\[Ordinal\/Name Pointer\] Table/,/^$/p' | grep -oE '\] [A-Za-z_][A-Za-z0-9_]*' | cut -c3- |
+        sed -n '/\[Ordinal\/Name Pointer\] Table/,/^$/p' | grep -oE '^\s*\[ *[0-9]+\] [A-Za-z_][A-Za-z0-9_]*' | awk '{print $NF}' |
         sort -u >"$WIN/all_exports.txt"
     grep -E '^async_' "$WIN/all_exports.txt" >"$WIN/exports.txt"
     local missing extra other
