@@ -27,7 +27,9 @@
  *  - After fork() only the child's exec is supported: every call made in the
  *    child fails at once with ASYNC_E_FORKED (it never hangs), except
  *    async_version_string, async_strerror, async_last_error,
- *    async_clear_error and async_worker_current, which work as usual.
+ *    async_clear_error and async_worker_current, which work as usual, and
+ *    async_fiber_current, which returns NULL (the child has no fibers, even
+ *    when fork() was called on one), and async_fiber_yield (sched_yield).
  *  - Timeouts are in milliseconds: -1 waits forever, 0 does not wait, n > 0
  *    waits at least n ms. Other negative values fail with ASYNC_E_INVAL.
  */
@@ -237,7 +239,9 @@ void async_worker_signal_stop(async_worker_t *worker);
  * about n ms (it wakes when proc returns, not by polling). true once proc has returned
  * (also on later calls); false on timeout (ASYNC_E_TIMEDOUT) or error
  * (ASYNC_E_BADHANDLE, ASYNC_E_INVAL, ASYNC_E_STATE when a worker joins
- * itself). Thread-safe; blocks. */
+ * itself, or on a fiber when timeout_ms is not 0: the wait would block the
+ * fiber's worker thread; run it with async_fiber_blocking). Thread-safe;
+ * blocks (never on a fiber). */
 bool async_worker_join(async_worker_t *worker, int timeout_ms);
 
 /* The worker running the calling thread, or NULL on any other thread.
@@ -349,8 +353,11 @@ int async_runtime_remove(async_runtime_t *rt, async_fd_t fd);
  * timeout_ms: -1 forever, 0 poll, n > 0 at least n ms (rounded up to whole
  * ms; never a busy spin). Errors: ASYNC_E_BADHANDLE, ASYNC_E_INVAL (events
  * NULL, max_events < 1, timeout < -1), ASYNC_E_BUSY (another thread is
- * already waiting on this runtime), ASYNC_E_CLOSED (deinit during the wait).
- * Call it from one thread at a time; blocks. */
+ * already waiting on this runtime), ASYNC_E_CLOSED (deinit during the wait),
+ * ASYNC_E_STATE (called on a fiber with timeout_ms not 0: the wait would
+ * block the fiber's worker thread; checked before the handle; run it with
+ * async_fiber_blocking, or poll with 0). Call it from one thread at a time;
+ * blocks (never on a fiber). */
 int async_runtime_wait(async_runtime_t *rt, io_event_t *events, int max_events, int timeout_ms);
 
 /* Queues a completion (key and data delivered intact, exactly once, in FIFO
@@ -398,10 +405,11 @@ int async_runtime_cancel_timer(async_runtime_t *rt, uint64_t timer_id);
  * on a fiber; called on a plain thread it blocks that thread instead. The
  * queue waits (async_queue_enqueue_wait, async_queue_dequeue_wait and
  * enqueue on a BLOCK_WRITER queue) park too. The other queue, runtime and
- * timer calls are safe on a fiber and do not block, except async_runtime_wait
- * and async_worker_join, which block the whole worker thread: do not call
- * them on a fiber (nor sleep(), a blocking read(), a contended
- * pthread_mutex_lock, ...): run such calls with async_fiber_blocking().
+ * timer calls are safe on a fiber and do not block. async_runtime_wait and
+ * async_worker_join would block the whole worker thread: on a fiber they
+ * fail with ASYNC_E_STATE unless timeout_ms is 0. Run them, and anything
+ * else that blocks a thread (sleep(), a blocking read(), a contended
+ * pthread_mutex_lock, ...), with async_fiber_blocking().
  * async_last_error() and async_clear_error() are per fiber on a fiber.
  * See docs/FIBERS.md.
  *
@@ -513,20 +521,22 @@ async_fiber_t *async_fiber_spawn(async_sched_t *s, void (*fn)(void *), void *arg
 int async_fiber_join(async_fiber_t *f, int timeout_ms);
 
 /* Lets the other runnable fibers run; the caller stays runnable. On a plain
- * thread it calls sched_yield(). Never fails. */
+ * thread (and in a forked child) it calls sched_yield(). Never fails. */
 void async_fiber_yield(void);
 
 /* Sleeps at least ms milliseconds. 0 or -1 with ASYNC_E_CANCELLED.
  * Thread-safe; parks. */
 int async_fiber_sleep(uint64_t ms);
 
-/* The calling fiber, or NULL on a plain thread. Never fails. */
+/* The calling fiber, or NULL on a plain thread (and in a child process
+ * forked on a fiber: the child has no fibers). Never fails; sets no error. */
 async_fiber_t *async_fiber_current(void);
 
 
 /* Waits until fd is ready for `events` (ASYNC_EVENT_READ and/or
  * ASYNC_EVENT_WRITE) and returns the ready events (READ, WRITE, ERROR, CLOSE
- * bits; level semantics: data left unread is reported again). At most one
+ * bits; level semantics: data left unread is reported again, and so is a
+ * hang-up or error condition while it lasts). At most one
  * fiber may wait for reading and one for writing on an fd of a scheduler at
  * a time (else ASYNC_E_BUSY). Errors: ASYNC_E_INVAL, ASYNC_E_BADFD,
  * ASYNC_E_TIMEDOUT, ASYNC_E_BUSY, ASYNC_E_CANCELLED. Thread-safe; parks
@@ -535,17 +545,23 @@ int async_fiber_wait_fd(async_fd_t fd, uint32_t events, int timeout_ms);
 
 /* Reads up to n bytes (at least 1 unless n is 0 or at end of file: returns
  * 0). The fd is switched to O_NONBLOCK if it is not a socket; sockets are
- * read with MSG_DONTWAIT. Errors: ASYNC_E_INVAL, ASYNC_E_BADFD,
- * ASYNC_E_TIMEDOUT (nothing read), ASYNC_E_CLOSED (connection reset),
- * ASYNC_E_BUSY (another fiber reads this fd), ASYNC_E_CANCELLED, ASYNC_E_SYS.
- * Thread-safe; parks. */
+ * read with MSG_DONTWAIT. A peer's hang-up ends the read with 0 (end of
+ * file) and a socket error with its error (once: the next read waits again).
+ * timeout_ms is always honoured, also when the fd number was closed and
+ * reused meanwhile, or the fd reports a condition its read does not clear.
+ * Errors: ASYNC_E_INVAL, ASYNC_E_BADFD, ASYNC_E_TIMEDOUT (nothing read),
+ * ASYNC_E_CLOSED (connection reset or refused, e.g. the ICMP error a
+ * connected UDP socket received), ASYNC_E_BUSY (another fiber reads this
+ * fd), ASYNC_E_CANCELLED, ASYNC_E_SYS. Thread-safe; parks. */
 ssize_t async_fiber_read(async_fd_t fd, void *buf, size_t n, int timeout_ms);
 
 /* Writes all n bytes (returns n) or fails; on failure some bytes may have
- * been written. Sockets are written with MSG_NOSIGNAL: a closed peer gives
- * ASYNC_E_CLOSED, never SIGPIPE (worker threads also block SIGPIPE, so pipes
- * give ASYNC_E_CLOSED too). timeout_ms bounds the whole call. Errors: as
- * async_fiber_read. Thread-safe; parks. */
+ * been written. A closed peer or reader gives ASYNC_E_CLOSED, never SIGPIPE,
+ * on a fiber or a plain thread: sockets are written with MSG_NOSIGNAL; for
+ * other fds (pipes) SIGPIPE is blocked around the write and the one it
+ * raised is consumed (one already pending before the call stays pending).
+ * timeout_ms bounds the whole call. Errors: as async_fiber_read.
+ * Thread-safe; parks. */
 ssize_t async_fiber_write(async_fd_t fd, const void *buf, size_t n, int timeout_ms);
 
 /* Accepts a connection on a listening socket (switched to O_NONBLOCK). The

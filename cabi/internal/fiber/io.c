@@ -2,11 +2,18 @@
 
 /* fd waits for fibers: one epoll per scheduler, EPOLLONESHOT registrations.
  *
- * Each fd gets a record (kept for the scheduler's life) holding the readiness
- * that arrived while nobody waited ("banked" bits) and at most one parked
- * reader and one parked writer. A wait clears the bank bit it needs, then
+ * Each fd number gets a record (kept for the scheduler's life) holding at
+ * most one parked reader and one parked writer, and no readiness: a wait
  * tries the syscall (or poll(2) with timeout 0), and only if that would block
- * registers itself (checking the bank under the record's lock first).
+ * parks, arming the fd for its direction. Readiness kept across parks would
+ * outlive what it describes: a HUP or ERR seen on one file would still be
+ * "ready" for the next file with the same number (or, for an ICMP error on a
+ * UDP socket, after the error was read), and every park would return at once
+ * for ever. The arm asks the kernel instead, which knows the file's state
+ * now. A park also ends with ASYNC_E_TIMEDOUT once its deadline has passed,
+ * whatever the fd reports, so a wait on an fd that keeps reporting HUP or
+ * ERR while its syscall says EAGAIN still ends on time (and every round
+ * of it parks, so the worker runs its other fibers meanwhile).
  *
  * Registration: the fd is added once and re-armed by every park with
  * EPOLL_CTL_MOD (one system call, under the record's lock, for the
@@ -26,6 +33,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -40,7 +49,6 @@
 
 struct la_fdrec {
     la_spin_t lk;
-    uint32_t banked;
     int fd;                /* the number (set by the first park) */
     la_waiter_t *rw, *ww;  /* parked reader / writer */
     _Atomic char drained;  /* hint: the last fiber read returned less than asked */
@@ -92,7 +100,6 @@ void la_io_event(la_sched_t *s, void *p, uint32_t ev) {
     la_fdrec_t *r = p;
     la_waiter_t *wake[2] = {NULL, NULL};
     la_spin_lock(&r->lk);
-    r->banked |= ev;
     if (r->rw && (ev & LA_IN_BITS) && la_waiter_claim(r->rw, LA_W_READY)) {
         wake[0] = r->rw;
         if (r->ww == r->rw) r->ww = NULL;
@@ -109,12 +116,6 @@ void la_io_event(la_sched_t *s, void *p, uint32_t ev) {
     /* claimed fibers cannot run before these calls: they are still alive */
     if (wake[0]) la_waiter_signal(wake[0]);
     if (wake[1]) la_waiter_signal(wake[1]);
-}
-
-static void clear_bank(la_fdrec_t *r, uint32_t bits) {
-    la_spin_lock(&r->lk);
-    r->banked &= ~bits;
-    la_spin_unlock(&r->lk);
 }
 
 /* ---- syscalls that report -errno ----------------------------------------- */
@@ -166,14 +167,48 @@ LA_NOINLINE static ssize_t sys_read(int fd, void *buf, size_t n) {
     return r >= 0 ? r : -errno;
 }
 
+/* write(2) to a non-socket (a pipe, say) without SIGPIPE: a write to a pipe
+ * whose reader closed raises SIGPIPE at the writing thread (on a host thread
+ * the default action, or the Go runtime's handler, kills the process). The
+ * signal is blocked around the write, and the one the write raised is taken
+ * back with sigtimedwait, unless one was already pending before (that one
+ * is the host's: it stays). The thread's own pending signals are taken
+ * before the process's, so a SIGPIPE sent to the process meanwhile stays
+ * too. Fiber workers block SIGPIPE for good (worker_main): there only the
+ * take-back runs, and only after EPIPE. */
+LA_NOINLINE static ssize_t sys_write_nosigpipe(int fd, const void *buf, size_t n) {
+    sigset_t pipe_set, old;
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    int restore = 0, pending_before = 0;
+    if (!la_current_worker()) {
+        if (pthread_sigmask(SIG_BLOCK, &pipe_set, &old) != 0) return -EINVAL;
+        if (!sigismember(&old, SIGPIPE)) {
+            /* it was deliverable here: none can be pending for this thread */
+            restore = 1;
+        } else {
+            sigset_t p;
+            pending_before = sigpending(&p) == 0 && sigismember(&p, SIGPIPE);
+        }
+    }
+    ssize_t r = write(fd, buf, n);
+    int err = r < 0 ? errno : 0;
+    if (err == EPIPE && !pending_before) {
+        struct timespec zero = {0, 0};
+        while (sigtimedwait(&pipe_set, NULL, &zero) < 0 && errno == EINTR) {
+        }
+    }
+    if (restore) pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return r >= 0 ? r : -err;
+}
+
 LA_NOINLINE static ssize_t sys_write(int fd, const void *buf, size_t n) {
     ssize_t r = send(fd, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (r >= 0) return r;
     if (errno != ENOTSOCK) return -errno;
     int e = sys_nonblock(fd);
     if (e) return e;
-    r = write(fd, buf, n);
-    return r >= 0 ? r : -errno;
+    return sys_write_nosigpipe(fd, buf, n);
 }
 
 LA_NOINLINE static int sys_accept(int fd, struct sockaddr *a, socklen_t *l) {
@@ -222,13 +257,11 @@ static int fd_park(la_fiber_t *f, int fd, int dirs, uint64_t deadline) {
     la_sched_t *s = f->s;
     la_fdrec_t *r = fdrec(s, fd);
     if (!r) return fd < 0 ? ASYNC_E_BADFD : ASYNC_E_NOMEM;
-    uint32_t mask = ((dirs & 1) ? LA_IN_BITS : 0) | ((dirs & 2) ? LA_OUT_BITS : 0);
+    /* A deadline already passed ends the wait, even if the fd keeps
+     * reporting a condition (HUP, ERR) that its syscall does not clear. */
+    if (deadline && la_now_ns() >= deadline) return ASYNC_E_TIMEDOUT;
     la_waiter_t w;
     la_spin_lock(&r->lk);
-    if (r->banked & mask) {
-        la_spin_unlock(&r->lk);
-        return 0;
-    }
     if (((dirs & 1) && r->rw) || ((dirs & 2) && r->ww)) {
         la_spin_unlock(&r->lk);
         return ASYNC_E_BUSY;
@@ -329,13 +362,7 @@ int async_fiber_wait_fd(async_fd_t fd, uint32_t events, int timeout_ms) {
         }
         return (int)from_poll(r);
     }
-    la_fdrec_t *rec = fdrec(f->s, fd);
-    if (!rec) {
-        la_set_error(ASYNC_E_NOMEM);
-        return -1;
-    }
     for (;;) {
-        clear_bank(rec, ((events & ASYNC_EVENT_READ) ? EPOLLIN : 0) | ((events & ASYNC_EVENT_WRITE) ? EPOLLOUT : 0));
         int r = sys_poll1(fd, pev, 0);
         if (r < 0) {
             la_set_error(map_errno(-r));
@@ -380,7 +407,6 @@ ssize_t async_fiber_read(async_fd_t fd, void *buf, size_t n, int timeout_ms) {
         }
     }
     for (;;) {
-        if (rec) clear_bank(rec, EPOLLIN);
         ssize_t r = sys_read(fd, buf, n);
         if (r >= 0) {
             if (rec) atomic_store_explicit(&rec->drained, (char)(r > 0 && (size_t)r < n), memory_order_relaxed);
@@ -411,11 +437,8 @@ ssize_t async_fiber_write(async_fd_t fd, const void *buf, size_t n, int timeout_
         return -1;
     }
     uint64_t deadline = la_deadline(timeout_ms);
-    la_fiber_t *f = la_current_fiber();
-    la_fdrec_t *rec = f ? fdrec(f->s, fd) : NULL;
     size_t done = 0;
     while (done < n) {
-        if (rec) clear_bank(rec, EPOLLOUT);
         ssize_t r = sys_write(fd, (const char *)buf + done, n - done);
         if (r >= 0) {
             done += (size_t)r;
@@ -443,10 +466,7 @@ async_fd_t async_fiber_accept(async_fd_t lfd, struct sockaddr *addr, socklen_t *
         return -1;
     }
     uint64_t deadline = la_deadline(timeout_ms);
-    la_fiber_t *f = la_current_fiber();
-    la_fdrec_t *rec = f ? fdrec(f->s, lfd) : NULL;
     for (;;) {
-        if (rec) clear_bank(rec, EPOLLIN);
         int r = sys_accept(lfd, addr, len);
         if (r >= 0) return r;
         if (r == -EINTR || r == -ECONNABORTED) continue;
@@ -473,9 +493,6 @@ int async_fiber_connect(async_fd_t fd, const struct sockaddr *addr, socklen_t le
         la_set_error(ASYNC_E_BADFD);
         return -1;
     }
-    la_fiber_t *f = la_current_fiber();
-    la_fdrec_t *rec = f ? fdrec(f->s, fd) : NULL;
-    if (rec) clear_bank(rec, EPOLLOUT);
     int r = sys_connect(fd, addr, len);
     if (r == 0) return 0;
     if (r != -EINPROGRESS && r != -EINTR) {
@@ -494,10 +511,7 @@ int async_fiber_connect(async_fd_t fd, const struct sockaddr *addr, socklen_t le
             la_set_error(map_errno(-pr));
             return -1;
         }
-        if (pr == 0) {
-            if (rec) clear_bank(rec, EPOLLOUT);
-            continue;
-        }
+        if (pr == 0) continue;
         int e = sys_sockerr(fd);
         if (e == 0) return 0;
         la_set_error(map_errno(-e));

@@ -1310,13 +1310,19 @@ async_fiber_t *async_fiber_spawn(async_sched_t *sh, void (*fn)(void *), void *ar
     return (async_fiber_t *)(uintptr_t)h;
 }
 
+/* In a child forked on a fiber, the forking thread's copy still says it
+ * runs that fiber (of a scheduler whose workers do not exist there): the
+ * child has no fibers, so both calls below treat it as a plain thread. The
+ * flag is read on every call (la_current_fiber is not inlined, so no TLS
+ * address is cached across a switch). */
 async_fiber_t *async_fiber_current(void) {
+    if (atomic_load_explicit(&la_forked, memory_order_relaxed)) return NULL;
     la_fiber_t *f = la_current_fiber();
     return f ? (async_fiber_t *)(uintptr_t)f->handle : NULL;
 }
 
 void async_fiber_yield(void) {
-    la_fiber_t *f = la_current_fiber();
+    la_fiber_t *f = atomic_load_explicit(&la_forked, memory_order_relaxed) ? NULL : la_current_fiber();
     if (!f) {
         sched_yield();
         return;

@@ -84,6 +84,12 @@ int async_runtime_remove(async_runtime_t *rt, async_fd_t fd) { return rt_fd(rt, 
 
 int async_runtime_wait(async_runtime_t *rt, io_event_t *events, int max_events, int timeout_ms) {
     LA_ENTRY(-1);
+    /* On a fiber a wait would block its worker thread (and every fiber
+     * queued there) in epoll_wait: refused. A poll (timeout 0) is fine. */
+    if (timeout_ms != 0 && timeout_ms >= -1 && la_current_fiber()) {
+        la_set_error(ASYNC_E_STATE);
+        return -1;
+    }
     int n = 0;
     if (!la_ok(GO(.op = GO_RT_WAIT, .h = LA_H(rt), .p = events, .i1 = max_events, .i2 = timeout_ms, .p2 = &n))) return -1;
     return n;

@@ -15,6 +15,7 @@
 #endif
 
 #include "base.h"
+#include "fiber.h"
 #if defined(_WIN32)
 #include "sys_windows.h"
 #endif
@@ -243,7 +244,9 @@ bool async_worker_join(async_worker_t *worker, int timeout_ms) {
         la_set_error(ASYNC_E_BADHANDLE);
         return false;
     }
-    if (w == current_worker) {
+    /* Joining itself; or, on a fiber, a wait that would block the worker
+     * thread (and every fiber queued there): refused. 0 only checks. */
+    if (w == current_worker || (timeout_ms != 0 && la_current_fiber())) {
         worker_unref(w);
         la_set_error(ASYNC_E_STATE);
         return false;

@@ -3,8 +3,11 @@
 package worker
 
 /*
-#cgo CFLAGS: -I${SRCDIR}/../base -I${SRCDIR}/../../../include -O2 -Wall
+#cgo CFLAGS: -I${SRCDIR}/../base -I${SRCDIR}/../fiber -I${SRCDIR}/../../../include -O2 -Wall
 */
 import "C"
 
-import _ "github.com/libasync/libasync/cabi/internal/base" // handles, errors
+import (
+	_ "github.com/libasync/libasync/cabi/internal/base"  // handles, errors
+	_ "github.com/libasync/libasync/cabi/internal/fiber" // la_current_fiber
+)
