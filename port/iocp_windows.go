@@ -19,7 +19,7 @@ const defaultBackend = "iocp"
 // HANDLE as an int; Windows handles fit in 32 bits). Windows has no signal
 // handlers that interrupt a thread, so C code does not write this doorbell
 // itself: async_runtime_wakeup calls Runtime.Wakeup through cgo
-// (cabi/wakeup_windows.go), which posts a completion packet.
+// (cabi/internal/rt/wakeup_windows.go), which posts a completion packet.
 const DoorbellIOCP = 3
 
 func init() { register("iocp", newIOCP) }

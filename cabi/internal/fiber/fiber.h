@@ -1,7 +1,7 @@
-/* Internal declarations of the fiber layer (cabi/fiber_*.c). Not installed.
+/* Internal declarations of the fiber layer (cabi/internal/fiber/*.c). Not installed.
  *
  * Model: a scheduler (la_sched_t) owns N worker pthreads; each runs a C loop
- * (fiber_sched.c) that switches into fibers (stackful, la_ctx_switch). A
+ * (sched.c) that switches into fibers (stackful, la_ctx_switch). A
  * fiber leaves the loop's stack only through la_ctx_switch, with an action
  * telling the loop what to do next (yield, park, exit, or "trap": run a
  * function on the loop's own stack and switch straight back — the way Go
@@ -34,7 +34,7 @@
 
 #define LA_NOINLINE __attribute__((noinline, noclone))
 
-/* ---- context switch (fiber_switch_<arch>.S) ------------------------------ */
+/* ---- context switch (switch_<arch>.S) ------------------------------ */
 /* Saves the callee-saved state on the current stack, stores the stack pointer
  * in *save, loads `to` and resumes there. */
 void la_ctx_switch(void **save, void *to);
@@ -151,7 +151,7 @@ int la_park_prepare(la_fiber_t *f, int kind);
 void la_timer_add(la_sched_t *s, la_fiber_t *f, uint64_t deadline);
 void la_timer_del(la_sched_t *s, la_fiber_t *f);
 
-/* ---- stacks (fiber_stack.c) ---------------------------------------------- */
+/* ---- stacks (stacks.c) ---------------------------------------------- */
 typedef struct la_stackpool la_stackpool_t;
 la_stackpool_t *la_stackpool_new(size_t stack_size, int guard_mode);
 void la_stackpool_free(la_stackpool_t *p);
@@ -170,7 +170,7 @@ int la_stack_canary_ok(la_stackpool_t *p, const la_stack_t *st);
 uint64_t la_stack_guard_hit(uintptr_t addr, int *is_guard);
 void la_stack_overflow_abort(uint64_t fiber_id, const char *how);
 
-/* ---- signals (fiber_sig.c) ----------------------------------------------- */
+/* ---- signals (signals.c) ----------------------------------------------- */
 int la_sig_install(void);
 void la_sig_thread_init(void **altstack);
 void la_sig_thread_fini(void *altstack);

@@ -93,7 +93,7 @@ int la_waiter_claim(la_waiter_t *w, int reason);
 void la_waiter_signal(la_waiter_t *w);
 size_t la_stackpool_stack_size(la_stackpool_t *p);
 
-/* fiber_io.c */
+/* io.c */
 int la_io_init(la_sched_t *s);
 void la_io_free(la_sched_t *s);
 void la_io_event(la_sched_t *s, void *rec, uint32_t events);

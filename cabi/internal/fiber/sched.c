@@ -880,7 +880,7 @@ void la_fiber_main(la_fiber_t *f) {
 void *la_ctx_make(void *hi, void *arg) {
     uintptr_t top = (uintptr_t)hi & ~(uintptr_t)15;
 #if defined(__x86_64__)
-    /* [mxcsr|fpucw] r15 r14 r13 r12 rbx rbp ret, see fiber_switch_amd64.S */
+    /* [mxcsr|fpucw] r15 r14 r13 r12 rbx rbp ret, see switch_amd64.S */
     uint64_t *sp = (uint64_t *)top - 8;
     memset(sp, 0, 8 * sizeof *sp);
     ((uint32_t *)sp)[0] = 0x1F80; /* MXCSR default */

@@ -1,5 +1,5 @@
 /* Fibers on Windows: not implemented yet (see docs/PLATFORMS.md for the
- * plan). The fiber layer (fiber_*.c, fiber_switch_*.S) is built on every
+ * plan). The fiber layer (fiber_*.c, switch_*.S) is built on every
  * other platform; on Windows this file stands in for it:
  *   - the hooks the rest of cabi calls (no thread is ever on a fiber);
  *   - every public fiber, scheduler and channel function, so the DLL exports
@@ -12,7 +12,7 @@
 
 #include "fiber.h"
 
-/* ---- hooks used by shim.c ------------------------------------------------ */
+/* ---- hooks used by base, rt and queue -------------------------------------------- */
 
 int *la_fiber_error_slot(void) { return NULL; }
 
@@ -20,7 +20,7 @@ la_fiber_t *la_current_fiber(void) { return NULL; }
 
 void la_fiber_trap(void (*fn)(void *), void *arg) { fn(arg); }
 
-/* Waiters are used by shim.c only on a fiber, which never happens here. */
+/* Waiters are used by queue.c only on a fiber, which never happens here. */
 int la_waiter_init(la_waiter_t *w, int kind) {
     (void)w, (void)kind;
     return ASYNC_E_NOTSUP;

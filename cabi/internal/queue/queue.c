@@ -1,4 +1,4 @@
-/* async_queue in C: the queue behind the public queue functions (shim.c).
+/* async_queue in C: the queue behind the public queue functions (api.c).
  *
  * A call into Go costs 80-100 ns, more than a whole enqueue, so the C API's
  * queue lives here. (libasync.Queue stays the Go API's queue.)

@@ -105,7 +105,7 @@ int async_runtime_wakeup(async_runtime_t *rt) {
     LA_ENTRY(-1);
 #if defined(_WIN32)
     /* The doorbell is an IOCP and no signal handler interrupts threads here:
-     * ring it through Go (cabi/wakeup_windows.go). */
+     * ring it through Go (cabi/internal/rt/wakeup_windows.go). */
     return la_ok(la_go_rt_wakeup(LA_H(rt))) ? 0 : -1;
 #else
     int saved = errno;

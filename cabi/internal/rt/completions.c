@@ -264,7 +264,7 @@ int32_t *la_rtc_wait_flag(la_rtc_t *r) { return (int32_t *)&r->waiting; }
  * harmless). */
 void la_rtc_set_start(la_rtc_t *r) {
 #if defined(_WIN32)
-    r->start_ns = 0; /* no C fast path there (rtwait.c) */
+    r->start_ns = 0; /* no C fast path there (wait.c) */
 #else
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

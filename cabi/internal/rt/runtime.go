@@ -77,7 +77,7 @@ type object struct {
 
 type rtObject struct {
 	rt      *libasync.Runtime
-	waiting *int32 // in C memory: C's fast path takes it too (rtwait.c)
+	waiting *int32 // in C memory: C's fast path takes it too (wait.c)
 	evs     []libasync.Event
 	rtc     *C.la_rtc_t
 
@@ -267,7 +267,7 @@ func la_go_rt_fd(h C.uint64_t, op C.int, fd C.int, events C.uint32_t, ctx C.uint
 	}
 }
 
-// The wait is driven from C (rtwait.c): la_go_rt_wait_begin and
+// The wait is driven from C (wait.c): la_go_rt_wait_begin and
 // la_go_rt_wait_finish do everything but the blocking itself; when the loop
 // must sleep they hand C the poller's raw descriptor, and C sleeps in
 // epoll_wait outside Go. A host thread blocked inside Go would keep Go's
@@ -354,7 +354,7 @@ func (o *rtObject) waitDone(events *C.io_event_t, out *C.int, sl *C.la_sleep_t, 
 }
 
 func (o *rtObject) waitEnd() {
-	// End first, so that a fast-path wait (rtwait.c), which may start as
+	// End first, so that a fast-path wait (wait.c), which may start as
 	// soon as the flag is clear, sees the state End publishes. Deinit waits
 	// for the flag before it recycles the C memory the flag lives in.
 	if o.wcall != nil {

@@ -1,5 +1,5 @@
 /* async_runtime_wait's loop: Go does the work, C does the sleeping.
- * See la_go_rt_wait_begin in main.go for why. */
+ * See la_go_rt_wait_begin in runtime.go for why. */
 #include <errno.h>
 #include <time.h>
 #if defined(__linux__)
