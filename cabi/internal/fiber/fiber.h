@@ -1,4 +1,4 @@
-/* Internal declarations of the fiber layer (cabi/internal/fiber/*.c). Not installed.
+/* Internal declarations of the fiber layer (the C files of cabi/internal/fiber). Not installed.
  *
  * Model: a scheduler (la_sched_t) owns N worker pthreads; each runs a C loop
  * (sched.c) that switches into fibers (stackful, la_ctx_switch). A
