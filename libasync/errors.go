@@ -1,8 +1,12 @@
 // Package libasync is the platform-free core of libasync: a bounded message
 // queue with full policies and a one-waiter event loop (fd readiness,
 // completions posted from any goroutine or thread, timers on a hierarchical
-// wheel). The C library (package cabi) is a thin boundary over it; Go programs
-// can use it directly.
+// wheel). Go programs can use it directly. The C library (package cabi) is
+// not a thin wrapper: it has its own queue, workers, completion path and
+// fiber scheduler in C, and uses this package for the runtime's control
+// plane (fd registrations, timers, the wait's policy); see
+// docs/ARCHITECTURE.md. The error codes below are checked against async.h
+// when cabi compiles (cabi/internal/base/errors.go).
 package libasync
 
 import "errors"
