@@ -3,6 +3,7 @@
 #define LA_FIBER_INT_H
 
 #include "fiber.h"
+#include "poller.h"
 
 #define LA_RUNQ 256
 #define LA_MAX_WORKERS 1024
@@ -69,7 +70,7 @@ struct la_sched {
     _Atomic int stopping; /* destroy: workers exit */
     _Atomic int shutdown; /* parks are cancelled */
     /* fds */
-    int epfd, evfd;
+    la_poller_t poller;
     _Atomic int nfdwait;
     pthread_mutex_t fdmu;
     _Atomic(la_fdrec_t *) *fdchunks;
@@ -96,6 +97,7 @@ size_t la_stackpool_stack_size(la_stackpool_t *p);
 /* io.c */
 int la_io_init(la_sched_t *s);
 void la_io_free(la_sched_t *s);
-void la_io_event(la_sched_t *s, void *rec, uint32_t events);
+/* la_poller_wait's callback: an event (LA_PF_*) for rec; ctx is the la_sched_t. */
+void la_io_event(void *ctx, void *rec, unsigned got);
 
 #endif

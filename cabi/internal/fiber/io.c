@@ -1,6 +1,7 @@
 //go:build !windows
 
-/* fd waits for fibers: one epoll per scheduler, EPOLLONESHOT registrations.
+/* fd waits for fibers: one poller per scheduler (poller.h; epoll on Linux),
+ * one-shot registrations.
  *
  * Each fd number gets a record (kept for the scheduler's life) holding at
  * most one parked reader and one parked writer, and no readiness: a wait
@@ -37,7 +38,6 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -55,8 +55,6 @@ struct la_fdrec {
     _Atomic char stream;   /* read hint usable: stream socket or pipe (at ADD) */
 };
 
-#define LA_IN_BITS (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)
-#define LA_OUT_BITS (EPOLLOUT | EPOLLHUP | EPOLLERR)
 
 int la_io_init(la_sched_t *s) {
     pthread_mutex_init(&s->fdmu, NULL);
@@ -89,29 +87,28 @@ static la_fdrec_t *fdrec(la_sched_t *s, int fd) {
     return &c[(size_t)fd % LA_FD_CHUNK];
 }
 
-LA_NOINLINE static int sys_epoll_arm(int epfd, la_fdrec_t *r, uint32_t events);
+LA_NOINLINE static int sys_arm(la_sched_t *s, la_fdrec_t *r, unsigned want);
 
-static uint32_t arm_mask(la_fdrec_t *r) {
-    return (r->rw ? (uint32_t)(EPOLLIN | EPOLLRDHUP) : 0) | (r->ww ? (uint32_t)EPOLLOUT : 0);
-}
+static unsigned arm_mask(la_fdrec_t *r) { return (r->rw ? LA_PF_IN : 0u) | (r->ww ? LA_PF_OUT : 0u); }
 
-/* Called by whichever worker polled epoll. */
-void la_io_event(la_sched_t *s, void *p, uint32_t ev) {
+/* Called by whichever worker polled. */
+void la_io_event(void *ctx, void *p, unsigned ev) {
+    la_sched_t *s = ctx;
     la_fdrec_t *r = p;
     la_waiter_t *wake[2] = {NULL, NULL};
     la_spin_lock(&r->lk);
-    if (r->rw && (ev & LA_IN_BITS) && la_waiter_claim(r->rw, LA_W_READY)) {
+    if (r->rw && (ev & LA_PF_IN) && la_waiter_claim(r->rw, LA_W_READY)) {
         wake[0] = r->rw;
         if (r->ww == r->rw) r->ww = NULL;
         r->rw = NULL;
     }
-    if (r->ww && (ev & LA_OUT_BITS) && la_waiter_claim(r->ww, LA_W_READY)) {
+    if (r->ww && (ev & LA_PF_OUT) && la_waiter_claim(r->ww, LA_W_READY)) {
         wake[1] = r->ww;
         if (r->rw == r->ww) r->rw = NULL;
         r->ww = NULL;
     }
     /* the event disarmed the fd: re-arm for a waiter still there (rare) */
-    if (r->rw || r->ww) sys_epoll_arm(s->epfd, r, arm_mask(r));
+    if (r->rw || r->ww) sys_arm(s, r, arm_mask(r));
     la_spin_unlock(&r->lk);
     /* claimed fibers cannot run before these calls: they are still alive */
     if (wake[0]) la_waiter_signal(wake[0]);
@@ -129,14 +126,13 @@ LA_NOINLINE static int sys_is_stream(int fd) {
     return errno == ENOTSOCK && fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode);
 }
 
-/* (Re)arms r->fd for events (one shot); adds it when it is not registered. */
-LA_NOINLINE static int sys_epoll_arm(int epfd, la_fdrec_t *r, uint32_t events) {
-    struct epoll_event ev = {.events = events | EPOLLONESHOT, .data.ptr = r};
-    if (epoll_ctl(epfd, EPOLL_CTL_MOD, r->fd, &ev) == 0) return 0;
-    if (errno != ENOENT) return -errno;
-    if (epoll_ctl(epfd, EPOLL_CTL_ADD, r->fd, &ev) != 0) return -errno;
-    atomic_store_explicit(&r->stream, (char)sys_is_stream(r->fd), memory_order_relaxed);
-    return 0;
+/* (Re)arms r->fd for want (one shot); the poller adds it when it is not
+ * registered, and then the read hint is learned. */
+LA_NOINLINE static int sys_arm(la_sched_t *s, la_fdrec_t *r, unsigned want) {
+    int added = 0;
+    int e = la_poller_arm(&s->poller, r->fd, want, r, &added);
+    if (e == 0 && added) atomic_store_explicit(&r->stream, (char)sys_is_stream(r->fd), memory_order_relaxed);
+    return e;
 }
 
 LA_NOINLINE static int sys_poll1(int fd, short events, int timeout) {
@@ -269,9 +265,8 @@ static int fd_park(la_fiber_t *f, int fd, int dirs, uint64_t deadline) {
     /* Arm for our directions and those of a waiter already parked (under
      * the lock: the kernel's mask follows the record's waiters). */
     r->fd = fd;
-    uint32_t want = arm_mask(r) | ((dirs & 1) ? (uint32_t)(EPOLLIN | EPOLLRDHUP) : 0) |
-                    ((dirs & 2) ? (uint32_t)EPOLLOUT : 0);
-    int e = sys_epoll_arm(s->epfd, r, want);
+    unsigned want = arm_mask(r) | ((dirs & 1) ? LA_PF_IN : 0u) | ((dirs & 2) ? LA_PF_OUT : 0u);
+    int e = sys_arm(s, r, want);
     if (e) {
         la_spin_unlock(&r->lk);
         return e == -ENOMEM || e == -ENOSPC ? ASYNC_E_NOMEM : ASYNC_E_BADFD;

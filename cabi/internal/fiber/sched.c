@@ -1,7 +1,7 @@
 //go:build !windows
 
 /* The M:N fiber scheduler: worker pthreads, run queues with work stealing,
- * parking, timers, the per-scheduler epoll, shutdown, stats. See fiber.h for
+ * parking, timers, the per-scheduler fd poller, shutdown, stats. See fiber.h for
  * the parking protocol.
  *
  * Run queues: each worker owns a bounded ring (owner pushes at the tail,
@@ -10,7 +10,7 @@
  * Overflow and wake-ups from other threads go to a global mutex-protected
  * list, checked every 61 dispatches and whenever the local queue is empty.
  * An idle worker spins a few stealing rounds, then parks: the first idle
- * worker blocks in epoll_wait (timeout = next timer), the others on a
+ * worker blocks in the fd poller (poller.h; timeout = next timer), the others on a
  * condvar. Work made runnable while some worker is idle and none is spinning
  * wakes one of them.
  *
@@ -23,8 +23,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -205,11 +203,7 @@ static la_fiber_t *global_get(la_sched_t *s, la_wk_t *w, int max) {
 
 /* ---- idle workers ------------------------------------------------------------ */
 
-static void kick_poller(la_sched_t *s) {
-    uint64_t one = 1;
-    ssize_t r = write(s->evfd, &one, sizeof one);
-    (void)r;
-}
+static void kick_poller(la_sched_t *s) { la_poller_kick(&s->poller); }
 
 static void wake_one(la_sched_t *s) {
     pthread_mutex_lock(&s->imu);
@@ -728,24 +722,9 @@ static void run_fiber(la_wk_t *w, la_fiber_t *f) {
     }
 }
 
-/* Drains the eventfd and dispatches fd events; returns the number of fd
- * events. */
-static int poll_events(la_sched_t *s, int timeout_ms) {
-    struct epoll_event evs[128];
-    int n = epoll_wait(s->epfd, evs, 128, timeout_ms);
-    int nfd = 0;
-    for (int i = 0; i < n; i++) {
-        if (evs[i].data.ptr == NULL) {
-            uint64_t v;
-            ssize_t r = read(s->evfd, &v, sizeof v);
-            (void)r;
-            continue;
-        }
-        la_io_event(s, evs[i].data.ptr, evs[i].events);
-        nfd++;
-    }
-    return nfd;
-}
+/* Dispatches fd events (io.c) after a kick or a timeout; returns the
+ * number of fd events. */
+static int poll_events(la_sched_t *s, int timeout_ms) { return la_poller_wait(&s->poller, timeout_ms, la_io_event, s); }
 
 static void idle_park(la_wk_t *w) {
     la_sched_t *s = w->s;
@@ -962,8 +941,7 @@ void la_sched_put(la_sched_t *s) { atomic_fetch_sub(&s->refs, 1); }
 /* ---- public API: scheduler -------------------------------------------------------- */
 
 static void sched_free(la_sched_t *s) {
-    if (s->epfd >= 0) close(s->epfd);
-    if (s->evfd >= 0) close(s->evfd);
+    la_poller_close(&s->poller);
     la_io_free(s);
     la_stackpool_free(s->pool);
     free(s->heap);
@@ -995,7 +973,7 @@ async_sched_t *async_sched_create(const async_sched_config_t *cfg) {
         la_set_error(ASYNC_E_NOMEM);
         return NULL;
     }
-    s->epfd = s->evfd = -1;
+    s->poller.fd = s->poller.bell = -1;
     s->nw = nw;
     s->page = (size_t)sysconf(_SC_PAGESIZE);
     pthread_mutex_init(&s->gmu, NULL);
@@ -1017,15 +995,7 @@ async_sched_t *async_sched_create(const async_sched_config_t *cfg) {
         return NULL;
     }
     memset(s->wks, 0, sizeof(la_wk_t) * (size_t)nw);
-    s->epfd = epoll_create1(EPOLL_CLOEXEC);
-    s->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (s->epfd < 0 || s->evfd < 0) {
-        sched_free(s);
-        la_set_error(ASYNC_E_SYS);
-        return NULL;
-    }
-    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
-    if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->evfd, &ev) != 0) {
+    if (la_poller_open(&s->poller) != 0) {
         sched_free(s);
         la_set_error(ASYNC_E_SYS);
         return NULL;

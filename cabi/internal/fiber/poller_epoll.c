@@ -1,0 +1,70 @@
+//go:build linux
+
+/* The fiber poller on Linux (poller.h): epoll with EPOLLONESHOT
+ * registrations, an eventfd as the doorbell. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdint.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "poller.h"
+
+#define LA_IN_BITS (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)
+#define LA_OUT_BITS (EPOLLOUT | EPOLLHUP | EPOLLERR)
+
+int la_poller_open(la_poller_t *p) {
+    p->fd = epoll_create1(EPOLL_CLOEXEC);
+    p->bell = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
+    if (p->fd < 0 || p->bell < 0 || epoll_ctl(p->fd, EPOLL_CTL_ADD, p->bell, &ev) != 0) {
+        int e = errno;
+        la_poller_close(p);
+        errno = e;
+        return -1;
+    }
+    return 0;
+}
+
+void la_poller_close(la_poller_t *p) {
+    if (p->fd >= 0) close(p->fd);
+    if (p->bell >= 0) close(p->bell);
+    p->fd = p->bell = -1;
+}
+
+void la_poller_kick(la_poller_t *p) {
+    uint64_t one = 1;
+    ssize_t r = write(p->bell, &one, sizeof one);
+    (void)r;
+}
+
+int la_poller_arm(la_poller_t *p, int fd, unsigned want, void *rec, int *added) {
+    uint32_t events = ((want & LA_PF_IN) ? (uint32_t)(EPOLLIN | EPOLLRDHUP) : 0) |
+                      ((want & LA_PF_OUT) ? (uint32_t)EPOLLOUT : 0);
+    struct epoll_event ev = {.events = events | EPOLLONESHOT, .data.ptr = rec};
+    *added = 0;
+    if (epoll_ctl(p->fd, EPOLL_CTL_MOD, fd, &ev) == 0) return 0;
+    if (errno != ENOENT) return -errno;
+    if (epoll_ctl(p->fd, EPOLL_CTL_ADD, fd, &ev) != 0) return -errno;
+    *added = 1;
+    return 0;
+}
+
+int la_poller_wait(la_poller_t *p, int timeout_ms, void (*fn)(void *ctx, void *rec, unsigned got), void *ctx) {
+    struct epoll_event evs[128];
+    int n = epoll_wait(p->fd, evs, 128, timeout_ms);
+    int nfd = 0;
+    for (int i = 0; i < n; i++) {
+        if (evs[i].data.ptr == NULL) {
+            uint64_t v;
+            ssize_t r = read(p->bell, &v, sizeof v);
+            (void)r;
+            continue;
+        }
+        uint32_t e = evs[i].events;
+        fn(ctx, evs[i].data.ptr, ((e & LA_IN_BITS) ? LA_PF_IN : 0u) | ((e & LA_OUT_BITS) ? LA_PF_OUT : 0u));
+        nfd++;
+    }
+    return nfd;
+}
