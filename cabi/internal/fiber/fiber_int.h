@@ -94,6 +94,17 @@ int la_waiter_claim(la_waiter_t *w, int reason);
 void la_waiter_signal(la_waiter_t *w);
 size_t la_stackpool_stack_size(la_stackpool_t *p);
 
+/* timers.c */
+int la_timers_fire(la_sched_t *s);
+static inline int la_timers_due(la_sched_t *s) {
+    uint64_t d = atomic_load_explicit(&s->next_deadline, memory_order_acquire);
+    return d != UINT64_MAX && d <= la_now_ns();
+}
+
+/* config.c */
+int la_default_workers(void);
+size_t la_default_stack(void);
+
 /* io.c */
 int la_io_init(la_sched_t *s);
 void la_io_free(la_sched_t *s);

@@ -29,18 +29,6 @@
 #include "fiber.h"
 #include "fiber_int.h"
 
-/* ---- time ------------------------------------------------------------------ */
-
-int la_reason_err(int reason) {
-    switch (reason) {
-    case LA_W_READY: return 0;
-    case LA_W_TIMEDOUT: return ASYNC_E_TIMEDOUT;
-    case LA_W_CANCELLED: return ASYNC_E_CANCELLED;
-    case LA_W_CLOSED: return ASYNC_E_CLOSED;
-    default: return ASYNC_E_INTERNAL;
-    }
-}
-
 /* ---- TLS accessors ----------------------------------------------------------- */
 
 /* initial-exec: a load at a fixed offset instead of a __tls_get_addr call
@@ -223,16 +211,11 @@ static void wake_idle(la_sched_t *s) {
     if (atomic_load(&s->nspinning) == 0 && atomic_load(&s->nidle) > 0) wake_one(s);
 }
 
-static int timers_due(la_sched_t *s) {
-    uint64_t d = atomic_load_explicit(&s->next_deadline, memory_order_acquire);
-    return d != UINT64_MAX && d <= la_now_ns();
-}
-
 static int has_work(la_sched_t *s) {
     if (atomic_load(&s->glen) > 0) return 1;
     for (int i = 0; i < s->nw; i++)
         if (!runq_empty(&s->wks[i])) return 1;
-    return timers_due(s);
+    return la_timers_due(s);
 }
 
 /* ---- readying fibers ----------------------------------------------------------- */
@@ -281,104 +264,8 @@ static void fiber_wake_q(la_fiber_t *f, int lifo) {
 
 void la_fiber_wake(la_fiber_t *f) { fiber_wake_q(f, 1); }
 
-/* ---- timers (a min-heap of parked fibers by deadline) ---------------------------- */
-
-static void heap_swap(la_fiber_t **h, int i, int j) {
-    la_fiber_t *t = h[i];
-    h[i] = h[j];
-    h[j] = t;
-    h[i]->heap_idx = i;
-    h[j]->heap_idx = j;
-}
-
-static void heap_up(la_fiber_t **h, int i) {
-    while (i > 0) {
-        int p = (i - 1) / 2;
-        if (h[p]->deadline <= h[i]->deadline) break;
-        heap_swap(h, i, p);
-        i = p;
-    }
-}
-
-static void heap_down(la_fiber_t **h, int n, int i) {
-    for (;;) {
-        int l = 2 * i + 1, r = l + 1, m = i;
-        if (l < n && h[l]->deadline < h[m]->deadline) m = l;
-        if (r < n && h[r]->deadline < h[m]->deadline) m = r;
-        if (m == i) break;
-        heap_swap(h, i, m);
-        i = m;
-    }
-}
-
-static void heap_remove(la_sched_t *s, int i) {
-    la_fiber_t **h = s->heap;
-    int last = --s->hlen;
-    h[i]->heap_idx = -1;
-    if (i != last) {
-        h[i] = h[last];
-        h[i]->heap_idx = i;
-        heap_down(h, last, i);
-        heap_up(h, i);
-    }
-    atomic_store(&s->next_deadline, s->hlen ? h[0]->deadline : UINT64_MAX);
-}
-
-void la_timer_add(la_sched_t *s, la_fiber_t *f, uint64_t deadline) {
-    pthread_mutex_lock(&s->tmu);
-    if (s->hlen == s->hcap) {
-        size_t nc = s->hcap ? s->hcap * 2 : 256;
-        la_fiber_t **nh = realloc(s->heap, nc * sizeof *nh);
-        if (!nh) {
-            /* Out of memory: fire at once rather than hang. */
-            pthread_mutex_unlock(&s->tmu);
-            int z = 0;
-            if (atomic_compare_exchange_strong(&f->claim, &z, LA_W_TIMEDOUT)) la_fiber_wake(f);
-            return;
-        }
-        s->heap = nh;
-        s->hcap = nc;
-    }
-    f->deadline = deadline;
-    f->heap_idx = (int)s->hlen;
-    s->heap[s->hlen++] = f;
-    heap_up(s->heap, f->heap_idx);
-    int earliest = s->heap[0] == f;
-    atomic_store(&s->next_deadline, s->heap[0]->deadline);
-    pthread_mutex_unlock(&s->tmu);
-    if (earliest) {
-        pthread_mutex_lock(&s->imu);
-        if (s->poller_active && !s->poll_kicked) {
-            s->poll_kicked = 1;
-            kick_poller(s);
-        }
-        pthread_mutex_unlock(&s->imu);
-    }
-}
-
-void la_timer_del(la_sched_t *s, la_fiber_t *f) {
-    pthread_mutex_lock(&s->tmu);
-    if (f->heap_idx >= 0) heap_remove(s, f->heap_idx);
-    pthread_mutex_unlock(&s->tmu);
-}
-
-/* Fires due timers; returns how many fibers it woke. */
-static int timers_run(la_sched_t *s) {
-    if (!timers_due(s)) return 0;
-    uint64_t now = la_now_ns();
-    la_fiber_t *woken[64];
-    int n = 0;
-    pthread_mutex_lock(&s->tmu);
-    while (s->hlen && s->heap[0]->deadline <= now && n < 64) {
-        la_fiber_t *f = s->heap[0];
-        heap_remove(s, 0);
-        int z = 0;
-        if (atomic_compare_exchange_strong(&f->claim, &z, LA_W_TIMEDOUT)) woken[n++] = f;
-    }
-    pthread_mutex_unlock(&s->tmu);
-    for (int i = 0; i < n; i++) la_fiber_wake(woken[i]);
-    return n;
-}
+/* Fires due timers (timers.c); returns how many fibers it woke. */
+static inline int timers_run(la_sched_t *s) { return la_timers_due(s) ? la_timers_fire(s) : 0; }
 
 /* ---- parking ------------------------------------------------------------------- */
 
@@ -428,83 +315,6 @@ void la_fiber_trap(void (*fn)(void *), void *arg) {
     w->trap_fn = fn;
     w->trap_arg = arg;
     switch_out(f, LA_ACT_TRAP);
-}
-
-/* ---- waiters ------------------------------------------------------------------- */
-
-int la_waiter_init(la_waiter_t *w, int kind) {
-    la_fiber_t *f = la_current_fiber();
-    w->f = f;
-    w->signalled = 0;
-    if (f) {
-        w->claim = &f->claim;
-        return la_park_prepare(f, kind);
-    }
-    w->claim = &w->tclaim;
-    atomic_store(&w->tclaim, LA_W_WAITING);
-    pthread_mutex_init(&w->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&w->cv, &ca);
-    pthread_condattr_destroy(&ca);
-    return 0;
-}
-
-int la_waiter_claim(la_waiter_t *w, int reason) {
-    int z = LA_W_WAITING;
-    return atomic_compare_exchange_strong(w->claim, &z, reason);
-}
-
-void la_waiter_signal(la_waiter_t *w) {
-    if (w->f) {
-        la_fiber_wake(w->f);
-        return;
-    }
-    pthread_mutex_lock(&w->mu);
-    w->signalled = 1;
-    pthread_cond_signal(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-}
-
-int la_waiter_wake(la_waiter_t *w, int reason) {
-    if (!la_waiter_claim(w, reason)) return 0;
-    la_waiter_signal(w);
-    return 1;
-}
-
-int la_waiter_wait(la_waiter_t *w, uint64_t deadline) {
-    if (w->f) {
-        la_fiber_t *f = w->f;
-        la_sched_t *s = f->s;
-        if (deadline) la_timer_add(s, f, deadline);
-        la_park_commit(f);
-        int r = atomic_load(&f->claim);
-        if (deadline && r != LA_W_TIMEDOUT) la_timer_del(s, f);
-        return r;
-    }
-    struct timespec ts;
-    if (deadline) {
-        ts.tv_sec = (time_t)(deadline / 1000000000u);
-        ts.tv_nsec = (long)(deadline % 1000000000u);
-    }
-    pthread_mutex_lock(&w->mu);
-    while (!w->signalled) {
-        if (!deadline) {
-            pthread_cond_wait(&w->cv, &w->mu);
-        } else if (pthread_cond_timedwait(&w->cv, &w->mu, &ts) == ETIMEDOUT && !w->signalled) {
-            if (la_waiter_claim(w, LA_W_TIMEDOUT)) break;
-            deadline = 0; /* claimed by a waker: its signal comes soon */
-        }
-    }
-    pthread_mutex_unlock(&w->mu);
-    return atomic_load(w->claim);
-}
-
-void la_waiter_done(la_waiter_t *w) {
-    if (w->f) return;
-    pthread_mutex_destroy(&w->mu);
-    pthread_cond_destroy(&w->cv);
 }
 
 /* ---- the worker loop ------------------------------------------------------------ */
@@ -878,53 +688,6 @@ void *la_ctx_make(void *hi, void *arg) {
 #endif
 }
 
-/* ---- configuration -------------------------------------------------------------- */
-
-static int default_workers(void) {
-    const char *e = getenv("ASYNC_WORKERS");
-    if (e && *e) {
-        int n = atoi(e);
-        if (n > 0 && n <= LA_MAX_WORKERS) return n;
-    }
-    int n = 1;
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0) n = CPU_COUNT(&set);
-    /* cgroup v2 quota */
-    FILE *fp = fopen("/proc/self/cgroup", "r");
-    if (fp) {
-        char line[512], path[600];
-        while (fgets(line, sizeof line, fp)) {
-            if (strncmp(line, "0::", 3) != 0) continue;
-            line[strcspn(line, "\n")] = 0;
-            snprintf(path, sizeof path, "/sys/fs/cgroup%s/cpu.max", line + 3);
-            FILE *q = fopen(path, "r");
-            if (q) {
-                char quota[64];
-                long period = 0;
-                if (fscanf(q, "%63s %ld", quota, &period) == 2 && strcmp(quota, "max") != 0 && period > 0) {
-                    long qv = atol(quota);
-                    int lim = (int)((qv + period - 1) / period);
-                    if (lim >= 1 && lim < n) n = lim;
-                }
-                fclose(q);
-            }
-        }
-        fclose(fp);
-    }
-    if (n < 1) n = 1;
-    if (n > LA_MAX_WORKERS) n = LA_MAX_WORKERS;
-    return n;
-}
-
-static size_t default_stack(void) {
-    const char *e = getenv("ASYNC_FIBER_STACK_KB");
-    if (e && *e) {
-        long kb = atol(e);
-        if (kb >= 16 && kb <= 1024 * 1024) return (size_t)kb * 1024;
-    }
-    return 64 * 1024;
-}
-
 /* ---- handles -------------------------------------------------------------------- */
 
 la_sched_t *la_sched_get(async_sched_t *h) {
@@ -957,8 +720,8 @@ static void sched_free(la_sched_t *s) {
 
 async_sched_t *async_sched_create(const async_sched_config_t *cfg) {
     LA_ENTRY(NULL);
-    int nw = cfg && cfg->workers ? cfg->workers : default_workers();
-    size_t ss = cfg && cfg->stack_size ? cfg->stack_size : default_stack();
+    int nw = cfg && cfg->workers ? cfg->workers : la_default_workers();
+    size_t ss = cfg && cfg->stack_size ? cfg->stack_size : la_default_stack();
     int gm = cfg ? cfg->guard_mode : 0;
     if (nw < 0 || nw > LA_MAX_WORKERS || gm < 0 || gm > 3 || ss < 16 * 1024 || ss > ((size_t)1 << 30)) {
         la_set_error(ASYNC_E_INVAL);
