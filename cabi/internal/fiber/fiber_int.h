@@ -94,6 +94,18 @@ int la_waiter_claim(la_waiter_t *w, int reason);
 void la_waiter_signal(la_waiter_t *w);
 size_t la_stackpool_stack_size(la_stackpool_t *p);
 
+/* sched.c, for the public functions of api.c */
+la_fiber_t *la_fiber_new(la_sched_t *s, la_wk_t *w, int *rc);
+void la_fiber_release(la_fiber_t *f, la_wk_t *w);
+void la_flist_add(la_flist_t *l, la_fiber_t *f);
+la_flist_t *la_flist_at(la_sched_t *s, int i);
+void la_flist_del(la_fiber_t *f);
+void la_kick_poller(la_sched_t *s);
+void la_live_take(la_wk_t *w);
+void la_ready_on(la_wk_t *w, la_fiber_t *f, int lifo);
+void la_switch_out(la_fiber_t *f, int action);
+void *la_worker_main(void *arg);
+
 /* timers.c */
 int la_timers_fire(la_sched_t *s);
 static inline int la_timers_due(la_sched_t *s) {

@@ -191,7 +191,7 @@ static la_fiber_t *global_get(la_sched_t *s, la_wk_t *w, int max) {
 
 /* ---- idle workers ------------------------------------------------------------ */
 
-static void kick_poller(la_sched_t *s) { la_poller_kick(&s->poller); }
+void la_kick_poller(la_sched_t *s) { la_poller_kick(&s->poller); }
 
 static void wake_one(la_sched_t *s) {
     pthread_mutex_lock(&s->imu);
@@ -200,7 +200,7 @@ static void wake_one(la_sched_t *s) {
         pthread_cond_signal(&s->icv);
     } else if (s->poller_active && !s->poll_kicked) {
         s->poll_kicked = 1;
-        kick_poller(s);
+        la_kick_poller(s);
     }
     pthread_mutex_unlock(&s->imu);
 }
@@ -221,7 +221,7 @@ static int has_work(la_sched_t *s) {
 /* ---- readying fibers ----------------------------------------------------------- */
 
 /* w: the calling thread's worker (la_current_worker()), or NULL. */
-static void ready_on(la_wk_t *w, la_fiber_t *f, int lifo) {
+void la_ready_on(la_wk_t *w, la_fiber_t *f, int lifo) {
     la_sched_t *s = f->s;
     if (w && w->s == s) {
         if (lifo) {
@@ -251,7 +251,7 @@ static void fiber_wake_q(la_fiber_t *f, int lifo) {
         int st = atomic_load(&f->state);
         if (st == LA_FS_PARKED) {
             if (atomic_compare_exchange_strong(&f->state, &st, LA_FS_RUNNABLE)) {
-                ready_on(la_current_worker(), f, lifo);
+                la_ready_on(la_current_worker(), f, lifo);
                 return;
             }
         } else if (st == LA_FS_PARKING) {
@@ -299,7 +299,7 @@ static void asan_arrive(la_fiber_t *f) {
 }
 
 /* Switches from the running fiber to its worker's loop with `action`. */
-static void switch_out(la_fiber_t *f, int action) {
+void la_switch_out(la_fiber_t *f, int action) {
     la_wk_t *w = la_current_worker();
     w->action = action;
     asan_leave(f, w, action == LA_ACT_EXIT);
@@ -307,14 +307,14 @@ static void switch_out(la_fiber_t *f, int action) {
     asan_arrive(f);
 }
 
-void la_park_commit(la_fiber_t *f) { switch_out(f, LA_ACT_PARK); }
+void la_park_commit(la_fiber_t *f) { la_switch_out(f, LA_ACT_PARK); }
 
 void la_fiber_trap(void (*fn)(void *), void *arg) {
     la_fiber_t *f = la_current_fiber();
     la_wk_t *w = la_current_worker();
     w->trap_fn = fn;
     w->trap_arg = arg;
-    switch_out(f, LA_ACT_TRAP);
+    la_switch_out(f, LA_ACT_TRAP);
 }
 
 /* ---- the worker loop ------------------------------------------------------------ */
@@ -325,7 +325,7 @@ void la_fiber_trap(void (*fn)(void *), void *arg) {
  * no allocator. A cached record keeps its handle slot reserved (retired: old
  * handles are BADHANDLE), so reusing it publishes a new generation there. */
 
-static void flist_add(la_flist_t *l, la_fiber_t *f) {
+void la_flist_add(la_flist_t *l, la_fiber_t *f) {
     f->home = l;
     f->all_prev = NULL;
     la_spin_lock(&l->lk);
@@ -335,7 +335,7 @@ static void flist_add(la_flist_t *l, la_fiber_t *f) {
     la_spin_unlock(&l->lk);
 }
 
-static void flist_del(la_fiber_t *f) {
+void la_flist_del(la_fiber_t *f) {
     la_flist_t *l = f->home;
     la_spin_lock(&l->lk);
     if (f->all_prev)
@@ -346,7 +346,7 @@ static void flist_del(la_fiber_t *f) {
     la_spin_unlock(&l->lk);
 }
 
-static la_flist_t *flist_at(la_sched_t *s, int i) { return i < s->nw ? &s->wks[i].fl : &s->fl; }
+la_flist_t *la_flist_at(la_sched_t *s, int i) { return i < s->nw ? &s->wks[i].fl : &s->fl; }
 
 /* w: a worker of f's scheduler running this code, or NULL. */
 static void stack_release(la_sched_t *s, la_wk_t *w, la_stack_t *st) {
@@ -390,7 +390,7 @@ static void live_sub(la_sched_t *s, la_wk_t *w, int64_t n) {
     }
 }
 
-static void live_take(la_wk_t *w) {
+void la_live_take(la_wk_t *w) {
     if (w->lease == 0) {
         atomic_fetch_add(&w->s->live, LA_LEASE);
         w->lease = LA_LEASE;
@@ -400,7 +400,7 @@ static void live_take(la_wk_t *w) {
 
 /* Invalidates f's handle and frees (or caches, w as above) the record; f is
  * off its list and its stack is released. */
-static void fiber_release(la_fiber_t *f, la_wk_t *w) {
+void la_fiber_release(la_fiber_t *f, la_wk_t *w) {
     la_handle_retire(f->handle, LA_T_FIBER);
     if (w && w->nfcache < LA_FCACHE) {
         f->next = w->fcache;
@@ -424,7 +424,7 @@ static uint64_t new_fiber_id(la_wk_t *w) {
 }
 
 /* A new record with a stack and a live handle (state NEW), or NULL with *rc. */
-static la_fiber_t *fiber_new(la_sched_t *s, la_wk_t *w, int *rc) {
+la_fiber_t *la_fiber_new(la_sched_t *s, la_wk_t *w, int *rc) {
     la_fiber_t *f = w ? w->fcache : NULL;
     uint32_t hidx = 0;
     if (f) {
@@ -471,8 +471,8 @@ static void fiber_finish(la_wk_t *w, la_fiber_t *f) {
     LA_BUMP(w->n_finished);
     int joinable = (f->flags & ASYNC_FIBER_JOINABLE) != 0;
     if (!joinable) {
-        flist_del(f);
-        fiber_release(f, w);
+        la_flist_del(f);
+        la_fiber_release(f, w);
     } else {
         la_spin_lock(&f->jlk);
         f->done = 1;
@@ -640,7 +640,7 @@ static la_fiber_t *find_work(la_wk_t *w) {
     }
 }
 
-static void *worker_main(void *arg) {
+void *la_worker_main(void *arg) {
     la_wk_t *w = arg;
     tls_wk = w;
     sigset_t set;
@@ -662,7 +662,7 @@ void la_fiber_main(la_fiber_t *f) {
     asan_arrive(NULL);
     LA_BUMP(la_current_worker()->n_started);
     f->fn(f->arg);
-    switch_out(f, LA_ACT_EXIT);
+    la_switch_out(f, LA_ACT_EXIT);
     abort();
 }
 
@@ -686,470 +686,4 @@ void *la_ctx_make(void *hi, void *arg) {
 #else
 #error "fibers: unsupported architecture"
 #endif
-}
-
-/* ---- handles -------------------------------------------------------------------- */
-
-la_sched_t *la_sched_get(async_sched_t *h) {
-    la_slot_t *slot;
-    la_sched_t *s = la_handle_get(LA_H(h), LA_T_SCHED, &slot);
-    if (!s) return NULL;
-    atomic_fetch_add(&s->refs, 1);
-    la_handle_put(slot);
-    return s;
-}
-
-void la_sched_put(la_sched_t *s) { atomic_fetch_sub(&s->refs, 1); }
-
-/* ---- public API: scheduler -------------------------------------------------------- */
-
-static void sched_free(la_sched_t *s) {
-    la_poller_close(&s->poller);
-    la_io_free(s);
-    la_stackpool_free(s->pool);
-    free(s->heap);
-    pthread_mutex_destroy(&s->gmu);
-    pthread_mutex_destroy(&s->imu);
-    pthread_cond_destroy(&s->icv);
-    pthread_mutex_destroy(&s->tmu);
-    pthread_mutex_destroy(&s->fmu);
-    pthread_cond_destroy(&s->fcv);
-    free(s->wks);
-    free(s);
-}
-
-async_sched_t *async_sched_create(const async_sched_config_t *cfg) {
-    LA_ENTRY(NULL);
-    int nw = cfg && cfg->workers ? cfg->workers : la_default_workers();
-    size_t ss = cfg && cfg->stack_size ? cfg->stack_size : la_default_stack();
-    int gm = cfg ? cfg->guard_mode : 0;
-    if (nw < 0 || nw > LA_MAX_WORKERS || gm < 0 || gm > 3 || ss < 16 * 1024 || ss > ((size_t)1 << 30)) {
-        la_set_error(ASYNC_E_INVAL);
-        return NULL;
-    }
-    if (la_sig_install() != 0) {
-        la_set_error(ASYNC_E_SYS);
-        return NULL;
-    }
-    la_sched_t *s = calloc(1, sizeof *s);
-    if (!s) {
-        la_set_error(ASYNC_E_NOMEM);
-        return NULL;
-    }
-    s->poller.fd = s->poller.bell = -1;
-    s->nw = nw;
-    s->page = (size_t)sysconf(_SC_PAGESIZE);
-    pthread_mutex_init(&s->gmu, NULL);
-    pthread_mutex_init(&s->imu, NULL);
-    pthread_cond_init(&s->icv, NULL);
-    pthread_mutex_init(&s->tmu, NULL);
-    pthread_mutex_init(&s->fmu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&s->fcv, &ca);
-    pthread_condattr_destroy(&ca);
-    atomic_store(&s->next_deadline, UINT64_MAX);
-    s->wks = aligned_alloc(64, sizeof(la_wk_t) * (size_t)nw);
-    s->pool = la_stackpool_new(ss, gm);
-    if (!s->wks || !s->pool || la_io_init(s) != 0) {
-        sched_free(s);
-        la_set_error(ASYNC_E_NOMEM);
-        return NULL;
-    }
-    memset(s->wks, 0, sizeof(la_wk_t) * (size_t)nw);
-    if (la_poller_open(&s->poller) != 0) {
-        sched_free(s);
-        la_set_error(ASYNC_E_SYS);
-        return NULL;
-    }
-    /* Check that a stack can be made with this guard mode now, not later. */
-    la_stack_t probe;
-    int rc = la_stack_get(s->pool, &probe, 0);
-    if (rc) {
-        sched_free(s);
-        la_set_error(rc);
-        return NULL;
-    }
-    la_stack_put(s->pool, &probe);
-    s->handle = la_handle_alloc(LA_T_SCHED, s);
-    if (!s->handle) {
-        sched_free(s);
-        la_set_error(ASYNC_E_NOMEM);
-        return NULL;
-    }
-    for (int i = 0; i < nw; i++) {
-        la_wk_t *w = &s->wks[i];
-        w->s = s;
-        w->idx = i;
-        w->rng = 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1);
-    }
-    int started = 0;
-    for (; started < nw; started++) {
-        pthread_attr_t attr;
-        pthread_attr_init(&attr);
-        pthread_attr_setstacksize(&attr, 1u << 20);
-        int err = pthread_create(&s->wks[started].th, &attr, worker_main, &s->wks[started]);
-        pthread_attr_destroy(&attr);
-        if (err) break;
-    }
-    if (started < nw) {
-        atomic_store(&s->stopping, 1);
-        pthread_mutex_lock(&s->imu);
-        pthread_cond_broadcast(&s->icv);
-        pthread_mutex_unlock(&s->imu);
-        kick_poller(s);
-        for (int i = 0; i < started; i++) pthread_join(s->wks[i].th, NULL);
-        la_handle_free(s->handle, LA_T_SCHED);
-        sched_free(s);
-        la_set_error(ASYNC_E_SYS);
-        return NULL;
-    }
-    return (async_sched_t *)(uintptr_t)s->handle;
-}
-
-/* Waits until no fiber is live; deadline 0 = forever. 0 or ASYNC_E_TIMEDOUT. */
-static int wait_idle(la_sched_t *s, uint64_t deadline) {
-    int rc = 0;
-    struct timespec ts = {0, 0};
-    if (deadline) {
-        ts.tv_sec = (time_t)(deadline / 1000000000u);
-        ts.tv_nsec = (long)(deadline % 1000000000u);
-    }
-    pthread_mutex_lock(&s->fmu);
-    while (atomic_load(&s->live) > 0) {
-        if (!deadline) {
-            pthread_cond_wait(&s->fcv, &s->fmu);
-        } else if (pthread_cond_timedwait(&s->fcv, &s->fmu, &ts) == ETIMEDOUT && atomic_load(&s->live) > 0) {
-            rc = ASYNC_E_TIMEDOUT;
-            break;
-        }
-    }
-    pthread_mutex_unlock(&s->fmu);
-    return rc;
-}
-
-static int on_fiber_of(la_sched_t *s) {
-    la_wk_t *w = la_current_worker();
-    return w && w->s == s;
-}
-
-int async_sched_run(async_sched_t *sh) {
-    LA_ENTRY(-1);
-    la_sched_t *s = la_sched_get(sh);
-    if (!s) {
-        la_set_error(ASYNC_E_BADHANDLE);
-        return -1;
-    }
-    if (la_current_worker()) {
-        la_sched_put(s);
-        la_set_error(ASYNC_E_STATE);
-        return -1;
-    }
-    wait_idle(s, 0);
-    la_sched_put(s);
-    return 0;
-}
-
-static void cancel_all(la_sched_t *s) {
-    atomic_store(&s->shutdown, 1);
-    for (int i = 0; i <= s->nw; i++) {
-        la_flist_t *l = flist_at(s, i);
-        la_spin_lock(&l->lk);
-        for (la_fiber_t *f = l->head; f; f = f->all_next) {
-            int z = LA_W_WAITING;
-            if (atomic_load(&f->claim) != z || atomic_load(&f->park_kind) == LA_PK_BLOCKING) continue;
-            if (atomic_compare_exchange_strong(&f->claim, &z, LA_W_CANCELLED)) la_fiber_wake(f);
-        }
-        la_spin_unlock(&l->lk);
-    }
-}
-
-int async_sched_shutdown(async_sched_t *sh, int timeout_ms) {
-    LA_ENTRY(-1);
-    if (timeout_ms < -1) {
-        la_set_error(ASYNC_E_INVAL);
-        return -1;
-    }
-    la_sched_t *s = la_sched_get(sh);
-    if (!s) {
-        la_set_error(ASYNC_E_BADHANDLE);
-        return -1;
-    }
-    cancel_all(s);
-    int rc = 0;
-    if (!on_fiber_of(s) && !la_current_worker()) {
-        if (timeout_ms != 0) rc = wait_idle(s, timeout_ms < 0 ? 0 : la_deadline(timeout_ms));
-        else if (atomic_load(&s->live) > 0) rc = ASYNC_E_TIMEDOUT;
-    }
-    la_sched_put(s);
-    if (rc) {
-        la_set_error(rc);
-        return -1;
-    }
-    return 0;
-}
-
-void async_sched_destroy(async_sched_t *sh) {
-    LA_ENTRY();
-    la_sched_t *s = la_sched_get(sh);
-    if (!s) {
-        la_set_error(ASYNC_E_BADHANDLE);
-        return;
-    }
-    if (la_current_worker()) {
-        la_sched_put(s);
-        la_set_error(ASYNC_E_STATE);
-        return;
-    }
-    la_sched_put(s);
-    if (la_handle_free(s->handle, LA_T_SCHED) != s) {
-        la_set_error(ASYNC_E_BADHANDLE);
-        return;
-    }
-    cancel_all(s);
-    wait_idle(s, 0);
-    atomic_store(&s->stopping, 1);
-    pthread_mutex_lock(&s->imu);
-    pthread_cond_broadcast(&s->icv);
-    pthread_mutex_unlock(&s->imu);
-    kick_poller(s);
-    for (int i = 0; i < s->nw; i++) pthread_join(s->wks[i].th, NULL);
-    /* Joinable fibers nobody joined, and the workers' caches. */
-    for (int i = 0; i <= s->nw; i++) {
-        la_flist_t *l = flist_at(s, i);
-        la_spin_lock(&l->lk);
-        la_fiber_t *f = l->head;
-        l->head = NULL;
-        la_spin_unlock(&l->lk);
-        while (f) {
-            la_fiber_t *nx = f->all_next;
-            fiber_release(f, NULL);
-            f = nx;
-        }
-    }
-    for (int i = 0; i < s->nw; i++) {
-        la_wk_t *w = &s->wks[i];
-        while (w->fcache) {
-            la_fiber_t *f = w->fcache;
-            w->fcache = f->next;
-            la_handle_release(f->hidx);
-            free(f);
-        }
-        w->nfcache = 0;
-        w->nscache = 0; /* the pool's arenas go with the pool */
-    }
-    while (atomic_load(&s->refs) != 0) sched_yield();
-    sched_free(s);
-}
-
-int async_sched_get_stats(async_sched_t *sh, async_sched_stats_t *out, async_sched_worker_stats_t *per_worker,
-                          int max_workers) {
-    LA_ENTRY(-1);
-    if (!out || max_workers < 0 || (max_workers > 0 && !per_worker)) {
-        la_set_error(ASYNC_E_INVAL);
-        return -1;
-    }
-    memset(out, 0, sizeof *out);
-    la_sched_t *s = la_sched_get(sh);
-    if (!s) {
-        la_set_error(ASYNC_E_BADHANDLE);
-        return -1;
-    }
-    out->workers = s->nw;
-    out->stack_size = la_stackpool_stack_size(s->pool);
-    out->guard_mode = la_stackpool_guard_mode(s->pool);
-    /* finished before spawned: a fiber counted finished was counted spawned */
-    for (int i = 0; i < s->nw; i++)
-        out->fibers_finished += atomic_load_explicit(&s->wks[i].n_finished, memory_order_acquire);
-    out->fibers_spawned = atomic_load(&s->spawned);
-    for (int i = 0; i < s->nw; i++)
-        out->fibers_spawned += atomic_load_explicit(&s->wks[i].n_spawned, memory_order_acquire);
-    for (int i = 0; i <= s->nw; i++) {
-        la_flist_t *l = flist_at(s, i);
-        la_spin_lock(&l->lk);
-        for (la_fiber_t *f = l->head; f; f = f->all_next) {
-            switch (atomic_load(&f->state)) {
-            case LA_FS_NEW:
-            case LA_FS_RUNNABLE:
-            case LA_FS_NOTIFIED: out->fibers_runnable++; break;
-            case LA_FS_RUNNING: out->fibers_running++; break;
-            case LA_FS_PARKING:
-            case LA_FS_PARKED: out->fibers_parked++; break;
-            case LA_FS_DONE: out->fibers_done_unjoined++; break;
-            }
-        }
-        la_spin_unlock(&l->lk);
-    }
-    int n = max_workers < s->nw ? max_workers : s->nw;
-    for (int i = 0; i < n; i++) {
-        la_wk_t *w = &s->wks[i];
-        per_worker[i].fibers_run = atomic_load_explicit(&w->n_run, memory_order_relaxed);
-        per_worker[i].fibers_started = atomic_load_explicit(&w->n_started, memory_order_relaxed);
-        per_worker[i].steals = atomic_load_explicit(&w->n_steal, memory_order_relaxed);
-        per_worker[i].parks = atomic_load_explicit(&w->n_park, memory_order_relaxed);
-    }
-    la_sched_put(s);
-    return n;
-}
-
-/* ---- public API: fibers ------------------------------------------------------------ */
-
-async_fiber_t *async_fiber_spawn(async_sched_t *sh, void (*fn)(void *), void *arg, unsigned flags) {
-    LA_ENTRY(NULL);
-    if (!fn || (flags & ~(unsigned)ASYNC_FIBER_JOINABLE)) {
-        la_set_error(ASYNC_E_INVAL);
-        return NULL;
-    }
-    /* On a fiber of sh (the common case) the scheduler cannot go away under
-     * us (this fiber is live): a tag check replaces pinning it. */
-    la_wk_t *w = la_current_worker();
-    la_sched_t *s;
-    if (w && w->s->handle == LA_H(sh) && la_handle_live(LA_H(sh), LA_T_SCHED)) {
-        s = w->s;
-    } else {
-        w = NULL;
-        if (!(s = la_sched_get(sh))) {
-            la_set_error(ASYNC_E_BADHANDLE);
-            return NULL;
-        }
-    }
-    int rc = 0;
-    la_fiber_t *f = NULL;
-    if (atomic_load(&s->shutdown))
-        rc = ASYNC_E_CANCELLED;
-    else
-        f = fiber_new(s, w, &rc);
-    if (!f) {
-        if (!w) la_sched_put(s);
-        la_set_error(rc);
-        return NULL;
-    }
-    f->fn = fn;
-    f->arg = arg;
-    f->flags = flags;
-    uint64_t h = f->handle;
-    atomic_store_explicit(&f->state, LA_FS_RUNNABLE, memory_order_relaxed);
-    if (w) {
-        live_take(w);
-        LA_BUMP(w->n_spawned);
-    } else {
-        atomic_fetch_add(&s->live, 1);
-        atomic_fetch_add(&s->spawned, 1);
-    }
-    flist_add(w ? &w->fl : &s->fl, f);
-    ready_on(w, f, 0);
-    if (!w) la_sched_put(s);
-    return (async_fiber_t *)(uintptr_t)h;
-}
-
-/* In a child forked on a fiber, the forking thread's copy still says it
- * runs that fiber (of a scheduler whose workers do not exist there): the
- * child has no fibers, so both calls below treat it as a plain thread. The
- * flag is read on every call (la_current_fiber is not inlined, so no TLS
- * address is cached across a switch). */
-async_fiber_t *async_fiber_current(void) {
-    if (atomic_load_explicit(&la_forked, memory_order_relaxed)) return NULL;
-    la_fiber_t *f = la_current_fiber();
-    return f ? (async_fiber_t *)(uintptr_t)f->handle : NULL;
-}
-
-void async_fiber_yield(void) {
-    la_fiber_t *f = atomic_load_explicit(&la_forked, memory_order_relaxed) ? NULL : la_current_fiber();
-    if (!f) {
-        sched_yield();
-        return;
-    }
-    switch_out(f, LA_ACT_YIELD);
-}
-
-int async_fiber_sleep(uint64_t ms) {
-    LA_ENTRY(-1);
-    la_fiber_t *f = la_current_fiber();
-    if (ms > (uint64_t)INT32_MAX * 1000u) ms = (uint64_t)INT32_MAX * 1000u;
-    uint64_t deadline = la_now_ns() + ms * 1000000u;
-    if (!f) {
-        struct timespec ts = {(time_t)(deadline / 1000000000u), (long)(deadline % 1000000000u)};
-        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
-        }
-        return 0;
-    }
-    if (la_park_prepare(f, LA_PK_NORMAL) != 0) {
-        la_set_error(ASYNC_E_CANCELLED);
-        return -1;
-    }
-    la_timer_add(f->s, f, deadline);
-    la_park_commit(f);
-    int r = atomic_load(&f->claim);
-    if (r != LA_W_TIMEDOUT) {
-        la_timer_del(f->s, f);
-        la_set_error(la_reason_err(r));
-        return -1;
-    }
-    return 0;
-}
-
-int async_fiber_join(async_fiber_t *fh, int timeout_ms) {
-    LA_ENTRY(-1);
-    if (timeout_ms < -1) {
-        la_set_error(ASYNC_E_INVAL);
-        return -1;
-    }
-    la_slot_t *slot;
-    la_fiber_t *f = la_handle_get(LA_H(fh), LA_T_FIBER, &slot);
-    if (!f) {
-        la_set_error(ASYNC_E_BADHANDLE);
-        return -1;
-    }
-    int rc = 0;
-    if (!(f->flags & ASYNC_FIBER_JOINABLE)) rc = ASYNC_E_INVAL;
-    else if (f == la_current_fiber()) rc = ASYNC_E_STATE;
-    else {
-        int z = 0;
-        if (!atomic_compare_exchange_strong(&f->joining, &z, 1)) rc = ASYNC_E_BUSY;
-    }
-    la_sched_t *s = f->s;
-    /* A plain thread (or another scheduler's fiber) keeps s alive while it
-     * waits; a fiber of s does by being live. */
-    la_wk_t *cw = la_current_worker();
-    int pin = !(cw && cw->s == s);
-    if (!rc && pin) atomic_fetch_add(&s->refs, 1);
-    la_handle_put(slot);
-    if (rc) {
-        la_set_error(rc);
-        return -1;
-    }
-    /* We are f's only joiner: f stays allocated until we free it. DONE is
-     * fiber_finish's last touch of f; done (under jlk) comes just before. */
-    if (atomic_load_explicit(&f->state, memory_order_acquire) != LA_FS_DONE) {
-        la_waiter_t w;
-        la_spin_lock(&f->jlk);
-        if (!f->done) {
-            if (timeout_ms == 0) {
-                rc = ASYNC_E_TIMEDOUT;
-            } else if ((rc = la_waiter_init(&w, LA_PK_NORMAL)) == 0) {
-                f->joiner = &w;
-                la_spin_unlock(&f->jlk);
-                int r = la_waiter_wait(&w, la_deadline(timeout_ms));
-                la_spin_lock(&f->jlk);
-                f->joiner = NULL;
-                la_waiter_done(&w);
-                rc = la_reason_err(r);
-            }
-        }
-        la_spin_unlock(&f->jlk);
-        if (!rc)
-            while (atomic_load_explicit(&f->state, memory_order_acquire) != LA_FS_DONE) sched_yield();
-    }
-    if (rc) {
-        atomic_store(&f->joining, 0);
-        if (pin) la_sched_put(s);
-        la_set_error(rc);
-        return -1;
-    }
-    flist_del(f);
-    cw = la_current_worker(); /* we may have moved */
-    fiber_release(f, cw && cw->s == s ? cw : NULL);
-    if (pin) la_sched_put(s);
-    return 0;
 }
