@@ -665,7 +665,7 @@ static la_fiber_t *fiber_new(la_sched_t *s, la_wk_t *w, int *rc) {
         *rc = ASYNC_E_NOMEM;
         goto fail;
     }
-    f->hidx = (uint32_t)f->handle;
+    f->hidx = la_handle_idx(f->handle);
     return f;
 fail:
     if (hidx) la_handle_release(hidx);

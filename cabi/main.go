@@ -67,7 +67,11 @@ const (
 	chunkBits = 12
 	chunkSize = 1 << chunkBits
 	maxChunks = 4096
+	idxMask   = C.LA_IDX_MASK // the slot index bits of a handle (la.h)
 )
+
+// slotIndex is la_handle_idx: the slot index of handle h.
+func slotIndex(h uint64) uint32 { return uint32(h) & idxMask }
 
 type object struct {
 	h  uint64
@@ -120,7 +124,7 @@ func (s *cSource) Take(out []libasync.Event) int {
 var objects [maxChunks]atomic.Pointer[[chunkSize]atomic.Pointer[object]]
 
 func objSlot(h uint64) *atomic.Pointer[object] {
-	idx := uint32(h)
+	idx := slotIndex(h)
 	if idx == 0 || idx >= maxChunks*chunkSize {
 		return nil
 	}
@@ -144,7 +148,7 @@ func lookup(h uint64) *object {
 }
 
 func publish(h uint64, o *object) {
-	idx := uint32(h)
+	idx := slotIndex(h)
 	ci := idx >> chunkBits
 	c := objects[ci].Load()
 	if c == nil {
