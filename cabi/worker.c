@@ -73,10 +73,12 @@ static la_worker_t *worker_get(const async_worker_t *h) {
     return w;
 }
 
-static void *worker_main(void *arg) {
-    la_worker_t *w = arg;
-    current_worker = w;
-    void *r = w->proc(w->context);
+/* The end of a worker's thread, however it ends: proc returned (result r),
+ * or the thread left through pthread_exit or cancellation (the cleanup
+ * handler below; result NULL). Joiners wake, the state becomes STOPPED, and
+ * the thread's reference (with the stop descriptor when it is the last one)
+ * goes. */
+static void worker_end(la_worker_t *w, void *r) {
     current_worker = NULL;
     pthread_mutex_lock(&w->mu);
     w->result = r;
@@ -85,6 +87,18 @@ static void *worker_main(void *arg) {
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
     worker_unref(w);
+}
+
+static void worker_unwound(void *arg) { worker_end(arg, NULL); }
+
+static void *worker_main(void *arg) {
+    la_worker_t *w = arg;
+    current_worker = w;
+    void *r;
+    pthread_cleanup_push(worker_unwound, w);
+    r = w->proc(w->context);
+    pthread_cleanup_pop(0);
+    worker_end(w, r);
     return NULL;
 }
 

@@ -135,11 +135,77 @@ static void t_handle_exhausted_fiber(void) {
     async_sched_destroy(s);
 }
 
+/* ---- item 11: workers that end without returning ------------------------- */
+
+static int fd_open(int fd) { return fcntl(fd, F_GETFD) != -1; }
+
+/* Joins w (bounded), checks it is STOPPED with a NULL result, destroys it and
+ * waits (bounded) for its stop descriptor to be closed. */
+static void finish_worker(async_worker_t *w) {
+    int fd = async_worker_stop_fd(w);
+    CHECK(fd >= 0);
+    CHECK(async_worker_join(w, 10000));
+    CHECK_EQ(async_worker_get_state(w), ASYNC_WORKER_STOPPED);
+    async_clear_error();
+    CHECK(async_worker_result(w) == NULL);
+    CHECK_ERR(ASYNC_OK);
+    async_worker_destroy(w);
+    double t0 = now_ms();
+    while (fd_open(fd)) {
+        if (now_ms() - t0 > 10000) {
+            fprintf(stderr, "the stop descriptor %d is still open 10 s after destroy\n", fd);
+            CHECK(!fd_open(fd));
+        }
+        sleep_ms(1);
+    }
+}
+
+static void *exits(void *ctx) {
+    (void)ctx;
+    pthread_exit((void *)7);
+    return NULL;
+}
+
+static void t_worker_pthread_exit(void) {
+    for (int i = 0; i < 3; i++) {
+        async_worker_t *w = async_worker_create(exits, NULL, 0);
+        CHECK(w != NULL);
+        finish_worker(w);
+    }
+}
+
+static atomic_int spinning;
+
+static void *waits_for_cancel(void *ctx) {
+    (void)ctx;
+    atomic_store(&spinning, 1);
+    for (;;) {
+        pthread_testcancel();
+        sleep_ms(1);
+    }
+    return NULL;
+}
+
+static void t_worker_cancel(void) {
+    atomic_store(&spinning, 0);
+    async_worker_t *w = async_worker_create(waits_for_cancel, NULL, 0);
+    CHECK(w != NULL);
+    double t0 = now_ms();
+    while (!atomic_load(&spinning)) {
+        CHECK(now_ms() - t0 < 10000);
+        sleep_ms(1);
+    }
+    CHECK_EQ(pthread_cancel(async_worker_get_native_handle(w)), 0);
+    finish_worker(w);
+}
+
 static const test_case_t cases[] = {
     T(handle_wrap_queue),
     T(handle_exhausted_queue),
     T(handle_exhausted_chan),
     T(handle_exhausted_fiber),
+    T(worker_pthread_exit),
+    T(worker_cancel),
 };
 
 TEST_MAIN(cases)

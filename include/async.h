@@ -204,6 +204,11 @@ int async_queue_attach(async_queue_t *queue, async_runtime_t *rt, uintptr_t comp
 
 typedef struct async_worker_s async_worker_t;
 typedef void *(*async_worker_proc_t)(void *context);
+/* "proc returns" below also covers a proc whose thread ends without
+ * returning: by pthread_exit() or by cancellation (pthread_cancel on
+ * async_worker_get_native_handle). Such a worker becomes STOPPED, joins,
+ * frees its stop descriptor when destroyed, and its result is NULL (the
+ * value passed to pthread_exit is not kept). */
 
 typedef enum {
     ASYNC_WORKER_STOPPED = 0,  /* proc has returned */
@@ -253,7 +258,8 @@ bool async_worker_should_stop(async_worker_t *worker);
  * ASYNC_WORKER_STOPPED with ASYNC_E_BADHANDLE. Thread-safe; never blocks. */
 async_worker_state_t async_worker_get_state(const async_worker_t *worker);
 
-/* What proc returned; NULL while it runs (ASYNC_E_STATE) or for an invalid
+/* What proc returned (NULL if its thread ended by pthread_exit or
+ * cancellation); NULL while it runs (ASYNC_E_STATE) or for an invalid
  * handle (ASYNC_E_BADHANDLE). Thread-safe; never blocks. */
 void *async_worker_result(async_worker_t *worker);
 
