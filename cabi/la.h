@@ -129,7 +129,13 @@ int la_q_stats(uint64_t h, async_queue_stats_t *st);
 int la_q_attach(uint64_t h, uint64_t rt, uintptr_t key);
 
 /* Errors and fork detection. */
+/* Records the calling thread's (or fiber's) last error. la_set_error keeps
+ * the OS error noted by la_note_os_error for ASYNC_E_SYS and clears it for
+ * any other code; la_set_error_os sets both (os ignored unless code is
+ * ASYNC_E_SYS). Every ASYNC_E_SYS is recorded with its errno this way. */
 void la_set_error(int code);
+void la_set_error_os(int code, int os);
+void la_note_os_error(int os);
 extern _Atomic int la_forked;
 
 #define LA_H(p) ((uint64_t)(uintptr_t)(p))

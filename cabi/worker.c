@@ -142,8 +142,9 @@ async_worker_t *async_worker_create(async_worker_proc_t proc, void *context, siz
     w->proc = proc;
     w->context = context;
     if (make_stop_fd(w) != 0) {
+        int e = errno;
         free(w);
-        la_set_error(errno == ENOMEM ? ASYNC_E_NOMEM : ASYNC_E_SYS);
+        la_set_error_os(e == ENOMEM ? ASYNC_E_NOMEM : ASYNC_E_SYS, e);
         return NULL;
     }
     pthread_mutex_init(&w->mu, NULL);
@@ -201,7 +202,7 @@ async_worker_t *async_worker_create(async_worker_proc_t proc, void *context, siz
         la_handle_free(w->handle, LA_T_WORKER);
         atomic_store(&w->refs, 1);
         worker_unref(w);
-        la_set_error(err == EAGAIN ? ASYNC_E_NOMEM : ASYNC_E_SYS);
+        la_set_error_os(err == EAGAIN ? ASYNC_E_NOMEM : ASYNC_E_SYS, err);
         return NULL;
     }
     return (async_worker_t *)(uintptr_t)w->handle;

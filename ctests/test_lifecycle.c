@@ -199,6 +199,141 @@ static void t_worker_cancel(void) {
     finish_worker(w);
 }
 
+/* ---- item 15: the OS error behind ASYNC_E_SYS ---------------------------- */
+
+/* The lowest descriptor limit that leaves no free descriptor. */
+static struct rlimit exhaust_fds(void) {
+    struct rlimit old;
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+    int maxfd = 0;
+    for (int fd = 0; fd < 4096; fd++)
+        if (fd_open(fd)) maxfd = fd;
+    struct rlimit lim = old;
+    lim.rlim_cur = (rlim_t)maxfd + 1;
+    /* fill any hole below the limit */
+    for (int fd = 0; fd <= maxfd; fd++)
+        if (!fd_open(fd)) CHECK(dup2(0, fd) == fd);
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &lim), 0);
+    return old;
+}
+
+static void t_os_error_not_sys(void) {
+    async_clear_error();
+    CHECK_EQ(async_last_os_error(), 0);
+    CHECK_FAIL(!async_queue_enqueue(NULL, "x", 1), ASYNC_E_BADHANDLE);
+    CHECK_EQ(async_last_os_error(), 0);
+}
+
+/* ASYNC_E_SYS from Go (the poller's epoll_create/eventfd) and from C (the
+ * scheduler's) carries the errno: EMFILE with no descriptor left. */
+static void t_os_error_sys(void) {
+    async_runtime_t *rt = async_runtime_init(); /* Go is up before the limit */
+    CHECK(rt != NULL);
+    async_runtime_deinit(rt);
+    struct rlimit old = exhaust_fds();
+    async_clear_error();
+    CHECK(async_runtime_init() == NULL);
+    int e = async_last_error(), oe = async_last_os_error();
+    async_clear_error();
+    CHECK(async_sched_create(NULL) == NULL);
+    int e2 = async_last_error(), oe2 = async_last_os_error();
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+    CHECK_EQ(e, ASYNC_E_SYS);
+    CHECK_EQ(oe, EMFILE);
+    CHECK_EQ(e2, ASYNC_E_SYS);
+    CHECK_EQ(oe2, EMFILE);
+    /* a later error of another kind resets it */
+    CHECK_FAIL(!async_queue_enqueue(NULL, "x", 1), ASYNC_E_BADHANDLE);
+    CHECK_EQ(async_last_os_error(), 0);
+    async_clear_error();
+    CHECK_EQ(async_last_os_error(), 0);
+}
+
+/* On a fiber the OS error is the fiber's, like the error code: kept across
+ * a yield (the fiber may move to another worker) and unseen by the thread
+ * that runs the scheduler. */
+typedef struct {
+    atomic_int stage; /* 1: the fiber may fail, 2: it failed, 3: checked */
+    int e, oe;
+} fib_err_t;
+
+static void fails_sys(void *arg) {
+    fib_err_t *x = arg;
+    while (atomic_load(&x->stage) != 1) async_fiber_yield();
+    async_clear_error();
+    async_runtime_t *rt = async_runtime_init();
+    if (rt) async_runtime_deinit(rt);
+    atomic_store(&x->stage, 2);
+    while (atomic_load(&x->stage) != 3) async_fiber_yield();
+    x->e = async_last_error();
+    x->oe = async_last_os_error();
+}
+
+static void t_os_error_fiber(void) {
+    async_runtime_t *rt = async_runtime_init();
+    CHECK(rt != NULL);
+    async_runtime_deinit(rt);
+    async_sched_config_t cfg = {2, 0, 0};
+    async_sched_t *s = async_sched_create(&cfg);
+    CHECK(s != NULL);
+    fib_err_t x = {0, 0, 0};
+    CHECK(async_fiber_spawn(s, fails_sys, &x, 0) != NULL);
+    struct rlimit old = exhaust_fds();
+    atomic_store(&x.stage, 1);
+    double t0 = now_ms();
+    while (atomic_load(&x.stage) != 2) {
+        if (now_ms() - t0 > 30000) {
+            setrlimit(RLIMIT_NOFILE, &old);
+            CHECK(!"the fiber did not fail within 30 s");
+        }
+        sleep_ms(1);
+    }
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+    async_clear_error();
+    atomic_store(&x.stage, 3);
+    CHECK_EQ(async_sched_run(s), 0);
+    CHECK_EQ(async_last_os_error(), 0);
+    CHECK_EQ(x.e, ASYNC_E_SYS);
+    CHECK_EQ(x.oe, EMFILE);
+    async_sched_destroy(s);
+}
+
+/* ASYNC_BACKEND naming no backend: init fails with ASYNC_E_NOTSUP and says
+ * why on stderr, once. ctest runs this case with ASYNC_BACKEND=bogus. */
+static void t_backend_unknown(void) {
+    const char *b = getenv("ASYNC_BACKEND");
+    CHECK(b != NULL && strcmp(b, "bogus") == 0);
+    int p[2];
+    CHECK_EQ(pipe(p), 0);
+    fflush(stderr);
+    int saved = dup(2);
+    CHECK(saved >= 0);
+    CHECK(dup2(p[1], 2) == 2);
+    close(p[1]);
+    async_clear_error();
+    async_runtime_t *r1 = async_runtime_init();
+    int e1 = async_last_error();
+    async_clear_error();
+    async_runtime_t *r2 = async_runtime_init();
+    int e2 = async_last_error();
+    CHECK(dup2(saved, 2) == 2);
+    close(saved);
+    char buf[4096];
+    size_t n = 0;
+    ssize_t r;
+    while (n < sizeof buf - 1 && (r = read(p[0], buf + n, sizeof buf - 1 - n)) > 0) n += (size_t)r;
+    buf[n] = 0;
+    close(p[0]);
+    fprintf(stderr, "captured stderr: [%s]\n", buf);
+    CHECK(r1 == NULL && r2 == NULL);
+    CHECK_EQ(e1, ASYNC_E_NOTSUP);
+    CHECK_EQ(e2, ASYNC_E_NOTSUP);
+    char *m = strstr(buf, "ASYNC_BACKEND");
+    CHECK(m != NULL);
+    CHECK(strstr(buf, "bogus") != NULL);
+    CHECK(strstr(m + 1, "ASYNC_BACKEND") == NULL); /* once */
+}
+
 static const test_case_t cases[] = {
     T(handle_wrap_queue),
     T(handle_exhausted_queue),
@@ -206,6 +341,10 @@ static const test_case_t cases[] = {
     T(handle_exhausted_fiber),
     T(worker_pthread_exit),
     T(worker_cancel),
+    T(os_error_not_sys),
+    T(os_error_sys),
+    T(os_error_fiber),
+    T(backend_unknown),
 };
 
 TEST_MAIN(cases)

@@ -27,7 +27,8 @@
  *  - After fork() only the child's exec is supported: every call made in the
  *    child fails at once with ASYNC_E_FORKED (it never hangs), except
  *    async_version_string, async_strerror, async_last_error,
- *    async_clear_error and async_worker_current, which work as usual.
+ *    async_last_os_error, async_clear_error and async_worker_current, which
+ *    work as usual.
  *  - Timeouts are in milliseconds: -1 waits forever, 0 does not wait, n > 0
  *    waits at least n ms. Other negative values fail with ASYNC_E_INVAL.
  */
@@ -99,8 +100,16 @@ const char *async_strerror(int code);
  * failed yet, or since async_clear_error). Thread-local; never blocks. */
 int async_last_error(void);
 
-/* Resets the calling thread's last error to ASYNC_OK. Thread-local; never
- * blocks. */
+/* The operating-system error number (errno; on Windows the Win32 or
+ * Winsock error code) behind the calling thread's last error when that is
+ * ASYNC_E_SYS; 0 when the last error is anything else (also ASYNC_OK), or
+ * when the failed OS call gave no number. Set and reset together with
+ * async_last_error (on a fiber it is the fiber's, like async_last_error).
+ * Thread-local; never blocks; never sets an error. */
+int async_last_os_error(void);
+
+/* Resets the calling thread's last error to ASYNC_OK (and its OS error to
+ * 0). Thread-local; never blocks. */
 void async_clear_error(void);
 
 /* ------------------------------------------------------------------------ */
@@ -311,7 +320,10 @@ typedef struct {
  * platform: "epoll", "kqueue", "iocp", or "poll" (poll + pipe, any unix).
  * See docs/PLATFORMS.md for what is tested where. Every descriptor it opens
  * is close-on-exec.
- * Errors: ASYNC_E_NOMEM, ASYNC_E_SYS, ASYNC_E_NOTSUP (unknown ASYNC_BACKEND).
+ * Errors: ASYNC_E_NOMEM, ASYNC_E_SYS (async_last_os_error() tells which
+ * errno), ASYNC_E_NOTSUP (ASYNC_BACKEND names no backend of this build; the
+ * first such failure of the process also writes one line to stderr naming
+ * the variable, its value and the backends available).
  * Thread-safe; never blocks. */
 async_runtime_t *async_runtime_init(void);
 
@@ -408,7 +420,8 @@ int async_runtime_cancel_timer(async_runtime_t *rt, uint64_t timer_id);
  * and async_worker_join, which block the whole worker thread: do not call
  * them on a fiber (nor sleep(), a blocking read(), a contended
  * pthread_mutex_lock, ...): run such calls with async_fiber_blocking().
- * async_last_error() and async_clear_error() are per fiber on a fiber.
+ * async_last_error(), async_last_os_error() and async_clear_error() are per
+ * fiber on a fiber.
  * See docs/FIBERS.md.
  *
  * Once async_sched_shutdown() was called, every parked call of that
