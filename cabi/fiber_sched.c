@@ -78,6 +78,12 @@ LA_NOINLINE int *la_fiber_error_slot(void) {
     return w && w->cur ? &w->cur->last_error : NULL;
 }
 
+LA_NOINLINE int *la_fiber_os_error_slot(void) {
+    __asm__ volatile("" ::: "memory");
+    la_wk_t *w = tls_wk;
+    return w && w->cur ? &w->cur->last_os_error : NULL;
+}
+
 la_sched_t *la_fiber_sched(la_fiber_t *f) { return f->s; }
 
 /* For the fault handler (async-signal-safe): the lowest address of the guard
@@ -643,6 +649,7 @@ static la_fiber_t *fiber_new(la_sched_t *s, la_wk_t *w, int *rc) {
         /* what a fresh record has as 0 (the rest is set below or before use) */
         f->asan_fake = NULL;
         f->last_error = 0;
+        f->last_os_error = 0;
         f->jlk = (la_spin_t){0};
         f->done = 0;
         atomic_store_explicit(&f->joining, 0, memory_order_relaxed);
@@ -665,7 +672,7 @@ static la_fiber_t *fiber_new(la_sched_t *s, la_wk_t *w, int *rc) {
         *rc = ASYNC_E_NOMEM;
         goto fail;
     }
-    f->hidx = (uint32_t)f->handle;
+    f->hidx = la_handle_idx(f->handle);
     return f;
 fail:
     if (hidx) la_handle_release(hidx);
@@ -1007,8 +1014,9 @@ async_sched_t *async_sched_create(const async_sched_config_t *cfg) {
         la_set_error(ASYNC_E_INVAL);
         return NULL;
     }
-    if (la_sig_install() != 0) {
-        la_set_error(ASYNC_E_SYS);
+    int sig_err = la_sig_install();
+    if (sig_err != 0) {
+        la_set_error_os(ASYNC_E_SYS, sig_err);
         return NULL;
     }
     la_sched_t *s = calloc(1, sizeof *s);
@@ -1039,16 +1047,19 @@ async_sched_t *async_sched_create(const async_sched_config_t *cfg) {
     }
     memset(s->wks, 0, sizeof(la_wk_t) * (size_t)nw);
     s->epfd = epoll_create1(EPOLL_CLOEXEC);
-    s->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    int fd_err = errno;
+    s->evfd = s->epfd < 0 ? -1 : eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (s->epfd < 0 || s->evfd < 0) {
+        if (s->epfd >= 0) fd_err = errno;
         sched_free(s);
-        la_set_error(ASYNC_E_SYS);
+        la_set_error_os(ASYNC_E_SYS, fd_err);
         return NULL;
     }
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
     if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->evfd, &ev) != 0) {
+        int e = errno;
         sched_free(s);
-        la_set_error(ASYNC_E_SYS);
+        la_set_error_os(ASYNC_E_SYS, e);
         return NULL;
     }
     /* Check that a stack can be made with this guard mode now, not later. */
@@ -1072,14 +1083,17 @@ async_sched_t *async_sched_create(const async_sched_config_t *cfg) {
         w->idx = i;
         w->rng = 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1);
     }
-    int started = 0;
+    int started = 0, th_err = 0;
     for (; started < nw; started++) {
         pthread_attr_t attr;
         pthread_attr_init(&attr);
         pthread_attr_setstacksize(&attr, 1u << 20);
         int err = pthread_create(&s->wks[started].th, &attr, worker_main, &s->wks[started]);
         pthread_attr_destroy(&attr);
-        if (err) break;
+        if (err) {
+            th_err = err;
+            break;
+        }
     }
     if (started < nw) {
         atomic_store(&s->stopping, 1);
@@ -1090,7 +1104,7 @@ async_sched_t *async_sched_create(const async_sched_config_t *cfg) {
         for (int i = 0; i < started; i++) pthread_join(s->wks[i].th, NULL);
         la_handle_free(s->handle, LA_T_SCHED);
         sched_free(s);
-        la_set_error(ASYNC_E_SYS);
+        la_set_error_os(ASYNC_E_SYS, th_err);
         return NULL;
     }
     return (async_sched_t *)(uintptr_t)s->handle;

@@ -27,21 +27,41 @@ const char *async_version_string(void) {
 /* ---- errors -------------------------------------------------------------- */
 
 static __thread int last_error;
+static __thread int last_os_error; /* the errno of the last ASYNC_E_SYS, else 0 */
 
 /* On a fiber (also while it runs a Go call on its worker's stack) the slot
  * is the fiber's own: a fiber may resume on another thread. Not inlined, so
  * that the TLS address is never cached across a switch. */
+__attribute__((noinline)) static int *os_error_slot(void) {
+    int *slot = la_fiber_os_error_slot();
+    return slot ? slot : &last_os_error;
+}
+
 __attribute__((noinline)) void la_set_error(int code) {
     int *slot = la_fiber_error_slot();
     if (slot)
         *slot = code;
     else
         last_error = code;
+    if (code != ASYNC_E_SYS) *os_error_slot() = 0;
+}
+
+void la_note_os_error(int os) { *os_error_slot() = os; }
+
+void la_set_error_os(int code, int os) {
+    la_note_os_error(code == ASYNC_E_SYS ? os : 0);
+    la_set_error(code);
 }
 
 __attribute__((noinline)) int async_last_error(void) {
     int *slot = la_fiber_error_slot();
     return slot ? *slot : last_error;
+}
+
+int async_last_os_error(void) {
+    int *slot = la_fiber_error_slot();
+    int code = slot ? *slot : last_error;
+    return code == ASYNC_E_SYS ? *os_error_slot() : 0;
 }
 
 /* ---- Go calls ---------------------------------------------------------------
@@ -98,6 +118,7 @@ __attribute__((noinline)) void async_clear_error(void) {
         *slot = ASYNC_OK;
     else
         last_error = ASYNC_OK;
+    *os_error_slot() = 0;
 }
 
 static const char *const messages[] = {
@@ -304,10 +325,10 @@ int async_runtime_wakeup(async_runtime_t *rt) {
     }
     la_handle_put(slot);
     /* EAGAIN: the doorbell is already full, the waiter wakes anyway. */
-    int ok = r >= 0 || errno == EAGAIN;
+    int ok = r >= 0 || errno == EAGAIN, werr = errno;
     errno = saved;
     if (!ok) {
-        la_set_error(ASYNC_E_SYS);
+        la_set_error_os(ASYNC_E_SYS, werr);
         return -1;
     }
     return 0;
