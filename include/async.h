@@ -27,7 +27,6 @@
  *  - After fork() only the child's exec is supported: every call made in the
  *    child fails at once with ASYNC_E_FORKED (it never hangs), except
  *    async_version_string, async_strerror, async_last_error,
- *    async_version_string, async_strerror, async_last_error,
  *    async_last_os_error, async_clear_error and async_worker_current, which
  *    work as usual, and async_fiber_current, which returns NULL (the child has
  *    no fibers, even when fork() was called on one), and async_fiber_yield
