@@ -29,6 +29,7 @@ int header_c99_probe(void)
     USE(async_version_string);
     USE(async_strerror);
     USE(async_last_error);
+    USE(async_last_os_error);
     USE(async_clear_error);
     USE(async_queue_create);
     USE(async_queue_destroy);

@@ -27,9 +27,10 @@
  *  - After fork() only the child's exec is supported: every call made in the
  *    child fails at once with ASYNC_E_FORKED (it never hangs), except
  *    async_version_string, async_strerror, async_last_error,
- *    async_clear_error and async_worker_current, which work as usual, and
- *    async_fiber_current, which returns NULL (the child has no fibers, even
- *    when fork() was called on one), and async_fiber_yield (sched_yield).
+ *    async_last_os_error, async_clear_error and async_worker_current, which
+ *    work as usual, and async_fiber_current, which returns NULL (the child has
+ *    no fibers, even when fork() was called on one), and async_fiber_yield
+ *    (sched_yield).
  *  - Timeouts are in milliseconds: -1 waits forever, 0 does not wait, n > 0
  *    waits at least n ms. Other negative values fail with ASYNC_E_INVAL.
  */
@@ -101,8 +102,16 @@ const char *async_strerror(int code);
  * failed yet, or since async_clear_error). Thread-local; never blocks. */
 int async_last_error(void);
 
-/* Resets the calling thread's last error to ASYNC_OK. Thread-local; never
- * blocks. */
+/* The operating-system error number (errno; on Windows the Win32 or
+ * Winsock error code) behind the calling thread's last error when that is
+ * ASYNC_E_SYS; 0 when the last error is anything else (also ASYNC_OK), or
+ * when the failed OS call gave no number. Set and reset together with
+ * async_last_error (on a fiber it is the fiber's, like async_last_error).
+ * Thread-local; never blocks; never sets an error. */
+int async_last_os_error(void);
+
+/* Resets the calling thread's last error to ASYNC_OK (and its OS error to
+ * 0). Thread-local; never blocks. */
 void async_clear_error(void);
 
 /* ------------------------------------------------------------------------ */
@@ -206,6 +215,11 @@ int async_queue_attach(async_queue_t *queue, async_runtime_t *rt, uintptr_t comp
 
 typedef struct async_worker_s async_worker_t;
 typedef void *(*async_worker_proc_t)(void *context);
+/* "proc returns" below also covers a proc whose thread ends without
+ * returning: by pthread_exit() or by cancellation (pthread_cancel on
+ * async_worker_get_native_handle). Such a worker becomes STOPPED, joins,
+ * frees its stop descriptor when destroyed, and its result is NULL (the
+ * value passed to pthread_exit is not kept). */
 
 typedef enum {
     ASYNC_WORKER_STOPPED = 0,  /* proc has returned */
@@ -257,7 +271,8 @@ bool async_worker_should_stop(async_worker_t *worker);
  * ASYNC_WORKER_STOPPED with ASYNC_E_BADHANDLE. Thread-safe; never blocks. */
 async_worker_state_t async_worker_get_state(const async_worker_t *worker);
 
-/* What proc returned; NULL while it runs (ASYNC_E_STATE) or for an invalid
+/* What proc returned (NULL if its thread ended by pthread_exit or
+ * cancellation); NULL while it runs (ASYNC_E_STATE) or for an invalid
  * handle (ASYNC_E_BADHANDLE). Thread-safe; never blocks. */
 void *async_worker_result(async_worker_t *worker);
 
@@ -309,7 +324,10 @@ typedef struct {
  * platform: "epoll", "kqueue", "iocp", or "poll" (poll + pipe, any unix).
  * See docs/PLATFORMS.md for what is tested where. Every descriptor it opens
  * is close-on-exec.
- * Errors: ASYNC_E_NOMEM, ASYNC_E_SYS, ASYNC_E_NOTSUP (unknown ASYNC_BACKEND).
+ * Errors: ASYNC_E_NOMEM, ASYNC_E_SYS (async_last_os_error() tells which
+ * errno), ASYNC_E_NOTSUP (ASYNC_BACKEND names no backend of this build; the
+ * first such failure of the process also writes one line to stderr naming
+ * the variable, its value and the backends available).
  * Thread-safe; never blocks. */
 async_runtime_t *async_runtime_init(void);
 
@@ -410,7 +428,8 @@ int async_runtime_cancel_timer(async_runtime_t *rt, uint64_t timer_id);
  * fail with ASYNC_E_STATE unless timeout_ms is 0. Run them, and anything
  * else that blocks a thread (sleep(), a blocking read(), a contended
  * pthread_mutex_lock, ...), with async_fiber_blocking().
- * async_last_error() and async_clear_error() are per fiber on a fiber.
+ * async_last_error(), async_last_os_error() and async_clear_error() are per
+ * fiber on a fiber.
  * See docs/FIBERS.md.
  *
  * Once async_sched_shutdown() was called, every parked call of that

@@ -16,18 +16,26 @@
 /* Handles
  * -------
  * Every handle is an integer disguised as a pointer:
- *   bits  0..31  slot index (from 1)
- *   bits 32..39  type (LA_T_*)
- *   bits 40..63  generation of the slot
+ *   bits  0..23  slot index (from 1; the table holds at most 2^24 slots)
+ *   bits 24..31  type (LA_T_*)
+ *   bits 32..63  generation of the slot (1..2^32-1)
+ * A slot's generation grows by one per handle it carries; a slot whose
+ * generation is exhausted is never used again, so a handle value is issued
+ * at most once per process and a stale handle never validates again.
  * The slot table lives in C memory that is never freed, so validating any
  * value (NULL, stale, forged, of another type) is a few loads and never
  * dereferences memory the caller handed us. */
+#define LA_IDX_BITS 24
+#define LA_IDX_MASK ((1u << LA_IDX_BITS) - 1)
+/* The slot index of handle h. */
+static inline uint32_t la_handle_idx(uint64_t h) { return (uint32_t)h & LA_IDX_MASK; }
 enum { LA_T_QUEUE = 1, LA_T_WORKER = 2, LA_T_RUNTIME = 3, LA_T_SCHED = 4, LA_T_FIBER = 5, LA_T_CHAN = 6 };
 
 typedef struct {
     _Atomic uint64_t tag;  /* the live handle value, 0 when free */
     _Atomic uint32_t refs; /* short-lived readers of obj (see la_handle_get) */
-    uint32_t gen;          /* last generation used (under the table lock) */
+    uint32_t gen;          /* last generation used (under the table lock or by
+                            * the slot's reserver); UINT32_MAX: exhausted */
     void *obj;             /* C-side object, may be NULL */
 } la_slot_t;
 
@@ -38,7 +46,9 @@ void *la_handle_free(uint64_t h, int type);
 /* la_handle_free in two steps, for objects recycled with their slot:
  * la_handle_retire invalidates h (and waits for its readers) but keeps the
  * slot reserved; la_handle_reuse publishes a new handle (new generation) in
- * a reserved slot; la_handle_release returns a reserved slot to the table. */
+ * a reserved slot (when the slot's generations are exhausted it releases the
+ * slot and allocates another: the caller takes the slot index from the
+ * returned handle); la_handle_release returns a reserved slot to the table. */
 void *la_handle_retire(uint64_t h, int type);
 uint64_t la_handle_reuse(uint32_t idx, int type, void *obj);
 void la_handle_release(uint32_t idx);
@@ -56,10 +66,17 @@ int la_handle_live(uint64_t h, int type);
 #define LA_H(p) ((uint64_t)(uintptr_t)(p))
 
 /* Errors and fork detection (errors.c). */
+/* Records the calling thread's (or fiber's) last error. la_set_error keeps
+ * the OS error noted by la_note_os_error for ASYNC_E_SYS and clears it for
+ * any other code; la_set_error_os sets both (os ignored unless code is
+ * ASYNC_E_SYS). Every ASYNC_E_SYS is recorded with its errno this way. */
 void la_set_error(int code);
-/* How la_set_error and async_last_error find the running fiber's own slot
- * (NULL off a fiber); the fiber layer sets it once, at load. */
-void la_set_error_slot_hook(int *(*fn)(void));
+void la_set_error_os(int code, int os);
+void la_note_os_error(int os);
+/* How the error functions find the running fiber's own slots (NULL off a
+ * fiber): its last error and its OS error. The fiber layer sets them once,
+ * at load. */
+void la_set_error_slot_hooks(int *(*err)(void), int *(*os)(void));
 extern _Atomic int la_forked;
 
 /* The entry check of every public function: a forked child is refused

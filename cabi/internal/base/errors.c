@@ -15,29 +15,54 @@ const char *async_version_string(void) {
 /* ---- errors -------------------------------------------------------------- */
 
 static __thread int last_error;
+static __thread int last_os_error; /* the errno of the last ASYNC_E_SYS, else 0 */
 
-/* The fiber layer registers how to find the running fiber's slot (below the
- * subsystems, base calls nobody: the hook keeps the C call graph acyclic). */
+/* The fiber layer registers how to find the running fiber's slots (below
+ * the subsystems, base calls nobody: the hooks keep the C call graph
+ * acyclic). */
 static int *(*error_slot_hook)(void);
+static int *(*os_error_slot_hook)(void);
 
-void la_set_error_slot_hook(int *(*fn)(void)) { error_slot_hook = fn; }
+void la_set_error_slot_hooks(int *(*err)(void), int *(*os)(void)) {
+    error_slot_hook = err;
+    os_error_slot_hook = os;
+}
 
 static inline int *la_error_slot(void) { return error_slot_hook ? error_slot_hook() : NULL; }
 
 /* On a fiber (also while it runs a Go call on its worker's stack) the slot
  * is the fiber's own: a fiber may resume on another thread. Not inlined, so
  * that the TLS address is never cached across a switch. */
+__attribute__((noinline)) static int *os_error_slot(void) {
+    int *slot = os_error_slot_hook ? os_error_slot_hook() : NULL;
+    return slot ? slot : &last_os_error;
+}
+
 __attribute__((noinline)) void la_set_error(int code) {
     int *slot = la_error_slot();
     if (slot)
         *slot = code;
     else
         last_error = code;
+    if (code != ASYNC_E_SYS) *os_error_slot() = 0;
+}
+
+void la_note_os_error(int os) { *os_error_slot() = os; }
+
+void la_set_error_os(int code, int os) {
+    la_note_os_error(code == ASYNC_E_SYS ? os : 0);
+    la_set_error(code);
 }
 
 __attribute__((noinline)) int async_last_error(void) {
     int *slot = la_error_slot();
     return slot ? *slot : last_error;
+}
+
+int async_last_os_error(void) {
+    int *slot = la_error_slot();
+    int code = slot ? *slot : last_error;
+    return code == ASYNC_E_SYS ? *os_error_slot() : 0;
 }
 
 __attribute__((noinline)) void async_clear_error(void) {
@@ -46,6 +71,7 @@ __attribute__((noinline)) void async_clear_error(void) {
         *slot = ASYNC_OK;
     else
         last_error = ASYNC_OK;
+    *os_error_slot() = 0;
 }
 
 static const char *const messages[] = {

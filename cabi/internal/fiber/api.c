@@ -51,8 +51,9 @@ async_sched_t *async_sched_create(const async_sched_config_t *cfg) {
         la_set_error(ASYNC_E_INVAL);
         return NULL;
     }
-    if (la_sig_install() != 0) {
-        la_set_error(ASYNC_E_SYS);
+    int sig_err = la_sig_install();
+    if (sig_err != 0) {
+        la_set_error_os(ASYNC_E_SYS, sig_err);
         return NULL;
     }
     la_sched_t *s = calloc(1, sizeof *s);
@@ -83,8 +84,9 @@ async_sched_t *async_sched_create(const async_sched_config_t *cfg) {
     }
     memset(s->wks, 0, sizeof(la_wk_t) * (size_t)nw);
     if (la_poller_open(&s->poller) != 0) {
+        int e = errno;
         sched_free(s);
-        la_set_error(ASYNC_E_SYS);
+        la_set_error_os(ASYNC_E_SYS, e);
         return NULL;
     }
     /* Check that a stack can be made with this guard mode now, not later. */
@@ -108,14 +110,17 @@ async_sched_t *async_sched_create(const async_sched_config_t *cfg) {
         w->idx = i;
         w->rng = 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1);
     }
-    int started = 0;
+    int started = 0, th_err = 0;
     for (; started < nw; started++) {
         pthread_attr_t attr;
         pthread_attr_init(&attr);
         pthread_attr_setstacksize(&attr, 1u << 20);
         int err = pthread_create(&s->wks[started].th, &attr, la_worker_main, &s->wks[started]);
         pthread_attr_destroy(&attr);
-        if (err) break;
+        if (err) {
+            th_err = err;
+            break;
+        }
     }
     if (started < nw) {
         atomic_store(&s->stopping, 1);
@@ -126,7 +131,7 @@ async_sched_t *async_sched_create(const async_sched_config_t *cfg) {
         for (int i = 0; i < started; i++) pthread_join(s->wks[i].th, NULL);
         la_handle_free(s->handle, LA_T_SCHED);
         sched_free(s);
-        la_set_error(ASYNC_E_SYS);
+        la_set_error_os(ASYNC_E_SYS, th_err);
         return NULL;
     }
     return (async_sched_t *)(uintptr_t)s->handle;

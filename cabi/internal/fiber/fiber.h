@@ -98,6 +98,7 @@ struct la_fiber {
     uint64_t id;
     unsigned flags;
     int last_error;
+    int last_os_error; /* with last_error == ASYNC_E_SYS: the errno */
     la_stack_t stack;
     void *asan_fake;
     la_fiber_t *next; /* run queues */
@@ -190,5 +191,6 @@ void la_fiber_trap(void (*fn)(void *), void *arg);
 
 /* ---- errors of the current fiber ----------------------------------------- */
 int *la_fiber_error_slot(void);
+int *la_fiber_os_error_slot(void);
 
 #endif

@@ -240,7 +240,7 @@ static int map_errno(int e) {
     case EPIPE:
     case ECONNRESET:
     case ECONNREFUSED: return ASYNC_E_CLOSED;
-    default: return ASYNC_E_SYS;
+    default: la_note_os_error(e); return ASYNC_E_SYS;
     }
 }
 

@@ -14,6 +14,8 @@ void la_call_off_fiber(void (*fn)(void *), void *arg) {
 }
 
 /* On a fiber (also while it runs a Go call on its worker's stack) the
- * last-error slot is the fiber's own: a fiber may resume on another thread.
+ * last-error slots are the fiber's own: a fiber may resume on another thread.
  * Registered at load, before any public call can run. */
-__attribute__((constructor)) static void la_fiber_error_init(void) { la_set_error_slot_hook(la_fiber_error_slot); }
+__attribute__((constructor)) static void la_fiber_error_init(void) {
+    la_set_error_slot_hooks(la_fiber_error_slot, la_fiber_os_error_slot);
+}

@@ -16,7 +16,7 @@
 
 int la_poller_open(la_poller_t *p) {
     p->fd = epoll_create1(EPOLL_CLOEXEC);
-    p->bell = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    p->bell = p->fd < 0 ? -1 : eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
     if (p->fd < 0 || p->bell < 0 || epoll_ctl(p->fd, EPOLL_CTL_ADD, p->bell, &ev) != 0) {
         int e = errno;

@@ -53,6 +53,12 @@ LA_NOINLINE int *la_fiber_error_slot(void) {
     return w && w->cur ? &w->cur->last_error : NULL;
 }
 
+LA_NOINLINE int *la_fiber_os_error_slot(void) {
+    __asm__ volatile("" ::: "memory");
+    la_wk_t *w = tls_wk;
+    return w && w->cur ? &w->cur->last_os_error : NULL;
+}
+
 /* For the fault handler (async-signal-safe): the lowest address of the guard
  * page of the fiber running on this thread, or 0. */
 uintptr_t la_sig_current_stack(uint64_t *id) {
@@ -434,6 +440,7 @@ la_fiber_t *la_fiber_new(la_sched_t *s, la_wk_t *w, int *rc) {
         /* what a fresh record has as 0 (the rest is set below or before use) */
         f->asan_fake = NULL;
         f->last_error = 0;
+        f->last_os_error = 0;
         f->jlk = (la_spin_t){0};
         f->done = 0;
         atomic_store_explicit(&f->joining, 0, memory_order_relaxed);
@@ -456,7 +463,7 @@ la_fiber_t *la_fiber_new(la_sched_t *s, la_wk_t *w, int *rc) {
         *rc = ASYNC_E_NOMEM;
         goto fail;
     }
-    f->hidx = (uint32_t)f->handle;
+    f->hidx = la_handle_idx(f->handle);
     return f;
 fail:
     if (hidx) la_handle_release(hidx);

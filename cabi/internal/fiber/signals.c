@@ -7,6 +7,7 @@
  * and aborts; otherwise it hands the signal to the handler installed before
  * it (Go's, usually), or restores SIG_DFL and returns so the fault repeats. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,8 +57,10 @@ static void install(void) {
     sa.sa_sigaction = on_fault;
     sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
     sigemptyset(&sa.sa_mask);
-    if (sigaction(SIGSEGV, &sa, &old_segv) != 0) return;
-    if (sigaction(SIGBUS, &sa, &old_bus) != 0) return;
+    if (sigaction(SIGSEGV, &sa, &old_segv) != 0 || sigaction(SIGBUS, &sa, &old_bus) != 0) {
+        install_rc = errno; /* the errno of the failure (la_sig_install) */
+        return;
+    }
     install_rc = 0;
 }
 

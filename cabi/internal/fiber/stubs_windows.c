@@ -15,6 +15,7 @@
 /* ---- hooks used by base, rt and queue -------------------------------------------- */
 
 int *la_fiber_error_slot(void) { return NULL; }
+int *la_fiber_os_error_slot(void) { return NULL; }
 
 la_fiber_t *la_current_fiber(void) { return NULL; }
 

@@ -127,10 +127,10 @@ int async_runtime_wakeup(async_runtime_t *rt) {
     }
     la_handle_put(slot);
     /* EAGAIN: the doorbell is already full, the waiter wakes anyway. */
-    int ok = r >= 0 || errno == EAGAIN;
+    int ok = r >= 0 || errno == EAGAIN, werr = errno;
     errno = saved;
     if (!ok) {
-        la_set_error(ASYNC_E_SYS);
+        la_set_error_os(ASYNC_E_SYS, werr);
         return -1;
     }
     return 0;

@@ -8,7 +8,7 @@ import (
 )
 
 // synthetic makes a handle value as la_handle_alloc would (see base.h).
-func synthetic(idx uint32, typ, gen uint64) uint64 { return gen<<40 | typ<<32 | uint64(idx) }
+func synthetic(idx uint32, typ, gen uint64) uint64 { return gen<<32 | typ<<24 | uint64(idx) }
 
 func TestTableRejectsStaleAndForeignHandles(t *testing.T) {
 	o := &object{rt: &rtObject{}}
@@ -17,7 +17,7 @@ func TestTableRejectsStaleAndForeignHandles(t *testing.T) {
 	if lookup(h) == nil {
 		t.Fatal("live handle not found")
 	}
-	for _, bad := range []uint64{0, h + 1<<40, h ^ 1<<32, h + 1, 1 << 63, synthetic(maxChunks*chunkSize+5, 1, 1)} {
+	for _, bad := range []uint64{0, h + 1<<32, h ^ 1<<24, h + 1, 1 << 63, synthetic(0, 3, 7), h + 1<<56} {
 		if lookup(bad) != nil {
 			t.Fatalf("lookup(%#x) found an object", bad)
 		}

@@ -26,6 +26,8 @@ import (
 	"runtime"
 	"runtime/cgo"
 	"runtime/debug"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -48,7 +50,21 @@ func guard(rc *C.int) {
 	}
 }
 
-func code(err error) C.int { return C.int(libasync.CodeOf(err)) }
+// code is err's async_err_t. For ASYNC_E_SYS it also notes the OS error
+// number behind err (0 if it carries none) for async_last_os_error: on the
+// calling thread, or the fiber whose Go call this is (la_note_os_error).
+func code(err error) C.int {
+	c := libasync.CodeOf(err)
+	if c == libasync.ESys {
+		var en syscall.Errno
+		errors.As(err, &en)
+		C.la_note_os_error(C.int(en))
+	}
+	return C.int(c)
+}
+
+// backendOnce: an unknown ASYNC_BACKEND is reported on stderr once.
+var backendOnce sync.Once
 
 // duration converts a C timeout in ms (-1 forever) to the core's convention.
 func duration(ms C.int) (time.Duration, bool) {
@@ -68,7 +84,11 @@ const (
 	chunkBits = 12
 	chunkSize = 1 << chunkBits
 	maxChunks = 4096
+	idxMask   = C.LA_IDX_MASK // the slot index bits of a handle (la.h)
 )
+
+// slotIndex is la_handle_idx: the slot index of handle h.
+func slotIndex(h uint64) uint32 { return uint32(h) & idxMask }
 
 type object struct {
 	h  uint64
@@ -123,7 +143,7 @@ func (s *cSource) Take(out []libasync.Event) int {
 var objects [maxChunks]atomic.Pointer[[chunkSize]atomic.Pointer[object]]
 
 func objSlot(h uint64) *atomic.Pointer[object] {
-	idx := uint32(h)
+	idx := slotIndex(h)
 	if idx == 0 || idx >= maxChunks*chunkSize {
 		return nil
 	}
@@ -147,7 +167,7 @@ func lookup(h uint64) *object {
 }
 
 func publish(h uint64, o *object) {
-	idx := uint32(h)
+	idx := slotIndex(h)
 	ci := idx >> chunkBits
 	c := objects[ci].Load()
 	if c == nil {
@@ -190,6 +210,11 @@ func la_go_rt_init(out *C.uint64_t) (rc C.int) {
 	p, err := port.New()
 	if err != nil {
 		if errors.Is(err, port.ErrBackend) {
+			backendOnce.Do(func() {
+				fmt.Fprintf(os.Stderr, "libasync: the environment variable ASYNC_BACKEND=%q names no poller "+
+					"backend of this build (available: %s); async_runtime_init fails with ASYNC_E_NOTSUP\n",
+					os.Getenv("ASYNC_BACKEND"), strings.Join(port.Backends(), ", "))
+			})
 			return C.int(libasync.ENotSup)
 		}
 		return code(err)

@@ -68,10 +68,12 @@ static la_worker_t *worker_get(const async_worker_t *h) {
     return w;
 }
 
-static void *worker_main(void *arg) {
-    la_worker_t *w = arg;
-    current_worker = w;
-    void *r = w->proc(w->context);
+/* The end of a worker's thread, however it ends: proc returned (result r),
+ * or the thread left through pthread_exit or cancellation (the cleanup
+ * handler below; result NULL). Joiners wake, the state becomes STOPPED, and
+ * the thread's reference (with the stop descriptor when it is the last one)
+ * goes. */
+static void worker_end(la_worker_t *w, void *r) {
     current_worker = NULL;
     pthread_mutex_lock(&w->mu);
     w->result = r;
@@ -80,6 +82,18 @@ static void *worker_main(void *arg) {
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
     worker_unref(w);
+}
+
+static void worker_unwound(void *arg) { worker_end(arg, NULL); }
+
+static void *worker_main(void *arg) {
+    la_worker_t *w = arg;
+    current_worker = w;
+    void *r;
+    pthread_cleanup_push(worker_unwound, w);
+    r = w->proc(w->context);
+    pthread_cleanup_pop(0);
+    worker_end(w, r);
     return NULL;
 }
 
@@ -120,8 +134,9 @@ async_worker_t *async_worker_create(async_worker_proc_t proc, void *context, siz
     w->proc = proc;
     w->context = context;
     if (make_stop_fd(w) != 0) {
+        int e = errno;
         free(w);
-        la_set_error(errno == ENOMEM ? ASYNC_E_NOMEM : ASYNC_E_SYS);
+        la_set_error_os(e == ENOMEM ? ASYNC_E_NOMEM : ASYNC_E_SYS, e);
         return NULL;
     }
     pthread_mutex_init(&w->mu, NULL);
@@ -179,7 +194,7 @@ async_worker_t *async_worker_create(async_worker_proc_t proc, void *context, siz
         la_handle_free(w->handle, LA_T_WORKER);
         atomic_store(&w->refs, 1);
         worker_unref(w);
-        la_set_error(err == EAGAIN ? ASYNC_E_NOMEM : ASYNC_E_SYS);
+        la_set_error_os(err == EAGAIN ? ASYNC_E_NOMEM : ASYNC_E_SYS, err);
         return NULL;
     }
     return (async_worker_t *)(uintptr_t)w->handle;
