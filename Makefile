@@ -28,7 +28,7 @@ test: test-go test-c test-asan test-cross test-fuzz
 	@echo "make test: all test suites passed"
 
 test-go: deps
-	gofmt -l libasync port cabi bench 2>/dev/null | (! grep .) || (echo "gofmt needed on the files above" >&2; exit 1)
+	gofmt -l libasync port cabi bench internal 2>/dev/null | (! grep .) || (echo "gofmt needed on the files above" >&2; exit 1)
 	go vet ./...
 	go test -race -count=1 ./...
 

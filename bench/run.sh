@@ -49,7 +49,7 @@ CFLAGS=(-O2 -Wall -Wextra -I"$B")
 ours_ok=1
 log "building libasync (go build -buildmode=c-shared ./cabi)"
 if ! (cd "$ROOT" && CGO_ENABLED=1 go build -buildmode=c-shared \
-      -ldflags=-extldflags=-Wl,-soname,libasync.so -o "$OUT/libasync.so" ./cabi) >"$OUT/build.log" 2>&1; then
+      -ldflags=-extldflags=-Wl,-soname,libasync.so,--version-script,"$ROOT"/cabi/exports.map -o "$OUT/libasync.so" ./cabi) >"$OUT/build.log" 2>&1; then
   cat "$OUT/build.log" >&2
   log "libasync did not build: running the peers only, docs/PERFORMANCE.md is left as it is"
   ours_ok=0 DOC=""
