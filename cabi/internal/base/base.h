@@ -106,6 +106,9 @@ static inline int la_ok(int rc) {
 uint64_t la_now_ns(void);
 /* The deadline timeout_ms from now, 0 for "forever" (timeout_ms < 0). */
 uint64_t la_deadline(int timeout_ms);
+/* Initializes cv to time its waits on CLOCK_MONOTONIC (where the platform
+ * allows: not macOS, not Windows), as la_now_ns and la_deadline count. */
+void la_cond_init_mono(pthread_cond_t *cv);
 
 /* ---- spinlock (held for a few instructions only; never across a switch) --- */
 typedef struct {

@@ -1,4 +1,5 @@
 /* The monotonic clock and deadlines every wait of the library uses. */
+#include <pthread.h>
 #include <time.h>
 #if defined(_WIN32)
 #include <windows.h>
@@ -19,4 +20,14 @@ uint64_t la_now_ns(void) {
 uint64_t la_deadline(int timeout_ms) {
     if (timeout_ms < 0) return 0;
     return la_now_ns() + (uint64_t)timeout_ms * 1000000u;
+}
+
+void la_cond_init_mono(pthread_cond_t *cv) {
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+#if !defined(__APPLE__) && !defined(_WIN32)
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+#endif
+    pthread_cond_init(cv, &ca);
+    pthread_condattr_destroy(&ca);
 }

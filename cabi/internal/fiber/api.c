@@ -69,11 +69,7 @@ async_sched_t *async_sched_create(const async_sched_config_t *cfg) {
     pthread_cond_init(&s->icv, NULL);
     pthread_mutex_init(&s->tmu, NULL);
     pthread_mutex_init(&s->fmu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&s->fcv, &ca);
-    pthread_condattr_destroy(&ca);
+    la_cond_init_mono(&s->fcv);
     atomic_store(&s->next_deadline, UINT64_MAX);
     s->wks = aligned_alloc(64, sizeof(la_wk_t) * (size_t)nw);
     s->pool = la_stackpool_new(ss, gm);

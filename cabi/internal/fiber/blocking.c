@@ -30,11 +30,7 @@ static la_job_t *head, *tail;
 static int nthreads, nidle;
 
 static void init_cv(void) {
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&cv, &ca);
-    pthread_condattr_destroy(&ca);
+    la_cond_init_mono(&cv);
 }
 
 static void *pool_main(void *unused) {

@@ -32,11 +32,7 @@ int la_waiter_init(la_waiter_t *w, int kind) {
     w->claim = &w->tclaim;
     atomic_store(&w->tclaim, LA_W_WAITING);
     pthread_mutex_init(&w->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&w->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    la_cond_init_mono(&w->cv);
     return 0;
 }
 

@@ -96,14 +96,8 @@ static la_queue_t *record_new(void) {
     /* A default mutex: glibc's adaptive one (spin first) measured slower
      * with 4 producers on 2 cores, and no faster with 1. */
     pthread_mutex_init(&q->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-#if !defined(__APPLE__) && !defined(_WIN32)
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-#endif
-    pthread_cond_init(&q->rcv, &ca);
-    pthread_cond_init(&q->wcv, &ca);
-    pthread_condattr_destroy(&ca);
+    la_cond_init_mono(&q->rcv);
+    la_cond_init_mono(&q->wcv);
     return q;
 }
 

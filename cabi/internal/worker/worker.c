@@ -140,13 +140,7 @@ async_worker_t *async_worker_create(async_worker_proc_t proc, void *context, siz
         return NULL;
     }
     pthread_mutex_init(&w->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-#if !defined(__APPLE__) && !defined(_WIN32)
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-#endif
-    pthread_cond_init(&w->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    la_cond_init_mono(&w->cv);
     atomic_store(&w->state, ASYNC_WORKER_RUNNING);
     atomic_store(&w->refs, 2); /* the handle and the thread */
     w->handle = la_handle_alloc(LA_T_WORKER, w);
