@@ -194,8 +194,6 @@ void la_stack_own(const la_stack_t *st, uint64_t fiber_id);
 int la_stackpool_guard_mode(la_stackpool_t *p);
 /* canary mode: 1 if the canary of st is intact */
 int la_stack_canary_ok(la_stackpool_t *p, const la_stack_t *st);
-/* canary mode: 1 if the canary at the top of st's slot is intact */
-int la_stack_canary_top_ok(la_stackpool_t *p, const la_stack_t *st);
 /* canary mode: aborts with a report if either canary of fiber id's stack is
  * broken (at every switch out, before every resume and at exit) */
 void la_stack_check(la_stackpool_t *p, const la_stack_t *st, uint64_t id);

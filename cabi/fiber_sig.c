@@ -54,7 +54,7 @@ static void on_fault(int sig, siginfo_t *si, void *uc) {
     if (id) la_stack_overflow_abort(id, "canary overwritten, found at a fault");
     if (top)
         la_stack_report_abort(": the top of the stack of fiber ", top,
-                              "canary overwritten by a write from below, found at a fault");
+                              "canary overwritten by an overflow of the stack above it, found at a fault");
     chain(sig, si, uc);
 }
 

@@ -82,7 +82,7 @@ static int mprotect_budget(void) {
     int b = atomic_load(&mprotect_budget_v);
     if (b >= 0) return b;
     long max = 65530;
-    FILE *f = fopen("/proc/sys/vm/max_map_count", "re");
+    FILE *f = fopen("/proc/sys/vm/max_map_count", "r");
     if (f) {
         if (fscanf(f, "%ld", &max) != 1) max = 65530;
         fclose(f);
@@ -308,29 +308,24 @@ int la_stack_canary_ok(la_stackpool_t *p, const la_stack_t *st) {
     return canary_bottom_ok(st->base, p->page);
 }
 
-int la_stack_canary_top_ok(la_stackpool_t *p, const la_stack_t *st) {
-    if (arenas[st->arena].mode != 3) return 1;
-    return canary_top_ok(st->base, p->slot_size);
-}
-
 void la_stack_check(la_stackpool_t *p, const la_stack_t *st, uint64_t id) {
     if (arenas[st->arena].mode != 3) return;
     if (!canary_bottom_ok(st->base, p->page)) la_stack_overflow_abort(id, "canary overwritten");
     if (!canary_top_ok(st->base, p->slot_size)) {
-        /* something below overflowed into this stack: name it if its own
-         * canary shows it, else this victim */
+        /* the fiber in the slot above overflowed down into this stack: name
+         * it if its own canary shows it, else this victim */
         uint64_t top;
         uint64_t culprit = la_stack_canary_scan(&top);
         if (culprit) la_stack_overflow_abort(culprit, "canary overwritten; it also overwrote another fiber's stack");
         la_stack_report_abort(": the top of the stack of fiber ", id,
-                              "canary overwritten by a write from below: a frame larger than the gap between "
-                              "stacks skipped the overflowing fiber's own canary");
+                              "canary overwritten by an overflow of the stack above it, whose frame skipped "
+                              "that fiber's own canary");
     }
 }
 
 /* Async-signal-safe: a live fiber of a canary-mode arena whose lowest
  * canary is broken (its stack overflowed), or 0; *top_broken: a live fiber
- * whose top canary is broken (something below it overflowed into it). */
+ * whose top canary is broken (the stack above it overflowed into it). */
 uint64_t la_stack_canary_scan(uint64_t *top_broken) {
     uint32_t n = atomic_load_explicit(&narenas, memory_order_acquire);
     uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
