@@ -158,16 +158,19 @@ static void parked(void *arg) {
  * while the mapping budget lasts, then refuses new stacks (ASYNC_E_NOMEM):
  * it never switches to canary mode behind the caller's back. */
 static void t_auto_budget(void) {
-    if (getenv("ASYNC_TEST_EMULATOR") || no_madv_guard() != 0) {
-        printf("skipped: seccomp unavailable\n");
-        return;
-    }
+    /* (under valgrind automatic mode is 2 anyway; seccomp is not needed) */
+    int forced = !getenv("ASYNC_TEST_EMULATOR") && no_madv_guard() == 0;
     /* a small budget keeps the case light; without it the budget is
      * (vm.max_map_count - 5530) / 2 */
     setenv("ASYNC_FIBER_MPROTECT_MAX", "2000", 1);
     async_sched_config_t cfg = {2, 16 * 1024, 0};
     async_sched_t *s = async_sched_create(&cfg);
     CHECK(s);
+    if (!forced && guard_mode_of(s) == 1) {
+        printf("skipped: seccomp unavailable\n");
+        async_sched_destroy(s);
+        return;
+    }
     CHECK_EQ(guard_mode_of(s), 2);
     hold = async_chan_create(0, 1);
     CHECK(hold);
@@ -231,6 +234,12 @@ static void victim(void *arg) {
         }
 }
 
+/* The stray writes themselves, out of ASan's sight (ASan would report them
+ * first: they are outside any object on purpose). */
+__attribute__((noinline, no_sanitize_address)) static void scribble(char *from, char *to) {
+    for (volatile char *p = from; p < to; p++) *p = (char)0xAA;
+}
+
 /* Writes below its own stack into the slot under it, over the top of the
  * neighbour's stack (from the neighbour's pattern up: not over the channel
  * waiter deeper down, which a sender would trip over first), without touching its own canary (the writes of an
@@ -248,9 +257,9 @@ static void smasher(void *arg) {
     }
     if (full) {
         /* a frame fully written: also over the own canary */
-        memset(target, 0xAA, (size_t)((uintptr_t)&me - 1024 - (uintptr_t)target));
+        scribble(target, (char *)((uintptr_t)&me - 1024));
     } else {
-        memset(target, 0xAA, (size_t)(lo - target));
+        scribble(target, lo);
     }
     async_fiber_yield();
     fprintf(stderr, "smasher survived its switch\n");
