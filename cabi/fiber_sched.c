@@ -665,7 +665,7 @@ static la_fiber_t *fiber_new(la_sched_t *s, la_wk_t *w, int *rc) {
     f->id = new_fiber_id(w);
     atomic_store_explicit(&f->claim, LA_W_IDLE, memory_order_relaxed);
     if ((*rc = stack_take(s, w, &f->stack, f->id)) != 0) goto fail;
-    f->sp = la_ctx_make(f->stack.base + s->page + f->stack.size, f);
+    f->sp = la_ctx_make(f->stack.base + s->page + f->stack.size - LA_STACK_TOP_RESERVE, f);
     f->handle = hidx ? la_handle_reuse(hidx, LA_T_FIBER, f) : la_handle_alloc(LA_T_FIBER, f);
     if (!f->handle) {
         stack_release(s, w, &f->stack);
@@ -682,7 +682,7 @@ fail:
 
 static void fiber_finish(la_wk_t *w, la_fiber_t *f) {
     la_sched_t *s = w->s;
-    if (!la_stack_canary_ok(s->pool, &f->stack)) la_stack_overflow_abort(f->id, "canary overwritten");
+    la_stack_check(s->pool, &f->stack, f->id);
     stack_release(s, w, &f->stack);
     LA_BUMP(w->n_finished);
     int joinable = (f->flags & ASYNC_FIBER_JOINABLE) != 0;
@@ -714,6 +714,8 @@ static void run_fiber(la_wk_t *w, la_fiber_t *f) {
     f->wk = w;
     atomic_store_explicit(&f->state, LA_FS_RUNNING, memory_order_relaxed);
     LA_BUMP(w->n_run);
+    /* canary mode: never resume a fiber on a stack something overwrote */
+    la_stack_check(s->pool, &f->stack, f->id);
     for (;;) {
         if (__sanitizer_start_switch_fiber)
             __sanitizer_start_switch_fiber(&w->asan_fake, f->stack.base + s->page, f->stack.size);
@@ -727,12 +729,12 @@ static void run_fiber(la_wk_t *w, la_fiber_t *f) {
     w->cur = NULL;
     switch (w->action) {
     case LA_ACT_YIELD:
-        if (!la_stack_canary_ok(s->pool, &f->stack)) la_stack_overflow_abort(f->id, "canary overwritten");
+        la_stack_check(s->pool, &f->stack, f->id);
         atomic_store(&f->state, LA_FS_RUNNABLE);
         runq_put(w, f);
         break;
     case LA_ACT_PARK: {
-        if (!la_stack_canary_ok(s->pool, &f->stack)) la_stack_overflow_abort(f->id, "canary overwritten");
+        la_stack_check(s->pool, &f->stack, f->id);
         LA_BUMP(w->n_park);
         int st = LA_FS_PARKING;
         if (!atomic_compare_exchange_strong(&f->state, &st, LA_FS_PARKED)) {

@@ -1457,16 +1457,9 @@ static void t_overflow(void) {
         if (WIFEXITED(status) && WEXITSTATUS(status) == 127)
             fprintf(stderr, "could not re-execute %s (emulated? set ASYNC_TEST_EMULATOR)\n", self_exe);
         CHECK(strstr(out, "libasync: fiber stack overflow in fiber ") != NULL);
-        /* Canary mode: the overflow is found and reported, but in ~5-10% of
-         * runs with stderr on a pipe the process then dies of a kernel
-         * SIGSEGV (si_code SI_KERNEL, at the return of the report's write)
-         * instead of the SIGABRT that follows; seen before and after the
-         * scheduler changes, not yet explained (see docs/RELIABILITY.md).
-         * The guard modes must abort. */
-        if (mode == 3 && WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV)
-            printf("mode 3: died of SIGSEGV after the report (known, see docs/RELIABILITY.md)\n");
-        else
-            CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
+        /* every mode aborts after the report (the SIGSEGV after a canary
+         * report seen before is gone: docs/RELIABILITY.md) */
+        CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
     }
 }
 

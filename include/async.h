@@ -449,13 +449,32 @@ typedef struct async_chan_s async_chan_t;
  *              environment variable ASYNC_WORKERS overrides). 1..1024.
  *  stack_size: usable stack bytes per fiber, rounded up to the page size
  *              (default 64 KiB; ASYNC_FIBER_STACK_KB overrides). 16 KiB..1 GiB.
- *  guard_mode: how stack overflow is caught: 0 auto, 1 guard page installed
- *              with madvise(MADV_GUARD_INSTALL) (Linux >= 6.13), 2 guard page
- *              with mprotect (limited by vm.max_map_count: auto switches to
- *              3 beyond ~30000 stacks), 3 canary word checked at every
- *              switch. A guard-page hit prints "libasync: fiber stack
- *              overflow in fiber <id>" and aborts; a broken canary too, at
- *              the next switch. */
+ *  guard_mode: how stack overflow is caught:
+ *              0 auto: mode 1 where the kernel has it (not under valgrind),
+ *                else mode 2; never mode 3. Every stack is guarded: past
+ *                mode 2's budget a spawn fails with ASYNC_E_NOMEM.
+ *              1 guard page below every stack, madvise(MADV_GUARD_INSTALL)
+ *                (Linux >= 6.13; no limit but memory).
+ *              2 guard page with mprotect: one kernel mapping each, so at
+ *                most (vm.max_map_count - 5530) / 2 guarded stacks in the
+ *                process (30000 by default; 12000 under valgrind); past
+ *                that, ASYNC_E_NOMEM (ASYNC_FIBER_MPROTECT_MAX lowers it).
+ *              3 canaries (opt-in, no limit): 256 bytes at the bottom and
+ *                64 at the top of every stack, checked when a fiber switches
+ *                out, before it resumes and at exit, and at any fault.
+ *                Nothing stops a write: an overflow is found later, and one
+ *                whose writes skip every canary (a large frame that writes
+ *                only part of itself) or that hits a fiber running on
+ *                another worker at that moment can corrupt another fiber's
+ *                stack silently. For many fibers where a guard per stack
+ *                cannot be had and that risk is accepted.
+ *              In modes 1 and 2 a guard-page hit (or a fault just below the
+ *              running fiber's stack: a frame that jumped the guard) prints
+ *              "libasync: fiber stack overflow in fiber <id> (...)" to
+ *              stderr and aborts (SIGABRT); a broken canary does the same
+ *              when it is found. A frame larger than the guard page that
+ *              lands in another stack without faulting is not caught in any
+ *              mode: build with -fstack-clash-protection. */
 typedef struct {
     int workers;
     size_t stack_size;
@@ -487,7 +506,9 @@ typedef struct {
 /* Creates a scheduler and starts its worker threads (they sleep while there
  * is no work). cfg NULL uses the defaults. Errors: ASYNC_E_INVAL (a field out
  * of range), ASYNC_E_NOTSUP (guard_mode 1 on a kernel without
- * MADV_GUARD_INSTALL), ASYNC_E_NOMEM, ASYNC_E_SYS. Several schedulers may
+ * MADV_GUARD_INSTALL, or under valgrind), ASYNC_E_NOMEM (also: guard_mode 0
+ * or 2 and the process's mprotect guard budget is spent), ASYNC_E_SYS.
+ * Several schedulers may
  * exist at once. Thread-safe; never blocks. */
 async_sched_t *async_sched_create(const async_sched_config_t *cfg);
 
@@ -528,8 +549,10 @@ int async_sched_get_stats(async_sched_t *s, async_sched_stats_t *stats, async_sc
  * non-joinable fiber's handle becomes invalid when fn returns; a joinable
  * one's stays valid until async_fiber_join succeeds (or s is destroyed).
  * Errors: ASYNC_E_BADHANDLE, ASYNC_E_INVAL (fn NULL, unknown flags),
- * ASYNC_E_CANCELLED (s is shutting down), ASYNC_E_NOMEM. Thread-safe (also
- * from fibers of any scheduler); never blocks. */
+ * ASYNC_E_CANCELLED (s is shutting down), ASYNC_E_NOMEM (also when no
+ * guarded stack can be had: guard_mode 0 or 2 past the mprotect budget, see
+ * async_sched_config_t). Thread-safe (also from fibers of any scheduler);
+ * never blocks. */
 async_fiber_t *async_fiber_spawn(async_sched_t *s, void (*fn)(void *), void *arg, unsigned flags);
 
 /* Waits up to timeout_ms for a joinable fiber to return, then frees its
