@@ -26,7 +26,7 @@
  *  - "Blocks" means the calling thread may sleep. No other function blocks.
  *  - After fork() only the child's exec is supported: every call made in the
  *    child fails at once with ASYNC_E_FORKED (it never hangs), except
- *    async_version_string, async_strerror, async_last_error,
+ *    async_version, async_version_string, async_strerror, async_last_error,
  *    async_last_os_error, async_clear_error and async_worker_current, which
  *    work as usual, and async_fiber_current, which returns NULL (the child has
  *    no fibers, even when fork() was called on one), and async_fiber_yield
@@ -62,9 +62,22 @@ extern "C" {
 #define ASYNC_VERSION_MAJOR 0
 #define ASYNC_VERSION_MINOR 1
 #define ASYNC_VERSION_PATCH 0
+/* The header's version as one comparable number, MAJOR*10000 + MINOR*100 +
+ * PATCH (0.1.0 is 100, 1.2.3 is 10203); usable in #if. */
+#define ASYNC_VERSION_NUMBER (ASYNC_VERSION_MAJOR * 10000 + ASYNC_VERSION_MINOR * 100 + ASYNC_VERSION_PATCH)
+/* Non-zero when the header is version major.minor.patch or later; usable in
+ * #if: #if ASYNC_VERSION_AT_LEAST(0, 2, 0) ... #endif */
+#define ASYNC_VERSION_AT_LEAST(major, minor, patch)                                                          \
+    (ASYNC_VERSION_NUMBER >= (major) * 10000 + (minor) * 100 + (patch))
+
+/* The version of the library you run against (which may differ from the
+ * header's ASYNC_VERSION_NUMBER you compiled with), as MAJOR*10000 +
+ * MINOR*100 + PATCH. Thread-safe; never blocks; never fails; works as usual
+ * in a forked child. */
+int async_version(void);
 
 /* The library's version as "MAJOR.MINOR.PATCH". Never NULL; thread-safe;
- * never blocks. */
+ * never blocks; works as usual in a forked child. */
 const char *async_version_string(void);
 
 /* ------------------------------------------------------------------------ */
