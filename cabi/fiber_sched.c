@@ -275,9 +275,15 @@ static void ready_on(la_wk_t *w, la_fiber_t *f, int lifo) {
         /* The only worker is this busy one: nobody to wake. */
         if (s->nw == 1) return;
     } else {
+        /* A thread outside s (a plain thread, another scheduler's worker)
+         * pins s: once f is queued it may run and return, and destroy may
+         * proceed; it waits for refs before it frees s. f, readied but not
+         * queued yet, keeps live > 0 (so s alive) until the pin is taken. */
+        atomic_fetch_add(&s->refs, 1);
         global_put(s, f);
     }
     wake_idle(s);
+    if (!(w && w->s == s)) atomic_fetch_sub(&s->refs, 1);
 }
 
 /* lifo: run it next on this worker (a wake-up by a running fiber); else at

@@ -278,6 +278,55 @@ static void t_shutdown_vs_destroy(void) {
     }
 }
 
+/* ---- plain threads waking fibers of s (channel sends) while destroy runs ----------- */
+
+typedef struct {
+    async_sched_t *s;
+    async_chan_t *c;
+    atomic_long sent, received;
+    atomic_int stop;
+} wake_race_t;
+
+static void chan_receiver(void *arg) {
+    wake_race_t *r = arg;
+    long v;
+    /* ends at the first CANCELLED (destroy's shutdown) */
+    while (async_chan_recv(r->c, &v, -1) == 0) atomic_fetch_add(&r->received, 1);
+    CHECK_ERR(ASYNC_E_CANCELLED);
+}
+
+static void *chan_sender(void *arg) {
+    wake_race_t *r = arg;
+    long v = 1;
+    while (!atomic_load(&r->stop)) {
+        async_clear_error();
+        if (async_chan_send(r->c, &v, 50) == 0)
+            atomic_fetch_add(&r->sent, 1);
+        else
+            CHECK_ERR(ASYNC_E_TIMEDOUT);
+    }
+    return NULL;
+}
+
+static void t_wake_vs_destroy(void) {
+    enum { NR = 8, NS = 3 };
+    for (int round = 0; round < ROUNDS; round++) {
+        wake_race_t r = {0};
+        r.s = mk(round % 2 ? 2 : 1);
+        CHECK((r.c = async_chan_create(0, sizeof(long))));
+        for (int i = 0; i < NR; i++) CHECK(async_fiber_spawn(r.s, chan_receiver, &r, 0));
+        pthread_t th[NS];
+        for (int i = 0; i < NS; i++) CHECK_EQ(pthread_create(&th[i], NULL, chan_sender, &r), 0);
+        wait_at_least(&r.received, 200 + 37 * (round % 7));
+        async_sched_destroy(r.s);
+        atomic_store(&r.stop, 1);
+        for (int i = 0; i < NS; i++) CHECK_EQ(pthread_join(th[i], NULL), 0);
+        /* rendezvous: a send returned 0 only when a receiver took the element */
+        CHECK_EQ(atomic_load(&r.received), atomic_load(&r.sent));
+        async_chan_destroy(r.c);
+    }
+}
+
 /* ---- the documented order: CANCELLED from the moment shutdown began ---------------- */
 
 static atomic_int cancel_seen;
@@ -309,6 +358,7 @@ static const test_case_t cases[] = {
     T(join_vs_destroy),
     T(shutdown_vs_destroy),
     T(spawn_cancelled),
+    T(wake_vs_destroy),
 };
 
 TEST_MAIN(cases)
