@@ -68,6 +68,7 @@ struct la_sched {
     int nsleep, wakeups, poller_active, poll_kicked;
     _Atomic int stopping; /* destroy: workers exit */
     _Atomic int shutdown; /* parks are cancelled */
+    _Atomic int destroying; /* async_sched_destroy began (joins refuse to pin s) */
     /* fds */
     int epfd, evfd;
     _Atomic int nfdwait;

@@ -545,8 +545,17 @@ int async_sched_shutdown(async_sched_t *s, int timeout_ms);
 
 /* Shuts s down (as async_sched_shutdown(s, -1): waits for every fiber to
  * return), stops the workers, frees the handles of unjoined joinable fibers
- * and every resource. Must not be called on a worker thread
- * (ASYNC_E_STATE). Invalid handles are ignored (ASYNC_E_BADHANDLE).
+ * and every resource. In this order, also against calls racing it from
+ * other threads or fibers: (1) s enters shutdown: from here spawns on s fail
+ * with ASYNC_E_CANCELLED and parks of its fibers are cancelled; (2) every
+ * fiber whose spawn returned a handle (before or during this call, from any
+ * thread or fiber) runs and returns; (3) the handle s becomes invalid: later
+ * calls on s fail with ASYNC_E_BADHANDLE; (4) the calls on s in progress in
+ * other threads end (a join that was waiting returns 0 once its fiber
+ * returned; a join of one of s's fibers that begins after (1) on a plain
+ * thread or another scheduler's fiber fails with ASYNC_E_BADHANDLE); (5) the workers stop and the memory is freed. Must not
+ * be called on a worker thread (ASYNC_E_STATE). Invalid handles, and a
+ * second destroy racing the first, are ignored (ASYNC_E_BADHANDLE).
  * Thread-safe; blocks. */
 void async_sched_destroy(async_sched_t *s);
 
@@ -561,6 +570,13 @@ int async_sched_get_stats(async_sched_t *s, async_sched_stats_t *stats, async_sc
 /* Starts fn(arg) on a new fiber of s. flags: 0 or ASYNC_FIBER_JOINABLE. A
  * non-joinable fiber's handle becomes invalid when fn returns; a joinable
  * one's stays valid until async_fiber_join succeeds (or s is destroyed).
+ * A returned handle is a promise: fn runs (its parks are cancelled if s
+ * shuts down) and async_sched_destroy(s) waits for it. Once
+ * async_sched_shutdown(s) or async_sched_destroy(s) has put s into shutdown
+ * (their first step; every spawn that starts after either call returned, or
+ * after a park of s's fibers returned ASYNC_E_CANCELLED), spawns fail with
+ * ASYNC_E_CANCELLED; ASYNC_E_BADHANDLE once destroy has freed the handle.
+ * A spawn racing that step either fails or is accepted as above.
  * Errors: ASYNC_E_BADHANDLE, ASYNC_E_INVAL (fn NULL, unknown flags),
  * ASYNC_E_CANCELLED (s is shutting down), ASYNC_E_NOMEM (also when no
  * guarded stack can be had: guard_mode 0 or 2 past the mprotect budget, see
@@ -569,10 +585,12 @@ int async_sched_get_stats(async_sched_t *s, async_sched_stats_t *stats, async_sc
 async_fiber_t *async_fiber_spawn(async_sched_t *s, void (*fn)(void *), void *arg, unsigned flags);
 
 /* Waits up to timeout_ms for a joinable fiber to return, then frees its
- * handle. Errors: ASYNC_E_BADHANDLE, ASYNC_E_INVAL (not joinable, bad
- * timeout), ASYNC_E_STATE (a fiber joining itself), ASYNC_E_BUSY (another
- * join is in progress), ASYNC_E_TIMEDOUT (the handle stays valid),
- * ASYNC_E_CANCELLED. Thread-safe; parks. */
+ * handle. Errors: ASYNC_E_BADHANDLE (also, on a plain thread or another
+ * scheduler's fiber, once async_sched_destroy of f's scheduler has begun,
+ * unless this join was already waiting: that one returns 0 when f returns), ASYNC_E_INVAL (not joinable, bad timeout),
+ * ASYNC_E_STATE (a fiber joining itself), ASYNC_E_BUSY (another join is in
+ * progress), ASYNC_E_TIMEDOUT (the handle stays valid), ASYNC_E_CANCELLED.
+ * Thread-safe; parks. */
 int async_fiber_join(async_fiber_t *f, int timeout_ms);
 
 /* Lets the other runnable fibers run; the caller stays runnable. On a plain
