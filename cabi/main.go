@@ -337,15 +337,20 @@ func (o *rtObject) waitRun(events *C.io_event_t, out *C.int, sl *C.la_sleep_t, p
 	}
 }
 
-// waitDone ends the wait call and hands its result to C.
+// waitDone hands the wait's result to C and ends the wait call. The events
+// are copied out before the busy flag is cleared (waitEnd): o.evs is shared
+// by every wait of the runtime, and the next waiter may refill it as soon as
+// the flag is clear.
 func (o *rtObject) waitDone(events *C.io_event_t, out *C.int, sl *C.la_sleep_t, n int, err error) C.int {
+	if err == nil {
+		writeEvents(events, o.evs[:n])
+		*out = C.int(n)
+	}
 	o.waitEnd()
 	sl.done = 1
 	if err != nil {
 		return code(err)
 	}
-	writeEvents(events, o.evs[:n])
-	*out = C.int(n)
 	return 0
 }
 
