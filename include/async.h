@@ -287,7 +287,7 @@ typedef int async_fd_t;
 #define ASYNC_EVENT_READ 0x01u       /* readable (or a listening socket has a connection) */
 #define ASYNC_EVENT_WRITE 0x02u      /* writable */
 #define ASYNC_EVENT_ERROR 0x04u      /* error condition on the fd */
-#define ASYNC_EVENT_CLOSE 0x08u      /* peer hung up (or the fd was closed) */
+#define ASYNC_EVENT_CLOSE 0x08u      /* hung up (or the fd was closed); see async_runtime_add */
 #define ASYNC_EVENT_COMPLETION 0x10u /* a posted completion */
 #define ASYNC_EVENT_TIMER 0x20u      /* a timer fired */
 
@@ -314,9 +314,17 @@ async_runtime_t *async_runtime_init(void);
  * on it returns -1 with ASYNC_E_CLOSED. Thread-safe; never blocks. */
 void async_runtime_deinit(async_runtime_t *rt);
 
-/* Watches fd for `events` (ASYNC_EVENT_READ and/or ASYNC_EVENT_WRITE, or 0;
- * ERROR and CLOSE are always reported and may be passed, they change
- * nothing). Level-triggered. `context` comes back in each io_event_t.
+/* Watches fd for `events` (ASYNC_EVENT_READ, ASYNC_EVENT_WRITE and
+ * ASYNC_EVENT_CLOSE, or 0; ERROR may be passed and changes nothing).
+ * Level-triggered. `context` comes back in each io_event_t.
+ * Errors and a hang-up of both sides (POLLHUP/EPOLLHUP: a pipe whose writer
+ * is gone, a socket shut both ways or reset) are always reported, as ERROR
+ * and CLOSE. A read-side hang-up alone (the peer's shutdown(SHUT_WR), or its
+ * close seen over TCP) is reported as CLOSE only when `events` has
+ * ASYNC_EVENT_CLOSE; data sent before it may still be unread, so with READ
+ * asked it comes as READ (read until it returns 0), and a READ|CLOSE event
+ * means: read what is left first. On kqueue and IOCP a peer's close and its
+ * shutdown(SHUT_WR) look alike: ask for CLOSE to hear of either without READ.
  * Errors: ASYNC_E_BADHANDLE, ASYNC_E_INVAL (other event bits), ASYNC_E_BADFD
  * (fd < 0, not open, or not pollable, e.g. a regular file with epoll),
  * ASYNC_E_EXISTS (already added), ASYNC_E_NOMEM, ASYNC_E_SYS, ASYNC_E_CLOSED

@@ -179,8 +179,9 @@ func mapPortErr(err error) error {
 
 const fdEventMask = EventRead | EventWrite | EventError | EventClose
 
-// Add watches fd for events (EventRead|EventWrite; error and close are
-// always reported); ctx comes back in its events.
+// Add watches fd for events (EventRead|EventWrite|EventClose; errors and a
+// hang-up of both sides are always reported, a read-side hang-up alone only
+// with EventClose: see port.Poller); ctx comes back in its events.
 func (rt *Runtime) Add(fd int, events uint32, ctx uintptr) error {
 	if events&^fdEventMask != 0 {
 		return ErrInval
