@@ -357,7 +357,11 @@ int async_runtime_remove(async_runtime_t *rt, async_fd_t fd);
  * timeout_ms: -1 forever, 0 poll, n > 0 at least n ms (rounded up to whole
  * ms; never a busy spin). Errors: ASYNC_E_BADHANDLE, ASYNC_E_INVAL (events
  * NULL, max_events < 1, timeout < -1), ASYNC_E_BUSY (another thread is
- * already waiting on this runtime), ASYNC_E_CLOSED (deinit during the wait).
+ * already waiting on this runtime: the loser fails at once, and every event
+ * is delivered to exactly one of the callers), ASYNC_E_CLOSED (deinit during
+ * the wait). Out of memory it still delivers, with fewer events per call if
+ * max_events is above 64 (its buffers are reserved at init), and never
+ * fails for memory.
  * Call it from one thread at a time; blocks. */
 int async_runtime_wait(async_runtime_t *rt, io_event_t *events, int max_events, int timeout_ms);
 
@@ -377,7 +381,8 @@ int async_runtime_wakeup(async_runtime_t *rt);
 /* Starts a timer that fires a TIMER event carrying `key` (and the timer id in
  * `data`) after delay_ms, then every repeat_ms if repeat_ms > 0 (without
  * drift: missed periods are skipped, not bunched). Returns the timer id
- * (never 0), or 0 on error: ASYNC_E_BADHANDLE, ASYNC_E_NOMEM, ASYNC_E_CLOSED
+ * (never 0), or 0 on error: ASYNC_E_BADHANDLE, ASYNC_E_NOMEM (timers are
+ * kept in C memory: out of memory is this error, never an abort), ASYNC_E_CLOSED
  * (deinit under way on another thread). A one-shot
  * timer's id is invalid once its event was returned by async_runtime_wait.
  * (On 32-bit platforms the id in io_event_t.data is truncated to uintptr_t.)
