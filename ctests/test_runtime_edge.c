@@ -134,8 +134,8 @@ static void t_two_waiters(void)
     start_thread(&p, tw_poster, NULL);
     /* 5 s of posting (a time, not a count: how many posts fit varies a
      * lot with the load), then every post must come out exactly once.
-     * A race test: before the fix it failed in about 3 runs of 5 with
-     * 3 s here (2 cores, loaded). */
+     * A race test: before the fix it failed in 6 runs of 6 (epoll; 2 cores,
+     * loaded). */
     sleep_ms(5000);
     atomic_store(&tw_post_stop, 1);
     join_within(p, 60000, "poster");
