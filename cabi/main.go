@@ -96,8 +96,9 @@ type object struct {
 
 type rtObject struct {
 	rt      *libasync.Runtime
-	waiting *int32 // in C memory: C's fast path takes it too (rtwait.c)
-	evs     []libasync.Event
+	waiting *int32           // in C memory: C's fast path takes it too (rtwait.c)
+	evs     []libasync.Event // in C memory (growWaitBufs)
+	src     *cSource
 	rtc     *C.la_rtc_t
 
 	// The C-driven wait (see la_go_rt_wait_begin).
@@ -118,17 +119,32 @@ var (
 // which async_runtime_post_completion feeds without entering Go.
 type cSource struct {
 	r   *C.la_rtc_t
-	buf []C.la_pair_t
+	buf []C.la_pair_t // in C memory
 }
+
+// cMem is C's allocator for what grows with use (libasync.Mem): out of
+// memory, malloc returns NULL and the call fails with ASYNC_E_NOMEM, where
+// the Go heap would abort the process.
+type cMem struct{}
+
+func (cMem) Realloc(p unsafe.Pointer, size uintptr) unsafe.Pointer {
+	return C.realloc(p, C.size_t(size))
+}
+
+func (cMem) Free(p unsafe.Pointer) { C.free(p) }
+
+// waitReserve events per wait are allocated with the runtime, so that a wait
+// can always deliver, even when memory has run out since.
+const waitReserve = 64
 
 func (s *cSource) Pending() bool { return C.la_rtc_pending(s.r) != 0 }
 
 func (s *cSource) Take(out []libasync.Event) int {
+	if len(out) > cap(s.buf) {
+		out = out[:cap(s.buf)] // s.buf grows with o.evs (growWaitBufs)
+	}
 	if len(out) == 0 {
 		return 0
-	}
-	if cap(s.buf) < len(out) {
-		s.buf = make([]C.la_pair_t, len(out))
 	}
 	n := int(C.la_rtc_take(s.r, &s.buf[0], C.int(len(out))))
 	for i := 0; i < n; i++ {
@@ -231,9 +247,19 @@ func la_go_rt_init(out *C.uint64_t) (rc C.int) {
 		C.la_rtc_recycle(r)
 		return C.int(libasync.ENoMem)
 	}
-	ro := &rtObject{rt: rt, rtc: r, waiting: (*int32)(unsafe.Pointer(C.la_rtc_wait_flag(r)))}
+	ro := &rtObject{rt: rt, rtc: r, src: src, waiting: (*int32)(unsafe.Pointer(C.la_rtc_wait_flag(r)))}
 	if rp, ok := p.(port.RawPoller); ok {
 		ro.raw = rp
+	}
+	if rt.SetMem(cMem{}, waitReserve) != nil || !ro.growWaitBufs(waitReserve) {
+		C.la_handle_free(h, C.LA_T_RUNTIME)
+		C.la_rtc_close(r)
+		rt.Close()
+		C.la_rtc_recycle(r)
+		ro.freeWaitBufs()
+		return C.int(libasync.ENoMem)
+	}
+	if ro.raw != nil {
 		ro.token = cgo.NewHandle(ro)
 	}
 	publish(uint64(h), &object{rt: ro})
@@ -260,9 +286,8 @@ func la_go_rt_deinit(h C.uint64_t) (rc C.int) {
 	C.la_rtc_recycle(o.rt.rtc)
 	if o.rt.raw != nil {
 		o.rt.token.Delete()
-		C.free(o.rt.rawbuf)
-		o.rt.rawbuf = nil
 	}
+	o.rt.freeWaitBufs()
 	if err == libasync.ErrClosed {
 		err = nil
 	}
@@ -306,15 +331,47 @@ func waitSetup(o *rtObject, events *C.io_event_t, max C.int, timeout C.int) ([]l
 		return nil, 0, C.int(libasync.EBusy)
 	}
 	if cap(o.evs) < int(max) {
-		n := int(max)
-		if n > 1<<16 {
-			n = 1 << 16 // more per call buys nothing
-		}
-		if cap(o.evs) < n {
-			o.evs = make([]libasync.Event, n)
-		}
+		// More per call buys nothing beyond 2^16; out of memory, the
+		// wait delivers with the buffers it has (at least waitReserve).
+		o.growWaitBufs(min(int(max), 1<<16))
 	}
 	return o.evs[:min(int(max), cap(o.evs))], d, 0
+}
+
+// growWaitBufs makes the wait's buffers, all in C memory, hold n events:
+// o.evs, the C source's, and epoll_wait's raw records (n+1: the doorbell).
+// All or nothing: false leaves them as they were.
+func (o *rtObject) growWaitBufs(n int) bool {
+	if cap(o.evs) >= n {
+		return true
+	}
+	// calloc, not C.malloc: cgo's C.malloc aborts the process on NULL.
+	evs := C.calloc(C.size_t(n), C.size_t(unsafe.Sizeof(libasync.Event{})))
+	pairs := C.calloc(C.size_t(n), C.size_t(unsafe.Sizeof(C.la_pair_t{})))
+	var raw unsafe.Pointer
+	if o.raw != nil {
+		raw = C.calloc(C.size_t(n+1), C.size_t(o.raw.RawEventSize()))
+	}
+	if evs == nil || pairs == nil || (o.raw != nil && raw == nil) {
+		C.free(evs)
+		C.free(pairs)
+		C.free(raw)
+		return false
+	}
+	o.freeWaitBufs()
+	o.evs = unsafe.Slice((*libasync.Event)(evs), n)
+	o.src.buf = unsafe.Slice((*C.la_pair_t)(pairs), n)
+	if o.raw != nil {
+		o.rawbuf, o.rawcap = raw, n+1
+	}
+	return true
+}
+
+func (o *rtObject) freeWaitBufs() {
+	C.free(unsafe.Pointer(unsafe.SliceData(o.evs)))
+	C.free(unsafe.Pointer(unsafe.SliceData(o.src.buf)))
+	C.free(o.rawbuf)
+	o.evs, o.src.buf, o.rawbuf, o.rawcap = nil, nil, nil, 0
 }
 
 func writeEvents(events *C.io_event_t, evs []libasync.Event) {
@@ -362,15 +419,20 @@ func (o *rtObject) waitRun(events *C.io_event_t, out *C.int, sl *C.la_sleep_t, p
 	}
 }
 
-// waitDone ends the wait call and hands its result to C.
+// waitDone hands the wait's result to C and ends the wait call. The events
+// are copied out before the busy flag is cleared (waitEnd): o.evs is shared
+// by every wait of the runtime, and the next waiter may refill it as soon as
+// the flag is clear.
 func (o *rtObject) waitDone(events *C.io_event_t, out *C.int, sl *C.la_sleep_t, n int, err error) C.int {
+	if err == nil {
+		writeEvents(events, o.evs[:n])
+		*out = C.int(n)
+	}
 	o.waitEnd()
 	sl.done = 1
 	if err != nil {
 		return code(err)
 	}
-	writeEvents(events, o.evs[:n])
-	*out = C.int(n)
 	return 0
 }
 

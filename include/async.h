@@ -319,7 +319,7 @@ typedef int async_fd_t;
 #define ASYNC_EVENT_READ 0x01u       /* readable (or a listening socket has a connection) */
 #define ASYNC_EVENT_WRITE 0x02u      /* writable */
 #define ASYNC_EVENT_ERROR 0x04u      /* error condition on the fd */
-#define ASYNC_EVENT_CLOSE 0x08u      /* peer hung up (or the fd was closed) */
+#define ASYNC_EVENT_CLOSE 0x08u      /* hung up (or the fd was closed); see async_runtime_add */
 #define ASYNC_EVENT_COMPLETION 0x10u /* a posted completion */
 #define ASYNC_EVENT_TIMER 0x20u      /* a timer fired */
 
@@ -349,9 +349,17 @@ async_runtime_t *async_runtime_init(void);
  * on it returns -1 with ASYNC_E_CLOSED. Thread-safe; never blocks. */
 void async_runtime_deinit(async_runtime_t *rt);
 
-/* Watches fd for `events` (ASYNC_EVENT_READ and/or ASYNC_EVENT_WRITE, or 0;
- * ERROR and CLOSE are always reported and may be passed, they change
- * nothing). Level-triggered. `context` comes back in each io_event_t.
+/* Watches fd for `events` (ASYNC_EVENT_READ, ASYNC_EVENT_WRITE and
+ * ASYNC_EVENT_CLOSE, or 0; ERROR may be passed and changes nothing).
+ * Level-triggered. `context` comes back in each io_event_t.
+ * Errors and a hang-up of both sides (POLLHUP/EPOLLHUP: a pipe whose writer
+ * is gone, a socket shut both ways or reset) are always reported, as ERROR
+ * and CLOSE. A read-side hang-up alone (the peer's shutdown(SHUT_WR), or its
+ * close seen over TCP) is reported as CLOSE only when `events` has
+ * ASYNC_EVENT_CLOSE; data sent before it may still be unread, so with READ
+ * asked it comes as READ (read until it returns 0), and a READ|CLOSE event
+ * means: read what is left first. On kqueue and IOCP a peer's close and its
+ * shutdown(SHUT_WR) look alike: ask for CLOSE to hear of either without READ.
  * Errors: ASYNC_E_BADHANDLE, ASYNC_E_INVAL (other event bits), ASYNC_E_BADFD
  * (fd < 0, not open, or not pollable, e.g. a regular file with epoll),
  * ASYNC_E_EXISTS (already added), ASYNC_E_NOMEM, ASYNC_E_SYS, ASYNC_E_CLOSED
@@ -384,11 +392,14 @@ int async_runtime_remove(async_runtime_t *rt, async_fd_t fd);
  * timeout_ms: -1 forever, 0 poll, n > 0 at least n ms (rounded up to whole
  * ms; never a busy spin). Errors: ASYNC_E_BADHANDLE, ASYNC_E_INVAL (events
  * NULL, max_events < 1, timeout < -1), ASYNC_E_BUSY (another thread is
- * already waiting on this runtime), ASYNC_E_CLOSED (deinit during the wait),
- * ASYNC_E_STATE (called on a fiber with timeout_ms not 0: the wait would
- * block the fiber's worker thread; checked before the handle; run it with
- * async_fiber_blocking, or poll with 0). Call it from one thread at a time;
- * blocks (never on a fiber). */
+ * already waiting on this runtime: the loser fails at once, and every event
+ * is delivered to exactly one of the callers), ASYNC_E_CLOSED (deinit during
+ * the wait), ASYNC_E_STATE (called on a fiber with timeout_ms not 0: the wait
+ * would block the fiber's worker thread; checked before the handle; run it
+ * with async_fiber_blocking, or poll with 0). Out of memory it still
+ * delivers (its buffers are reserved at init; a large max_events may get
+ * fewer events per call) and never fails for memory. Call it from one thread
+ * at a time; blocks (never on a fiber). */
 int async_runtime_wait(async_runtime_t *rt, io_event_t *events, int max_events, int timeout_ms);
 
 /* Queues a completion (key and data delivered intact, exactly once, in FIFO
@@ -407,7 +418,8 @@ int async_runtime_wakeup(async_runtime_t *rt);
 /* Starts a timer that fires a TIMER event carrying `key` (and the timer id in
  * `data`) after delay_ms, then every repeat_ms if repeat_ms > 0 (without
  * drift: missed periods are skipped, not bunched). Returns the timer id
- * (never 0), or 0 on error: ASYNC_E_BADHANDLE, ASYNC_E_NOMEM, ASYNC_E_CLOSED
+ * (never 0), or 0 on error: ASYNC_E_BADHANDLE, ASYNC_E_NOMEM (timers are
+ * kept in C memory: out of memory is this error, never an abort), ASYNC_E_CLOSED
  * (deinit under way on another thread). A one-shot
  * timer's id is invalid once its event was returned by async_runtime_wait.
  * (On 32-bit platforms the id in io_event_t.data is truncated to uintptr_t.)

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/libasync/libasync/port"
 )
@@ -68,6 +69,8 @@ type Runtime struct {
 	shBox  Shared
 	src    Source
 	wakeAt atomic.Int64 // tick the sleeping waiter will wake at (MaxInt64: never)
+
+	mem Mem // see SetMem
 
 	waitMu sync.Mutex // held by the one waiter
 	wcall  WaitCall
@@ -155,6 +158,48 @@ func NewRuntimeWithSource(p port.Poller, src Source, sh *Shared) *Runtime {
 	return rt
 }
 
+// Mem is memory outside the Go heap (C's malloc, for the C boundary). The Go
+// runtime cannot fail an allocation softly: when the address space runs out
+// it aborts the process. Realloc resizes the block at p (nil: a new block)
+// to size bytes and returns it, or nil if memory ran out (p is then left
+// as it was); Free releases a block (nil is a no-op).
+type Mem interface {
+	Realloc(p unsafe.Pointer, size uintptr) unsafe.Pointer
+	Free(p unsafe.Pointer)
+}
+
+// SetMem makes the runtime keep what grows with use (the timer slab, the
+// poller's event buffer) in m, and reserves a poller buffer for reserve
+// events, so that running out of memory is an error (AddTimer: ErrNoMem)
+// or a shorter batch (Wait delivers with the buffer it has), never an
+// abort. Call it before any other method. ErrNoMem if the reservation
+// fails.
+func (rt *Runtime) SetMem(m Mem, reserve int) error {
+	rt.mem = m
+	rt.wheel.mem = m
+	if !rt.growEvbuf(reserve) {
+		return ErrNoMem
+	}
+	return nil
+}
+
+// growEvbuf makes the poller buffer hold n events (in rt.mem if set).
+func (rt *Runtime) growEvbuf(n int) bool {
+	if cap(rt.evbuf) >= n {
+		return true
+	}
+	if rt.mem == nil {
+		rt.evbuf = make([]port.Event, n)
+		return true
+	}
+	p := rt.mem.Realloc(unsafe.Pointer(unsafe.SliceData(rt.evbuf)), uintptr(n)*unsafe.Sizeof(port.Event{}))
+	if p == nil {
+		return false
+	}
+	rt.evbuf = unsafe.Slice((*port.Event)(p), n)
+	return true
+}
+
 // Backend names the poller in use.
 func (rt *Runtime) Backend() string { return rt.poller.Name() }
 
@@ -179,8 +224,9 @@ func mapPortErr(err error) error {
 
 const fdEventMask = EventRead | EventWrite | EventError | EventClose
 
-// Add watches fd for events (EventRead|EventWrite; error and close are
-// always reported); ctx comes back in its events.
+// Add watches fd for events (EventRead|EventWrite|EventClose; errors and a
+// hang-up of both sides are always reported, a read-side hang-up alone only
+// with EventClose: see port.Poller); ctx comes back in its events.
 func (rt *Runtime) Add(fd int, events uint32, ctx uintptr) error {
 	if events&^fdEventMask != 0 {
 		return ErrInval
@@ -288,6 +334,10 @@ func (rt *Runtime) AddTimer(delay, period uint64, key uintptr) (uint64, error) {
 		return 0, ErrClosed
 	}
 	id := rt.wheel.add(due, period, key)
+	if id == 0 {
+		rt.tmu.Unlock()
+		return 0, ErrNoMem
+	}
 	rt.tver.Add(1)
 	rt.tmu.Unlock()
 	atomic.StoreInt32(&rt.sh.GoWork, 1) // NextDue may be later than this timer
@@ -369,8 +419,14 @@ func (rt *Runtime) BeginWait(out []Event, timeout time.Duration) (*WaitCall, err
 		_, ns := rt.now()
 		w.deadline = ns + int64(timeout)
 	}
-	if cap(rt.evbuf) < len(out) {
-		rt.evbuf = make([]port.Event, len(out))
+	if !rt.growEvbuf(len(out)) {
+		// Out of memory: deliver with the buffer there is (SetMem
+		// reserved one), fewer events per call.
+		if cap(rt.evbuf) == 0 {
+			rt.waitMu.Unlock()
+			return nil, ErrNoMem
+		}
+		w.out = out[:cap(rt.evbuf)]
 	}
 	return w, nil
 }
@@ -590,7 +646,12 @@ func (rt *Runtime) Close() error {
 	_ = rt.poller.Ring()
 	rt.waitMu.Lock() // the waiter, if any, has left
 	rt.batch = nil
+	rt.wheel.freeMem()
 	rt.wheel = newWheel()
+	if rt.mem != nil {
+		rt.mem.Free(unsafe.Pointer(unsafe.SliceData(rt.evbuf)))
+		rt.evbuf = nil
+	}
 	rt.waitMu.Unlock()
 	return mapPortErr(rt.poller.Close())
 }
