@@ -101,7 +101,7 @@ static void go_dispatch(void *arg) {
     case GO_RT_INIT: c->rc = la_go_rt_init((uint64_t *)c->p); break;
     case GO_RT_DEINIT: c->rc = la_go_rt_deinit(c->h); break;
     case GO_RT_FD: c->rc = la_go_rt_fd(c->h, c->i1, c->i2, (uint32_t)c->u, c->k); break;
-    case GO_RT_WAIT: c->rc = la_go_rt_wait(c->h, (io_event_t *)c->p, c->i1, c->i2, (int *)c->p2); break;
+    case GO_RT_WAIT: c->rc = la_rt_wait(c->h, (io_event_t *)c->p, c->i1, c->i2, (int *)c->p2); break;
     case GO_RT_POST: c->rc = la_rt_post(c->h, c->k, c->d); break;
     case GO_RT_ADD_TIMER: c->rc = la_go_rt_add_timer(c->h, c->u1, c->u2, c->k, (uint64_t *)c->p); break;
     case GO_RT_CANCEL_TIMER: c->rc = la_go_rt_cancel_timer(c->h, c->u1); break;

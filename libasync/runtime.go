@@ -57,7 +57,6 @@ type fdReg struct {
 // no syscall at all.
 type Runtime struct {
 	poller port.Poller
-	start  time.Time
 
 	mu       sync.Mutex // pending, closed (for posters)
 	pending  []completion
@@ -65,10 +64,9 @@ type Runtime struct {
 	closed   bool
 	shut     atomic.Bool
 
-	sh     *Shared // the sleep flag and what a fast path outside Go needs
-	shBox  Shared
-	src    Source
-	wakeAt atomic.Int64 // tick the sleeping waiter will wake at (MaxInt64: never)
+	sh    *Shared // the sleep flag and what a wait driven outside Go needs
+	shBox Shared
+	src   Source
 
 	mem Mem // see SetMem
 
@@ -83,9 +81,8 @@ type Runtime struct {
 	wheel *wheel
 	tver  atomic.Uint64 // bumped by AddTimer: a sleeping waiter's plan is stale
 
-	cmu    sync.RWMutex // fd contexts
-	ctx    map[int]fdReg
-	regSeq atomic.Uint64 // bumped by every Add, Modify and Remove
+	cmu sync.RWMutex // fd contexts
+	ctx map[int]fdReg
 }
 
 // Shared is the part of a Runtime's state that a fast path outside Go reads
@@ -95,13 +92,16 @@ type Runtime struct {
 // may live in C memory; every access is atomic. Times are ns since the
 // runtime started (the monotonic clock).
 type Shared struct {
-	Sleeping int32 // 1 while the waiter may block in the poller (see Source)
-	GoWork   int32 // 1: completions from Post or expired timers may be ready
-	Skipped  int32 // fd polls skipped in a row while other work was ready
-	_        int32
-	LastPoll int64 // when the fds were last polled
-	NextDue  int64 // no timer is due before this (MaxInt64: none); valid while GoWork is 0
-	Nfds     int64 // registrations (an upper bound: epoll forgets closed fds)
+	Sleeping int32  // 1 while the waiter may block in the poller (see Source)
+	GoWork   int32  // 1: completions from Post or expired timers may be ready
+	Skipped  int32  // fd polls skipped in a row while other work was ready
+	RawFD    int32  // the descriptor a wait driven outside Go sleeps on (see Step)
+	LastPoll int64  // when the fds were last polled
+	NextDue  int64  // no timer is due before this (MaxInt64: none); valid while GoWork is 0
+	Nfds     int64  // registrations (an upper bound: epoll forgets closed fds)
+	RegSeq   uint64 // bumped by every Add, Modify and Remove (see fdReg)
+	WakeAt   int64  // when the sleeping waiter wakes by itself (MaxInt64: never)
+	Start    int64  // the runtime's clock origin: monotonic ns (runtime.nanotime)
 }
 
 // Fd polls may be skipped while completions or timers are ready (a poll is a
@@ -126,9 +126,10 @@ func NewRuntime() (*Runtime, error) {
 
 // NewRuntimeWith makes a runtime on the given poller, which it then owns.
 func NewRuntimeWith(p port.Poller) *Runtime {
-	rt := &Runtime{poller: p, start: time.Now(), wheel: newWheel(), ctx: map[int]fdReg{}}
+	rt := &Runtime{poller: p, wheel: newWheel(), ctx: map[int]fdReg{}}
 	rt.sh = &rt.shBox
 	rt.sh.GoWork = 1
+	rt.sh.Start = nanotime()
 	return rt
 }
 
@@ -153,7 +154,7 @@ type Source interface {
 // memory, zeroed) is the state shared with a fast path outside Go.
 func NewRuntimeWithSource(p port.Poller, src Source, sh *Shared) *Runtime {
 	rt := NewRuntimeWith(p)
-	*sh = Shared{GoWork: 1}
+	*sh = Shared{GoWork: 1, Start: rt.sh.Start, NextDue: math.MaxInt64, WakeAt: math.MaxInt64}
 	rt.src, rt.sh = src, sh
 	return rt
 }
@@ -242,7 +243,7 @@ func (rt *Runtime) Add(fd int, events uint32, ctx uintptr) error {
 	if _, ok := rt.ctx[fd]; !ok {
 		atomic.AddInt64(&rt.sh.Nfds, 1)
 	}
-	rt.ctx[fd] = fdReg{ctx, rt.regSeq.Add(1)}
+	rt.ctx[fd] = fdReg{ctx, atomic.AddUint64(&rt.sh.RegSeq, 1)}
 	return nil
 }
 
@@ -260,7 +261,7 @@ func (rt *Runtime) Modify(fd int, events uint32) error {
 		return err
 	}
 	if r, ok := rt.ctx[fd]; ok {
-		r.seq = rt.regSeq.Add(1)
+		r.seq = atomic.AddUint64(&rt.sh.RegSeq, 1)
 		rt.ctx[fd] = r
 	}
 	return nil
@@ -281,7 +282,7 @@ func (rt *Runtime) Remove(fd int) error {
 	if _, ok := rt.ctx[fd]; ok {
 		atomic.AddInt64(&rt.sh.Nfds, -1)
 		delete(rt.ctx, fd)
-		rt.regSeq.Add(1)
+		atomic.AddUint64(&rt.sh.RegSeq, 1)
 	}
 	return err
 }
@@ -314,8 +315,10 @@ func (rt *Runtime) Wakeup() error {
 }
 
 // now is the current tick: whole milliseconds since the runtime started.
+// The clock is the monotonic one that C code outside Go reads too
+// (CLOCK_MONOTONIC on Linux), from the one origin Shared.Start.
 func (rt *Runtime) now() (tick uint64, ns int64) {
-	ns = int64(time.Since(rt.start))
+	ns = nanotime() - rt.sh.Start
 	return uint64(ns / 1e6), ns
 }
 
@@ -342,7 +345,7 @@ func (rt *Runtime) AddTimer(delay, period uint64, key uintptr) (uint64, error) {
 	rt.tmu.Unlock()
 	atomic.StoreInt32(&rt.sh.GoWork, 1) // NextDue may be later than this timer
 	// Wake a sleeping waiter whose sleep would outlast this timer.
-	if atomic.LoadInt32(&rt.sh.Sleeping) != 0 && due < uint64(rt.wakeAt.Load()) &&
+	if atomic.LoadInt32(&rt.sh.Sleeping) != 0 && due < uint64(atomic.LoadInt64(&rt.sh.WakeAt))/1e6 &&
 		atomic.CompareAndSwapInt32(&rt.sh.Sleeping, 1, 0) {
 		_ = rt.poller.Ring()
 	}
@@ -441,6 +444,13 @@ func (w *WaitCall) Buf() []port.Event { return w.rt.evbuf[:len(w.out)] }
 func (w *WaitCall) End() {
 	rt := w.rt
 	w.rt = nil
+	rt.publish()
+	rt.waitMu.Unlock()
+}
+
+// publish stores in Shared whether work was left in Go (GoWork) and when the
+// next timer is due (NextDue), for the wait outside Go. Waiter only.
+func (rt *Runtime) publish() {
 	rt.tmu.Lock()
 	ready := rt.wheel.nready > 0
 	due := int64(math.MaxInt64)
@@ -452,7 +462,6 @@ func (w *WaitCall) End() {
 	if ready || rt.bhead < len(rt.batch) || rt.npending.Load() != 0 {
 		atomic.StoreInt32(&rt.sh.GoWork, 1)
 	}
-	rt.waitMu.Unlock()
 }
 
 // Prepare advances the timers and says how long the poller may block (ms:
@@ -465,7 +474,7 @@ func (w *WaitCall) Prepare() (ms int, poll bool) {
 	atomic.StoreInt32(&rt.sh.GoWork, 0)
 	tick, ns := rt.now()
 	w.ns = ns
-	w.regSeq = rt.regSeq.Load() // before the poll: see fdReg
+	w.regSeq = atomic.LoadUint64(&rt.sh.RegSeq) // before the poll: see fdReg
 	rt.tmu.Lock()
 	rt.wheel.advance(tick)
 	haveTimers := rt.wheel.nready > 0
@@ -486,11 +495,7 @@ func (w *WaitCall) Prepare() (ms int, poll bool) {
 			ms = msUntil(wake - ns)
 		}
 		if ms != 0 {
-			if wake == math.MaxInt64 {
-				rt.wakeAt.Store(math.MaxInt64)
-			} else {
-				rt.wakeAt.Store(wake / 1e6)
-			}
+			atomic.StoreInt64(&rt.sh.WakeAt, wake)
 			atomic.StoreInt32(&rt.sh.Sleeping, 1)
 			// Dekker with Post, AddTimer and the Source's feeders: after
 			// announcing sleep, look again for what they may have added.
@@ -529,7 +534,7 @@ func (w *WaitCall) Finish(nfd int, res port.WaitResult, perr error, polled bool)
 	if perr != nil {
 		return 0, true, mapPortErr(perr)
 	}
-	n = rt.collect(w.out, rt.evbuf[:nfd], w.regSeq)
+	n = rt.collect(w.out, rt.evbuf[:nfd], w.regSeq, true)
 	if n > 0 || res.Woken || res.Interrupted || w.timeout == 0 {
 		return n, true, nil
 	}
@@ -540,6 +545,38 @@ func (w *WaitCall) Finish(nfd int, res port.WaitResult, perr error, polled bool)
 	}
 	// Only a doorbell, a cascade or an early poller return: go on.
 	return 0, false, nil
+}
+
+// Step is the Go part of a wait driven from outside Go (the C boundary's
+// async_runtime_wait on a RawPoller): that caller sleeps on Shared.RawFD
+// itself, drains the doorbell and hands out the Source's entries itself, and
+// calls Step only when fd events were harvested (fds, by a poll that began
+// when Shared.RegSeq was regSeq) or Go may have work (GoWork, or a timer due
+// at Shared.NextDue). Step advances the timers, collects fd events, expired
+// timers and Post's completions into out (not the Source's), and publishes
+// GoWork and NextDue again. It never blocks. ErrBusy if a Wait of the Go API
+// runs; ErrClosed after Close.
+func (rt *Runtime) Step(out []Event, fds []port.Event, regSeq uint64) (int, error) {
+	if !rt.waitMu.TryLock() {
+		return 0, ErrBusy
+	}
+	defer rt.waitMu.Unlock()
+	if rt.shut.Load() {
+		return 0, ErrClosed
+	}
+	// Cleared before looking at the timers and Post's queue: whatever is
+	// added after this sets it again.
+	atomic.StoreInt32(&rt.sh.GoWork, 0)
+	tick, _ := rt.now()
+	rt.tmu.Lock()
+	rt.wheel.advance(tick)
+	rt.tmu.Unlock()
+	n := 0
+	if len(out) > 0 {
+		n = rt.collect(out, fds, regSeq, false)
+	}
+	rt.publish()
+	return n, nil
 }
 
 // msUntil converts a positive delay in ns to whole ms, rounding up, so a
@@ -557,7 +594,7 @@ func msUntil(ns int64) int {
 
 // collect fills out from the three sources, rotating which goes first so
 // that none can starve the others when out is small.
-func (rt *Runtime) collect(out []Event, fds []port.Event, regSeq uint64) int {
+func (rt *Runtime) collect(out []Event, fds []port.Event, regSeq uint64, withSrc bool) int {
 	n := 0
 	rt.rot++
 	for k := 0; k < 3 && n < len(out); k++ {
@@ -591,7 +628,7 @@ func (rt *Runtime) collect(out []Event, fds []port.Event, regSeq uint64) int {
 			rt.tmu.Unlock()
 		case 2:
 			n = rt.takeCompletions(out, n)
-			if rt.src != nil && n < len(out) {
+			if withSrc && rt.src != nil && n < len(out) {
 				k := rt.src.Take(out[n:])
 				for i := n; i < n+k; i++ {
 					out[i].Fd, out[i].Type, out[i].Context = -1, EventCompletion, 0
