@@ -3,19 +3,43 @@
 #   make test   runs every test: gofmt + go vet, go test -race, the C tests (ctest)
 #               with the epoll and poll backends, the C tests again under ASan+UBSan,
 #               the cross-platform builds and tests (scripts/cross.sh: BSDs, macOS,
-#               Windows under wine, linux/arm64 under qemu), and a short fuzz run
-# Other targets: build, install (PREFIX=/usr/local), bench, clean.
+#               Windows under wine, linux/arm64 under qemu), the installed package
+#               (scripts/install_test.sh) and a short fuzz run
+# Other targets: make help lists them all (test-valgrind: the fiber C tests
+# under valgrind memcheck; not part of make test).
 
 export PATH := $(PATH):/usr/local/go/bin
 BUILD ?= build
 BUILD_SAN ?= build-asan
+BUILD_VG ?= build-valgrind
 PREFIX ?= /usr/local
 JOBS ?= 2
 CTEST_FLAGS ?= --output-on-failure -j$(JOBS)
 
-.PHONY: all deps build test test-go test-c test-asan test-cross test-fuzz soak demo install bench clean
+.PHONY: all help deps build test test-go test-c test-asan test-cross test-install test-fuzz test-valgrind soak \
+	demo install uninstall bench clean
 
 all: build
+
+help:
+	@echo "make [target] [PREFIX=/usr/local] [JOBS=2]"
+	@echo "  build         build libasync.so, libasync.a, the C tests and examples in $(BUILD)/ (default)"
+	@echo "  demo          build, then run examples/console_worker on this terminal"
+	@echo "  test          every suite below but soak; installs missing Debian packages as root (README)"
+	@echo "  test-go       gofmt, go vet, go test -race"
+	@echo "  test-c        the C tests (ctest), epoll and poll backends"
+	@echo "  test-asan     the C tests again under ASan+UBSan in $(BUILD_SAN)/"
+	@echo "  test-cross    scripts/cross.sh: BSDs, macOS, Windows DLL under wine, linux/arm64 under qemu"
+	@echo "  test-install  scripts/install_test.sh: install to a temporary prefix, build against it"
+	@echo "                with pkg-config, CMake find_package and by hand, shared and static"
+	@echo "  test-fuzz     a short fuzz run (FUZZTIME=10m FUZZ_KEEP=1 for a long one)"
+	@echo "  test-valgrind the fiber C tests under valgrind memcheck (not in make test)"
+	@echo "  soak          long stress with RSS and fd counts sampled (not in make test)"
+	@echo "  install       cmake --install to PREFIX (now $(PREFIX))"
+	@echo "  uninstall     remove what the last make install installed ($(BUILD)/install_manifest.txt)"
+	@echo "  bench         the benchmarks against libuv and friends (docs/PERFORMANCE.md)"
+	@echo "  deps          install cmake, gcc, g++, make when missing (as root)"
+	@echo "  clean         remove $(BUILD)/ and $(BUILD_SAN)/"
 
 deps:
 	@bash scripts/deps.sh
@@ -24,7 +48,7 @@ build: deps
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 	cmake --build $(BUILD) -j$(JOBS)
 
-test: test-go test-c test-asan test-cross test-fuzz
+test: test-go test-c test-asan test-cross test-install test-fuzz
 	@echo "make test: all test suites passed"
 
 test-go: deps
@@ -43,6 +67,22 @@ test-asan: deps
 test-cross: deps
 	bash scripts/cross.sh
 
+# The fiber C tests (ctest groups fiber, fiber_stack) under valgrind memcheck,
+# any error fails. libasync is built with -tags=valgrind (Go's runtime then
+# describes its heap and stacks to memcheck) and with DWARF 4 (valgrind 3.19
+# cannot read Go's DWARF 5). Two cases are left out: they hold 100k fiber
+# stacks at once, more guarded stacks than valgrind's mapping table takes.
+VG_EXCLUDE ?= ^fiber\.(fib_100k|parked_100k)$$
+test-valgrind:
+	@bash scripts/deps.sh valgrind
+	cmake -S . -B $(BUILD_VG) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DASYNC_VALGRIND=ON \
+		-DASYNC_GOFLAGS=-tags=valgrind >/dev/null
+	GOEXPERIMENT=nodwarf5 cmake --build $(BUILD_VG) -j$(JOBS) --target test_fiber test_fiber_stack
+	ctest --test-dir $(BUILD_VG) $(CTEST_FLAGS) -R '^fiber(_stack)?\.' -E '$(VG_EXCLUDE)'
+
+test-install: build
+	bash scripts/install_test.sh $(BUILD)
+
 # FUZZTIME=10m FUZZ_KEEP=1 make test-fuzz for a long run that keeps what the
 # fuzzer found in libasync/testdata/fuzz (make test leaves the tree as it is).
 test-fuzz: deps
@@ -57,6 +97,11 @@ demo: build
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
+
+# Removes the files listed in $(BUILD)/install_manifest.txt, which the last
+# make install (cmake --install) wrote, wherever PREFIX was then.
+uninstall:
+	bash scripts/uninstall.sh $(BUILD)/install_manifest.txt
 
 bench: deps
 	bash bench/run.sh

@@ -65,7 +65,7 @@ for p in completions_uv latency_uv timers_uv echo_uv; do
   # shellcheck disable=SC2086
   gcc "${CFLAGS[@]}" -o "$OUT/$p" "$B/$p.c" $UV -lpthread
 done
-for p in latency_efd queue_ring echo_epoll tcp_client; do
+for p in latency_efd fdlatency_epoll queue_ring echo_epoll tcp_client; do
   gcc "${CFLAGS[@]}" -o "$OUT/$p" "$B/$p.c" -lpthread
 done
 g++ -O2 -Wall -Wextra -o "$OUT/fibers_boost" "$B/fibers_boost.cpp" -lboost_fiber -lboost_context -lpthread
@@ -100,6 +100,8 @@ BENCHES=(
   "latency libasync latency_async $(n 5000)"
   "latency eventfd latency_efd $(n 5000)"
   "latency libuv latency_uv $(n 5000)"
+  "fdlatency libasync fdlatency_async $(n 5000)"
+  "fdlatency epoll fdlatency_epoll $(n 5000)"
   "queue_1p1c libasync queue_async 1 $(n 2000000)"
   "queue_1p1c ring queue_ring 1 $(n 2000000)"
   "queue_1p1c gochan go_chanqueue 1 $(n 2000000)"

@@ -26,6 +26,7 @@ int header_c99_probe(void)
     ev.completion_key = (uintptr_t)0;
     ev.data = (uintptr_t)0;
     ev.context = NULL;
+    USE(async_version);
     USE(async_version_string);
     USE(async_strerror);
     USE(async_last_error);
@@ -66,5 +67,6 @@ int header_c99_probe(void)
     USE(st);
     USE(ev);
     return (int)e + (int)qf + (int)ws + (int)b + ASYNC_OK + ASYNC_VERSION_MAJOR + ASYNC_VERSION_MINOR +
-           ASYNC_VERSION_PATCH + ASYNC_WORKER_RUNNING + ASYNC_QUEUE_DROP_OLDEST + ASYNC_QUEUE_BLOCK_WRITER;
+           ASYNC_VERSION_PATCH + ASYNC_VERSION_NUMBER + ASYNC_VERSION_AT_LEAST(0, 1, 0) + ASYNC_WORKER_RUNNING +
+           ASYNC_QUEUE_DROP_OLDEST + ASYNC_QUEUE_BLOCK_WRITER;
 }

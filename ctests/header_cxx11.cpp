@@ -21,6 +21,7 @@ int header_cxx11_probe()
     async_queue_stats_t st = async_queue_stats_t();
     async_worker_proc_t proc = nullptr;
     const char *(*ver)(void) = &async_version_string;
+    int (*vnum)(void) = &async_version;
     int (*wait)(async_runtime_t *, io_event_t *, int, int) = &async_runtime_wait;
     async_worker_t *(*create)(async_worker_proc_t, void *, size_t) = &async_worker_create;
     async_queue_t *(*qcreate)(size_t, size_t, async_queue_flags_t) = &async_queue_create;
@@ -28,6 +29,7 @@ int header_cxx11_probe()
     ev.event_type = ASYNC_EVENT_TIMER;
     (void)proc;
     (void)ver;
+    (void)vnum;
     (void)wait;
     (void)create;
     (void)qcreate;

@@ -26,7 +26,7 @@
  *  - "Blocks" means the calling thread may sleep. No other function blocks.
  *  - After fork() only the child's exec is supported: every call made in the
  *    child fails at once with ASYNC_E_FORKED (it never hangs), except
- *    async_version_string, async_strerror, async_last_error,
+ *    async_version, async_version_string, async_strerror, async_last_error,
  *    async_last_os_error, async_clear_error and async_worker_current, which
  *    work as usual, and async_fiber_current, which returns NULL (the child has
  *    no fibers, even when fork() was called on one), and async_fiber_yield
@@ -62,9 +62,22 @@ extern "C" {
 #define ASYNC_VERSION_MAJOR 0
 #define ASYNC_VERSION_MINOR 1
 #define ASYNC_VERSION_PATCH 0
+/* The header's version as one comparable number, MAJOR*10000 + MINOR*100 +
+ * PATCH (0.1.0 is 100, 1.2.3 is 10203); usable in #if. */
+#define ASYNC_VERSION_NUMBER (ASYNC_VERSION_MAJOR * 10000 + ASYNC_VERSION_MINOR * 100 + ASYNC_VERSION_PATCH)
+/* Non-zero when the header is version major.minor.patch or later; usable in
+ * #if: #if ASYNC_VERSION_AT_LEAST(0, 2, 0) ... #endif */
+#define ASYNC_VERSION_AT_LEAST(major, minor, patch)                                                          \
+    (ASYNC_VERSION_NUMBER >= (major) * 10000 + (minor) * 100 + (patch))
+
+/* The version of the library you run against (which may differ from the
+ * header's ASYNC_VERSION_NUMBER you compiled with), as MAJOR*10000 +
+ * MINOR*100 + PATCH. Thread-safe; never blocks; never fails; works as usual
+ * in a forked child. */
+int async_version(void);
 
 /* The library's version as "MAJOR.MINOR.PATCH". Never NULL; thread-safe;
- * never blocks. */
+ * never blocks; works as usual in a forked child. */
 const char *async_version_string(void);
 
 /* ------------------------------------------------------------------------ */
@@ -306,7 +319,7 @@ typedef int async_fd_t;
 #define ASYNC_EVENT_READ 0x01u       /* readable (or a listening socket has a connection) */
 #define ASYNC_EVENT_WRITE 0x02u      /* writable */
 #define ASYNC_EVENT_ERROR 0x04u      /* error condition on the fd */
-#define ASYNC_EVENT_CLOSE 0x08u      /* peer hung up (or the fd was closed) */
+#define ASYNC_EVENT_CLOSE 0x08u      /* hung up (or the fd was closed); see async_runtime_add */
 #define ASYNC_EVENT_COMPLETION 0x10u /* a posted completion */
 #define ASYNC_EVENT_TIMER 0x20u      /* a timer fired */
 
@@ -336,9 +349,17 @@ async_runtime_t *async_runtime_init(void);
  * on it returns -1 with ASYNC_E_CLOSED. Thread-safe; never blocks. */
 void async_runtime_deinit(async_runtime_t *rt);
 
-/* Watches fd for `events` (ASYNC_EVENT_READ and/or ASYNC_EVENT_WRITE, or 0;
- * ERROR and CLOSE are always reported and may be passed, they change
- * nothing). Level-triggered. `context` comes back in each io_event_t.
+/* Watches fd for `events` (ASYNC_EVENT_READ, ASYNC_EVENT_WRITE and
+ * ASYNC_EVENT_CLOSE, or 0; ERROR may be passed and changes nothing).
+ * Level-triggered. `context` comes back in each io_event_t.
+ * Errors and a hang-up of both sides (POLLHUP/EPOLLHUP: a pipe whose writer
+ * is gone, a socket shut both ways or reset) are always reported, as ERROR
+ * and CLOSE. A read-side hang-up alone (the peer's shutdown(SHUT_WR), or its
+ * close seen over TCP) is reported as CLOSE only when `events` has
+ * ASYNC_EVENT_CLOSE; data sent before it may still be unread, so with READ
+ * asked it comes as READ (read until it returns 0), and a READ|CLOSE event
+ * means: read what is left first. On kqueue and IOCP a peer's close and its
+ * shutdown(SHUT_WR) look alike: ask for CLOSE to hear of either without READ.
  * Errors: ASYNC_E_BADHANDLE, ASYNC_E_INVAL (other event bits), ASYNC_E_BADFD
  * (fd < 0, not open, or not pollable, e.g. a regular file with epoll),
  * ASYNC_E_EXISTS (already added), ASYNC_E_NOMEM, ASYNC_E_SYS, ASYNC_E_CLOSED
@@ -371,11 +392,14 @@ int async_runtime_remove(async_runtime_t *rt, async_fd_t fd);
  * timeout_ms: -1 forever, 0 poll, n > 0 at least n ms (rounded up to whole
  * ms; never a busy spin). Errors: ASYNC_E_BADHANDLE, ASYNC_E_INVAL (events
  * NULL, max_events < 1, timeout < -1), ASYNC_E_BUSY (another thread is
- * already waiting on this runtime), ASYNC_E_CLOSED (deinit during the wait),
- * ASYNC_E_STATE (called on a fiber with timeout_ms not 0: the wait would
- * block the fiber's worker thread; checked before the handle; run it with
- * async_fiber_blocking, or poll with 0). Call it from one thread at a time;
- * blocks (never on a fiber). */
+ * already waiting on this runtime: the loser fails at once, and every event
+ * is delivered to exactly one of the callers), ASYNC_E_CLOSED (deinit during
+ * the wait), ASYNC_E_STATE (called on a fiber with timeout_ms not 0: the wait
+ * would block the fiber's worker thread; checked before the handle; run it
+ * with async_fiber_blocking, or poll with 0). Out of memory it still
+ * delivers (its buffers are reserved at init; a large max_events may get
+ * fewer events per call) and never fails for memory. Call it from one thread
+ * at a time; blocks (never on a fiber). */
 int async_runtime_wait(async_runtime_t *rt, io_event_t *events, int max_events, int timeout_ms);
 
 /* Queues a completion (key and data delivered intact, exactly once, in FIFO
@@ -394,7 +418,8 @@ int async_runtime_wakeup(async_runtime_t *rt);
 /* Starts a timer that fires a TIMER event carrying `key` (and the timer id in
  * `data`) after delay_ms, then every repeat_ms if repeat_ms > 0 (without
  * drift: missed periods are skipped, not bunched). Returns the timer id
- * (never 0), or 0 on error: ASYNC_E_BADHANDLE, ASYNC_E_NOMEM, ASYNC_E_CLOSED
+ * (never 0), or 0 on error: ASYNC_E_BADHANDLE, ASYNC_E_NOMEM (timers are
+ * kept in C memory: out of memory is this error, never an abort), ASYNC_E_CLOSED
  * (deinit under way on another thread). A one-shot
  * timer's id is invalid once its event was returned by async_runtime_wait.
  * (On 32-bit platforms the id in io_event_t.data is truncated to uintptr_t.)
@@ -449,13 +474,32 @@ typedef struct async_chan_s async_chan_t;
  *              environment variable ASYNC_WORKERS overrides). 1..1024.
  *  stack_size: usable stack bytes per fiber, rounded up to the page size
  *              (default 64 KiB; ASYNC_FIBER_STACK_KB overrides). 16 KiB..1 GiB.
- *  guard_mode: how stack overflow is caught: 0 auto, 1 guard page installed
- *              with madvise(MADV_GUARD_INSTALL) (Linux >= 6.13), 2 guard page
- *              with mprotect (limited by vm.max_map_count: auto switches to
- *              3 beyond ~30000 stacks), 3 canary word checked at every
- *              switch. A guard-page hit prints "libasync: fiber stack
- *              overflow in fiber <id>" and aborts; a broken canary too, at
- *              the next switch. */
+ *  guard_mode: how stack overflow is caught:
+ *              0 auto: mode 1 where the kernel has it (not under valgrind),
+ *                else mode 2; never mode 3. Every stack is guarded: past
+ *                mode 2's budget a spawn fails with ASYNC_E_NOMEM.
+ *              1 guard page below every stack, madvise(MADV_GUARD_INSTALL)
+ *                (Linux >= 6.13; no limit but memory).
+ *              2 guard page with mprotect: one kernel mapping each, so at
+ *                most (vm.max_map_count - 5530) / 2 guarded stacks in the
+ *                process (30000 by default; 12000 under valgrind); past
+ *                that, ASYNC_E_NOMEM (ASYNC_FIBER_MPROTECT_MAX lowers it).
+ *              3 canaries (opt-in, no limit): 256 bytes at the bottom and
+ *                64 at the top of every stack, checked when a fiber switches
+ *                out, before it resumes and at exit, and at any fault.
+ *                Nothing stops a write: an overflow is found later, and one
+ *                whose writes skip every canary (a large frame that writes
+ *                only part of itself) or that hits a fiber running on
+ *                another worker at that moment can corrupt another fiber's
+ *                stack silently. For many fibers where a guard per stack
+ *                cannot be had and that risk is accepted.
+ *              In modes 1 and 2 a guard-page hit (or a fault just below the
+ *              running fiber's stack: a frame that jumped the guard) prints
+ *              "libasync: fiber stack overflow in fiber <id> (...)" to
+ *              stderr and aborts (SIGABRT); a broken canary does the same
+ *              when it is found. A frame larger than the guard page that
+ *              lands in another stack without faulting is not caught in any
+ *              mode: build with -fstack-clash-protection. */
 typedef struct {
     int workers;
     size_t stack_size;
@@ -487,7 +531,9 @@ typedef struct {
 /* Creates a scheduler and starts its worker threads (they sleep while there
  * is no work). cfg NULL uses the defaults. Errors: ASYNC_E_INVAL (a field out
  * of range), ASYNC_E_NOTSUP (guard_mode 1 on a kernel without
- * MADV_GUARD_INSTALL), ASYNC_E_NOMEM, ASYNC_E_SYS. Several schedulers may
+ * MADV_GUARD_INSTALL, or under valgrind), ASYNC_E_NOMEM (also: guard_mode 0
+ * or 2 and the process's mprotect guard budget is spent), ASYNC_E_SYS.
+ * Several schedulers may
  * exist at once. Thread-safe; never blocks. */
 async_sched_t *async_sched_create(const async_sched_config_t *cfg);
 
@@ -511,8 +557,17 @@ int async_sched_shutdown(async_sched_t *s, int timeout_ms);
 
 /* Shuts s down (as async_sched_shutdown(s, -1): waits for every fiber to
  * return), stops the workers, frees the handles of unjoined joinable fibers
- * and every resource. Must not be called on a worker thread
- * (ASYNC_E_STATE). Invalid handles are ignored (ASYNC_E_BADHANDLE).
+ * and every resource. In this order, also against calls racing it from
+ * other threads or fibers: (1) s enters shutdown: from here spawns on s fail
+ * with ASYNC_E_CANCELLED and parks of its fibers are cancelled; (2) every
+ * fiber whose spawn returned a handle (before or during this call, from any
+ * thread or fiber) runs and returns; (3) the handle s becomes invalid: later
+ * calls on s fail with ASYNC_E_BADHANDLE; (4) the calls on s in progress in
+ * other threads end (a join that was waiting returns 0 once its fiber
+ * returned; a join of one of s's fibers that begins after (1) on a plain
+ * thread or another scheduler's fiber fails with ASYNC_E_BADHANDLE); (5) the workers stop and the memory is freed. Must not
+ * be called on a worker thread (ASYNC_E_STATE). Invalid handles, and a
+ * second destroy racing the first, are ignored (ASYNC_E_BADHANDLE).
  * Thread-safe; blocks. */
 void async_sched_destroy(async_sched_t *s);
 
@@ -527,16 +582,27 @@ int async_sched_get_stats(async_sched_t *s, async_sched_stats_t *stats, async_sc
 /* Starts fn(arg) on a new fiber of s. flags: 0 or ASYNC_FIBER_JOINABLE. A
  * non-joinable fiber's handle becomes invalid when fn returns; a joinable
  * one's stays valid until async_fiber_join succeeds (or s is destroyed).
+ * A returned handle is a promise: fn runs (its parks are cancelled if s
+ * shuts down) and async_sched_destroy(s) waits for it. Once
+ * async_sched_shutdown(s) or async_sched_destroy(s) has put s into shutdown
+ * (their first step; every spawn that starts after either call returned, or
+ * after a park of s's fibers returned ASYNC_E_CANCELLED), spawns fail with
+ * ASYNC_E_CANCELLED; ASYNC_E_BADHANDLE once destroy has freed the handle.
+ * A spawn racing that step either fails or is accepted as above.
  * Errors: ASYNC_E_BADHANDLE, ASYNC_E_INVAL (fn NULL, unknown flags),
- * ASYNC_E_CANCELLED (s is shutting down), ASYNC_E_NOMEM. Thread-safe (also
- * from fibers of any scheduler); never blocks. */
+ * ASYNC_E_CANCELLED (s is shutting down), ASYNC_E_NOMEM (also when no
+ * guarded stack can be had: guard_mode 0 or 2 past the mprotect budget, see
+ * async_sched_config_t). Thread-safe (also from fibers of any scheduler);
+ * never blocks. */
 async_fiber_t *async_fiber_spawn(async_sched_t *s, void (*fn)(void *), void *arg, unsigned flags);
 
 /* Waits up to timeout_ms for a joinable fiber to return, then frees its
- * handle. Errors: ASYNC_E_BADHANDLE, ASYNC_E_INVAL (not joinable, bad
- * timeout), ASYNC_E_STATE (a fiber joining itself), ASYNC_E_BUSY (another
- * join is in progress), ASYNC_E_TIMEDOUT (the handle stays valid),
- * ASYNC_E_CANCELLED. Thread-safe; parks. */
+ * handle. Errors: ASYNC_E_BADHANDLE (also, on a plain thread or another
+ * scheduler's fiber, once async_sched_destroy of f's scheduler has begun,
+ * unless this join was already waiting: that one returns 0 when f returns), ASYNC_E_INVAL (not joinable, bad timeout),
+ * ASYNC_E_STATE (a fiber joining itself), ASYNC_E_BUSY (another join is in
+ * progress), ASYNC_E_TIMEDOUT (the handle stays valid), ASYNC_E_CANCELLED.
+ * Thread-safe; parks. */
 int async_fiber_join(async_fiber_t *f, int timeout_ms);
 
 /* Lets the other runnable fibers run; the caller stays runnable. On a plain

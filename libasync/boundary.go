@@ -1,8 +1,6 @@
 package libasync
 
 import (
-	"time"
-
 	"github.com/libasync/libasync/internal/boundary"
 	"github.com/libasync/libasync/port"
 )
@@ -11,12 +9,6 @@ import (
 func init() {
 	boundary.NewRuntime = func(p port.Poller, src boundary.Source, sh *boundary.Shared) (any, boundary.Hooks) {
 		rt := newRuntimeWithSource(p, src, sh)
-		return rt, boundary.Hooks{BeginWait: func(out []Event, timeout time.Duration) (boundary.Waiter, error) {
-			w, err := rt.beginWait(out, timeout)
-			if err != nil {
-				return nil, err
-			}
-			return w, nil
-		}}
+		return rt, boundary.Hooks{Step: rt.step, SetMem: rt.setMem}
 	}
 }

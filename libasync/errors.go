@@ -61,6 +61,7 @@ var (
 	ErrNotFound = &Error{ENotFound, "not registered"}
 	ErrBadFd    = &Error{EBadFd, "bad file descriptor"}
 	ErrNotSup   = &Error{ENotSup, "not supported"}
+	ErrNoMem    = &Error{ENoMem, "out of memory"}
 )
 
 // CodeOf returns the Code of err: OK for nil, ESys for errors that carry no
@@ -68,6 +69,9 @@ var (
 func CodeOf(err error) Code {
 	if err == nil {
 		return OK
+	}
+	if e, ok := err.(*Error); ok { // no allocation: see Runtime.SetMem
+		return e.Code
 	}
 	var e *Error
 	if errors.As(err, &e) {

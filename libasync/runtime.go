@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/libasync/libasync/internal/boundary"
 	"github.com/libasync/libasync/port"
@@ -23,8 +24,9 @@ const (
 
 // Event is one thing Wait reports: fd readiness (Fd >= 0, Context as given to
 // Add), a completion (Fd -1, Key and Data as posted) or a timer (Fd -1, Key,
-// Data = the timer id). Its fields are Fd int, Type uint32, Key, Data and
-// Context uintptr.
+// Data = the timer id).
+//
+// Its fields are Fd int, Type uint32, Key, Data and Context uintptr.
 type Event = boundary.Event
 
 type completion struct{ key, data uintptr }
@@ -52,7 +54,6 @@ type fdReg struct {
 // no syscall at all.
 type Runtime struct {
 	poller port.Poller
-	start  time.Time
 
 	mu       sync.Mutex // pending, closed (for posters)
 	pending  []completion
@@ -60,10 +61,11 @@ type Runtime struct {
 	closed   bool
 	shut     atomic.Bool
 
-	sh     *boundary.Shared // the sleep flag and what a fast path outside Go needs
-	shBox  boundary.Shared
-	src    boundary.Source
-	wakeAt atomic.Int64 // tick the sleeping waiter will wake at (MaxInt64: never)
+	sh    *boundary.Shared // the sleep flag and what a wait driven outside Go needs
+	shBox boundary.Shared
+	src   boundary.Source
+
+	mem boundary.Mem // see setMem
 
 	waitMu sync.Mutex // held by the one waiter
 	wcall  waitCall
@@ -76,9 +78,8 @@ type Runtime struct {
 	wheel *wheel
 	tver  atomic.Uint64 // bumped by AddTimer: a sleeping waiter's plan is stale
 
-	cmu    sync.RWMutex // fd contexts
-	ctx    map[int]fdReg
-	regSeq atomic.Uint64 // bumped by every Add, Modify and Remove
+	cmu sync.RWMutex // fd contexts
+	ctx map[int]fdReg
 }
 
 // Fd polls may be skipped while completions or timers are ready (a poll is a
@@ -103,9 +104,10 @@ func NewRuntime() (*Runtime, error) {
 
 // NewRuntimeWith makes a runtime on the given poller, which it then owns.
 func NewRuntimeWith(p port.Poller) *Runtime {
-	rt := &Runtime{poller: p, start: time.Now(), wheel: newWheel(), ctx: map[int]fdReg{}}
+	rt := &Runtime{poller: p, wheel: newWheel(), ctx: map[int]fdReg{}}
 	rt.sh = &rt.shBox
 	rt.sh.GoWork = 1
+	rt.sh.Start = nanotime()
 	return rt
 }
 
@@ -115,9 +117,41 @@ func NewRuntimeWith(p port.Poller) *Runtime {
 // boundary reaches it through boundary.NewRuntime (boundary.go).
 func newRuntimeWithSource(p port.Poller, src boundary.Source, sh *boundary.Shared) *Runtime {
 	rt := NewRuntimeWith(p)
-	*sh = boundary.Shared{GoWork: 1}
+	*sh = boundary.Shared{GoWork: 1, Start: rt.sh.Start, NextDue: math.MaxInt64, WakeAt: math.MaxInt64}
 	rt.src, rt.sh = src, sh
 	return rt
+}
+
+// setMem makes the runtime keep what grows with use (the timer slab, the
+// poller's event buffer) in m, and reserves a poller buffer for reserve
+// events, so that running out of memory is an error (AddTimer: ErrNoMem)
+// or a shorter batch (Wait delivers with the buffer it has), never an
+// abort. Call it before any other method. ErrNoMem if the reservation
+// fails.
+func (rt *Runtime) setMem(m boundary.Mem, reserve int) error {
+	rt.mem = m
+	rt.wheel.mem = m
+	if !rt.growEvbuf(reserve) {
+		return ErrNoMem
+	}
+	return nil
+}
+
+// growEvbuf makes the poller buffer hold n events (in rt.mem if set).
+func (rt *Runtime) growEvbuf(n int) bool {
+	if cap(rt.evbuf) >= n {
+		return true
+	}
+	if rt.mem == nil {
+		rt.evbuf = make([]port.Event, n)
+		return true
+	}
+	p := rt.mem.Realloc(unsafe.Pointer(unsafe.SliceData(rt.evbuf)), uintptr(n)*unsafe.Sizeof(port.Event{}))
+	if p == nil {
+		return false
+	}
+	rt.evbuf = unsafe.Slice((*port.Event)(p), n)
+	return true
 }
 
 func mapPortErr(err error) error {
@@ -138,8 +172,9 @@ func mapPortErr(err error) error {
 
 const fdEventMask = EventRead | EventWrite | EventError | EventClose
 
-// Add watches fd for events (EventRead|EventWrite; error and close are
-// always reported); ctx comes back in its events.
+// Add watches fd for events (EventRead|EventWrite|EventClose; errors and a
+// hang-up of both sides are always reported, a read-side hang-up alone only
+// with EventClose: see port.Poller); ctx comes back in its events.
 func (rt *Runtime) Add(fd int, events uint32, ctx uintptr) error {
 	if events&^fdEventMask != 0 {
 		return ErrInval
@@ -155,7 +190,7 @@ func (rt *Runtime) Add(fd int, events uint32, ctx uintptr) error {
 	if _, ok := rt.ctx[fd]; !ok {
 		atomic.AddInt64(&rt.sh.Nfds, 1)
 	}
-	rt.ctx[fd] = fdReg{ctx, rt.regSeq.Add(1)}
+	rt.ctx[fd] = fdReg{ctx, atomic.AddUint64(&rt.sh.RegSeq, 1)}
 	return nil
 }
 
@@ -173,7 +208,7 @@ func (rt *Runtime) Modify(fd int, events uint32) error {
 		return err
 	}
 	if r, ok := rt.ctx[fd]; ok {
-		r.seq = rt.regSeq.Add(1)
+		r.seq = atomic.AddUint64(&rt.sh.RegSeq, 1)
 		rt.ctx[fd] = r
 	}
 	return nil
@@ -194,7 +229,7 @@ func (rt *Runtime) Remove(fd int) error {
 	if _, ok := rt.ctx[fd]; ok {
 		atomic.AddInt64(&rt.sh.Nfds, -1)
 		delete(rt.ctx, fd)
-		rt.regSeq.Add(1)
+		atomic.AddUint64(&rt.sh.RegSeq, 1)
 	}
 	return err
 }
@@ -227,8 +262,10 @@ func (rt *Runtime) Wakeup() error {
 }
 
 // now is the current tick: whole milliseconds since the runtime started.
+// The clock is the monotonic one that C code outside Go reads too
+// (CLOCK_MONOTONIC on Linux), from the one origin Shared.Start.
 func (rt *Runtime) now() (tick uint64, ns int64) {
-	ns = int64(time.Since(rt.start))
+	ns = nanotime() - rt.sh.Start
 	return uint64(ns / 1e6), ns
 }
 
@@ -247,11 +284,15 @@ func (rt *Runtime) AddTimer(delay, period uint64, key uintptr) (uint64, error) {
 		return 0, ErrClosed
 	}
 	id := rt.wheel.add(due, period, key)
+	if id == 0 {
+		rt.tmu.Unlock()
+		return 0, ErrNoMem
+	}
 	rt.tver.Add(1)
 	rt.tmu.Unlock()
 	atomic.StoreInt32(&rt.sh.GoWork, 1) // NextDue may be later than this timer
 	// Wake a sleeping waiter whose sleep would outlast this timer.
-	if atomic.LoadInt32(&rt.sh.Sleeping) != 0 && due < uint64(rt.wakeAt.Load()) &&
+	if atomic.LoadInt32(&rt.sh.Sleeping) != 0 && due < uint64(atomic.LoadInt64(&rt.sh.WakeAt))/1e6 &&
 		atomic.CompareAndSwapInt32(&rt.sh.Sleeping, 1, 0) {
 		_ = rt.poller.Ring()
 	}
@@ -295,12 +336,12 @@ func (rt *Runtime) Wait(out []Event, timeout time.Duration) (int, error) {
 	}
 }
 
-// waitCall is one Wait taken apart (a boundary.Waiter), so that the
-// blocking part can be done by someone else: the C boundary sleeps in
-// epoll_wait itself, outside Go (see port.RawPoller), which spares a blocked
-// host thread Go's syscall bookkeeping. Use: beginWait, then loop { Prepare;
-// poll for ms if asked, into Buf; Finish } until Finish says done; then End.
-// Only the goroutine or thread that called beginWait may use it.
+// waitCall is one Wait taken apart, so that the blocking part can be done
+// by someone else: the C boundary sleeps in epoll_wait itself, outside Go
+// (see port.RawPoller), which spares a blocked host thread Go's syscall
+// bookkeeping. Use: beginWait, then loop { Prepare; poll for ms if asked,
+// into Buf; Finish } until Finish says done; then End. Only the goroutine or
+// thread that called beginWait may use it.
 type waitCall struct {
 	rt       *Runtime
 	out      []Event
@@ -328,8 +369,14 @@ func (rt *Runtime) beginWait(out []Event, timeout time.Duration) (*waitCall, err
 		_, ns := rt.now()
 		w.deadline = ns + int64(timeout)
 	}
-	if cap(rt.evbuf) < len(out) {
-		rt.evbuf = make([]port.Event, len(out))
+	if !rt.growEvbuf(len(out)) {
+		// Out of memory: deliver with the buffer there is (setMem
+		// reserved one), fewer events per call.
+		if cap(rt.evbuf) == 0 {
+			rt.waitMu.Unlock()
+			return nil, ErrNoMem
+		}
+		w.out = out[:cap(rt.evbuf)]
 	}
 	return w, nil
 }
@@ -338,12 +385,19 @@ func (rt *Runtime) beginWait(out []Event, timeout time.Duration) (*waitCall, err
 func (w *waitCall) Buf() []port.Event { return w.rt.evbuf[:len(w.out)] }
 
 // End finishes the wait; the waitCall must not be used afterwards. It
-// publishes in boundary.Shared what the fast path outside Go needs: whether work was
+// publishes in Shared what the fast path outside Go needs: whether work was
 // left here (GoWork; Prepare cleared it, Post and AddTimer set it) and when
 // the next timer is due.
 func (w *waitCall) End() {
 	rt := w.rt
 	w.rt = nil
+	rt.publish()
+	rt.waitMu.Unlock()
+}
+
+// publish stores in Shared whether work was left in Go (GoWork) and when the
+// next timer is due (NextDue), for the wait outside Go. Waiter only.
+func (rt *Runtime) publish() {
 	rt.tmu.Lock()
 	ready := rt.wheel.nready > 0
 	due := int64(math.MaxInt64)
@@ -355,7 +409,6 @@ func (w *waitCall) End() {
 	if ready || rt.bhead < len(rt.batch) || rt.npending.Load() != 0 {
 		atomic.StoreInt32(&rt.sh.GoWork, 1)
 	}
-	rt.waitMu.Unlock()
 }
 
 // Prepare advances the timers and says how long the poller may block (ms:
@@ -368,7 +421,7 @@ func (w *waitCall) Prepare() (ms int, poll bool) {
 	atomic.StoreInt32(&rt.sh.GoWork, 0)
 	tick, ns := rt.now()
 	w.ns = ns
-	w.regSeq = rt.regSeq.Load() // before the poll: see fdReg
+	w.regSeq = atomic.LoadUint64(&rt.sh.RegSeq) // before the poll: see fdReg
 	rt.tmu.Lock()
 	rt.wheel.advance(tick)
 	haveTimers := rt.wheel.nready > 0
@@ -389,13 +442,9 @@ func (w *waitCall) Prepare() (ms int, poll bool) {
 			ms = msUntil(wake - ns)
 		}
 		if ms != 0 {
-			if wake == math.MaxInt64 {
-				rt.wakeAt.Store(math.MaxInt64)
-			} else {
-				rt.wakeAt.Store(wake / 1e6)
-			}
+			atomic.StoreInt64(&rt.sh.WakeAt, wake)
 			atomic.StoreInt32(&rt.sh.Sleeping, 1)
-			// Dekker with Post, AddTimer and the source's feeders: after
+			// Dekker with Post, AddTimer and the Source's feeders: after
 			// announcing sleep, look again for what they may have added.
 			if rt.npending.Load() != 0 || rt.tver.Load() != tver || (rt.src != nil && rt.src.Pending()) {
 				atomic.StoreInt32(&rt.sh.Sleeping, 0)
@@ -432,7 +481,7 @@ func (w *waitCall) Finish(nfd int, res port.WaitResult, perr error, polled bool)
 	if perr != nil {
 		return 0, true, mapPortErr(perr)
 	}
-	n = rt.collect(w.out, rt.evbuf[:nfd], w.regSeq)
+	n = rt.collect(w.out, rt.evbuf[:nfd], w.regSeq, true)
 	if n > 0 || res.Woken || res.Interrupted || w.timeout == 0 {
 		return n, true, nil
 	}
@@ -443,6 +492,38 @@ func (w *waitCall) Finish(nfd int, res port.WaitResult, perr error, polled bool)
 	}
 	// Only a doorbell, a cascade or an early poller return: go on.
 	return 0, false, nil
+}
+
+// step is the Go part of a wait driven from outside Go (the C boundary's
+// async_runtime_wait on a RawPoller): that caller sleeps on Shared.RawFD
+// itself, drains the doorbell and hands out the Source's entries itself, and
+// calls step only when fd events were harvested (fds, by a poll that began
+// when Shared.RegSeq was regSeq) or Go may have work (GoWork, or a timer due
+// at Shared.NextDue). step advances the timers, collects fd events, expired
+// timers and Post's completions into out (not the Source's), and publishes
+// GoWork and NextDue again. It never blocks. ErrBusy if a Wait of the Go API
+// runs; ErrClosed after Close.
+func (rt *Runtime) step(out []Event, fds []port.Event, regSeq uint64) (int, error) {
+	if !rt.waitMu.TryLock() {
+		return 0, ErrBusy
+	}
+	defer rt.waitMu.Unlock()
+	if rt.shut.Load() {
+		return 0, ErrClosed
+	}
+	// Cleared before looking at the timers and Post's queue: whatever is
+	// added after this sets it again.
+	atomic.StoreInt32(&rt.sh.GoWork, 0)
+	tick, _ := rt.now()
+	rt.tmu.Lock()
+	rt.wheel.advance(tick)
+	rt.tmu.Unlock()
+	n := 0
+	if len(out) > 0 {
+		n = rt.collect(out, fds, regSeq, false)
+	}
+	rt.publish()
+	return n, nil
 }
 
 // msUntil converts a positive delay in ns to whole ms, rounding up, so a
@@ -460,7 +541,7 @@ func msUntil(ns int64) int {
 
 // collect fills out from the three sources, rotating which goes first so
 // that none can starve the others when out is small.
-func (rt *Runtime) collect(out []Event, fds []port.Event, regSeq uint64) int {
+func (rt *Runtime) collect(out []Event, fds []port.Event, regSeq uint64, withSrc bool) int {
 	n := 0
 	rt.rot++
 	for k := 0; k < 3 && n < len(out); k++ {
@@ -494,7 +575,7 @@ func (rt *Runtime) collect(out []Event, fds []port.Event, regSeq uint64) int {
 			rt.tmu.Unlock()
 		case 2:
 			n = rt.takeCompletions(out, n)
-			if rt.src != nil && n < len(out) {
+			if withSrc && rt.src != nil && n < len(out) {
 				k := rt.src.Take(out[n:])
 				for i := n; i < n+k; i++ {
 					out[i].Fd, out[i].Type, out[i].Context = -1, EventCompletion, 0
@@ -549,7 +630,12 @@ func (rt *Runtime) Close() error {
 	_ = rt.poller.Ring()
 	rt.waitMu.Lock() // the waiter, if any, has left
 	rt.batch = nil
+	rt.wheel.freeMem()
 	rt.wheel = newWheel()
+	if rt.mem != nil {
+		rt.mem.Free(unsafe.Pointer(unsafe.SliceData(rt.evbuf)))
+		rt.evbuf = nil
+	}
 	rt.waitMu.Unlock()
 	return mapPortErr(rt.poller.Close())
 }

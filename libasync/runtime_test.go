@@ -2,8 +2,10 @@ package libasync
 
 import (
 	"errors"
+	"math"
 	"math/rand"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -343,4 +345,64 @@ func TestWheelHugePeriodNeverRefires(t *testing.T) {
 	if !w.cancel(id) {
 		t.Fatal("a repeating timer must stay cancellable")
 	}
+}
+
+// Step, the Go part of a wait driven from outside Go, hands out expired
+// timers and Go-side posts, never the Source's entries, and publishes in
+// Shared when Go next has work: GoWork and NextDue.
+func TestStepPublishesGoWorkAndNextDue(t *testing.T) {
+	backends(t, func(t *testing.T, rt *Runtime) {
+		out := make([]Event, 4)
+		if n, err := rt.step(out, nil, 0); err != nil || n != 0 {
+			t.Fatalf("idle Step = %d, %v; want 0, nil", n, err)
+		}
+		if g := atomic.LoadInt32(&rt.sh.GoWork); g != 0 {
+			t.Fatalf("GoWork = %d after an idle Step, want 0", g)
+		}
+		if d := atomic.LoadInt64(&rt.sh.NextDue); d != math.MaxInt64 {
+			t.Fatalf("NextDue = %d with no timer, want MaxInt64", d)
+		}
+		id, err := rt.AddTimer(20, 0, 7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g := atomic.LoadInt32(&rt.sh.GoWork); g != 1 {
+			t.Fatalf("GoWork = %d after AddTimer, want 1", g)
+		}
+		if n, _ := rt.step(out, nil, 0); n != 0 {
+			t.Fatalf("Step before the timer is due returned %d events", n)
+		}
+		due := atomic.LoadInt64(&rt.sh.NextDue)
+		if _, now := rt.now(); due < now+15e6 || due > now+25e6 {
+			t.Fatalf("NextDue = %d ns, now %d: want about 20 ms ahead", due, now)
+		}
+		for {
+			if _, now := rt.now(); now >= due {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if err := rt.Post(3, 4); err != nil {
+			t.Fatal(err)
+		}
+		n, err := rt.step(out, nil, 0)
+		if err != nil || n != 2 {
+			t.Fatalf("Step after the due time = %d, %v; want the timer and the post", n, err)
+		}
+		var sawTimer, sawPost bool
+		for _, e := range out[:n] {
+			sawTimer = sawTimer || (e.Type == EventTimer && e.Key == 7 && e.Data == uintptr(id))
+			sawPost = sawPost || (e.Type == EventCompletion && e.Key == 3 && e.Data == 4)
+		}
+		if !sawTimer || !sawPost {
+			t.Fatalf("events %+v: want timer key 7 and completion 3/4", out[:n])
+		}
+		if d := atomic.LoadInt64(&rt.sh.NextDue); d != math.MaxInt64 {
+			t.Fatalf("NextDue = %d after the one-shot fired, want MaxInt64", d)
+		}
+		rt.Close()
+		if _, err := rt.step(out, nil, 0); err != ErrClosed {
+			t.Fatalf("Step after Close: %v, want ErrClosed", err)
+		}
+	})
 }

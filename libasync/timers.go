@@ -3,6 +3,9 @@ package libasync
 import (
 	"math"
 	"math/bits"
+	"unsafe"
+
+	"github.com/libasync/libasync/internal/boundary"
 )
 
 // A hierarchical timing wheel with 1 ms ticks: 6 levels of 64 slots cover
@@ -50,6 +53,7 @@ type wheel struct {
 	ready    timerList
 	nready   int
 	live     int
+	mem      boundary.Mem // nil: slab and free list live in the Go heap
 }
 
 func newWheel() *wheel {
@@ -103,13 +107,17 @@ func (w *wheel) unlink(l *timerList, i int32) {
 	e.prev, e.next = nilTimer, nilTimer
 }
 
-// add schedules a timer due at tick expiry and returns its id.
+// add schedules a timer due at tick expiry and returns its id, or 0 when
+// the slab could not grow (only with a Mem: the Go heap cannot fail softly).
 func (w *wheel) add(expiry, period uint64, key uintptr) uint64 {
 	var i int32
 	if n := len(w.free); n > 0 {
 		i = w.free[n-1]
 		w.free = w.free[:n-1]
 	} else {
+		if len(w.slab) == cap(w.slab) && w.mem != nil && !w.grow() {
+			return 0
+		}
 		w.slab = append(w.slab, timerEntry{})
 		i = int32(len(w.slab) - 1)
 	}
@@ -122,6 +130,42 @@ func (w *wheel) add(expiry, period uint64, key uintptr) uint64 {
 	w.live++
 	w.place(i)
 	return timerID(i, e.gen)
+}
+
+// grow doubles the slab in w.mem. The free list grows first to the same
+// capacity: it never holds more entries than the slab, so release and pop
+// append to it without allocating.
+func (w *wheel) grow() bool {
+	n := 2 * cap(w.slab)
+	if n < 64 {
+		n = 64
+	}
+	if n > math.MaxInt32 {
+		return false
+	}
+	if cap(w.free) < n {
+		p := w.mem.Realloc(unsafe.Pointer(unsafe.SliceData(w.free)), uintptr(n)*unsafe.Sizeof(int32(0)))
+		if p == nil {
+			return false
+		}
+		w.free = unsafe.Slice((*int32)(p), n)[:len(w.free)]
+	}
+	p := w.mem.Realloc(unsafe.Pointer(unsafe.SliceData(w.slab)), uintptr(n)*unsafe.Sizeof(timerEntry{}))
+	if p == nil {
+		return false
+	}
+	w.slab = unsafe.Slice((*timerEntry)(p), n)[:len(w.slab)]
+	return true
+}
+
+// freeMem returns the memory of a wheel whose slab lives in w.mem.
+func (w *wheel) freeMem() {
+	if w.mem == nil {
+		return
+	}
+	w.mem.Free(unsafe.Pointer(unsafe.SliceData(w.slab)))
+	w.mem.Free(unsafe.Pointer(unsafe.SliceData(w.free)))
+	w.slab, w.free = nil, nil
 }
 
 // place puts timer i in its wheel slot, or in the ready list if it is due.

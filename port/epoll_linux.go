@@ -63,8 +63,15 @@ func newEpoll() (Poller, error) {
 
 func (p *epollPoller) Name() string { return "epoll" }
 
+// epollBits asks for EPOLLRDHUP (the peer's read-side hang-up, e.g. its
+// shutdown(SHUT_WR)) only when the registration asked for EventClose: data
+// may still be unread then, and a caller that checks CLOSE first would drop
+// it. EPOLLHUP (both sides hung up) and EPOLLERR always come.
 func epollBits(events uint32) uint32 {
-	bits := uint32(unix.EPOLLRDHUP)
+	var bits uint32
+	if events&EventClose != 0 {
+		bits |= unix.EPOLLRDHUP
+	}
 	if events&EventRead != 0 {
 		bits |= unix.EPOLLIN
 	}

@@ -71,7 +71,7 @@ const afdGroupSize = 32
 type afdSock struct {
 	fd      int
 	base    windows.Handle // the base provider socket (under any LSP)
-	want    uint32         // EventRead|EventWrite
+	want    uint32         // EventRead|EventWrite|EventClose
 	group   *afdGroup
 	pending bool   // a poll is outstanding
 	polled  uint32 // the AFD events it asked for
@@ -233,6 +233,11 @@ func (p *iocpPoller) group() (*afdGroup, error) {
 
 func afdMask(want uint32) uint32 {
 	m := uint32(afdPollAlways)
+	if want&(EventRead|EventClose) == 0 {
+		// The peer's disconnect (its shutdown(SD_SEND) or close, which
+		// AFD does not tell apart) is READ if asked, CLOSE if asked.
+		m &^= afdPollDisconnect
+	}
 	if want&EventRead != 0 {
 		m |= afdPollReceive | afdPollAccept
 	}
@@ -318,7 +323,7 @@ func (p *iocpPoller) Add(fd int, events uint32) error {
 	if err != nil {
 		return err
 	}
-	s := &afdSock{fd: fd, base: base, want: events & (EventRead | EventWrite), group: g}
+	s := &afdSock{fd: fd, base: base, want: events & (EventRead | EventWrite | EventClose), group: g}
 	g.n++
 	if err := p.submit(s); err != nil {
 		p.release(s)
@@ -353,7 +358,7 @@ func (p *iocpPoller) Modify(fd int, events uint32) error {
 		p.forget(s) // closed while registered: forgotten, as epoll does
 		return ErrBadFd
 	}
-	s.want = events & (EventRead | EventWrite)
+	s.want = events & (EventRead | EventWrite | EventClose)
 	// A poll that asked for fewer events than now wanted is cancelled; its
 	// packet makes the waiter poll again with the new set. One that asked
 	// for more stays: unwanted events are filtered when it completes.
@@ -445,7 +450,12 @@ func (p *iocpPoller) decode(s *afdSock) uint32 {
 		bits |= EventWrite
 	}
 	if afd&afdPollDisconnect != 0 {
-		bits |= EventRead | EventClose // like EPOLLIN|EPOLLRDHUP: recv returns 0
+		// The read-side hang-up: recv returns 0 (READ); CLOSE only when
+		// the registration asked for it, as EPOLLRDHUP on epoll.
+		bits |= EventRead
+		if s.want&EventClose != 0 {
+			bits |= EventClose
+		}
 	}
 	if afd&afdPollAbort != 0 {
 		bits |= EventRead | EventClose | EventError

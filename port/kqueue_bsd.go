@@ -50,7 +50,7 @@ type kqueuePoller struct {
 }
 
 type kqReg struct {
-	events   uint32 // EventRead|EventWrite
+	events   uint32 // EventRead|EventWrite|EventClose
 	hup      bool   // the sentinel saw EOF and is now level-triggered
 	dev, ino uint64 // the open file (see Add)
 }
@@ -161,7 +161,7 @@ func (p *kqueuePoller) Add(fd int, events uint32) error {
 		return ErrExists
 	}
 	delete(p.regs, fd)
-	r := &kqReg{events: events & (EventRead | EventWrite), dev: dev, ino: ino}
+	r := &kqReg{events: events & (EventRead | EventWrite | EventClose), dev: dev, ino: ino}
 	if err := p.change(fd, unix.EVFILT_READ, r.readFlags()); err != nil {
 		return portErr(err)
 	}
@@ -188,8 +188,8 @@ func (p *kqueuePoller) Modify(fd int, events uint32) error {
 	if err != nil {
 		return err
 	}
-	nr := &kqReg{events: events & (EventRead | EventWrite), dev: r.dev, ino: r.ino}
-	if r.events&EventRead == 0 && nr.events&EventRead == 0 {
+	nr := &kqReg{events: events & (EventRead | EventWrite | EventClose), dev: r.dev, ino: r.ino}
+	if r.events&EventRead == 0 && nr.events&EventRead == 0 && nr.events&EventClose != 0 {
 		nr.hup = r.hup // the sentinel stays as it is
 	}
 	if nr.readFlags() != r.readFlags() {
@@ -284,10 +284,16 @@ func (p *kqueuePoller) Wait(evs []Event, timeoutMs int) (int, WaitResult, error)
 		var bits uint32
 		switch filter {
 		case unix.EVFILT_READ:
+			// EOF on the read side is the peer's shutdown(SHUT_WR) or
+			// close: CLOSE only when asked for (data may still be
+			// unread; READ reports it anyway), or with an error.
+			if eof && reg.events&EventClose == 0 && e.Fflags == 0 {
+				eof = false
+			}
 			if reg.events&EventRead != 0 {
 				bits |= EventRead
 			} else if !eof {
-				continue // the sentinel saw data, not a hang-up
+				continue // the sentinel saw data, or an unasked hang-up
 			} else if !reg.hup {
 				p.rearm = append(p.rearm, fd)
 			}

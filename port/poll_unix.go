@@ -88,7 +88,7 @@ func (p *pollPoller) change(fd int, events uint32, op int) error {
 		// Not present, or present for a file that was closed since and
 		// whose number now names another: (re)register.
 		p.seq++
-		p.regs[fd] = pollReg{events & (EventRead | EventWrite), dev, ino, p.seq}
+		p.regs[fd] = pollReg{events & (EventRead | EventWrite | EventClose), dev, ino, p.seq}
 	case opMod:
 		if !present || fd == p.rfd || fd == p.wfd {
 			p.mu.Unlock()
@@ -97,7 +97,7 @@ func (p *pollPoller) change(fd int, events uint32, op int) error {
 			}
 			return ErrNotFound
 		}
-		reg.events = events & (EventRead | EventWrite)
+		reg.events = events & (EventRead | EventWrite | EventClose)
 		p.regs[fd] = reg
 	case opDel:
 		if !present || fd == p.rfd || fd == p.wfd {
@@ -148,7 +148,12 @@ func (p *pollPoller) rebuild() {
 		if ev&EventWrite != 0 {
 			bits |= unix.POLLOUT
 		}
-		p.fds = append(p.fds, unix.PollFd{Fd: int32(fd), Events: bits | pollRdHup})
+		if ev&EventClose != 0 {
+			// The read-side hang-up only when asked for (see epollBits);
+			// POLLHUP and POLLERR always come.
+			bits |= pollRdHup
+		}
+		p.fds = append(p.fds, unix.PollFd{Fd: int32(fd), Events: bits})
 		p.seqs = append(p.seqs, reg.seq)
 	}
 	p.dirty = false

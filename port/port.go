@@ -58,8 +58,10 @@ var (
 
 // Poller is a readiness poller with a doorbell.
 type Poller interface {
-	// Add starts watching fd for events (EventRead|EventWrite; error and
-	// close are always reported).
+	// Add starts watching fd for events (EventRead|EventWrite|EventClose).
+	// Errors and a hang-up of both sides are always reported; a read-side
+	// hang-up alone (the peer's shutdown(SHUT_WR)) is EventClose only when
+	// EventClose was asked for (data may still be unread).
 	Add(fd int, events uint32) error
 	// Modify changes the watched events of a registered fd.
 	Modify(fd int, events uint32) error

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Installs what building and testing libasync needs, when it is missing:
-# cmake (and a C/C++ compiler) from Debian's packages. Go must already be on
-# PATH. CI runs as root; as another user, this says what to install instead.
+# cmake, pkg-config (make test-install) and a C/C++ compiler from Debian's
+# packages. Go must already be on PATH. CI runs as root; as another user,
+# this says what to install instead.
 set -euo pipefail
 need=()
 command -v cmake >/dev/null 2>&1 || need+=(cmake)
 command -v gcc >/dev/null 2>&1 || need+=(gcc)
 command -v g++ >/dev/null 2>&1 || need+=(g++)
 command -v make >/dev/null 2>&1 || need+=(make)
+command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 for pkg in "$@"; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done

@@ -6,7 +6,7 @@
 package boundary
 
 import (
-	"time"
+	"unsafe"
 
 	"github.com/libasync/libasync/port"
 )
@@ -27,13 +27,16 @@ type Event struct {
 // may live in C memory; every access is atomic. Times are ns since the
 // runtime started (the monotonic clock).
 type Shared struct {
-	Sleeping int32 // 1 while the waiter may block in the poller (see Source)
-	GoWork   int32 // 1: completions from Post or expired timers may be ready
-	Skipped  int32 // fd polls skipped in a row while other work was ready
-	_        int32
-	LastPoll int64 // when the fds were last polled
-	NextDue  int64 // no timer is due before this (MaxInt64: none); valid while GoWork is 0
-	Nfds     int64 // registrations (an upper bound: epoll forgets closed fds)
+	Sleeping int32  // 1 while the waiter may block in the poller (see Source)
+	GoWork   int32  // 1: completions from Post or expired timers may be ready
+	Skipped  int32  // fd polls skipped in a row while other work was ready
+	RawFD    int32  // the descriptor a wait driven outside Go sleeps on (see Step)
+	LastPoll int64  // when the fds were last polled
+	NextDue  int64  // no timer is due before this (MaxInt64: none); valid while GoWork is 0
+	Nfds     int64  // registrations (an upper bound: epoll forgets closed fds)
+	RegSeq   uint64 // bumped by every Add, Modify and Remove (see fdReg)
+	WakeAt   int64  // when the sleeping waiter wakes by itself (MaxInt64: never)
+	Start    int64  // the runtime's clock origin: monotonic ns (runtime.nanotime)
 }
 
 // Source is a queue of completions kept outside the runtime, drained by Wait
@@ -52,27 +55,26 @@ type Source interface {
 	Take(out []Event) int
 }
 
-// Waiter is one libasync Runtime.Wait taken apart. Use: loop { Prepare;
-// poll for ms if asked, into Buf; Finish } until Finish says done; then End.
-// Only the thread that began it may use it.
-type Waiter interface {
-	// Buf is where the poller's events go (len: as many as out can take).
-	Buf() []port.Event
-	// Prepare advances the timers and says how long the poller may block
-	// (ms: -1 forever), or poll false when there is no need to poll.
-	Prepare() (ms int, poll bool)
-	// Finish takes the poller's result (nfd events in Buf, or polled false
-	// when Prepare said not to poll) and collects events into out; done
-	// says the wait is over.
-	Finish(nfd int, res port.WaitResult, perr error, polled bool) (n int, done bool, err error)
-	// End finishes the wait and publishes what the fast path needs.
-	End()
+// Mem is memory outside the Go heap (C's malloc, for the C boundary). The Go
+// runtime cannot fail an allocation softly: when the address space runs out
+// it aborts the process. Realloc resizes the block at p (nil: a new block)
+// to size bytes and returns it, or nil if memory ran out (p is then left
+// as it was); Free releases a block (nil is a no-op).
+type Mem interface {
+	Realloc(p unsafe.Pointer, size uintptr) unsafe.Pointer
+	Free(p unsafe.Pointer)
 }
 
 // Hooks are what the C boundary needs of a runtime beyond libasync's API.
 type Hooks struct {
-	// BeginWait starts a wait (libasync.ErrBusy if another is in progress).
-	BeginWait func(out []Event, timeout time.Duration) (Waiter, error)
+	// Step is one wait driven from outside Go (libasync's Runtime.step): it
+	// advances the timers, collects fd events (fds, harvested by a poll
+	// that began when Shared.RegSeq was regSeq), expired timers and Post's
+	// completions into out, and publishes GoWork and NextDue. Never blocks.
+	Step func(out []Event, fds []port.Event, regSeq uint64) (int, error)
+	// SetMem keeps what grows with use in m and reserves a poller buffer
+	// for reserve events (libasync's Runtime.setMem); call it first.
+	SetMem func(m Mem, reserve int) error
 }
 
 // NewRuntime makes a *libasync.Runtime on p that also drains src, with sh

@@ -8,6 +8,10 @@
 #define LA_STR2(x) #x
 #define LA_STR(x) LA_STR2(x)
 
+int async_version(void) {
+    return ASYNC_VERSION_NUMBER;
+}
+
 const char *async_version_string(void) {
     return LA_STR(ASYNC_VERSION_MAJOR) "." LA_STR(ASYNC_VERSION_MINOR) "." LA_STR(ASYNC_VERSION_PATCH);
 }

@@ -227,13 +227,24 @@ void async_sched_destroy(async_sched_t *sh) {
         la_set_error(ASYNC_E_STATE);
         return;
     }
-    la_sched_put(s);
-    if (la_handle_free(s->handle, LA_T_SCHED) != s) {
+    int z = 0;
+    if (!atomic_compare_exchange_strong(&s->destroying, &z, 1)) {
+        la_sched_put(s); /* another destroy runs */
         la_set_error(ASYNC_E_BADHANDLE);
         return;
     }
+    /* The order matters (docs/RELIABILITY.md, "Scheduler lifecycle"):
+     * 1. shutdown: from here spawns fail with CANCELLED and parks are
+     *    cancelled; 2. every fiber accepted before returns (live reaches 0,
+     *    a plain spawn's unit included); 3. the handle dies: later calls get
+     *    BADHANDLE; 4. the callers that pinned s leave (joins that began
+     *    before destroying was set finish and free their fiber, the others
+     *    back off); only then do the workers stop and the records go. */
     cancel_all(s);
     wait_idle(s, 0);
+    la_handle_free(s->handle, LA_T_SCHED);
+    la_sched_put(s);
+    while (atomic_load(&s->refs) != 0) sched_yield();
     atomic_store(&s->stopping, 1);
     pthread_mutex_lock(&s->imu);
     pthread_cond_broadcast(&s->icv);
@@ -264,7 +275,6 @@ void async_sched_destroy(async_sched_t *sh) {
         w->nfcache = 0;
         w->nscache = 0; /* the pool's arenas go with the pool */
     }
-    while (atomic_load(&s->refs) != 0) sched_yield();
     sched_free(s);
 }
 
@@ -341,12 +351,20 @@ async_fiber_t *async_fiber_spawn(async_sched_t *sh, void (*fn)(void *), void *ar
     }
     int rc = 0;
     la_fiber_t *f = NULL;
+    /* A plain caller (s pinned) takes its unit of s->live before it looks at
+     * shutdown; destroy sets shutdown before it waits for live to reach 0
+     * (both seq_cst): either destroy waits for this fiber or this spawn sees
+     * the shutdown. A fiber of s holds destroy off by being live itself. */
+    if (!w) atomic_fetch_add(&s->live, 1);
     if (atomic_load(&s->shutdown))
         rc = ASYNC_E_CANCELLED;
     else
         f = la_fiber_new(s, w, &rc);
     if (!f) {
-        if (!w) la_sched_put(s);
+        if (!w) {
+            la_live_drop(s, 1);
+            la_sched_put(s);
+        }
         la_set_error(rc);
         return NULL;
     }
@@ -359,7 +377,6 @@ async_fiber_t *async_fiber_spawn(async_sched_t *sh, void (*fn)(void *), void *ar
         la_live_take(w);
         LA_BUMP(w->n_spawned);
     } else {
-        atomic_fetch_add(&s->live, 1);
         atomic_fetch_add(&s->spawned, 1);
     }
     la_flist_add(w ? &w->fl : &s->fl, f);
@@ -438,7 +455,17 @@ int async_fiber_join(async_fiber_t *fh, int timeout_ms) {
      * waits; a fiber of s does by being live. */
     la_wk_t *cw = la_current_worker();
     int pin = !(cw && cw->s == s);
-    if (!rc && pin) atomic_fetch_add(&s->refs, 1);
+    if (!rc && pin) {
+        /* destroy sets destroying before it waits for refs to reach 0 (both
+         * seq_cst): either it waits for this join or this join backs off
+         * (the handle is being freed) while the slot still holds f. */
+        atomic_fetch_add(&s->refs, 1);
+        if (atomic_load(&s->destroying)) {
+            atomic_fetch_sub(&s->refs, 1);
+            atomic_store(&f->joining, 0);
+            rc = ASYNC_E_BADHANDLE;
+        }
+    }
     la_handle_put(slot);
     if (rc) {
         la_set_error(rc);

@@ -80,10 +80,13 @@ typedef struct {
 
 typedef struct {
     char *base;      /* lowest address of the slot (guard page first) */
-    size_t size;     /* usable stack bytes (above the guard) */
+    size_t size;     /* usable stack bytes (above the guard); the highest
+                        LA_STACK_TOP_RESERVE of them hold no frame */
     uint32_t arena;  /* index in the global arena table */
     uint32_t slot;
 } la_stack_t;
+/* canary mode keeps its top canary there (stacks.c) */
+#define LA_STACK_TOP_RESERVE 64
 
 struct la_fiber {
     void *sp; /* saved stack pointer while switched out */
@@ -167,6 +170,14 @@ void la_stack_own(const la_stack_t *st, uint64_t fiber_id);
 int la_stackpool_guard_mode(la_stackpool_t *p);
 /* canary mode: 1 if the canary of st is intact */
 int la_stack_canary_ok(la_stackpool_t *p, const la_stack_t *st);
+/* canary mode: aborts with a report if either canary of fiber id's stack is
+ * broken (at every switch out, before every resume and at exit) */
+void la_stack_check(la_stackpool_t *p, const la_stack_t *st, uint64_t id);
+/* signal handler helper (canary mode): a live fiber whose lowest canary is
+ * broken, or 0; *top_broken: one whose top canary is broken, or 0 */
+uint64_t la_stack_canary_scan(uint64_t *top_broken);
+/* prints "libasync: fiber stack overflow" + what + id + how, aborts */
+void la_stack_report_abort(const char *what, uint64_t fiber_id, const char *how);
 /* signal handler helper: fiber id whose guard page holds addr, or 0 */
 uint64_t la_stack_guard_hit(uintptr_t addr, int *is_guard);
 void la_stack_overflow_abort(uint64_t fiber_id, const char *how);

@@ -69,6 +69,7 @@ struct la_sched {
     int nsleep, wakeups, poller_active, poll_kicked;
     _Atomic int stopping; /* destroy: workers exit */
     _Atomic int shutdown; /* parks are cancelled */
+    _Atomic int destroying; /* async_sched_destroy began (joins refuse to pin s) */
     /* fds */
     la_poller_t poller;
     _Atomic int nfdwait;
@@ -102,6 +103,7 @@ la_flist_t *la_flist_at(la_sched_t *s, int i);
 void la_flist_del(la_fiber_t *f);
 void la_kick_poller(la_sched_t *s);
 void la_live_take(la_wk_t *w);
+void la_live_drop(la_sched_t *s, int64_t n);
 void la_ready_on(la_wk_t *w, la_fiber_t *f, int lifo);
 void la_switch_out(la_fiber_t *f, int action);
 void *la_worker_main(void *arg);

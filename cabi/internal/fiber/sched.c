@@ -245,9 +245,15 @@ void la_ready_on(la_wk_t *w, la_fiber_t *f, int lifo) {
         /* The only worker is this busy one: nobody to wake. */
         if (s->nw == 1) return;
     } else {
+        /* A thread outside s (a plain thread, another scheduler's worker)
+         * pins s: once f is queued it may run and return, and destroy may
+         * proceed; it waits for refs before it frees s. f, readied but not
+         * queued yet, keeps live > 0 (so s alive) until the pin is taken. */
+        atomic_fetch_add(&s->refs, 1);
         global_put(s, f);
     }
     wake_idle(s);
+    if (!(w && w->s == s)) atomic_fetch_sub(&s->refs, 1);
 }
 
 /* lifo: run it next on this worker (a wake-up by a running fiber); else at
@@ -387,13 +393,17 @@ static int stack_take(la_sched_t *s, la_wk_t *w, la_stack_t *st, uint64_t id) {
  * (and wait_idle wakes) once no fiber is live and the workers are idle. */
 #define LA_LEASE 64
 
-static void live_sub(la_sched_t *s, la_wk_t *w, int64_t n) {
-    w->lease -= n;
+void la_live_drop(la_sched_t *s, int64_t n) {
     if (atomic_fetch_sub(&s->live, n) == n) {
         pthread_mutex_lock(&s->fmu);
         pthread_cond_broadcast(&s->fcv);
         pthread_mutex_unlock(&s->fmu);
     }
+}
+
+static void live_sub(la_sched_t *s, la_wk_t *w, int64_t n) {
+    w->lease -= n;
+    la_live_drop(s, n);
 }
 
 void la_live_take(la_wk_t *w) {
@@ -456,7 +466,7 @@ la_fiber_t *la_fiber_new(la_sched_t *s, la_wk_t *w, int *rc) {
     f->id = new_fiber_id(w);
     atomic_store_explicit(&f->claim, LA_W_IDLE, memory_order_relaxed);
     if ((*rc = stack_take(s, w, &f->stack, f->id)) != 0) goto fail;
-    f->sp = la_ctx_make(f->stack.base + s->page + f->stack.size, f);
+    f->sp = la_ctx_make(f->stack.base + s->page + f->stack.size - LA_STACK_TOP_RESERVE, f);
     f->handle = hidx ? la_handle_reuse(hidx, LA_T_FIBER, f) : la_handle_alloc(LA_T_FIBER, f);
     if (!f->handle) {
         stack_release(s, w, &f->stack);
@@ -473,7 +483,7 @@ fail:
 
 static void fiber_finish(la_wk_t *w, la_fiber_t *f) {
     la_sched_t *s = w->s;
-    if (!la_stack_canary_ok(s->pool, &f->stack)) la_stack_overflow_abort(f->id, "canary overwritten");
+    la_stack_check(s->pool, &f->stack, f->id);
     stack_release(s, w, &f->stack);
     LA_BUMP(w->n_finished);
     int joinable = (f->flags & ASYNC_FIBER_JOINABLE) != 0;
@@ -505,6 +515,8 @@ static void run_fiber(la_wk_t *w, la_fiber_t *f) {
     f->wk = w;
     atomic_store_explicit(&f->state, LA_FS_RUNNING, memory_order_relaxed);
     LA_BUMP(w->n_run);
+    /* canary mode: never resume a fiber on a stack something overwrote */
+    la_stack_check(s->pool, &f->stack, f->id);
     for (;;) {
         if (__sanitizer_start_switch_fiber)
             __sanitizer_start_switch_fiber(&w->asan_fake, f->stack.base + s->page, f->stack.size);
@@ -518,12 +530,12 @@ static void run_fiber(la_wk_t *w, la_fiber_t *f) {
     w->cur = NULL;
     switch (w->action) {
     case LA_ACT_YIELD:
-        if (!la_stack_canary_ok(s->pool, &f->stack)) la_stack_overflow_abort(f->id, "canary overwritten");
+        la_stack_check(s->pool, &f->stack, f->id);
         atomic_store(&f->state, LA_FS_RUNNABLE);
         runq_put(w, f);
         break;
     case LA_ACT_PARK: {
-        if (!la_stack_canary_ok(s->pool, &f->stack)) la_stack_overflow_abort(f->id, "canary overwritten");
+        la_stack_check(s->pool, &f->stack, f->id);
         LA_BUMP(w->n_park);
         int st = LA_FS_PARKING;
         if (!atomic_compare_exchange_strong(&f->state, &st, LA_FS_PARKED)) {

@@ -48,6 +48,14 @@ static void on_fault(int sig, siginfo_t *si, void *uc) {
     if (id && guard) la_stack_overflow_abort(id, "guard page hit");
     uintptr_t lo = la_sig_current_stack(&id);
     if (lo && addr < lo && addr >= lo - LA_BELOW_STACK) la_stack_overflow_abort(id, "fault below its stack");
+    /* canary mode (opt-in): a fault anywhere after an overflow that has not
+     * reached a switch yet (it may have wrecked another fiber's stack) */
+    uint64_t top = 0;
+    id = la_stack_canary_scan(&top);
+    if (id) la_stack_overflow_abort(id, "canary overwritten, found at a fault");
+    if (top)
+        la_stack_report_abort(": the top of the stack of fiber ", top,
+                              "canary overwritten by an overflow of the stack above it, found at a fault");
     chain(sig, si, uc);
 }
 

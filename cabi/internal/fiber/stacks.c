@@ -5,17 +5,28 @@
  * A slot is one guard page followed by the usable stack (the stack grows
  * down, so the guard is at the low end). Guard modes:
  *   1 madvise(MADV_GUARD_INSTALL): no VMA split (Linux >= 6.13);
- *   2 mprotect(PROT_NONE): one VMA split per slot, so only up to
- *     LA_MAX_MPROTECT_GUARDS of them process-wide (vm.max_map_count);
- *   3 canary: magic words in the lowest 256 bytes of the stack, checked at
- *     every switch-out and at exit.
- * Auto (0) tries 1, then 2, then 3 when the mprotect budget is spent.
+ *   2 mprotect(PROT_NONE): every guard is a VMA of its own and splits the
+ *     arena's mapping (guard, stack, guard, stack...: two VMAs per slot, no
+ *     sharing is possible), so only a budget derived from vm.max_map_count
+ *     (mprotect_budget) of them process-wide;
+ *   3 canary (opt-in only): magic words in the lowest 256 bytes of the stack
+ *     and at its top, checked when a fiber switches out, before it is resumed
+ *     and at exit. Nothing stops a write; see include/async.h for what it
+ *     misses.
+ * Auto (0) tries 1, then 2; when the mprotect budget is spent it fails with
+ * ASYNC_E_NOMEM: it never falls back to 3, which cannot promise that an
+ * overflow does not silently corrupt another fiber's stack.
+ *
+ * Under valgrind (RUNNING_ON_VALGRIND) mode 1 is unavailable (valgrind does
+ * not know MADV_GUARD_INSTALL and faults on the guard itself), and every
+ * slot is registered with VALGRIND_STACK_REGISTER when first handed out.
  *
  * Arenas are listed in a global table that the SIGSEGV handler reads without
  * locks (entries are published once and never reused). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -23,15 +34,32 @@
 
 #include "fiber_int.h"
 
+#if defined(__has_include)
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#define LA_VALGRIND 1
+#endif
+#endif
+#ifndef LA_VALGRIND
+#define RUNNING_ON_VALGRIND 0
+#define VALGRIND_STACK_REGISTER(lo, hi) 0u
+#define VALGRIND_STACK_DEREGISTER(id) ((void)(id))
+#endif
+
 #ifndef MADV_GUARD_INSTALL
 #define MADV_GUARD_INSTALL 102
 #endif
 
 #define LA_ARENA_BYTES (32u << 20)
 #define LA_MAX_ARENAS 65536u
-#define LA_MAX_MPROTECT_GUARDS 30000
+/* vm.max_map_count VMAs minus this many left to the rest of the process
+ * (Go heap, thread stacks, libraries, malloc arenas), halved: the default
+ * 65530 gives 30000 guarded stacks. */
+#define LA_MAP_RESERVE 5530
+#define LA_VALGRIND_MAX_GUARDS 12000
 #define LA_CANARY 0x6c6962617379636bULL
 #define LA_CANARY_WORDS 32 /* the lowest 256 bytes of the stack */
+#define LA_TOP_CANARY_WORDS 8 /* the highest 64 bytes of the slot (LA_STACK_TOP_RESERVE) */
 
 typedef struct {
     _Atomic uintptr_t base; /* 0: unused or unmapped */
@@ -39,6 +67,7 @@ typedef struct {
     uint32_t nslots;
     int mode;
     _Atomic uint64_t *owner; /* fiber id per slot (0: free) */
+    unsigned *vg_id;         /* valgrind stack id + 1 per slot (under valgrind) */
 } la_arena_t;
 
 static la_arena_t arenas[LA_MAX_ARENAS];
@@ -46,6 +75,32 @@ static _Atomic uint32_t narenas;
 static pthread_mutex_t arenas_mu = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic int mprotect_guards;
 static _Atomic int madvise_guard_broken;
+static _Atomic int mprotect_budget_v = -1;
+
+/* How many mprotect guards the process may have (slots, process-wide). */
+static int mprotect_budget(void) {
+    int b = atomic_load(&mprotect_budget_v);
+    if (b >= 0) return b;
+    long max = 65530;
+    FILE *f = fopen("/proc/sys/vm/max_map_count", "r");
+    if (f) {
+        if (fscanf(f, "%ld", &max) != 1) max = 65530;
+        fclose(f);
+    }
+    b = max > LA_MAP_RESERVE ? (int)((max - LA_MAP_RESERVE) / 2) : 0;
+    if (b > (1 << 30)) b = 1 << 30;
+    /* valgrind's own table of mappings (VG_N_SEGMENTS) ends far sooner:
+     * valgrind 3.19 exits ("VG_N_SEGMENTS is too low") long before 100000
+     * guards; 13104 were measured to work */
+    if (RUNNING_ON_VALGRIND && b > LA_VALGRIND_MAX_GUARDS) b = LA_VALGRIND_MAX_GUARDS;
+    const char *e = getenv("ASYNC_FIBER_MPROTECT_MAX"); /* tests: a smaller budget */
+    if (e && *e) {
+        long v = strtol(e, NULL, 10);
+        if (v >= 0 && v < b) b = (int)v;
+    }
+    atomic_store(&mprotect_budget_v, b);
+    return b;
+}
 
 struct la_stackpool {
     pthread_mutex_t mu;
@@ -100,7 +155,11 @@ static int add_arena(la_stackpool_t *p) {
     char *mem = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (mem == MAP_FAILED) return ASYNC_E_NOMEM;
     int mode = p->want_mode;
-    if (mode == 0) mode = atomic_load(&madvise_guard_broken) ? 2 : 1;
+    if (mode == 1 && RUNNING_ON_VALGRIND) {
+        munmap(mem, bytes);
+        return ASYNC_E_NOTSUP;
+    }
+    if (mode == 0) mode = atomic_load(&madvise_guard_broken) || RUNNING_ON_VALGRIND ? 2 : 1;
     if (mode == 1) {
         for (uint32_t i = 0; i < nslots; i++) {
             if (madvise(mem + (size_t)i * p->slot_size, p->page, MADV_GUARD_INSTALL) != 0) {
@@ -115,10 +174,12 @@ static int add_arena(la_stackpool_t *p) {
         }
     }
     if (mode == 2) {
-        if (atomic_fetch_add(&mprotect_guards, (int)nslots) + (int)nslots > LA_MAX_MPROTECT_GUARDS &&
-            p->want_mode == 0) {
+        /* Past the budget: no more guarded stacks. Auto mode does not fall
+         * back to canaries (opt-in only, guard_mode 3). */
+        if (atomic_fetch_add(&mprotect_guards, (int)nslots) + (int)nslots > mprotect_budget()) {
             atomic_fetch_sub(&mprotect_guards, (int)nslots);
-            mode = 3;
+            munmap(mem, bytes);
+            return ASYNC_E_NOMEM;
         } else {
             for (uint32_t i = 0; i < nslots; i++) {
                 if (mprotect(mem + (size_t)i * p->slot_size, p->page, PROT_NONE) != 0) {
@@ -130,9 +191,11 @@ static int add_arena(la_stackpool_t *p) {
         }
     }
     _Atomic uint64_t *owner = calloc(nslots, sizeof *owner);
-    if (!owner || grow_list(&p->free_a, &p->free_s, &p->cap, p->total + nslots) != 0 ||
+    unsigned *vg_id = RUNNING_ON_VALGRIND ? calloc(nslots, sizeof *vg_id) : NULL;
+    if (!owner || (RUNNING_ON_VALGRIND && !vg_id) || grow_list(&p->free_a, &p->free_s, &p->cap, p->total + nslots) != 0 ||
         grow_list(&p->mine, NULL, &p->capmine, p->nmine + 1) != 0) {
         free(owner);
+        free(vg_id);
         munmap(mem, bytes);
         if (mode == 2) atomic_fetch_sub(&mprotect_guards, (int)nslots);
         return ASYNC_E_NOMEM;
@@ -142,6 +205,7 @@ static int add_arena(la_stackpool_t *p) {
     if (ai >= LA_MAX_ARENAS) {
         pthread_mutex_unlock(&arenas_mu);
         free(owner);
+        free(vg_id);
         munmap(mem, bytes);
         if (mode == 2) atomic_fetch_sub(&mprotect_guards, (int)nslots);
         return ASYNC_E_NOMEM;
@@ -151,6 +215,7 @@ static int add_arena(la_stackpool_t *p) {
     a->nslots = nslots;
     a->mode = mode;
     a->owner = owner;
+    a->vg_id = vg_id;
     atomic_store(&a->base, (uintptr_t)mem);
     atomic_store_explicit(&narenas, ai + 1, memory_order_release);
     pthread_mutex_unlock(&arenas_mu);
@@ -175,8 +240,12 @@ static void pop_slot(la_stackpool_t *p, la_stack_t *out) {
     out->slot = si;
     out->base = (char *)atomic_load(&a->base) + (size_t)si * a->slot_size;
     out->size = p->stack_size;
-    if (a->mode == 3)
+    if (a->vg_id && !a->vg_id[si])
+        a->vg_id[si] = 1u + VALGRIND_STACK_REGISTER(out->base + p->page, out->base + a->slot_size);
+    if (a->mode == 3) {
         for (int i = 0; i < LA_CANARY_WORDS; i++) ((uint64_t *)(out->base + p->page))[i] = LA_CANARY;
+        for (int i = 1; i <= LA_TOP_CANARY_WORDS; i++) ((uint64_t *)(out->base + a->slot_size))[-i] = LA_CANARY;
+    }
 }
 
 int la_stack_get_many(la_stackpool_t *p, la_stack_t *out, int n) {
@@ -220,12 +289,60 @@ void la_stack_put_many(la_stackpool_t *p, const la_stack_t *st, int n) {
 
 void la_stack_put(la_stackpool_t *p, la_stack_t *st) { la_stack_put_many(p, st, 1); }
 
-int la_stack_canary_ok(la_stackpool_t *p, const la_stack_t *st) {
-    if (arenas[st->arena].mode != 3) return 1;
-    const uint64_t *w = (const uint64_t *)(st->base + p->page);
+static int canary_bottom_ok(const char *base, uintptr_t page) {
+    const uint64_t *w = (const uint64_t *)(base + page);
     uint64_t bad = 0;
     for (int i = 0; i < LA_CANARY_WORDS; i++) bad |= w[i] ^ LA_CANARY;
     return bad == 0;
+}
+
+static int canary_top_ok(const char *base, size_t slot_size) {
+    const uint64_t *w = (const uint64_t *)(base + slot_size);
+    uint64_t bad = 0;
+    for (int i = 1; i <= LA_TOP_CANARY_WORDS; i++) bad |= w[-i] ^ LA_CANARY;
+    return bad == 0;
+}
+
+int la_stack_canary_ok(la_stackpool_t *p, const la_stack_t *st) {
+    if (arenas[st->arena].mode != 3) return 1;
+    return canary_bottom_ok(st->base, p->page);
+}
+
+void la_stack_check(la_stackpool_t *p, const la_stack_t *st, uint64_t id) {
+    if (arenas[st->arena].mode != 3) return;
+    if (!canary_bottom_ok(st->base, p->page)) la_stack_overflow_abort(id, "canary overwritten");
+    if (!canary_top_ok(st->base, p->slot_size)) {
+        /* the fiber in the slot above overflowed down into this stack: name
+         * it if its own canary shows it, else this victim */
+        uint64_t top;
+        uint64_t culprit = la_stack_canary_scan(&top);
+        if (culprit) la_stack_overflow_abort(culprit, "canary overwritten; it also overwrote another fiber's stack");
+        la_stack_report_abort(": the top of the stack of fiber ", id,
+                              "canary overwritten by an overflow of the stack above it, whose frame skipped "
+                              "that fiber's own canary");
+    }
+}
+
+/* Async-signal-safe: a live fiber of a canary-mode arena whose lowest
+ * canary is broken (its stack overflowed), or 0; *top_broken: a live fiber
+ * whose top canary is broken (the stack above it overflowed into it). */
+uint64_t la_stack_canary_scan(uint64_t *top_broken) {
+    uint32_t n = atomic_load_explicit(&narenas, memory_order_acquire);
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    *top_broken = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        la_arena_t *a = &arenas[i];
+        uintptr_t base = atomic_load_explicit(&a->base, memory_order_relaxed);
+        if (!base || a->mode != 3) continue;
+        for (uint32_t si = 0; si < a->nslots; si++) {
+            uint64_t id = atomic_load_explicit(&a->owner[si], memory_order_relaxed);
+            if (!id) continue;
+            const char *sb = (const char *)base + (size_t)si * a->slot_size;
+            if (!canary_bottom_ok(sb, page)) return id;
+            if (!*top_broken && !canary_top_ok(sb, a->slot_size)) *top_broken = id;
+        }
+    }
+    return 0;
 }
 
 void la_stackpool_free(la_stackpool_t *p) {
@@ -233,6 +350,11 @@ void la_stackpool_free(la_stackpool_t *p) {
     for (size_t i = 0; i < p->nmine; i++) {
         la_arena_t *a = &arenas[p->mine[i]];
         uintptr_t base = atomic_exchange(&a->base, 0);
+        if (a->vg_id)
+            for (uint32_t si = 0; si < a->nslots; si++)
+                if (a->vg_id[si]) VALGRIND_STACK_DEREGISTER(a->vg_id[si] - 1u);
+        free(a->vg_id);
+        a->vg_id = NULL;
         munmap((void *)base, (size_t)a->nslots * a->slot_size);
         if (a->mode == 2) atomic_fetch_sub(&mprotect_guards, (int)a->nslots);
         /* a->owner stays allocated: a signal handler may be reading it. */
@@ -275,14 +397,19 @@ static size_t fmt_u64(char *p, uint64_t v, int base) {
 
 /* Async-signal-safe: prints the overflow message and aborts. */
 void la_stack_overflow_abort(uint64_t fiber_id, const char *how) {
-    char buf[256];
+    la_stack_report_abort(" in fiber ", fiber_id, how);
+}
+
+void la_stack_report_abort(const char *what, uint64_t fiber_id, const char *how) {
+    char buf[512];
     size_t n = 0;
-    const char *a = "libasync: fiber stack overflow in fiber ";
+    const char *a = "libasync: fiber stack overflow";
     while (*a) buf[n++] = *a++;
+    while (*what && n < 128) buf[n++] = *what++;
     n += fmt_u64(buf + n, fiber_id, 10);
     buf[n++] = ' ';
     buf[n++] = '(';
-    while (*how && n < sizeof buf - 64) buf[n++] = *how++;
+    while (*how && n < sizeof buf - 80) buf[n++] = *how++;
     a = "; raise async_sched_config_t.stack_size or ASYNC_FIBER_STACK_KB)\n";
     while (*a) buf[n++] = *a++;
     ssize_t r = write(2, buf, n);

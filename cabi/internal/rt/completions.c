@@ -257,21 +257,6 @@ int la_rt_post(uint64_t h, uintptr_t key, uintptr_t data) {
 la_shared_t *la_rtc_shared(la_rtc_t *r) { return &r->sh; }
 int32_t *la_rtc_wait_flag(la_rtc_t *r) { return (int32_t *)&r->waiting; }
 
-/* Called by Go just before its runtime takes its start time, so that C's
- * "ns since start" is never behind Go's: C never thinks a timer is not due
- * when Go would (it may think one due a little early, by the time between
- * the two clock reads; then Go is entered and finds nothing, which is
- * harmless). */
-void la_rtc_set_start(la_rtc_t *r) {
-#if defined(_WIN32)
-    r->start_ns = 0; /* no C fast path there (wait.c) */
-#else
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    r->start_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-#endif
-}
-
 /* 1 if some producer has entries not taken yet. Loop thread only. */
 int la_rtc_pending(la_rtc_t *r) {
     int any = 0;

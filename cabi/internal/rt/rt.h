@@ -24,16 +24,21 @@ typedef struct {
     _Atomic int32_t sleeping;  /* 1 while the loop may block */
     _Atomic int32_t gowork;    /* 1: Go may have work ready (Post, timers) */
     _Atomic int32_t skipped;   /* fd polls skipped in a row */
-    int32_t pad;
+    _Atomic int32_t rawfd;     /* the poller descriptor the wait sleeps on (epoll) */
     _Atomic int64_t last_poll; /* ns since start of the last fd poll */
     _Atomic int64_t next_due;  /* no timer due before this (ns since start) */
     _Atomic int64_t nfds;      /* fds registered */
+    _Atomic uint64_t reg_seq;  /* bumped by every fd add, modify and remove */
+    _Atomic int64_t wake_at;   /* when the sleeping wait wakes by itself (ns since start) */
+    int64_t start;             /* the clock origin: CLOCK_MONOTONIC ns (Go's nanotime) */
 } la_shared_t;
 typedef struct la_rtc {
     la_doorbell_t bell;        /* first: async_runtime_wakeup reads it as la_doorbell_t */
     la_shared_t sh;
     _Atomic int32_t waiting;   /* 1 while a thread is in async_runtime_wait */
-    int64_t start_ns;          /* the monotonic clock when Go's runtime started */
+    int raw;                   /* 1: the wait sleeps in C on sh.rawfd (wait.c) */
+    uintptr_t token;           /* names the Go object of the runtime to Go */
+    unsigned rot;              /* which source a wait serves first */
     _Atomic int closed;
     pthread_mutex_t mu;        /* the producer list */
     la_cprod_t *prods, *cursor;
@@ -45,21 +50,13 @@ void la_rtc_recycle(la_rtc_t *r);
 int la_rtc_pending(la_rtc_t *r);
 la_shared_t *la_rtc_shared(la_rtc_t *r);
 int32_t *la_rtc_wait_flag(la_rtc_t *r);
-void la_rtc_set_start(la_rtc_t *r);
 int la_rtc_take(la_rtc_t *r, la_pair_t *out, int max);
 /* la_rtc_take straight into the caller's events (completion events). */
 int la_rtc_take_events(la_rtc_t *r, io_event_t *out, int max);
-/* The C-driven wait (wait.c, runtime.go): what Go asks C to sleep on. */
-typedef struct {
-    int done;       /* 1: the wait is over (result in *out / the return code) */
-    int ms;         /* sleep up to this long (-1 forever) */
-    int fd;         /* on this poller descriptor (epoll) */
-    int rawcap;     /* records that fit in raw */
-    void *raw;      /* where the poller's records go */
-    uintptr_t token;
-} la_sleep_t;
-/* async_runtime_wait's body; returns an async_err_t. */
+/* async_runtime_wait's body (wait.c); returns an async_err_t. */
 int la_rt_wait(uint64_t h, io_event_t *events, int max, int timeout, int *out);
+/* Fd records one step of the C-driven wait hands to Go at most. */
+#define LA_RAW_MAX 256
 
 /* async_runtime_post_completion without Go: returns an async_err_t. */
 int la_rt_post(uint64_t h, uintptr_t key, uintptr_t data);

@@ -1,7 +1,8 @@
 // Package rt is the C half of async_runtime and its Go glue. The public
-// functions (api.c) post completions (completions.c) and run the wait's fast
-// path and its sleep (wait.c) in C; everything else calls the la_go_*
-// exports below, which drive the Go core (libasync.Runtime).
+// functions (api.c) post completions (completions.c) and run the wait in C
+// (wait.c); everything else calls the la_go_* exports below, which drive the
+// Go core (libasync.Runtime, through internal/boundary for what is not its
+// Go API).
 //
 // Rules of this boundary:
 //   - every export validates its handle through the handle table and never
@@ -84,7 +85,7 @@ const (
 	chunkBits = 12
 	chunkSize = 1 << chunkBits
 	maxChunks = 4096
-	idxMask   = C.LA_IDX_MASK // the slot index bits of a handle (la.h)
+	idxMask   = C.LA_IDX_MASK // the slot index bits of a handle (base.h)
 )
 
 // slotIndex is la_handle_idx: the slot index of handle h.
@@ -97,18 +98,15 @@ type object struct {
 
 type rtObject struct {
 	rt      *libasync.Runtime
-	waiting *int32 // in C memory: C's fast path takes it too (wait.c)
-	evs     []libasync.Event
+	waiting *int32           // in C memory: the wait's busy flag (wait.c)
+	evs     []libasync.Event // in C memory (growWaitBufs)
+	src     *cSource
 	rtc     *C.la_rtc_t
-
-	// The C-driven wait (see la_go_rt_wait_begin).
-	raw    port.RawPoller // nil: the poller waits in Go
-	rawbuf unsafe.Pointer // C memory for epoll_wait's records
-	rawcap int
-	wcall  boundary.Waiter
-	begin  func([]libasync.Event, time.Duration) (boundary.Waiter, error)
-	poller port.Poller
-	token  cgo.Handle // how C names this object across the sleep
+	token   cgo.Handle     // how C names this object to Go (la_go_rt_step)
+	raw     port.RawPoller // nil: the wait sleeps in Go
+	fds     []port.Event   // fd events of one step (raw pollers)
+	poller  port.Poller
+	step    func(out []libasync.Event, fds []port.Event, regSeq uint64) (int, error)
 }
 
 // la_shared_t mirrors boundary.Shared: the sizes must agree (compile-time check).
@@ -121,17 +119,32 @@ var (
 // which async_runtime_post_completion feeds without entering Go.
 type cSource struct {
 	r   *C.la_rtc_t
-	buf []C.la_pair_t
+	buf []C.la_pair_t // in C memory
 }
+
+// cMem is C's allocator for what grows with use (boundary.Mem): out of
+// memory, malloc returns NULL and the call fails with ASYNC_E_NOMEM, where
+// the Go heap would abort the process.
+type cMem struct{}
+
+func (cMem) Realloc(p unsafe.Pointer, size uintptr) unsafe.Pointer {
+	return C.realloc(p, C.size_t(size))
+}
+
+func (cMem) Free(p unsafe.Pointer) { C.free(p) }
+
+// waitReserve events per wait are allocated with the runtime, so that a wait
+// can always deliver, even when memory has run out since.
+const waitReserve = 64
 
 func (s *cSource) Pending() bool { return C.la_rtc_pending(s.r) != 0 }
 
 func (s *cSource) Take(out []libasync.Event) int {
+	if len(out) > cap(s.buf) {
+		out = out[:cap(s.buf)] // s.buf grows with o.evs (growWaitBufs)
+	}
 	if len(out) == 0 {
 		return 0
-	}
-	if cap(s.buf) < len(out) {
-		s.buf = make([]C.la_pair_t, len(out))
 	}
 	n := int(C.la_rtc_take(s.r, &s.buf[0], C.int(len(out))))
 	for i := 0; i < n; i++ {
@@ -226,7 +239,6 @@ func la_go_rt_init(out *C.uint64_t) (rc C.int) {
 		return C.int(libasync.ENoMem)
 	}
 	src := &cSource{r: r}
-	C.la_rtc_set_start(r) // before the Go runtime's start (see there)
 	lrt, hooks := boundary.NewRuntime(p, src, (*boundary.Shared)(unsafe.Pointer(C.la_rtc_shared(r))))
 	rt := lrt.(*libasync.Runtime)
 	h := C.la_handle_alloc(C.LA_T_RUNTIME, unsafe.Pointer(r))
@@ -235,10 +247,23 @@ func la_go_rt_init(out *C.uint64_t) (rc C.int) {
 		C.la_rtc_recycle(r)
 		return C.int(libasync.ENoMem)
 	}
-	ro := &rtObject{rt: rt, rtc: r, begin: hooks.BeginWait, poller: p, waiting: (*int32)(unsafe.Pointer(C.la_rtc_wait_flag(r)))}
+	ro := &rtObject{rt: rt, rtc: r, src: src, poller: p, step: hooks.Step, waiting: (*int32)(unsafe.Pointer(C.la_rtc_wait_flag(r)))}
 	if rp, ok := p.(port.RawPoller); ok {
 		ro.raw = rp
-		ro.token = cgo.NewHandle(ro)
+	}
+	if hooks.SetMem(cMem{}, waitReserve) != nil || !ro.growWaitBufs(waitReserve) {
+		C.la_handle_free(h, C.LA_T_RUNTIME)
+		C.la_rtc_close(r)
+		rt.Close()
+		C.la_rtc_recycle(r)
+		ro.freeWaitBufs()
+		return C.int(libasync.ENoMem)
+	}
+	ro.token = cgo.NewHandle(ro)
+	r.token = C.uintptr_t(ro.token)
+	if ro.raw != nil {
+		atomic.StoreInt32((*int32)(unsafe.Pointer(&r.sh.rawfd)), int32(ro.raw.RawFD()))
+		r.raw = 1
 	}
 	publish(uint64(h), &object{rt: ro})
 	*out = h
@@ -256,17 +281,22 @@ func la_go_rt_deinit(h C.uint64_t) (rc C.int) {
 	// pinned it (a signal-safe wakeup, a poster ringing the doorbell), so
 	// nobody writes the doorbell after it is closed; new posts fail.
 	C.la_handle_free(h, C.LA_T_RUNTIME)
-	C.la_rtc_close(o.rt.rtc)
-	err := o.rt.rt.Close() // waits for a waiter to leave
+	C.la_rtc_close(o.rt.rtc) // a wait that sleeps in C returns CLOSED once woken
+	if o.rt.raw != nil {
+		// It sleeps on the poller's descriptors: wake it and let it leave
+		// before Close closes them (their numbers could be reused).
+		_ = o.rt.poller.Ring()
+		for atomic.LoadInt32(o.rt.waiting) != 0 {
+			time.Sleep(20 * time.Microsecond)
+		}
+	}
+	err := o.rt.rt.Close() // wakes a wait in Go and waits for it to leave
 	for atomic.LoadInt32(o.rt.waiting) != 0 {
-		runtime.Gosched() // a waiter on the poller-in-Go path clears it just after
+		runtime.Gosched() // C clears the flag just after
 	}
 	C.la_rtc_recycle(o.rt.rtc)
-	if o.rt.raw != nil {
-		o.rt.token.Delete()
-		C.free(o.rt.rawbuf)
-		o.rt.rawbuf = nil
-	}
+	o.rt.token.Delete()
+	o.rt.freeWaitBufs()
 	if err == libasync.ErrClosed {
 		err = nil
 	}
@@ -292,33 +322,57 @@ func la_go_rt_fd(h C.uint64_t, op C.int, fd C.int, events C.uint32_t, ctx C.uint
 	}
 }
 
-// The wait is driven from C (wait.c): la_go_rt_wait_begin and
-// la_go_rt_wait_finish do everything but the blocking itself; when the loop
-// must sleep they hand C the poller's raw descriptor, and C sleeps in
-// epoll_wait outside Go. A host thread blocked inside Go would keep Go's
-// scheduler busy (sysmon retakes its P, wakes other threads, and the return
-// needs a P again); blocked in C it costs Go nothing, which shortens the
-// wake-up. Pollers that cannot be driven so (port.RawPoller) wait in Go.
+// The wait is driven from C (wait.c), which calls Go only for what Go owns:
+// la_go_rt_step when fd events or timers may be ready (pollers C can drive,
+// port.RawPoller), la_go_rt_wait_go for the whole wait otherwise. C has
+// already validated the arguments and raised the busy flag.
 
-// waitSetup validates a wait and returns its event buffer.
-func waitSetup(o *rtObject, events *C.io_event_t, max C.int, timeout C.int) ([]libasync.Event, time.Duration, C.int) {
-	d, ok := duration(timeout)
-	if !ok || events == nil || max < 1 {
-		return nil, 0, C.int(libasync.EInval)
-	}
-	if !atomic.CompareAndSwapInt32(o.waiting, 0, 1) {
-		return nil, 0, C.int(libasync.EBusy)
-	}
+// waitBuf returns the wait's event buffer for max events: grown up to 2^16
+// (more per call buys nothing) if memory allows, else what there is (at
+// least waitReserve).
+func (o *rtObject) waitBuf(max C.int) []libasync.Event {
 	if cap(o.evs) < int(max) {
-		n := int(max)
-		if n > 1<<16 {
-			n = 1 << 16 // more per call buys nothing
-		}
-		if cap(o.evs) < n {
-			o.evs = make([]libasync.Event, n)
-		}
+		o.growWaitBufs(min(int(max), 1<<16))
 	}
-	return o.evs[:min(int(max), cap(o.evs))], d, 0
+	return o.evs[:min(int(max), cap(o.evs))]
+}
+
+// growWaitBufs makes the wait's buffers, all in C memory, hold n events:
+// o.evs and the C source's (the Go-driven wait), and once, for pollers C
+// drives, o.fds: the fd events of one step (C hands over at most
+// LA_RAW_MAX records). All or nothing: false leaves them as they were.
+func (o *rtObject) growWaitBufs(n int) bool {
+	if cap(o.evs) >= n {
+		return true
+	}
+	// calloc, not C.malloc: cgo's C.malloc aborts the process on NULL.
+	evs := C.calloc(C.size_t(n), C.size_t(unsafe.Sizeof(libasync.Event{})))
+	pairs := C.calloc(C.size_t(n), C.size_t(unsafe.Sizeof(C.la_pair_t{})))
+	var fds unsafe.Pointer
+	if o.raw != nil && o.fds == nil {
+		fds = C.calloc(C.LA_RAW_MAX, C.size_t(unsafe.Sizeof(port.Event{})))
+	}
+	if evs == nil || pairs == nil || (o.raw != nil && o.fds == nil && fds == nil) {
+		C.free(evs)
+		C.free(pairs)
+		C.free(fds)
+		return false
+	}
+	C.free(unsafe.Pointer(unsafe.SliceData(o.evs)))
+	C.free(unsafe.Pointer(unsafe.SliceData(o.src.buf)))
+	o.evs = unsafe.Slice((*libasync.Event)(evs), n)
+	o.src.buf = unsafe.Slice((*C.la_pair_t)(pairs), n)
+	if fds != nil {
+		o.fds = unsafe.Slice((*port.Event)(fds), C.LA_RAW_MAX)
+	}
+	return true
+}
+
+func (o *rtObject) freeWaitBufs() {
+	C.free(unsafe.Pointer(unsafe.SliceData(o.evs)))
+	C.free(unsafe.Pointer(unsafe.SliceData(o.src.buf)))
+	C.free(unsafe.Pointer(unsafe.SliceData(o.fds)))
+	o.evs, o.src.buf, o.fds = nil, nil, nil
 }
 
 func writeEvents(events *C.io_event_t, evs []libasync.Event) {
@@ -334,146 +388,57 @@ func writeEvents(events *C.io_event_t, evs []libasync.Event) {
 	}
 }
 
-// waitRun continues o's wait call until it is done or needs C to sleep.
-// When polled is true, (nfd, res, perr) is a poller result to finish first.
-func (o *rtObject) waitRun(events *C.io_event_t, out *C.int, sl *C.la_sleep_t, polled bool, nfd int, res port.WaitResult, perr error) C.int {
-	w := o.wcall
-	for {
-		if polled {
-			n, done, err := w.Finish(nfd, res, perr, true)
-			if done {
-				return o.waitDone(events, out, sl, n, err)
-			}
-		}
-		ms, poll := w.Prepare()
-		if !poll {
-			n, done, err := w.Finish(0, port.WaitResult{}, nil, false)
-			if done {
-				return o.waitDone(events, out, sl, n, err)
-			}
-			polled = false
-			continue
-		}
-		if ms == 0 {
-			// A poll that does not block is as cheap from Go.
-			nfd, res, perr = o.poller.Wait(w.Buf(), 0)
-			polled = true
-			continue
-		}
-		sl.done, sl.ms, sl.fd = 0, C.int(ms), C.int(o.raw.RawFD())
-		sl.raw, sl.rawcap, sl.token = o.rawbuf, C.int(len(w.Buf())+1), C.uintptr_t(o.token)
-		return 0
-	}
+func tokenObject(tok C.uintptr_t) *rtObject {
+	o, _ := cgo.Handle(tok).Value().(*rtObject)
+	return o
 }
 
-// waitDone ends the wait call and hands its result to C.
-func (o *rtObject) waitDone(events *C.io_event_t, out *C.int, sl *C.la_sleep_t, n int, err error) C.int {
-	o.waitEnd()
-	sl.done = 1
+// la_go_rt_step translates nraw epoll records (the doorbell's taken out),
+// harvested by a poll that began at registration sequence regseq, and
+// collects fd events, expired timers and Go-side completions into events.
+// It never blocks.
+//
+//export la_go_rt_step
+func la_go_rt_step(tok C.uintptr_t, events *C.io_event_t, max C.int, raw unsafe.Pointer, nraw C.int, regseq C.uint64_t, out *C.int) (rc C.int) {
+	defer guard(&rc)
+	o := tokenObject(tok)
+	if o == nil || o.raw == nil {
+		return C.int(libasync.EInternal)
+	}
+	nfd := 0
+	if nraw > 0 {
+		nfd, _ = o.raw.ConsumeRaw(raw, int(nraw), o.fds)
+		// A rebuilt epoll set has a new descriptor (port: ghosts).
+		atomic.StoreInt32((*int32)(unsafe.Pointer(&o.rtc.sh.rawfd)), int32(o.raw.RawFD()))
+	}
+	evs := o.waitBuf(max)
+	n, err := o.step(evs, o.fds[:nfd], uint64(regseq))
 	if err != nil {
 		return code(err)
 	}
-	writeEvents(events, o.evs[:n])
+	writeEvents(events, evs[:n])
 	*out = C.int(n)
 	return 0
 }
 
-func (o *rtObject) waitEnd() {
-	// End first, so that a fast-path wait (wait.c), which may start as
-	// soon as the flag is clear, sees the state End publishes. Deinit waits
-	// for the flag before it recycles the C memory the flag lives in.
-	if o.wcall != nil {
-		o.wcall.End()
-		o.wcall = nil
-	}
-	atomic.StoreInt32(o.waiting, 0)
-}
-
-//export la_go_rt_wait_begin
-func la_go_rt_wait_begin(h C.uint64_t, events *C.io_event_t, max C.int, timeout C.int, out *C.int, sl *C.la_sleep_t) (rc C.int) {
+// la_go_rt_wait_go is the whole wait, in Go, for pollers C cannot drive.
+//
+//export la_go_rt_wait_go
+func la_go_rt_wait_go(tok C.uintptr_t, events *C.io_event_t, max C.int, timeout C.int, out *C.int) (rc C.int) {
 	defer guard(&rc)
-	sl.done = 1
-	o := getRuntime(h)
+	o := tokenObject(tok)
 	if o == nil {
-		return C.int(libasync.EBadHandle)
-	}
-	evs, d, rc := waitSetup(o, events, max, timeout)
-	if rc != 0 {
-		return rc
-	}
-	if o.raw == nil {
-		defer atomic.StoreInt32(o.waiting, 0)
-		n, err := o.rt.Wait(evs, d)
-		if err != nil {
-			return code(err)
-		}
-		writeEvents(events, evs[:n])
-		*out = C.int(n)
-		return 0
-	}
-	w, err := o.begin(evs, d)
-	if err != nil {
-		atomic.StoreInt32(o.waiting, 0)
-		return code(err)
-	}
-	o.wcall = w
-	ok := false
-	defer func() {
-		if !ok {
-			o.waitEnd() // a panic must not leave the runtime busy forever
-		}
-	}()
-	if !o.ensureRawBuf(len(w.Buf()) + 1) {
-		o.waitEnd()
-		ok = true
-		return C.int(libasync.ENoMem)
-	}
-	rc = o.waitRun(events, out, sl, false, 0, port.WaitResult{}, nil)
-	ok = true
-	return rc
-}
-
-//export la_go_rt_wait_finish
-func la_go_rt_wait_finish(tok C.uintptr_t, events *C.io_event_t, out *C.int, nraw C.int, errnum C.int, sl *C.la_sleep_t) (rc C.int) {
-	defer guard(&rc)
-	sl.done = 1
-	o, _ := cgo.Handle(tok).Value().(*rtObject)
-	if o == nil || o.wcall == nil {
 		return C.int(libasync.EInternal)
 	}
-	ok := false
-	defer func() {
-		if !ok {
-			o.waitEnd()
-		}
-	}()
-	var res port.WaitResult
-	var perr error
-	nfd := 0
-	switch {
-	case errnum == C.int(syscall.EINTR):
-		res.Interrupted = true
-	case errnum != 0:
-		perr = syscall.Errno(errnum)
-	default:
-		nfd, res = o.raw.ConsumeRaw(o.rawbuf, int(nraw), o.wcall.Buf())
+	d, _ := duration(timeout)
+	evs := o.waitBuf(max)
+	n, err := o.rt.Wait(evs, d)
+	if err != nil {
+		return code(err)
 	}
-	rc = o.waitRun(events, out, sl, true, nfd, res, perr)
-	ok = true
-	return rc
-}
-
-// ensureRawBuf sizes the C buffer C's epoll_wait writes into.
-func (o *rtObject) ensureRawBuf(n int) bool {
-	if n <= o.rawcap {
-		return true
-	}
-	b := C.realloc(o.rawbuf, C.size_t(n*o.raw.RawEventSize()))
-	if b == nil {
-		return false
-	}
-	o.rawbuf, o.rawcap = b, n
-	return true
+	writeEvents(events, evs[:n])
+	*out = C.int(n)
+	return 0
 }
 
 //export la_go_rt_add_timer

@@ -1,7 +1,28 @@
-/* async_runtime_wait's loop: Go does the work, C does the sleeping.
- * See la_go_rt_wait_begin in runtime.go for why. */
+/* async_runtime_wait, driven from C.
+ *
+ * The wait runs one way: C raises the sleep flag, checks its own producer
+ * queues (completions.c), sleeps in epoll_wait on the runtime's poller,
+ * drains the doorbell and hands out C-posted completions itself, copying
+ * each once, from its producer block into the caller's io_event_t. Go
+ * (la_go_rt_step) is entered only when the poll harvested fd records, or Go
+ * may have work (Shared.gowork: a timer added, a Go-side post) or a timer
+ * may be due (Shared.next_due): it translates the fd records (contexts,
+ * stale registrations), pops expired timers and publishes next_due again.
+ * A wake-up by completions alone never enters Go.
+ *
+ * Pollers that C cannot drive (poll, kqueue and IOCP today: r->raw == 0) wait
+ * in Go (la_go_rt_wait_go) after the same fast path.
+ *
+ * Lifetime: the call pins the handle only to find the record and raise the
+ * busy flag; the record then stays valid while the flag is up, because
+ * deinit (runtime.go) marks the record closed, rings the doorbell and
+ * waits for the flag to drop before it closes the poller or recycles the
+ * record. */
+#define _GNU_SOURCE
 #include <errno.h>
+#include <stdint.h>
 #include <time.h>
+#include <unistd.h>
 #if defined(__linux__)
 #include <sys/epoll.h>
 #endif
@@ -9,72 +30,190 @@
 #include "_cgo_export.h"
 #include "rt.h"
 
-static int raw_wait(const la_sleep_t *sl) {
-#if defined(__linux__)
-    return epoll_wait(sl->fd, (struct epoll_event *)sl->raw, sl->rawcap, sl->ms);
-#else
-    (void)sl;
-    errno = ENOSYS; /* no raw poller here: Go never asks */
-    return -1;
-#endif
+/* The fd poll may be skipped while other events are ready (a poll is a
+ * syscall), but never more than this many times in a row nor for longer
+ * than LA_POLL_EVERY: fd events cannot starve (libasync's Prepare keeps the
+ * same budget for waits driven in Go). */
+#define LA_MAX_SKIPPED 8
+#define LA_POLL_EVERY 1000000 /* ns */
+
+#if !defined(_WIN32)
+static int64_t clock_ns(const la_shared_t *sh) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec - sh->start;
 }
 
-/* The fast path: while Go has nothing ready (no completion from Go's Post,
- * no expired timer: gowork is 0 and no timer is due before next_due) and
- * the fds need not be polled yet (none registered, or the poll budget of
- * Runtime.Prepare is not spent: 8 skipped polls or 1 ms), the completions
- * posted from C are the only possible events, so they are handed out here,
- * without the 80-100 ns Go crossing and Go's per-event copies. Round-robin
- * over producers and max_events hold as in Go (same la_rtc_take). Returns
- * -1 to go to Go (also for every error Go reports, such as a bad handle),
- * else an async_err_t. */
-static int fast_wait(uint64_t h, io_event_t *events, int max, int timeout, int *out) {
-#if defined(_WIN32)
-    (void)h, (void)events, (void)max, (void)timeout, (void)out;
-    return -1;
-#else
-    if (!events || max < 1 || timeout < -1) return -1;
+/* Whole ms until ns from now, rounded up: a sleep never ends early. */
+static int ms_until(int64_t ns) {
+    if (ns <= 0) return 0;
+    int64_t ms = (ns + 999999) / 1000000;
+    return ms > INT32_MAX ? INT32_MAX : (int)ms;
+}
+
+/* 1 if the fd poll budget is spent: the fds must be polled now. */
+static int poll_due(la_shared_t *sh, int64_t now) {
+    return atomic_load(&sh->nfds) > 0 &&
+           (atomic_load_explicit(&sh->skipped, memory_order_relaxed) >= LA_MAX_SKIPPED ||
+            now - atomic_load_explicit(&sh->last_poll, memory_order_relaxed) >= LA_POLL_EVERY);
+}
+
+static void count_skip(la_shared_t *sh) {
+    int32_t s = atomic_load_explicit(&sh->skipped, memory_order_relaxed);
+    if (s < LA_MAX_SKIPPED) atomic_store_explicit(&sh->skipped, s + 1, memory_order_relaxed);
+}
+#endif
+
+#if defined(__linux__)
+/* Reads the eventfd doorbell (resetting it); 1 if it held an explicit
+ * wakeup (port.WakeupIncrement). */
+static int drain_bell(la_rtc_t *r) {
+    uint64_t v = 0;
+    ssize_t k;
+    do k = read(r->bell.fd, &v, sizeof v);
+    while (k < 0 && errno == EINTR);
+    return k == (ssize_t)sizeof v && v >= ((uint64_t)1 << 32);
+}
+
+/* The wait of a runtime whose poller C drives (epoll). */
+static int c_wait(la_rtc_t *r, io_event_t *ev, int max, int timeout, int *out) {
+    la_shared_t *sh = &r->sh;
+    struct epoll_event raw[LA_RAW_MAX + 1];
+    int64_t now = clock_ns(sh);
+    int64_t deadline = timeout < 0 ? INT64_MAX : now + (int64_t)timeout * 1000000;
+    for (;;) {
+        if (atomic_load(&r->closed)) return ASYNC_E_CLOSED;
+        int n = 0;
+        int go_ready = atomic_load(&sh->gowork) || now >= atomic_load(&sh->next_due);
+        int must_poll = poll_due(sh, now);
+        if (!go_ready && !must_poll) {
+            /* The fast path: completions are the only events possible. */
+            n = la_rtc_take_events(r, ev, max);
+            if (n > 0) {
+                count_skip(sh);
+                *out = n;
+                return 0;
+            }
+        }
+        int c_ready = n > 0 || (go_ready || must_poll ? la_rtc_pending(r) : 0);
+        int ms = 0;
+        if (!go_ready && !c_ready) {
+            int64_t due = atomic_load(&sh->next_due);
+            int64_t wake = deadline < due ? deadline : due;
+            ms = wake == INT64_MAX ? -1 : ms_until(wake - now);
+            if (ms != 0) {
+                atomic_store(&sh->wake_at, wake);
+                atomic_store(&sh->sleeping, 1);
+                /* Dekker with the posters (completions.c, Go's Post and
+                 * AddTimer): after raising the flag, look again. */
+                if (atomic_load(&sh->gowork) || la_rtc_pending(r)) {
+                    atomic_store(&sh->sleeping, 0);
+                    ms = 0;
+                    c_ready = 1;
+                }
+            }
+        }
+        int other_ready = go_ready || c_ready;
+        int do_poll = ms != 0 || (atomic_load(&sh->nfds) > 0 && (must_poll || !other_ready));
+        int nraw = 0, woken = 0, intr = 0;
+        uint64_t regseq = 0;
+        if (do_poll) {
+            regseq = atomic_load(&sh->reg_seq); /* before the poll: see libasync's fdReg */
+            atomic_store_explicit(&sh->skipped, 0, memory_order_relaxed);
+            atomic_store_explicit(&sh->last_poll, now, memory_order_relaxed);
+            int k = epoll_wait(atomic_load(&sh->rawfd), raw, LA_RAW_MAX + 1, ms);
+            int err = errno;
+            if (ms != 0) atomic_store(&sh->sleeping, 0);
+            if (atomic_load(&r->closed)) return ASYNC_E_CLOSED;
+            if (k < 0) {
+                if (err != EINTR) {
+                    la_note_os_error(err); /* async_last_os_error */
+                    return ASYNC_E_SYS;
+                }
+                intr = 1;
+                k = 0;
+            }
+            for (int i = 0; i < k; i++) {
+                if (raw[i].data.fd == r->bell.fd)
+                    woken |= drain_bell(r);
+                else
+                    raw[nraw++] = raw[i];
+            }
+            now = clock_ns(sh);
+        } else if (other_ready) {
+            count_skip(sh);
+        }
+        /* Fd records go first (they are level-triggered, and polled only
+         * once per budget while completions flow); otherwise C's and Go's
+         * sources take turns at going first. */
+        int go_first = nraw > 0 || (r->rot++ & 1);
+        if (!go_first) n += la_rtc_take_events(r, ev + n, max - n);
+        if (n < max && (nraw > 0 || atomic_load(&sh->gowork) || now >= atomic_load(&sh->next_due))) {
+            int got = 0;
+            int rc = la_go_rt_step(r->token, ev + n, max - n, raw, nraw, regseq, &got);
+            if (rc != 0) return rc;
+            n += got;
+        }
+        if (go_first && n < max) n += la_rtc_take_events(r, ev + n, max - n);
+        if (n > 0 || woken || intr || timeout == 0 || now >= deadline) {
+            *out = n;
+            return 0;
+        }
+    }
+}
+#endif
+
+#if !defined(_WIN32)
+/* The fast path of a wait that Go drives: while Go has nothing ready and
+ * the fds need not be polled yet, the C-posted completions are the only
+ * possible events. Returns 1 if it handed some out. */
+static int fast_wait(la_rtc_t *r, io_event_t *ev, int max, int *out) {
+    la_shared_t *sh = &r->sh;
+    if (atomic_load(&sh->gowork)) return 0;
+    int64_t now = clock_ns(sh);
+    if (now >= atomic_load(&sh->next_due) || poll_due(sh, now)) return 0;
+    int n = la_rtc_take_events(r, ev, max);
+    if (n == 0) return 0;
+    count_skip(sh);
+    *out = n;
+    return 1;
+}
+#endif
+
+int la_rt_wait(uint64_t h, io_event_t *events, int max, int timeout, int *out) {
     la_slot_t *slot;
-    la_rtc_t *r = la_handle_get(h, LA_T_RUNTIME, &slot); /* deinit waits for us */
-    if (!r) return -1;
-    int rc = -1;
+    la_rtc_t *r = la_handle_get(h, LA_T_RUNTIME, &slot);
+    if (!r) return ASYNC_E_BADHANDLE;
+    if (!events || max < 1 || timeout < -1) {
+        la_handle_put(slot);
+        return ASYNC_E_INVAL;
+    }
     int32_t idle = 0;
     if (!atomic_compare_exchange_strong(&r->waiting, &idle, 1)) {
         la_handle_put(slot);
         return ASYNC_E_BUSY;
     }
-    if (atomic_load(&r->sh.gowork) == 0) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        int64_t now = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec - r->start_ns;
-        int32_t skipped = atomic_load_explicit(&r->sh.skipped, memory_order_relaxed);
-        if (now < atomic_load(&r->sh.next_due) &&
-            (atomic_load(&r->sh.nfds) == 0 ||
-             (skipped < 8 && now - atomic_load_explicit(&r->sh.last_poll, memory_order_relaxed) < 1000000))) {
-            int n = la_rtc_take_events(r, events, max);
-            if (n > 0) {
-                /* Counts as a skipped fd poll, exactly as in Prepare. */
-                if (skipped < 8) atomic_store_explicit(&r->sh.skipped, skipped + 1, memory_order_relaxed);
-                *out = n;
-                rc = 0;
-            }
+    la_handle_put(slot); /* r stays ours while the flag is up (see the top) */
+    int rc;
+    *out = 0;
+    if (atomic_load(&r->closed)) {
+        rc = ASYNC_E_CLOSED;
+    } else {
+#if defined(__linux__)
+        if (r->raw) {
+            rc = c_wait(r, events, max, timeout, out);
+            atomic_store(&r->waiting, 0);
+            return rc;
         }
+#endif
+#if !defined(_WIN32)
+        if (fast_wait(r, events, max, out)) {
+            atomic_store(&r->waiting, 0);
+            return 0;
+        }
+#endif
+        rc = la_go_rt_wait_go(r->token, events, max, timeout, out);
     }
     atomic_store(&r->waiting, 0);
-    la_handle_put(slot);
-    return rc;
-#endif
-}
-
-int la_rt_wait(uint64_t h, io_event_t *events, int max, int timeout, int *out) {
-    int frc = fast_wait(h, events, max, timeout, out);
-    if (frc >= 0) return frc;
-    la_sleep_t sl = {0};
-    int rc = la_go_rt_wait_begin(h, events, max, timeout, out, &sl);
-    while (rc == 0 && !sl.done) {
-        int n = raw_wait(&sl);
-        int err = n < 0 ? errno : 0;
-        rc = la_go_rt_wait_finish(sl.token, events, out, n < 0 ? 0 : n, err, &sl);
-    }
     return rc;
 }
