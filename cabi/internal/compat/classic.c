@@ -1,0 +1,471 @@
+/* The classic lib/async runtime API (include/async/async_classic.h) on the
+ * modern one (include/async.h). Every function here is a translation: the
+ * registrations, the waiting and the completions are the modern runtime's.
+ * What the classic API has and the modern one lacks lives here, per runtime,
+ * in a small table keyed by the runtime's handle (cl_rt_t, under cl_mu):
+ *  - the console: its detected type and context, and whether stdin is
+ *    registered by async_runtime_add_console;
+ *  - regular files: epoll refuses them (EPERM) and poll(2) reports them
+ *    always ready. A classic registration of a regular file is kept here and
+ *    reported by the classic wait without the poller: readable while unread
+ *    data remains and once more at the end of the file (so that the reader
+ *    sees the end), then quiet until the file grows; writable always.
+ * The classic io_event_t (48 bytes on LP64) is cl_event_t below; the header
+ * declares it (layout.c checks both against the same offsets).
+ *
+ * This file includes async.h (the modern declarations) and never the classic
+ * header: the two declare different io_event_t types. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#if !defined(_WIN32)
+#include <sys/time.h>
+#include <unistd.h>
+#else
+#include <windows.h>
+#endif
+
+#include "la.h"
+
+/* cabi's own (cabi/fiber.h and cabi/main.go's export). */
+void la_go_call(void (*fn)(void *), void *arg);
+int la_go_rt_fd(uint64_t h, int op, int fd, uint32_t events, uintptr_t ctx);
+#define LA_GO_RT_FD_MODIFY_CTX 3
+
+enum { CL_READ = 0x01, CL_WRITE = 0x02, CL_ERROR = 0x04, CL_CLOSE = 0x08 };
+enum { CL_CONSOLE_NONE = 0, CL_CONSOLE_REAL, CL_CONSOLE_PIPE, CL_CONSOLE_FILE };
+
+typedef struct {
+#if defined(_WIN32)
+    uintptr_t fd; /* SOCKET */
+    void *handle;
+#else
+    int fd;
+#endif
+    uintptr_t completion_key;
+    uint32_t event_type;
+    void *context;
+    size_t bytes_transferred;
+    void *buffer;
+} cl_event_t;
+
+#if defined(_WIN32) && UINTPTR_MAX == 0xffffffffffffffffu
+_Static_assert(sizeof(cl_event_t) == 56 && offsetof(cl_event_t, completion_key) == 16 &&
+                   offsetof(cl_event_t, event_type) == 24 && offsetof(cl_event_t, context) == 32 &&
+                   offsetof(cl_event_t, bytes_transferred) == 40 && offsetof(cl_event_t, buffer) == 48,
+               "classic io_event_t layout (Win64)");
+#elif UINTPTR_MAX == 0xffffffffffffffffu
+_Static_assert(sizeof(cl_event_t) == 48 && offsetof(cl_event_t, completion_key) == 8 &&
+                   offsetof(cl_event_t, event_type) == 16 && offsetof(cl_event_t, context) == 24 &&
+                   offsetof(cl_event_t, bytes_transferred) == 32 && offsetof(cl_event_t, buffer) == 40,
+               "classic io_event_t layout (LP64)");
+#endif
+
+#if defined(_WIN32)
+#define CL_NOFD ((uintptr_t)~(uintptr_t)0) /* INVALID_SOCKET */
+#else
+#define CL_NOFD (-1)
+#endif
+
+/* A regular file registered by the classic add (see the top). */
+typedef struct {
+    int fd;
+    uint32_t events;
+    void *ctx;
+    int eof_told; /* its end was reported readable once */
+} cl_file_t;
+
+typedef struct cl_rt {
+    uint64_t h;
+    int console_type;
+    void *console_ctx;
+    int console_reg; /* stdin registered by add_console (and not removed) */
+    cl_file_t *files;
+    int nfiles, capfiles;
+    int toggle; /* max_events 1: files and the poller take turns */
+    struct cl_rt *next;
+} cl_rt_t;
+
+static pthread_mutex_t cl_mu = PTHREAD_MUTEX_INITIALIZER;
+static cl_rt_t *cl_list;
+
+/* rt's entry, or NULL; with create, made if rt is a live runtime. Under cl_mu. */
+static cl_rt_t *cl_find(async_runtime_t *rt, int create) {
+    uint64_t h = LA_H(rt);
+    for (cl_rt_t *r = cl_list; r; r = r->next)
+        if (r->h == h) return r;
+    if (!create || !la_handle_live(h, LA_T_RUNTIME)) return NULL;
+    cl_rt_t *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->h = h;
+    r->next = cl_list;
+    cl_list = r;
+    return r;
+}
+
+static cl_file_t *cl_file(cl_rt_t *r, int fd) {
+    for (int i = 0; r && i < r->nfiles; i++)
+        if (r->files[i].fd == fd) return &r->files[i];
+    return NULL;
+}
+
+static int cl_fail(int code) {
+    la_set_error(code);
+    return -1;
+}
+
+/* The classic API watches READ and/or WRITE; ERROR and CLOSE are always
+ * reported (and may be passed). CLOSE is not asked from the modern runtime:
+ * a classic driver learns of a read-side hang-up by reading 0 bytes, as the
+ * classic epoll backend had it (it reported CLOSE only for EPOLLHUP). */
+static int cl_bits(uint32_t events, uint32_t *out) {
+    if (events & ~(uint32_t)(CL_READ | CL_WRITE | CL_ERROR | CL_CLOSE)) return 0;
+    *out = events & (CL_READ | CL_WRITE);
+    return 1;
+}
+
+#if !defined(_WIN32)
+static int cl_is_regular(int fd) {
+    struct stat st;
+    return fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+}
+#endif
+
+/* ---- the Go call of the 4-argument modify ---------------------------------- */
+
+typedef struct {
+    uint64_t h;
+    int fd, rc;
+    uint32_t events;
+    uintptr_t ctx;
+} cl_modify_t;
+
+static void cl_modify_go(void *arg) {
+    cl_modify_t *m = arg;
+    m->rc = la_go_rt_fd(m->h, LA_GO_RT_FD_MODIFY_CTX, m->fd, m->events, m->ctx);
+}
+
+static int cl_modern_modify(async_runtime_t *rt, async_fd_t fd, uint32_t events, void *ctx) {
+#if defined(_WIN32)
+    if (fd > (async_fd_t)INT32_MAX) return cl_fail(ASYNC_E_BADFD);
+#endif
+    cl_modify_t m = {.h = LA_H(rt), .fd = (int)fd, .events = events, .ctx = (uintptr_t)ctx};
+    la_go_call(cl_modify_go, &m);
+    return m.rc ? cl_fail(m.rc) : 0;
+}
+
+/* ---- lifecycle and registrations ------------------------------------------- */
+
+void async_classic_runtime_deinit(async_runtime_t *rt) {
+    async_runtime_deinit(rt);
+    pthread_mutex_lock(&cl_mu);
+    for (cl_rt_t **p = &cl_list; *p; p = &(*p)->next) {
+        if ((*p)->h == LA_H(rt)) {
+            cl_rt_t *r = *p;
+            *p = r->next;
+            free(r->files);
+            free(r);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&cl_mu);
+}
+
+int async_classic_runtime_modify(async_runtime_t *rt, async_fd_t fd, uint32_t events, void *context) {
+    uint32_t ev;
+    if (!cl_bits(events, &ev)) return cl_fail(ASYNC_E_INVAL);
+    pthread_mutex_lock(&cl_mu);
+    cl_rt_t *r = cl_find(rt, 0);
+    cl_file_t *f = r ? cl_file(r, (int)fd) : NULL;
+    if (f) {
+        f->events = ev;
+        f->ctx = context;
+        if (r->console_reg && fd == 0) r->console_ctx = context;
+        pthread_mutex_unlock(&cl_mu);
+        async_runtime_wakeup(rt); /* a sleeping wait reports it at once */
+        return 0;
+    }
+    int rc = cl_modern_modify(rt, fd, ev, context);
+    if (rc == 0 && r && r->console_reg && fd == 0) r->console_ctx = context;
+    pthread_mutex_unlock(&cl_mu);
+    return rc;
+}
+
+int async_classic_runtime_add(async_runtime_t *rt, async_fd_t fd, uint32_t events, void *context) {
+    uint32_t ev;
+    if (!cl_bits(events, &ev)) return cl_fail(ASYNC_E_INVAL);
+    pthread_mutex_lock(&cl_mu);
+    cl_rt_t *r = cl_find(rt, 0);
+    if (r && r->console_reg && fd == 0) {
+        /* stdin, registered by add_console: this registration takes it over. */
+        pthread_mutex_unlock(&cl_mu);
+        return async_classic_runtime_modify(rt, fd, events, context);
+    }
+#if !defined(_WIN32)
+    if (cl_is_regular(fd)) {
+        if (!r && !(r = cl_find(rt, 1))) {
+            pthread_mutex_unlock(&cl_mu);
+            return cl_fail(la_handle_live(LA_H(rt), LA_T_RUNTIME) ? ASYNC_E_NOMEM : ASYNC_E_BADHANDLE);
+        }
+        if (cl_file(r, fd)) {
+            pthread_mutex_unlock(&cl_mu);
+            return cl_fail(ASYNC_E_EXISTS);
+        }
+        if (r->nfiles == r->capfiles) {
+            int cap = r->capfiles ? 2 * r->capfiles : 4;
+            cl_file_t *nf = realloc(r->files, (size_t)cap * sizeof *nf);
+            if (!nf) {
+                pthread_mutex_unlock(&cl_mu);
+                return cl_fail(ASYNC_E_NOMEM);
+            }
+            r->files = nf;
+            r->capfiles = cap;
+        }
+        r->files[r->nfiles++] = (cl_file_t){.fd = fd, .events = ev, .ctx = context};
+        pthread_mutex_unlock(&cl_mu);
+        async_runtime_wakeup(rt); /* a sleeping wait reports it at once */
+        return 0;
+    }
+#endif
+    pthread_mutex_unlock(&cl_mu);
+    return async_runtime_add(rt, fd, ev, context);
+}
+
+int async_classic_runtime_remove(async_runtime_t *rt, async_fd_t fd) {
+    pthread_mutex_lock(&cl_mu);
+    cl_rt_t *r = cl_find(rt, 0);
+    cl_file_t *f = r ? cl_file(r, (int)fd) : NULL;
+    int rc = 0;
+    if (f)
+        *f = r->files[--r->nfiles];
+#if !defined(_WIN32)
+    else if (cl_is_regular(fd) && la_handle_live(LA_H(rt), LA_T_RUNTIME))
+        rc = cl_fail(ASYNC_E_NOTFOUND); /* never in the poller (see add) */
+#endif
+    else
+        rc = async_runtime_remove(rt, fd);
+    if (rc == 0 && r && fd == 0) r->console_reg = 0;
+    pthread_mutex_unlock(&cl_mu);
+    return rc;
+}
+
+/* ---- waiting ---------------------------------------------------------------- */
+
+#if !defined(_WIN32)
+/* 1 if f's end was reached (the offset is at or past the size). */
+static int cl_file_at_end(int fd) {
+    struct stat st;
+    off_t pos = lseek(fd, 0, SEEK_CUR);
+    return pos >= 0 && fstat(fd, &st) == 0 && pos >= st.st_size;
+}
+
+static uint32_t cl_file_ready(const cl_file_t *f, int *at_end) {
+    uint32_t bits = f->events & CL_WRITE;
+    *at_end = 0;
+    if (f->events & CL_READ) {
+        *at_end = cl_file_at_end(f->fd);
+        if (!*at_end || !f->eof_told) bits |= CL_READ;
+    }
+    return bits;
+}
+#endif
+
+/* Appends the ready regular files to out (at most room); marks an end told. */
+static int cl_files_collect(cl_rt_t *r, cl_event_t *out, int room, int probe_only) {
+    int n = 0;
+#if !defined(_WIN32)
+    for (int i = 0; r && i < r->nfiles && n < room; i++) {
+        cl_file_t *f = &r->files[i];
+        int at_end;
+        uint32_t bits = cl_file_ready(f, &at_end);
+        if (!bits) continue;
+        if (!probe_only) {
+            if (bits & CL_READ) f->eof_told = at_end;
+            memset(&out[n], 0, sizeof out[n]);
+            out[n].fd = f->fd;
+            out[n].event_type = bits;
+            out[n].context = f->ctx;
+        }
+        n++;
+    }
+#else
+    (void)r, (void)out, (void)room, (void)probe_only;
+#endif
+    return n;
+}
+
+/* A timeval as the modern timeout: NULL blocks; partial milliseconds round
+ * up (never a busy spin); negative values do not wait; huge ones are capped. */
+static int cl_timeout_ms(const struct timeval *tv) {
+    if (!tv) return -1;
+    if (tv->tv_sec < 0 || tv->tv_usec < 0) return 0;
+    long long ms = (long long)tv->tv_sec * 1000 + ((long long)tv->tv_usec + 999) / 1000;
+    return ms > INT_MAX ? INT_MAX : (int)ms;
+}
+
+static void cl_translate(cl_event_t *c, const io_event_t *e) {
+    memset(c, 0, sizeof *c);
+    if (e->event_type & (ASYNC_EVENT_COMPLETION | ASYNC_EVENT_TIMER)) {
+        c->fd = CL_NOFD;
+        c->completion_key = e->completion_key;
+        c->event_type = CL_READ;
+        c->bytes_transferred = (size_t)e->data;
+    } else {
+        c->fd = e->fd;
+        c->event_type = e->event_type & (CL_READ | CL_WRITE | CL_ERROR | CL_CLOSE);
+        c->context = e->context;
+    }
+}
+
+/* One modern wait per classic wait (a second one would report a
+ * level-triggered descriptor twice in one result): its buffer is on the
+ * stack up to CL_STACK events, else allocated for the call. */
+#define CL_STACK 128
+
+int async_classic_runtime_wait(async_runtime_t *rt, cl_event_t *events, int max_events, struct timeval *timeout) {
+    if (!events || max_events < 1) return cl_fail(ASYNC_E_INVAL);
+    int ms = cl_timeout_ms(timeout);
+
+    pthread_mutex_lock(&cl_mu);
+    cl_rt_t *r = cl_find(rt, 0);
+    int files_ready = r ? cl_files_collect(r, NULL, INT_MAX, 1) : 0;
+    int poll_room = max_events;
+    if (files_ready) {
+        if (max_events > 1)
+            poll_room = max_events - 1; /* at least one file event */
+        else if ((r->toggle ^= 1) != 0)
+            poll_room = 0; /* one slot: the files and the poller take turns */
+    }
+    pthread_mutex_unlock(&cl_mu);
+    if (files_ready) ms = 0; /* something is ready: do not sleep */
+
+    int n = 0;
+    if (poll_room > 0) {
+        io_event_t stackbuf[CL_STACK];
+        io_event_t *buf = stackbuf;
+        if (poll_room > CL_STACK && !(buf = malloc((size_t)poll_room * sizeof *buf))) return cl_fail(ASYNC_E_NOMEM);
+        n = async_runtime_wait(rt, buf, poll_room, ms);
+        for (int i = 0; i < n; i++) cl_translate(&events[i], &buf[i]);
+        if (buf != stackbuf) free(buf);
+        if (n < 0) return -1;
+    }
+    if (files_ready) {
+        pthread_mutex_lock(&cl_mu);
+        r = cl_find(rt, 0);
+        n += r ? cl_files_collect(r, events + n, max_events - n, 0) : 0;
+        pthread_mutex_unlock(&cl_mu);
+    }
+    return n;
+}
+
+/* ---- the console -------------------------------------------------------------- */
+
+static int cl_console_detect(void) {
+#if !defined(_WIN32)
+    struct stat st;
+    if (isatty(STDIN_FILENO)) return CL_CONSOLE_REAL;
+    if (fstat(STDIN_FILENO, &st) != 0) return CL_CONSOLE_NONE;
+    if (S_ISFIFO(st.st_mode)) return CL_CONSOLE_PIPE;
+    if (S_ISREG(st.st_mode)) return CL_CONSOLE_FILE;
+    return CL_CONSOLE_NONE;
+#else
+    HANDLE in = GetStdHandle(STD_INPUT_HANDLE);
+    DWORD mode;
+    if (in == NULL || in == INVALID_HANDLE_VALUE) return CL_CONSOLE_NONE;
+    if (GetConsoleMode(in, &mode)) return CL_CONSOLE_REAL;
+    switch (GetFileType(in)) {
+    case FILE_TYPE_PIPE: return CL_CONSOLE_PIPE;
+    case FILE_TYPE_DISK: return CL_CONSOLE_FILE;
+    default: return CL_CONSOLE_NONE;
+    }
+#endif
+}
+
+int async_classic_runtime_add_console(async_runtime_t *rt, void *context) {
+    int type = cl_console_detect();
+    pthread_mutex_lock(&cl_mu);
+    cl_rt_t *r = cl_find(rt, 1);
+    if (!r) {
+        pthread_mutex_unlock(&cl_mu);
+        return cl_fail(la_handle_live(LA_H(rt), LA_T_RUNTIME) ? ASYNC_E_NOMEM : ASYNC_E_BADHANDLE);
+    }
+    r->console_type = type;
+    r->console_ctx = context;
+    int registered = r->console_reg;
+    pthread_mutex_unlock(&cl_mu);
+#if !defined(_WIN32)
+    if (type == CL_CONSOLE_NONE) return 0; /* nothing to watch (e.g. /dev/null, closed stdin) */
+    int rc;
+    if (registered) {
+        rc = async_classic_runtime_modify(rt, STDIN_FILENO, CL_READ, context);
+    } else {
+        rc = async_classic_runtime_add(rt, STDIN_FILENO, CL_READ, context);
+        if (rc != 0 && async_last_error() == ASYNC_E_EXISTS) /* the caller added stdin itself */
+            rc = async_classic_runtime_modify(rt, STDIN_FILENO, CL_READ, context);
+    }
+    if (rc != 0) return -1;
+    pthread_mutex_lock(&cl_mu);
+    if ((r = cl_find(rt, 0)) != NULL) r->console_reg = 1;
+    pthread_mutex_unlock(&cl_mu);
+    return 0;
+#else
+    (void)registered; /* Windows: detected and recorded, not watched (docs/NEOLITH.md) */
+    return 0;
+#endif
+}
+
+int async_classic_runtime_get_console_type(async_runtime_t *rt) {
+    pthread_mutex_lock(&cl_mu);
+    cl_rt_t *r = cl_find(rt, 0);
+    int t = r ? r->console_type : CL_CONSOLE_NONE;
+    pthread_mutex_unlock(&cl_mu);
+    return t;
+}
+
+void *async_classic_runtime_get_console_ctx(async_runtime_t *rt) {
+    pthread_mutex_lock(&cl_mu);
+    cl_rt_t *r = cl_find(rt, 0);
+    void *c = r ? r->console_ctx : NULL;
+    pthread_mutex_unlock(&cl_mu);
+    return c;
+}
+
+#if !defined(_WIN32)
+int async_classic_runtime_get_event_loop_handle(async_runtime_t *rt) {
+    la_slot_t *slot;
+    la_doorbell_t *bell = la_handle_get(LA_H(rt), LA_T_RUNTIME, &slot);
+    if (!bell) return cl_fail(ASYNC_E_BADHANDLE);
+    int fd = bell->fd;
+    la_handle_put(slot);
+    return fd;
+}
+#else
+/* ---- Windows only: not implemented (docs/NEOLITH.md) ----------------------------- */
+
+int async_classic_runtime_post_read(async_runtime_t *rt, uintptr_t fd, void *buffer, size_t len) {
+    (void)rt, (void)fd, (void)buffer, (void)len;
+    return cl_fail(ASYNC_E_NOTSUP);
+}
+
+int async_classic_runtime_post_write(async_runtime_t *rt, uintptr_t fd, void *buffer, size_t len) {
+    (void)rt, (void)fd, (void)buffer, (void)len;
+    return cl_fail(ASYNC_E_NOTSUP);
+}
+
+HANDLE async_classic_runtime_get_console_event(async_runtime_t *rt) {
+    (void)rt;
+    la_set_error(ASYNC_E_NOTSUP);
+    return NULL;
+}
+
+void *async_classic_worker_get_stop_event(async_worker_t *worker) {
+    (void)worker;
+    la_set_error(ASYNC_E_NOTSUP);
+    return NULL;
+}
+#endif
