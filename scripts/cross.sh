@@ -87,15 +87,17 @@ win_dll() {
         go build -buildmode=c-shared -o "$WIN/libasync.dll" ./cabi &&
         CGO_ENABLED=1 CC=x86_64-w64-mingw32-gcc GOOS=windows GOARCH=amd64 go vet ./cabi
 }
-# Every function async.h declares for _WIN32 must be in the DLL's export table.
+# Every function async.h (and the classic async/async_classic.h) declares for
+# _WIN32 must be in the DLL's export table.
 win_exports() {
-    x86_64-w64-mingw32-gcc -E -P -Iinclude include/async.h | grep -oE '\basync_[a-z0-9_]+ *\(' |
-        tr -d ' (' | sort -u >"$WIN/api.txt"
+    { x86_64-w64-mingw32-gcc -E -P -Iinclude include/async.h
+      x86_64-w64-mingw32-gcc -E -P -Iinclude include/async/async_classic.h; } |
+        grep -oE '\basync_[a-z0-9_]+ *\(' | tr -d ' (' | sort -u >"$WIN/api.txt"
     x86_64-w64-mingw32-objdump -p "$WIN/libasync.dll" |
         sed -n '/\[Ordinal\/Name Pointer\] Table/,/^$/p' | grep -oE '\basync_[a-z0-9_]+' | sort -u >"$WIN/exports.txt"
     local missing
     missing=$(comm -23 "$WIN/api.txt" "$WIN/exports.txt")
-    echo "$(wc -l <"$WIN/api.txt") functions in async.h, $(wc -l <"$WIN/exports.txt") exported"
+    echo "$(wc -l <"$WIN/api.txt") functions in async.h and async/async_classic.h, $(wc -l <"$WIN/exports.txt") exported"
     [ -z "$missing" ] || { echo "not exported (add to cabi/exports_windows.c): $missing"; return 1; }
 }
 win_c_build() {

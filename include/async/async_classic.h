@@ -27,11 +27,17 @@
 
 #include <stddef.h>
 #include <stdint.h>
+/* What the classic headers brought in (through the driver's
+ * port/socket_comm.h), which code written against them may rely on. */
 #if !defined(_WIN32)
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <pthread.h>
+#include <sys/socket.h>
 #include <sys/time.h> /* struct timeval */
 #else
 #include <winsock2.h> /* SOCKET, struct timeval */
+#include <ws2tcpip.h>
 #include <windows.h>  /* HANDLE */
 #endif
 #if !defined(__cplusplus)
@@ -191,7 +197,6 @@ int async_classic_runtime_wait(async_runtime_t *runtime, io_event_t *events, int
 int async_classic_runtime_add_console(async_runtime_t *runtime, void *context);
 console_type_t async_classic_runtime_get_console_type(async_runtime_t *runtime);
 void *async_classic_runtime_get_console_ctx(async_runtime_t *runtime);
-int async_classic_runtime_get_event_loop_handle(async_runtime_t *runtime);
 
 #define async_runtime_deinit async_classic_runtime_deinit
 #define async_runtime_add async_classic_runtime_add
@@ -201,7 +206,13 @@ int async_classic_runtime_get_event_loop_handle(async_runtime_t *runtime);
 #define async_runtime_add_console async_classic_runtime_add_console
 #define async_runtime_get_console_type async_classic_runtime_get_console_type
 #define async_runtime_get_console_ctx async_classic_runtime_get_console_ctx
+
+#if !defined(_WIN32)
+/* POSIX only, as in the classic API: the runtime's wake-up descriptor (the
+ * eventfd, or the pipe's read end). Do not read, write or close it. */
+int async_classic_runtime_get_event_loop_handle(async_runtime_t *runtime);
 #define async_runtime_get_event_loop_handle async_classic_runtime_get_event_loop_handle
+#endif
 
 #if defined(_WIN32)
 /* Windows only, as in the classic API. NOT IMPLEMENTED: each fails (-1 or

@@ -23,14 +23,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include "la.h" /* async.h: on Windows winsock2.h, then windows.h */
 #if !defined(_WIN32)
 #include <sys/time.h>
 #include <unistd.h>
-#else
-#include <windows.h>
 #endif
-
-#include "la.h"
 
 /* cabi's own (cabi/fiber.h and cabi/main.go's export). */
 void la_go_call(void (*fn)(void *), void *arg);
