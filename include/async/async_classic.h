@@ -158,7 +158,8 @@ typedef int socket_fd_t;
  *    NULL;
  *  - a completion (async_runtime_post_completion): fd -1 (INVALID_SOCKET on
  *    Windows), completion_key as posted, event_type EVENT_READ,
- *    bytes_transferred = the data posted, context and buffer NULL. */
+ *    bytes_transferred = the data posted, context and buffer NULL;
+ *  - Windows: the end of a post_read / post_write (see there). */
 typedef struct {
 #if defined(_WIN32)
     SOCKET fd;
@@ -215,8 +216,17 @@ int async_classic_runtime_get_event_loop_handle(async_runtime_t *runtime);
 #endif
 
 #if defined(_WIN32)
-/* Windows only, as in the classic API. NOT IMPLEMENTED: each fails (-1 or
- * NULL) with ASYNC_E_NOTSUP (docs/NEOLITH.md). */
+/* Windows only, as in the classic API.
+ * post_read / post_write start an overlapped WSARecv / WSASend of len bytes
+ * on the socket fd, into / from buffer, which must stay valid until the
+ * operation's event: one io_event_t with fd, the context of fd's
+ * registration (NULL if none), event_type EVENT_READ or EVENT_WRITE (plus
+ * EVENT_ERROR if it failed), bytes_transferred (0 for a read: end of stream)
+ * and buffer. The operation's end is posted to the runtime as a completion,
+ * so its event comes from async_runtime_wait like any other. 0, or -1 with ASYNC_E_INVAL (buffer NULL with len > 0, len
+ * above 2^31-1), ASYNC_E_BADHANDLE, ASYNC_E_BADFD, ASYNC_E_NOMEM, ASYNC_E_SYS.
+ * get_console_event: NOT IMPLEMENTED, NULL with ASYNC_E_NOTSUP
+ * (docs/NEOLITH.md). */
 int async_classic_runtime_post_read(async_runtime_t *runtime, socket_fd_t fd, void *buffer, size_t len);
 int async_classic_runtime_post_write(async_runtime_t *runtime, socket_fd_t fd, void *buffer, size_t len);
 HANDLE async_classic_runtime_get_console_event(async_runtime_t *runtime);

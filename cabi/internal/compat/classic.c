@@ -77,8 +77,21 @@ typedef struct {
     int eof_told; /* its end was reported readable once */
 } cl_file_t;
 
+#if defined(_WIN32)
+/* Windows: the context of each classic registration, which the completions
+ * of async_runtime_post_read/post_write carry. */
+typedef struct {
+    uintptr_t fd;
+    void *ctx;
+} cl_reg_t;
+#endif
+
 typedef struct cl_rt {
     uint64_t h;
+#if defined(_WIN32)
+    cl_reg_t *regs;
+    int nregs, capregs;
+#endif
     int console_type;
     void *console_ctx;
     int console_reg; /* stdin registered by add_console (and not removed) */
@@ -110,6 +123,37 @@ static cl_file_t *cl_file(cl_rt_t *r, int fd) {
         if (r->files[i].fd == fd) return &r->files[i];
     return NULL;
 }
+
+#if defined(_WIN32)
+static cl_reg_t *cl_reg(cl_rt_t *r, uintptr_t fd) {
+    for (int i = 0; r && i < r->nregs; i++)
+        if (r->regs[i].fd == fd) return &r->regs[i];
+    return NULL;
+}
+
+/* Records fd's context (ctx) or forgets it (forget). Under cl_mu. */
+static void cl_reg_set(async_runtime_t *rt, uintptr_t fd, void *ctx, int forget) {
+    cl_rt_t *r = cl_find(rt, !forget);
+    cl_reg_t *g = r ? cl_reg(r, fd) : NULL;
+    if (forget) {
+        if (g) *g = r->regs[--r->nregs];
+        return;
+    }
+    if (!r) return;
+    if (!g) {
+        if (r->nregs == r->capregs) {
+            int cap = r->capregs ? 2 * r->capregs : 16;
+            cl_reg_t *nr = realloc(r->regs, (size_t)cap * sizeof *nr);
+            if (!nr) return; /* its completions then carry a NULL context */
+            r->regs = nr;
+            r->capregs = cap;
+        }
+        g = &r->regs[r->nregs++];
+        g->fd = fd;
+    }
+    g->ctx = ctx;
+}
+#endif
 
 static int cl_fail(int code) {
     la_set_error(code);
@@ -166,6 +210,9 @@ void async_classic_runtime_deinit(async_runtime_t *rt) {
             cl_rt_t *r = *p;
             *p = r->next;
             free(r->files);
+#if defined(_WIN32)
+            free(r->regs);
+#endif
             free(r);
             break;
         }
@@ -189,6 +236,9 @@ int async_classic_runtime_modify(async_runtime_t *rt, async_fd_t fd, uint32_t ev
     }
     int rc = cl_modern_modify(rt, fd, ev, context);
     if (rc == 0 && r && r->console_reg && fd == 0) r->console_ctx = context;
+#if defined(_WIN32)
+    if (rc == 0) cl_reg_set(rt, fd, context, 0);
+#endif
     pthread_mutex_unlock(&cl_mu);
     return rc;
 }
@@ -229,8 +279,15 @@ int async_classic_runtime_add(async_runtime_t *rt, async_fd_t fd, uint32_t event
         return 0;
     }
 #endif
+#if defined(_WIN32)
+    int rc = async_runtime_add(rt, fd, ev, context);
+    if (rc == 0) cl_reg_set(rt, fd, context, 0);
+    pthread_mutex_unlock(&cl_mu);
+    return rc;
+#else
     pthread_mutex_unlock(&cl_mu);
     return async_runtime_add(rt, fd, ev, context);
+#endif
 }
 
 int async_classic_runtime_remove(async_runtime_t *rt, async_fd_t fd) {
@@ -247,6 +304,9 @@ int async_classic_runtime_remove(async_runtime_t *rt, async_fd_t fd) {
     else
         rc = async_runtime_remove(rt, fd);
     if (rc == 0 && r && fd == 0) r->console_reg = 0;
+#if defined(_WIN32)
+    if (rc == 0) cl_reg_set(rt, fd, NULL, 1);
+#endif
     pthread_mutex_unlock(&cl_mu);
     return rc;
 }
@@ -305,8 +365,47 @@ static int cl_timeout_ms(const struct timeval *tv) {
     return ms > INT_MAX ? INT_MAX : (int)ms;
 }
 
+#if defined(_WIN32)
+/* One overlapped read or write of async_runtime_post_read/post_write. The
+ * system thread pool's completion port (BindIoCompletionCallback) runs
+ * cl_io_done when it ends, which posts it to the runtime as a completion
+ * whose key is CL_IO_KEY; the classic wait turns that into the classic
+ * event (fd, context, EVENT_READ or EVENT_WRITE, bytes_transferred, buffer)
+ * and frees it. */
+typedef struct {
+    OVERLAPPED ov; /* first */
+    uint64_t h;
+    uintptr_t fd;
+    void *buf;
+    void *ctx;
+    uint32_t op;
+    DWORD err, bytes;
+} cl_io_t;
+
+static VOID CALLBACK cl_io_done(DWORD err, DWORD bytes, LPOVERLAPPED ov) {
+    cl_io_t *io = (cl_io_t *)ov;
+    io->err = err;
+    io->bytes = bytes;
+    if (async_runtime_post_completion((async_runtime_t *)(uintptr_t)io->h, (uintptr_t)&cl_io_done, (uintptr_t)io) != 0)
+        free(io); /* the runtime is gone */
+}
+#define CL_IO_KEY ((uintptr_t)&cl_io_done) /* no caller can post this key by chance */
+#endif
+
 static void cl_translate(cl_event_t *c, const io_event_t *e) {
     memset(c, 0, sizeof *c);
+#if defined(_WIN32)
+    if ((e->event_type & ASYNC_EVENT_COMPLETION) && e->completion_key == CL_IO_KEY) {
+        cl_io_t *io = (cl_io_t *)e->data;
+        c->fd = io->fd;
+        c->event_type = io->op | (io->err ? CL_ERROR : 0);
+        c->context = io->ctx;
+        c->bytes_transferred = io->bytes;
+        c->buffer = io->buf;
+        free(io);
+        return;
+    }
+#endif
     if (e->event_type & (ASYNC_EVENT_COMPLETION | ASYNC_EVENT_TIMER)) {
         c->fd = CL_NOFD;
         c->completion_key = e->completion_key;
@@ -444,14 +543,48 @@ int async_classic_runtime_get_event_loop_handle(async_runtime_t *rt) {
 #else
 /* ---- Windows only: not implemented (docs/NEOLITH.md) ----------------------------- */
 
+static int cl_post_io(async_runtime_t *rt, uintptr_t fd, void *buffer, size_t len, uint32_t op) {
+    if ((!buffer && len) || len > 0x7fffffffu) return cl_fail(ASYNC_E_INVAL);
+    pthread_mutex_lock(&cl_mu);
+    cl_rt_t *r = cl_find(rt, 0);
+    cl_reg_t *g = r ? cl_reg(r, fd) : NULL;
+    void *ctx = g ? g->ctx : NULL;
+    pthread_mutex_unlock(&cl_mu);
+    if (!la_handle_live(LA_H(rt), LA_T_RUNTIME)) return cl_fail(ASYNC_E_BADHANDLE);
+    if (fd == (uintptr_t)INVALID_SOCKET) return cl_fail(ASYNC_E_BADFD);
+    cl_io_t *io = calloc(1, sizeof *io);
+    if (!io) return cl_fail(ASYNC_E_NOMEM);
+    io->h = LA_H(rt);
+    io->fd = fd;
+    io->buf = buffer;
+    io->ctx = ctx;
+    io->op = op;
+    /* Fails harmlessly (ERROR_INVALID_PARAMETER) once the socket is bound;
+     * a bad socket is reported by WSARecv/WSASend below. */
+    BindIoCompletionCallback((HANDLE)fd, cl_io_done, 0);
+    WSABUF wb;
+    wb.len = (ULONG)len;
+    wb.buf = buffer;
+    DWORD flags = 0;
+    int rc = op == CL_READ ? WSARecv((SOCKET)fd, &wb, 1, NULL, &flags, &io->ov, NULL)
+                           : WSASend((SOCKET)fd, &wb, 1, NULL, 0, &io->ov, NULL);
+    if (rc == SOCKET_ERROR) {
+        int err = WSAGetLastError();
+        if (err != WSA_IO_PENDING) {
+            free(io);
+            return cl_fail(err == WSAENOTSOCK || err == WSAEBADF || err == WSA_INVALID_HANDLE ? ASYNC_E_BADFD
+                                                                                                 : ASYNC_E_SYS);
+        }
+    }
+    return 0; /* the completion comes through the runtime, also for an immediate success */
+}
+
 int async_classic_runtime_post_read(async_runtime_t *rt, uintptr_t fd, void *buffer, size_t len) {
-    (void)rt, (void)fd, (void)buffer, (void)len;
-    return cl_fail(ASYNC_E_NOTSUP);
+    return cl_post_io(rt, fd, buffer, len, CL_READ);
 }
 
 int async_classic_runtime_post_write(async_runtime_t *rt, uintptr_t fd, void *buffer, size_t len) {
-    (void)rt, (void)fd, (void)buffer, (void)len;
-    return cl_fail(ASYNC_E_NOTSUP);
+    return cl_post_io(rt, fd, buffer, len, CL_WRITE);
 }
 
 HANDLE async_classic_runtime_get_console_event(async_runtime_t *rt) {

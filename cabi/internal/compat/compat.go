@@ -6,5 +6,6 @@ package compat
 
 /*
 #cgo CFLAGS: -I${SRCDIR}/../../../include -I${SRCDIR}/../.. -O2 -Wall
+#cgo windows LDFLAGS: -lws2_32
 */
 import "C"
