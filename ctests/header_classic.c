@@ -87,5 +87,8 @@ int header_classic_probe(void)
     USE(tv);
     USE(proc);
     USE(b);
+#if defined(ASYNC_CLASSIC_PORT_HEADERS)
+    USE(platform_event_wait); /* from the driver's port/sync.h, through async_worker.h */
+#endif
     return (int)e + (int)qf + (int)ws + (int)ct;
 }

@@ -44,6 +44,19 @@
 #include <stdbool.h>
 #endif
 
+/* The classic headers included the driver's own port/socket_comm.h (from
+ * async_runtime.h) and port/sync.h (from async_worker.h). Define
+ * ASYNC_CLASSIC_PORT_HEADERS (in the driver's build, e.g. CMake's
+ * target_compile_definitions) to include them the same way, for code that
+ * relies on what they declare; socket_fd_t then comes from there. */
+#if defined(ASYNC_CLASSIC_PORT_HEADERS)
+#include "port/socket_comm.h"
+#include "port/sync.h"
+#if !defined(ASYNC_CLASSIC_HAVE_SOCKET_FD_T)
+#define ASYNC_CLASSIC_HAVE_SOCKET_FD_T
+#endif
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
