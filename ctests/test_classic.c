@@ -628,6 +628,41 @@ static void t_regular_file(void)
     async_runtime_deinit(rt);
 }
 
+/* A regular file closed without remove (a caller's bug): reported once as
+ * ERROR|CLOSE, then quiet; its number, reused by a socket, can be added. */
+static void t_regular_file_closed(void)
+{
+    async_runtime_t *rt = async_runtime_init();
+    char path[] = "/tmp/libasync_classic_XXXXXX";
+    int fd = mkstemp(path), sp[2], ctx2;
+    CHECK(rt && fd >= 0);
+    unlink(path);
+    CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sp) == 0); /* numbers other than fd's */
+    CHECK_EQ(async_runtime_add(rt, fd, EVENT_READ, &fd), 0);
+    CHECK_EQ(wait0(rt), 1); /* empty: its end, once */
+    CHECK_EQ(wait0(rt), 0);
+    close(fd);
+    CHECK_EQ(wait0(rt), 1);
+    CHECK_EQ(g_events[0].fd, fd);
+    CHECK(g_events[0].context == &fd);
+    CHECK_EQ(g_events[0].event_type, EVENT_ERROR | EVENT_CLOSE);
+    CHECK_EQ(wait0(rt), 0);
+    /* the number comes back as a socket */
+    CHECK(dup2(sp[0], fd) == fd);
+    close(sp[0]);
+    CHECK_EQ(wait0(rt), 0);
+    CHECK_EQ(async_runtime_add(rt, fd, EVENT_READ, &ctx2), 0);
+    CHECK_EQ(wait0(rt), 0);
+    CHECK_EQ(write(sp[1], "x", 1), 1);
+    CHECK_EQ(wait10(rt), 1);
+    CHECK(g_events[0].context == &ctx2);
+    CHECK_EQ(g_events[0].event_type, EVENT_READ);
+    CHECK_EQ(async_runtime_remove(rt, fd), 0);
+    close(fd);
+    close(sp[1]);
+    async_runtime_deinit(rt);
+}
+
 /* ---- the rest ---------------------------------------------------------------------------------- */
 
 static void t_misc(void)
@@ -663,6 +698,7 @@ static const test_case_t cases[] = {
     T(console_pipe),
     T(console_file),
     T(regular_file),
+    T(regular_file_closed),
     T(misc),
 };
 

@@ -75,6 +75,7 @@ typedef struct {
     uint32_t events;
     void *ctx;
     int eof_told; /* its end was reported readable once */
+    int gone;     /* closed without remove: reported once as ERROR|CLOSE */
 } cl_file_t;
 
 #if defined(_WIN32)
@@ -248,6 +249,14 @@ int async_classic_runtime_add(async_runtime_t *rt, async_fd_t fd, uint32_t event
     if (!cl_bits(events, &ev)) return cl_fail(ASYNC_E_INVAL);
     pthread_mutex_lock(&cl_mu);
     cl_rt_t *r = cl_find(rt, 0);
+#if !defined(_WIN32)
+    cl_file_t *stale = r ? cl_file(r, fd) : NULL;
+    if (stale && (stale->gone || !cl_is_regular(fd))) {
+        /* a regular file closed without remove; its number is reused */
+        *stale = r->files[--r->nfiles];
+        if (fd == 0) r->console_reg = 0;
+    }
+#endif
     if (r && r->console_reg && fd == 0) {
         /* stdin, registered by add_console: this registration takes it over. */
         pthread_mutex_unlock(&cl_mu);
@@ -314,18 +323,23 @@ int async_classic_runtime_remove(async_runtime_t *rt, async_fd_t fd) {
 /* ---- waiting ---------------------------------------------------------------- */
 
 #if !defined(_WIN32)
-/* 1 if f's end was reached (the offset is at or past the size). */
-static int cl_file_at_end(int fd) {
+/* What f is ready for. Readable while its offset is below its size, and
+ * once at the end (*at_end). A descriptor that is no longer a regular file
+ * was closed without remove (its number may be reused): it is reported once
+ * as ERROR|CLOSE (*gone), as the poll backend reports a closed registered
+ * fd, and never again. */
+static uint32_t cl_file_ready(const cl_file_t *f, int *at_end, int *gone) {
     struct stat st;
-    off_t pos = lseek(fd, 0, SEEK_CUR);
-    return pos >= 0 && fstat(fd, &st) == 0 && pos >= st.st_size;
-}
-
-static uint32_t cl_file_ready(const cl_file_t *f, int *at_end) {
+    *at_end = *gone = 0;
+    if (f->gone) return 0;
+    if (fstat(f->fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        *gone = 1;
+        return CL_ERROR | CL_CLOSE;
+    }
     uint32_t bits = f->events & CL_WRITE;
-    *at_end = 0;
     if (f->events & CL_READ) {
-        *at_end = cl_file_at_end(f->fd);
+        off_t pos = lseek(f->fd, 0, SEEK_CUR);
+        *at_end = pos >= 0 && pos >= st.st_size;
         if (!*at_end || !f->eof_told) bits |= CL_READ;
     }
     return bits;
@@ -338,11 +352,14 @@ static int cl_files_collect(cl_rt_t *r, cl_event_t *out, int room, int probe_onl
 #if !defined(_WIN32)
     for (int i = 0; r && i < r->nfiles && n < room; i++) {
         cl_file_t *f = &r->files[i];
-        int at_end;
-        uint32_t bits = cl_file_ready(f, &at_end);
+        int at_end, gone;
+        uint32_t bits = cl_file_ready(f, &at_end, &gone);
         if (!bits) continue;
         if (!probe_only) {
-            if (bits & CL_READ) f->eof_told = at_end;
+            if (gone)
+                f->gone = 1;
+            else if (bits & CL_READ)
+                f->eof_told = at_end;
             memset(&out[n], 0, sizeof out[n]);
             out[n].fd = f->fd;
             out[n].event_type = bits;
