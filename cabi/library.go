@@ -9,6 +9,7 @@
 //	rt      async_runtime: C completion path and wait, Go glue to libasync
 //	queue   async_queue in C
 //	worker  async_worker in C
+//	compat  the classic lib/async API (include/async/), onto the functions above
 //
 // On Windows exports_windows.c lists the DLL's exports.
 package main
@@ -20,6 +21,7 @@ import "C"
 
 import (
 	_ "github.com/libasync/libasync/cabi/internal/base"
+	_ "github.com/libasync/libasync/cabi/internal/compat"
 	_ "github.com/libasync/libasync/cabi/internal/fiber"
 	_ "github.com/libasync/libasync/cabi/internal/queue"
 	_ "github.com/libasync/libasync/cabi/internal/rt"

@@ -139,6 +139,16 @@ static void t_handle_exhausted_fiber(void) {
 
 static int fd_open(int fd) { return fcntl(fd, F_GETFD) != -1; }
 
+/* Worker calls are C and do not wait for the Go runtime, which starts in the
+ * background when the library loads and opens descriptors of its own (its
+ * poller): one of them could take a stop descriptor's number just after it
+ * is closed. A runtime call waits for that start; make one first. */
+static void go_started(void) {
+    async_runtime_t *rt = async_runtime_init();
+    CHECK(rt != NULL);
+    async_runtime_deinit(rt);
+}
+
 /* Joins w (bounded), checks it is STOPPED with a NULL result, destroys it and
  * waits (bounded) for its stop descriptor to be closed. */
 static void finish_worker(async_worker_t *w) {
@@ -167,6 +177,7 @@ static void *exits(void *ctx) {
 }
 
 static void t_worker_pthread_exit(void) {
+    go_started();
     for (int i = 0; i < 3; i++) {
         async_worker_t *w = async_worker_create(exits, NULL, 0);
         CHECK(w != NULL);
@@ -187,6 +198,7 @@ static void *waits_for_cancel(void *ctx) {
 }
 
 static void t_worker_cancel(void) {
+    go_started();
     atomic_store(&spinning, 0);
     async_worker_t *w = async_worker_create(waits_for_cancel, NULL, 0);
     CHECK(w != NULL);

@@ -196,6 +196,17 @@ func (rt *Runtime) Add(fd int, events uint32, ctx uintptr) error {
 
 // Modify changes the watched events of fd.
 func (rt *Runtime) Modify(fd int, events uint32) error {
+	return rt.modify(fd, events, 0, false)
+}
+
+// ModifyContext changes the watched events of fd and the context its
+// events carry from now on (events harvested before the change are dropped,
+// as for any change of a registration).
+func (rt *Runtime) ModifyContext(fd int, events uint32, ctx uintptr) error {
+	return rt.modify(fd, events, ctx, true)
+}
+
+func (rt *Runtime) modify(fd int, events uint32, ctx uintptr, setCtx bool) error {
 	if events&^fdEventMask != 0 {
 		return ErrInval
 	}
@@ -209,6 +220,9 @@ func (rt *Runtime) Modify(fd int, events uint32) error {
 	}
 	if r, ok := rt.ctx[fd]; ok {
 		r.seq = atomic.AddUint64(&rt.sh.RegSeq, 1)
+		if setCtx {
+			r.ctx = ctx
+		}
 		rt.ctx[fd] = r
 	}
 	return nil

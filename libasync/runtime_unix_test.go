@@ -109,3 +109,41 @@ func TestClosedFdNumberCanBeReused(t *testing.T) {
 		}
 	})
 }
+
+func TestModifyContext(t *testing.T) {
+	backends(t, func(t *testing.T, rt *Runtime) {
+		sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Close(sp[0])
+		defer unix.Close(sp[1])
+		if err := rt.Add(sp[0], EventRead, 0x111); err != nil {
+			t.Fatal(err)
+		}
+		unix.Write(sp[1], []byte("x"))
+		ev := make([]Event, 4)
+		if n, _ := rt.Wait(ev, time.Second); n != 1 || ev[0].Context != 0x111 {
+			t.Fatalf("before: n=%d ev=%+v", n, ev[0])
+		}
+		if err := rt.ModifyContext(sp[0], EventRead|EventWrite, 0x222); err != nil {
+			t.Fatal(err)
+		}
+		n, _ := rt.Wait(ev, time.Second)
+		if n != 1 || ev[0].Context != 0x222 || ev[0].Type&(EventRead|EventWrite) != EventRead|EventWrite {
+			t.Fatalf("after: n=%d ev=%+v", n, ev[0])
+		}
+		if err := rt.Modify(sp[0], EventRead); err != nil { // the plain Modify keeps the context
+			t.Fatal(err)
+		}
+		if n, _ := rt.Wait(ev, time.Second); n != 1 || ev[0].Context != 0x222 {
+			t.Fatalf("plain modify: n=%d ev=%+v", n, ev[0])
+		}
+		if err := rt.ModifyContext(-1, EventRead, 0); !errors.Is(err, ErrBadFd) {
+			t.Fatalf("fd -1: %v", err)
+		}
+		if err := rt.ModifyContext(sp[1], EventRead, 0); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("unregistered: %v", err)
+		}
+	})
+}

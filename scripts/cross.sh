@@ -6,8 +6,9 @@
 #   2. the whole library as a Windows DLL (cgo + mingw-w64, go vet of cabi),
 #      with a check that it exports exactly the functions async.h declares;
 #   3. under wine: the Go tests of port/ and libasync/ (IOCP backend), the
-#      Windows C smoke test (scripts/win_smoke.c) and the portable C queue
-#      tests, all against the DLL;
+#      Windows C smoke test (scripts/win_smoke.c), the classic API's test
+#      (scripts/win_classic.c) and the portable C queue tests, all against
+#      the DLL;
 #   4. linux/arm64: go vet (cgo), libasync.so and every C test built with the
 #      cross gcc and run under qemu-user (ctest: epoll and poll backends,
 #      fibers included), and the Go tests of libasync/ under qemu.
@@ -87,12 +88,14 @@ win_dll() {
         go build -buildmode=c-shared -o "$WIN/libasync.dll" ./cabi &&
         CGO_ENABLED=1 CC=x86_64-w64-mingw32-gcc GOOS=windows GOARCH=amd64 go vet ./cabi/...
 }
-# The DLL exports exactly the functions async.h declares for _WIN32, plus the
+# The DLL exports exactly the functions async.h and the classic
+# async/async_classic.h declare for _WIN32, plus the
 # Go exports cabi's C calls (la_go_*): Go's linker lists every //export in the
 # DLL's .def file, and no linker option takes them out again.
 win_exports() {
-    x86_64-w64-mingw32-gcc -E -P -Iinclude include/async.h | grep -oE '\basync_[a-z0-9_]+ *\(' |
-        tr -d ' (' | sort -u >"$WIN/api.txt"
+    { x86_64-w64-mingw32-gcc -E -P -Iinclude include/async.h
+      x86_64-w64-mingw32-gcc -E -P -Iinclude include/async/async_classic.h; } |
+        grep -oE '\basync_[a-z0-9_]+ *\(' | tr -d ' (' | sort -u >"$WIN/api.txt"
     x86_64-w64-mingw32-objdump -p "$WIN/libasync.dll" |
         sed -n '/\[Ordinal\/Name Pointer\] Table/,/^$/p' | grep -oE '^\s*\[ *[0-9]+\] [A-Za-z_][A-Za-z0-9_]*' | awk '{print $NF}' |
         sort -u >"$WIN/all_exports.txt"
@@ -101,7 +104,7 @@ win_exports() {
     missing=$(comm -23 "$WIN/api.txt" "$WIN/exports.txt")
     extra=$(comm -13 "$WIN/api.txt" "$WIN/exports.txt")
     other=$(grep -vE '^(async_|la_go_)' "$WIN/all_exports.txt" || true)
-    echo "$(wc -l <"$WIN/api.txt") functions in async.h, $(wc -l <"$WIN/exports.txt") async_* exported," \
+    echo "$(wc -l <"$WIN/api.txt") functions in async.h and async/async_classic.h, $(wc -l <"$WIN/exports.txt") async_* exported," \
         "$(grep -c '^la_go_' "$WIN/all_exports.txt") Go exports"
     [ -z "$missing" ] || { echo "not exported (add to cabi/exports_windows.c): $missing"; return 1; }
     [ -z "$extra" ] || { echo "exported but not in async.h: $extra"; return 1; }
@@ -112,6 +115,8 @@ win_c_build() {
     # threads from winpthreads), linked against the DLL.
     x86_64-w64-mingw32-gcc -std=c11 -Wall -Wextra -Werror -O1 -Iinclude -o "$WIN/win_smoke.exe" \
         scripts/win_smoke.c "$WIN/libasync.dll" -lws2_32 -static-libgcc &&
+        x86_64-w64-mingw32-gcc -std=c11 -Wall -Wextra -Werror -O1 -Iinclude -o "$WIN/win_classic.exe" \
+            scripts/win_classic.c "$WIN/libasync.dll" -lws2_32 -static-libgcc &&
         x86_64-w64-mingw32-gcc-posix -std=c11 -D_GNU_SOURCE -Wall -Wextra -O1 -static -Iinclude -Ictests \
             -o "$WIN/test_queue.exe" ctests/test_queue.c "$WIN/libasync.dll" -lpthread &&
         GOOS=windows GOARCH=amd64 CGO_ENABLED=0 go test -c -o "$WIN/" ./libasync ./port
@@ -157,6 +162,7 @@ wine_go_tests() {
 }
 wine_c_tests() {
     wine_run 120 win_smoke.exe || return 1
+    wine_run 120 win_classic.exe || return 1 # the classic API (docs/NEOLITH.md)
     # Each queue case is a process. mpmc (8 threads hammering one queue)
     # takes minutes under wine's emulated futexes: it runs natively and
     # under qemu instead.

@@ -303,7 +303,7 @@ func la_go_rt_deinit(h C.uint64_t) (rc C.int) {
 	return code(err)
 }
 
-// la_go_rt_fd: op 0 add, 1 modify, 2 remove.
+// la_go_rt_fd: op 0 add, 1 modify, 2 remove, 3 modify with a new context.
 //
 //export la_go_rt_fd
 func la_go_rt_fd(h C.uint64_t, op C.int, fd C.int, events C.uint32_t, ctx C.uintptr_t) (rc C.int) {
@@ -317,6 +317,8 @@ func la_go_rt_fd(h C.uint64_t, op C.int, fd C.int, events C.uint32_t, ctx C.uint
 		return code(o.rt.Add(int(fd), uint32(events), uintptr(ctx)))
 	case 1:
 		return code(o.rt.Modify(int(fd), uint32(events)))
+	case 3:
+		return code(o.rt.ModifyContext(int(fd), uint32(events), uintptr(ctx)))
 	default:
 		return code(o.rt.Remove(int(fd)))
 	}
