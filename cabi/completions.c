@@ -2,18 +2,40 @@
  * completion path used by async_runtime_post_completion.
  *
  * Posting from C must not cross into Go: a crossing costs 50-100 ns, more
- * than the whole operation. So each posting thread owns one single-producer
- * queue per runtime (a chain of blocks), found through a small thread-local
- * cache. A post writes one entry and publishes it with one store; the only
- * shared write is the rare doorbell ring when the loop may be asleep. The
- * loop thread (Go, in Runtime.Wait) drains every producer's queue with one
- * call (la_rtc_take), round-robin across producers, FIFO within each.
+ * than the whole operation. So a post writes one entry into a block owned by
+ * its thread (found through a small thread-local cache) and links it onto the
+ * runtime's queue with one compare-and-swap; the only other shared write is
+ * the rare doorbell ring when the loop may be asleep.
  *
- * Lifetimes: a producer record is referenced by its thread and by its
- * runtime's list; whichever lets go last frees it (a thread that exits
- * orphans its records, and the loop frees them once drained). la_rtc_t
- * records are never freed, only recycled, so a late reader of a stale one
- * reads valid memory; anything that acts on a runtime first pins its handle.
+ * Order. The queue is one lock-free stack per runtime (la_cq_t.top): a post
+ * pushes its entry with a single successful compare-and-swap, which both
+ * claims its place and publishes it. The successful CASes on `top` form one
+ * total order (its modification order) that contains happens-before: if post
+ * A happens before post B (program order of a thread, of a fiber that moved
+ * to another worker in between, or any synchronisation such as a mutex or a
+ * semaphore between them), A's CAS comes first. The loop thread takes the
+ * whole stack with one exchange, reverses it, and delivers oldest first; what
+ * does not fit in max_events waits in its private list, which is older than
+ * anything still on the stack. There is no gap: an entry is either on the
+ * stack, complete, or not ordered yet, so a poster preempted anywhere never
+ * holds back other posts and never makes the loop spin or sleep on it.
+ *
+ * Memory. Entries live in 4 KiB blocks of their producer record (one per
+ * thread and runtime). A producer's entries are delivered in its program
+ * order, so when the loop delivers a block's last entry the whole block is
+ * free: it is handed back as the producer's spare (a steady stream allocates
+ * nothing). A post writes only its own entry and `top`, never an entry of
+ * another thread, so a late post into a closed runtime touches memory that
+ * its record keeps alive.
+ *
+ * Lifetimes: a la_cq_t is referenced by its runtime (until la_rtc_recycle)
+ * and by every producer record whose thread still holds it; the last one
+ * frees it with every record and block left. A thread that exits orphans its
+ * records; the loop frees an orphan once all its entries are delivered.
+ * la_rtc_t records are never freed, only recycled, so a late reader of a
+ * stale one reads valid memory; anything that acts on a runtime first pins
+ * its handle. A record points at its la_cq_t, never at a recycled la_rtc_t's
+ * queue, so a late post can never land in another runtime.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -28,14 +50,31 @@
 #include "la_windows.h"
 #endif
 
-#define LA_CB 254 /* entries per block: a block is 4 KiB on 64-bit */
+#define LA_CB 127 /* entries per block: a block is 4 KiB on 64-bit */
+
+struct la_cblock;
+typedef struct la_cnode {
+    struct la_cnode *next; /* on the stack: the older entry; in the loop's list: the newer */
+    uintptr_t key, data;
+    struct la_cblock *blk; /* the block this entry is in (set once) */
+} la_cnode_t;
 
 typedef struct la_cblock {
-    struct la_cblock *_Atomic next;
-    _Atomic uint32_t count; /* entries published */
-    uint32_t pad;
-    la_pair_t e[LA_CB];
+    la_cprod_t *owner;
+    struct la_cblock *fnext; /* la_cq_free's list of blocks to free */
+    int mark;                /* la_cq_free: already on that list */
+    la_cnode_t e[LA_CB];
 } la_cblock_t;
+
+struct la_cq {
+    la_cnode_t *_Atomic top; /* the posts not taken yet, newest first */
+    char pad[64 - sizeof(void *)];
+    _Atomic int refs;    /* the runtime + each record whose thread holds it */
+    _Atomic int orphans; /* records whose thread let go, not freed yet */
+    pthread_mutex_t mu;  /* the loop's side: list, records, take */
+    la_cnode_t *list;    /* taken from the stack, not delivered: oldest first */
+    la_cprod_t *prods;
+};
 
 struct la_cprod {
     /* owner thread */
@@ -43,36 +82,84 @@ struct la_cprod {
     uint32_t tcount;
     uint64_t h;
     la_rtc_t *rt;
+    struct la_cq *q;
+    uint64_t posted;        /* entries pushed (read by the loop once orphan) */
     struct la_cprod *tnext; /* the owner thread's list */
     _Atomic int dead;       /* the runtime was closed */
-    _Atomic int orphan;     /* the owner thread exited */
-    _Atomic int refs;       /* owner thread + runtime list */
+    _Atomic int orphan;     /* the owner thread let go of this record */
     la_cblock_t *_Atomic spare; /* a drained block handed back for reuse */
-    /* loop thread (under rt->mu) */
-    la_cblock_t *hblk;
-    uint32_t hidx;
+    /* loop thread (under q->mu) */
+    uint64_t taken; /* entries delivered */
     struct la_cprod *next;
 };
 
 #define LA_PCACHE 4
 static __thread la_cprod_t *pcache[LA_PCACHE];
-static __thread la_cprod_t *owned; /* every record this thread created */
+static __thread la_cprod_t *owned; /* every record this thread holds */
 static pthread_key_t exit_key;
 static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
 
 static pthread_mutex_t rtc_free_mu = PTHREAD_MUTEX_INITIALIZER;
 static la_rtc_t *rtc_free;
 
-static void prod_unref(la_cprod_t *p) {
-    if (atomic_fetch_sub(&p->refs, 1) != 1) return;
-    free(atomic_load(&p->spare));
-    la_cblock_t *b = p->hblk;
-    while (b) {
-        la_cblock_t *n = atomic_load(&b->next);
-        free(b);
-        b = n;
-    }
+/* Frees a record and the blocks it still owns (none of its entries may be
+ * queued). */
+static void prod_free(la_cprod_t *p) {
+    la_cblock_t *s = atomic_load(&p->spare);
+    if (s != p->tblk) free(s);
+    free(p->tblk);
     free(p);
+}
+
+/* Frees a queue nobody can post to or take from any more: every record,
+ * every block still holding queued entries, the rest. */
+static void la_cq_free(struct la_cq *q) {
+    la_cblock_t *blocks = NULL;
+    la_cnode_t *lists[2] = {q->list, atomic_load(&q->top)};
+    for (int i = 0; i < 2; i++) {
+        for (la_cnode_t *n = lists[i]; n; n = n->next) {
+            la_cblock_t *b = n->blk;
+            if (!b->mark) {
+                b->mark = 1;
+                b->fnext = blocks;
+                blocks = b;
+            }
+        }
+    }
+    la_cprod_t *p = q->prods;
+    while (p) {
+        la_cprod_t *n = p->next;
+        la_cblock_t *bs[2] = {p->tblk, atomic_load(&p->spare)};
+        for (int i = 0; i < 2; i++) {
+            if (bs[i] && !bs[i]->mark) {
+                bs[i]->mark = 1;
+                bs[i]->fnext = blocks;
+                blocks = bs[i];
+            }
+        }
+        free(p);
+        p = n;
+    }
+    while (blocks) {
+        la_cblock_t *n = blocks->fnext;
+        free(blocks);
+        blocks = n;
+    }
+    pthread_mutex_destroy(&q->mu);
+    free(q);
+}
+
+static void la_cq_unref(struct la_cq *q) {
+    if (atomic_fetch_sub(&q->refs, 1) == 1) la_cq_free(q);
+}
+
+/* The owner thread lets go of p (it exits, or p's runtime is closed); p may
+ * be freed by the loop at once. */
+static void prod_release(la_cprod_t *p) {
+    struct la_cq *q = p->q;
+    atomic_fetch_add(&q->orphans, 1);
+    atomic_store(&p->orphan, 1);
+    la_cq_unref(q);
 }
 
 static void on_thread_exit(void *unused) {
@@ -82,8 +169,7 @@ static void on_thread_exit(void *unused) {
     for (int i = 0; i < LA_PCACHE; i++) pcache[i] = NULL;
     while (p) {
         la_cprod_t *n = p->tnext;
-        atomic_store(&p->orphan, 1);
-        prod_unref(p);
+        prod_release(p);
         p = n;
     }
 }
@@ -91,14 +177,20 @@ static void on_thread_exit(void *unused) {
 static void make_exit_key(void) { pthread_key_create(&exit_key, on_thread_exit); }
 
 la_rtc_t *la_rtc_new(int fd, int kind) {
+    struct la_cq *q = calloc(1, sizeof *q);
+    if (!q) return NULL;
+    pthread_mutex_init(&q->mu, NULL);
+    atomic_store(&q->refs, 1);
     pthread_mutex_lock(&rtc_free_mu);
     la_rtc_t *r = rtc_free;
     if (r) rtc_free = r->free_next;
     pthread_mutex_unlock(&rtc_free_mu);
     if (!r) {
         r = calloc(1, sizeof *r);
-        if (!r) return NULL;
-        pthread_mutex_init(&r->mu, NULL);
+        if (!r) {
+            la_cq_free(q);
+            return NULL;
+        }
     }
     r->bell.fd = fd;
     r->bell.kind = kind;
@@ -106,39 +198,41 @@ la_rtc_t *la_rtc_new(int fd, int kind) {
     atomic_store(&r->sh.gowork, 1); /* nothing published yet: Go first */
     atomic_store(&r->waiting, 0);
     atomic_store(&r->closed, 0);
-    r->prods = r->cursor = NULL;
+    r->q = q;
     r->free_next = NULL;
     return r;
 }
 
-/* Closes the runtime's C side: producers are told, unlinked and released.
- * Call after la_handle_free (no new producer can register then). */
+/* Closes the runtime's C side: producers are told (their threads let go of
+ * them at their next post or exit). Call after la_handle_free (no new
+ * producer can register then). A waiter may still take until
+ * la_rtc_recycle. */
 void la_rtc_close(la_rtc_t *r) {
-    pthread_mutex_lock(&r->mu);
+    struct la_cq *q = r->q;
+    pthread_mutex_lock(&q->mu);
     atomic_store(&r->closed, 1);
-    la_cprod_t *p = r->prods;
-    r->prods = r->cursor = NULL;
-    pthread_mutex_unlock(&r->mu);
-    while (p) {
-        la_cprod_t *n = p->next;
-        atomic_store(&p->dead, 1);
-        prod_unref(p);
-        p = n;
-    }
+    for (la_cprod_t *p = q->prods; p; p = p->next) atomic_store(&p->dead, 1);
+    pthread_mutex_unlock(&q->mu);
 }
 
+/* After la_rtc_close, once no thread waits on r any more. */
 void la_rtc_recycle(la_rtc_t *r) {
+    struct la_cq *q = r->q;
+    r->q = NULL;
+    if (q) la_cq_unref(q);
     pthread_mutex_lock(&rtc_free_mu);
     r->free_next = rtc_free;
     rtc_free = r;
     pthread_mutex_unlock(&rtc_free_mu);
 }
 
-static la_cblock_t *new_block(void) {
+static la_cblock_t *new_block(la_cprod_t *p) {
     la_cblock_t *b = malloc(sizeof *b);
     if (!b) return NULL;
-    atomic_store_explicit(&b->next, NULL, memory_order_relaxed);
-    atomic_store_explicit(&b->count, 0, memory_order_relaxed);
+    b->owner = p;
+    b->fnext = NULL;
+    b->mark = 0;
+    for (int i = 0; i < LA_CB; i++) b->e[i].blk = b;
     return b;
 }
 
@@ -151,7 +245,7 @@ static void prune_owned(void) {
             *pp = p->tnext;
             for (int i = 0; i < LA_PCACHE; i++)
                 if (pcache[i] == p) pcache[i] = NULL;
-            prod_unref(p);
+            prod_release(p);
         } else {
             pp = &p->tnext;
         }
@@ -171,21 +265,23 @@ static __attribute__((noinline)) la_cprod_t *producer_slow(uint64_t h) {
     la_rtc_t *r = la_handle_get(h, LA_T_RUNTIME, &slot);
     if (!r) return NULL;
     la_cprod_t *p = calloc(1, sizeof *p);
-    la_cblock_t *b = p ? new_block() : NULL;
+    la_cblock_t *b = p ? new_block(p) : NULL;
     if (!b) {
         free(p);
         la_handle_put(slot);
         errno = ENOMEM;
         return NULL;
     }
-    p->tblk = p->hblk = b;
+    struct la_cq *q = r->q; /* live: the handle is pinned, so not closed yet */
+    p->tblk = b;
     p->h = h;
     p->rt = r;
-    atomic_store(&p->refs, 2);
-    pthread_mutex_lock(&r->mu);
-    p->next = r->prods;
-    r->prods = p;
-    pthread_mutex_unlock(&r->mu);
+    p->q = q;
+    atomic_fetch_add(&q->refs, 1);
+    pthread_mutex_lock(&q->mu);
+    p->next = q->prods;
+    q->prods = p;
+    pthread_mutex_unlock(&q->mu);
     la_handle_put(slot);
     p->tnext = owned;
     owned = p;
@@ -205,25 +301,25 @@ int la_rt_post(uint64_t h, uintptr_t key, uintptr_t data) {
     uint32_t c = p->tcount;
     if (__builtin_expect(c == LA_CB, 0)) {
         /* Reuse the block the loop handed back, if any: no malloc in a
-         * steady stream. */
+         * steady stream. (It may be this very block, drained.) */
         la_cblock_t *nb = atomic_exchange_explicit(&p->spare, NULL, memory_order_acquire);
-        if (nb) {
-            atomic_store_explicit(&nb->next, NULL, memory_order_relaxed);
-            atomic_store_explicit(&nb->count, 0, memory_order_relaxed);
-        } else if (!(nb = new_block())) {
-            return ASYNC_E_NOMEM;
-        }
-        atomic_store_explicit(&b->next, nb, memory_order_release);
+        if (!nb && !(nb = new_block(p))) return ASYNC_E_NOMEM;
         p->tblk = b = nb;
         c = 0;
     }
-    b->e[c].key = key;
-    b->e[c].data = data;
+    la_cnode_t *n = &b->e[c];
+    n->key = key;
+    n->data = data;
     p->tcount = c + 1;
-    /* Publish, then look at the sleep flag: with the loop's "raise the flag,
-     * then look for work" this is a Dekker pair (both sequentially
-     * consistent), so either the loop sees the entry or we see the flag. */
-    atomic_store_explicit(&b->count, c + 1, memory_order_seq_cst);
+    p->posted++;
+    /* Claim the place in the order and publish in one step. Then look at
+     * the sleep flag: with the loop's "raise the flag, then look for work"
+     * this is a Dekker pair (both sequentially consistent), so either the
+     * loop sees the entry or we see the flag. */
+    struct la_cq *q = p->q;
+    la_cnode_t *top = atomic_load_explicit(&q->top, memory_order_relaxed);
+    do n->next = top;
+    while (!atomic_compare_exchange_weak_explicit(&q->top, &top, n, memory_order_seq_cst, memory_order_relaxed));
     la_rtc_t *r = p->rt;
     if (__builtin_expect(atomic_load_explicit(&r->sh.sleeping, memory_order_seq_cst) != 0, 0)) {
         /* Pin the handle first: r may be recycled once its runtime is gone,
@@ -272,71 +368,81 @@ void la_rtc_set_start(la_rtc_t *r) {
 #endif
 }
 
-/* 1 if some producer has entries not taken yet. Loop thread only. */
+/* 1 if some entry is not taken yet. Loop thread only. */
 int la_rtc_pending(la_rtc_t *r) {
-    int any = 0;
-    pthread_mutex_lock(&r->mu);
-    for (la_cprod_t *p = r->prods; p && !any; p = p->next) {
-        la_cblock_t *b = p->hblk;
-        if (p->hidx < atomic_load_explicit(&b->count, memory_order_seq_cst) ||
-            (p->hidx == LA_CB && atomic_load_explicit(&b->next, memory_order_acquire)))
-            any = 1;
-    }
-    pthread_mutex_unlock(&r->mu);
+    struct la_cq *q = r->q;
+    pthread_mutex_lock(&q->mu);
+    int any = q->list != NULL || atomic_load_explicit(&q->top, memory_order_seq_cst) != NULL;
+    pthread_mutex_unlock(&q->mu);
     return any;
 }
 
-/* Moves up to max entries into out (pairs) or ev (completion events),
- * round-robin over producers starting after the one served first last time;
- * frees drained blocks and drained orphans. Loop thread only. */
-static inline int take(la_rtc_t *r, la_pair_t *out, io_event_t *ev, int max) {
-    int n = 0;
-    pthread_mutex_lock(&r->mu);
-    la_cprod_t *start = r->cursor ? r->cursor : r->prods;
-    la_cprod_t *p = start;
-    if (p) {
-        do {
-            for (;;) {
-                la_cblock_t *b = p->hblk;
-                uint32_t cnt = atomic_load_explicit(&b->count, memory_order_acquire);
-                if (ev) {
-                    while (p->hidx < cnt && n < max) {
-                        const la_pair_t *e = &b->e[p->hidx++];
-                        io_event_t *o = &ev[n++];
-                        o->fd = -1;
-                        o->event_type = ASYNC_EVENT_COMPLETION;
-                        o->completion_key = e->key;
-                        o->data = e->data;
-                        o->context = NULL;
-                    }
-                } else {
-                    while (p->hidx < cnt && n < max) out[n++] = b->e[p->hidx++];
-                }
-                if (n == max || p->hidx < LA_CB) break;
-                la_cblock_t *nb = atomic_load_explicit(&b->next, memory_order_acquire);
-                if (!nb) break;
-                p->hblk = nb;
-                p->hidx = 0;
-                la_cblock_t *old = atomic_exchange_explicit(&p->spare, b, memory_order_release);
-                free(old);
-            }
-            p = p->next ? p->next : r->prods;
-        } while (n < max && p != start);
-        r->cursor = p;
-    }
-    /* Free orphans that are drained (their threads are gone). */
-    la_cprod_t **pp = &r->prods;
+/* Frees the orphans whose entries are all delivered (under q->mu). */
+static void reap(struct la_cq *q) {
+    la_cprod_t **pp = &q->prods;
     while (*pp) {
-        la_cprod_t *q = *pp;
-        if (atomic_load(&q->orphan) && q->hidx == atomic_load(&q->hblk->count) && !atomic_load(&q->hblk->next)) {
-            *pp = q->next;
-            if (r->cursor == q) r->cursor = NULL;
-            prod_unref(q);
+        la_cprod_t *p = *pp;
+        /* orphan is stored after the thread's last post: posted is final.
+         * Nobody else writes into p's blocks (a post writes its own entry). */
+        if (atomic_load(&p->orphan) && p->taken == p->posted) {
+            *pp = p->next;
+            atomic_fetch_sub(&q->orphans, 1);
+            prod_free(p);
         } else {
-            pp = &q->next;
+            pp = &p->next;
         }
     }
-    pthread_mutex_unlock(&r->mu);
+}
+
+/* Moves up to max entries into out (pairs) or ev (completion events), oldest
+ * first (the order of the pushes); hands drained blocks back to their
+ * producers and frees drained orphans. Loop thread only. */
+static inline int take(la_rtc_t *r, la_pair_t *out, io_event_t *ev, int max) {
+    struct la_cq *q = r->q;
+    int n = 0;
+    pthread_mutex_lock(&q->mu);
+    for (;;) {
+        la_cnode_t *x = q->list;
+        while (x && n < max) {
+            la_cnode_t *nx = x->next;
+            if (ev) {
+                io_event_t *o = &ev[n++];
+                o->fd = -1;
+                o->event_type = ASYNC_EVENT_COMPLETION;
+                o->completion_key = x->key;
+                o->data = x->data;
+                o->context = NULL;
+            } else {
+                out[n].key = x->key;
+                out[n++].data = x->data;
+            }
+            la_cblock_t *b = x->blk;
+            la_cprod_t *p = b->owner;
+            p->taken++;
+            if (x == &b->e[LA_CB - 1]) {
+                /* The producer's entries come in its order: all of b is
+                 * delivered. It becomes the spare (the old one is freed). */
+                la_cblock_t *old = atomic_exchange_explicit(&p->spare, b, memory_order_acq_rel);
+                free(old);
+            }
+            x = nx;
+        }
+        q->list = x;
+        if (x || n == max) break;
+        /* Everything on the stack is newer than what was in the list. */
+        la_cnode_t *s = atomic_exchange_explicit(&q->top, NULL, memory_order_acquire);
+        if (!s) break;
+        la_cnode_t *prev = NULL;
+        while (s) {
+            la_cnode_t *nx = s->next;
+            s->next = prev;
+            prev = s;
+            s = nx;
+        }
+        q->list = prev;
+    }
+    if (atomic_load_explicit(&q->orphans, memory_order_relaxed) != 0) reap(q);
+    pthread_mutex_unlock(&q->mu);
     return n;
 }
 
