@@ -63,6 +63,7 @@ typedef struct la_cblock {
     la_cprod_t *owner;
     struct la_cblock *fnext; /* la_cq_free's list of blocks to free */
     int mark;                /* la_cq_free: already on that list */
+    uint32_t taken;          /* entries delivered (loop; reset by the owner on reuse) */
     la_cnode_t e[LA_CB];
 } la_cblock_t;
 
@@ -83,13 +84,11 @@ struct la_cprod {
     uint64_t h;
     la_rtc_t *rt;
     struct la_cq *q;
-    uint64_t posted;        /* entries pushed (read by the loop once orphan) */
     struct la_cprod *tnext; /* the owner thread's list */
     _Atomic int dead;       /* the runtime was closed */
     _Atomic int orphan;     /* the owner thread let go of this record */
     la_cblock_t *_Atomic spare; /* a drained block handed back for reuse */
     /* loop thread (under q->mu) */
-    uint64_t taken; /* entries delivered */
     struct la_cprod *next;
 };
 
@@ -232,6 +231,7 @@ static la_cblock_t *new_block(la_cprod_t *p) {
     b->owner = p;
     b->fnext = NULL;
     b->mark = 0;
+    b->taken = 0;
     for (int i = 0; i < LA_CB; i++) b->e[i].blk = b;
     return b;
 }
@@ -303,7 +303,10 @@ int la_rt_post(uint64_t h, uintptr_t key, uintptr_t data) {
         /* Reuse the block the loop handed back, if any: no malloc in a
          * steady stream. (It may be this very block, drained.) */
         la_cblock_t *nb = atomic_exchange_explicit(&p->spare, NULL, memory_order_acquire);
-        if (!nb && !(nb = new_block(p))) return ASYNC_E_NOMEM;
+        if (nb)
+            nb->taken = 0; /* the loop is done with it: it handed it back */
+        else if (!(nb = new_block(p)))
+            return ASYNC_E_NOMEM;
         p->tblk = b = nb;
         c = 0;
     }
@@ -311,7 +314,6 @@ int la_rt_post(uint64_t h, uintptr_t key, uintptr_t data) {
     n->key = key;
     n->data = data;
     p->tcount = c + 1;
-    p->posted++;
     /* Claim the place in the order and publish in one step. Then look at
      * the sleep flag: with the loop's "raise the flag, then look for work"
      * this is a Dekker pair (both sequentially consistent), so either the
@@ -382,9 +384,11 @@ static void reap(struct la_cq *q) {
     la_cprod_t **pp = &q->prods;
     while (*pp) {
         la_cprod_t *p = *pp;
-        /* orphan is stored after the thread's last post: posted is final.
-         * Nobody else writes into p's blocks (a post writes its own entry). */
-        if (atomic_load(&p->orphan) && p->taken == p->posted) {
+        /* orphan is stored after the thread's last post: tblk and tcount
+         * are final. p's entries come out in its order, so all are
+         * delivered once those of its current block are. Nobody else
+         * writes into p's blocks (a post writes its own entry). */
+        if (atomic_load(&p->orphan) && p->tblk->taken == p->tcount) {
             *pp = p->next;
             atomic_fetch_sub(&q->orphans, 1);
             prod_free(p);
@@ -416,13 +420,14 @@ static inline int take(la_rtc_t *r, la_pair_t *out, io_event_t *ev, int max) {
                 out[n].key = x->key;
                 out[n++].data = x->data;
             }
+            /* Counted in the block, not the record: the record's line is
+             * the poster's, written at every post. */
             la_cblock_t *b = x->blk;
-            la_cprod_t *p = b->owner;
-            p->taken++;
+            b->taken++;
             if (x == &b->e[LA_CB - 1]) {
                 /* The producer's entries come in its order: all of b is
                  * delivered. It becomes the spare (the old one is freed). */
-                la_cblock_t *old = atomic_exchange_explicit(&p->spare, b, memory_order_acq_rel);
+                la_cblock_t *old = atomic_exchange_explicit(&b->owner->spare, b, memory_order_acq_rel);
                 free(old);
             }
             x = nx;
