@@ -7,26 +7,34 @@
  * runtime's queue with one compare-and-swap; the only other shared write is
  * the rare doorbell ring when the loop may be asleep.
  *
- * Order. The queue is one lock-free stack per runtime (la_cq_t.top): a post
- * pushes its entry with a single successful compare-and-swap, which both
- * claims its place and publishes it. The successful CASes on `top` form one
- * total order (its modification order) that contains happens-before: if post
- * A happens before post B (program order of a thread, of a fiber that moved
- * to another worker in between, or any synchronisation such as a mutex or a
- * semaphore between them), A's CAS comes first. The loop thread takes the
- * whole stack with one exchange, reverses it, and delivers oldest first; what
- * does not fit in max_events waits in its private list, which is older than
- * anything still on the stack. There is no gap: an entry is either on the
- * stack, complete, or not ordered yet, so a poster preempted anywhere never
- * holds back other posts and never makes the loop spin or sleep on it.
+ * Order. The queue is one lock-free stack of runs per runtime (la_cq_t.top).
+ * A run is a head slot followed by 1..LA_RUNMAX entries of one producer,
+ * contiguous in its block; a tagged pointer (head address | entries - 1)
+ * names it. A post either pushes a new run holding its entry, or, when its
+ * own run is still on top, grows that run by one with a compare-and-swap of
+ * top from (run | n-1) to (run | n). Either way one successful CAS on top
+ * claims the entry's place and publishes it. The successful CASes on top
+ * form one total order (its modification order) that contains
+ * happens-before: if post A happens before post B (program order of a
+ * thread, of a fiber that moved to another worker in between, or any
+ * synchronisation such as a mutex or a semaphore between them), A's CAS
+ * comes first. A run is sealed once anything else is pushed above it (the
+ * pusher keeps its tagged pointer, count included, as the link) or the loop
+ * takes it. The loop takes the whole stack with one exchange, reverses the
+ * runs and delivers oldest first; what does not fit in max_events waits in
+ * its private list, which is older than anything still on the stack. There
+ * is no gap: an entry is either on the stack, complete, or not ordered yet,
+ * so a poster preempted anywhere never holds back other posts and never
+ * makes the loop spin or sleep on it.
  *
- * Memory. Entries live in 4 KiB blocks of their producer record (one per
- * thread and runtime). A producer's entries are delivered in its program
- * order, so when the loop delivers a block's last entry the whole block is
- * free: it is handed back as the producer's spare (a steady stream allocates
- * nothing). A post writes only its own entry and `top`, never an entry of
- * another thread, so a late post into a closed runtime touches memory that
- * its record keeps alive.
+ * Memory. Entries (16 bytes) live in 4 KiB blocks of their producer record
+ * (one per thread and runtime); a run adds one head slot. A producer's runs
+ * are delivered in its program order, so when the loop meets a producer's
+ * run in a new block, the block before is entirely delivered: it is handed
+ * back as the producer's spare (a steady stream allocates nothing). A post
+ * writes only its own slots and `top`, never another thread's memory, so a
+ * late post into a closed runtime touches memory that its record keeps
+ * alive.
  *
  * Lifetimes: a la_cq_t is referenced by its runtime (until la_rtc_recycle)
  * and by every producer record whose thread still holds it; the last one
@@ -40,6 +48,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -50,37 +59,46 @@
 #include "la_windows.h"
 #endif
 
-#define LA_CB 127 /* entries per block: a block is 4 KiB on 64-bit */
-
-struct la_cblock;
-typedef struct la_cnode {
-    struct la_cnode *next; /* on the stack: the older entry; in the loop's list: the newer */
-    uintptr_t key, data;
-    struct la_cblock *blk; /* the block this entry is in (set once) */
-} la_cnode_t;
+/* A slot is an entry {key, data}, or a run's head {link, block}: link is
+ * the tagged pointer of the next run (older on the stack, newer in the
+ * loop's list; 0 at the end). */
+typedef struct {
+    uintptr_t a, b;
+} la_slot_t2;
+#define LA_TAG ((uintptr_t)sizeof(la_slot_t2) - 1) /* a run pointer's low bits: entries - 1 */
+#define LA_RUNMAX ((uint32_t)LA_TAG + 1)
+#define LA_RUN(t) ((la_slot_t2 *)((t) & ~LA_TAG))
+#define LA_RUNLEN(t) ((uint32_t)((t)&LA_TAG) + 1)
+#define LA_CB ((4096 - 4 * sizeof(void *)) / sizeof(la_slot_t2)) /* slots per 4 KiB block */
+/* malloc's alignment leaves the tag bits of a slot's address free. */
+_Static_assert(sizeof(la_slot_t2) <= _Alignof(max_align_t), "slot alignment");
 
 typedef struct la_cblock {
     la_cprod_t *owner;
     struct la_cblock *fnext; /* la_cq_free's list of blocks to free */
-    int mark;                /* la_cq_free: already on that list */
-    uint32_t taken;          /* entries delivered (loop; reset by the owner on reuse) */
-    la_cnode_t e[LA_CB];
+    uintptr_t mark;          /* la_cq_free: already on that list */
+    uintptr_t pad;
+    la_slot_t2 s[LA_CB];
 } la_cblock_t;
+_Static_assert(offsetof(la_cblock_t, s) % sizeof(la_slot_t2) == 0, "slots aligned");
 
 struct la_cq {
-    la_cnode_t *_Atomic top; /* the posts not taken yet, newest first */
-    char pad[64 - sizeof(void *)];
+    _Atomic uintptr_t top; /* the newest run not taken yet (tagged), or 0 */
+    char pad[64 - sizeof(uintptr_t)];
     _Atomic int refs;    /* the runtime + each record whose thread holds it */
     _Atomic int orphans; /* records whose thread let go, not freed yet */
     pthread_mutex_t mu;  /* the loop's side: list, records, take */
-    la_cnode_t *list;    /* taken from the stack, not delivered: oldest first */
+    uintptr_t list;      /* taken, not delivered: the oldest run (tagged) */
+    uint32_t lpos;       /* entries of it delivered already */
     la_cprod_t *prods;
 };
 
 struct la_cprod {
     /* owner thread */
     la_cblock_t *tblk;
-    uint32_t tcount;
+    uint32_t tcount;  /* slots used in tblk */
+    uint32_t rcount;  /* entries in the run at run */
+    la_slot_t2 *run;  /* this thread's last run (maybe still on top) */
     uint64_t h;
     la_rtc_t *rt;
     struct la_cq *q;
@@ -88,7 +106,9 @@ struct la_cprod {
     _Atomic int dead;       /* the runtime was closed */
     _Atomic int orphan;     /* the owner thread let go of this record */
     la_cblock_t *_Atomic spare; /* a drained block handed back for reuse */
-    /* loop thread (under q->mu) */
+    /* loop thread (under q->mu), on a line of its own */
+    _Alignas(64) la_cblock_t *cblk; /* the block of the last run delivered */
+    uint32_t cend;                  /* the slot after that run */
     struct la_cprod *next;
 };
 
@@ -106,6 +126,7 @@ static la_rtc_t *rtc_free;
 static void prod_free(la_cprod_t *p) {
     la_cblock_t *s = atomic_load(&p->spare);
     if (s != p->tblk) free(s);
+    if (p->cblk != p->tblk && p->cblk != s) free(p->cblk);
     free(p->tblk);
     free(p);
 }
@@ -114,10 +135,10 @@ static void prod_free(la_cprod_t *p) {
  * every block still holding queued entries, the rest. */
 static void la_cq_free(struct la_cq *q) {
     la_cblock_t *blocks = NULL;
-    la_cnode_t *lists[2] = {q->list, atomic_load(&q->top)};
+    uintptr_t lists[2] = {q->list, atomic_load(&q->top)};
     for (int i = 0; i < 2; i++) {
-        for (la_cnode_t *n = lists[i]; n; n = n->next) {
-            la_cblock_t *b = n->blk;
+        for (uintptr_t t = lists[i]; t; t = LA_RUN(t)->a) {
+            la_cblock_t *b = (la_cblock_t *)LA_RUN(t)->b;
             if (!b->mark) {
                 b->mark = 1;
                 b->fnext = blocks;
@@ -128,8 +149,8 @@ static void la_cq_free(struct la_cq *q) {
     la_cprod_t *p = q->prods;
     while (p) {
         la_cprod_t *n = p->next;
-        la_cblock_t *bs[2] = {p->tblk, atomic_load(&p->spare)};
-        for (int i = 0; i < 2; i++) {
+        la_cblock_t *bs[3] = {p->tblk, atomic_load(&p->spare), p->cblk};
+        for (int i = 0; i < 3; i++) {
             if (bs[i] && !bs[i]->mark) {
                 bs[i]->mark = 1;
                 bs[i]->fnext = blocks;
@@ -231,8 +252,6 @@ static la_cblock_t *new_block(la_cprod_t *p) {
     b->owner = p;
     b->fnext = NULL;
     b->mark = 0;
-    b->taken = 0;
-    for (int i = 0; i < LA_CB; i++) b->e[i].blk = b;
     return b;
 }
 
@@ -299,29 +318,43 @@ int la_rt_post(uint64_t h, uintptr_t key, uintptr_t data) {
     }
     la_cblock_t *b = p->tblk;
     uint32_t c = p->tcount;
-    if (__builtin_expect(c == LA_CB, 0)) {
+    struct la_cq *q = p->q;
+    uintptr_t top = atomic_load_explicit(&q->top, memory_order_relaxed);
+    /* Claim the entry's place in the order and publish it in one step: grow
+     * this thread's run if it is still on top, else push a new run. Then
+     * look at the sleep flag: with the loop's "raise the flag, then look for
+     * work" this is a Dekker pair (both sequentially consistent), so either
+     * the loop sees the entry or we see the flag. */
+    if (p->run && top == ((uintptr_t)p->run | (p->rcount - 1)) && p->rcount < LA_RUNMAX && c < LA_CB) {
+        b->s[c].a = key;
+        b->s[c].b = data;
+        if (atomic_compare_exchange_strong_explicit(&q->top, &top, top + 1, memory_order_seq_cst,
+                                                    memory_order_relaxed)) {
+            p->tcount = c + 1;
+            p->rcount++;
+            goto published;
+        }
+        /* Sealed meanwhile (a push above it, or the loop took it). */
+    }
+    if (__builtin_expect(c + 2 > LA_CB, 0)) {
         /* Reuse the block the loop handed back, if any: no malloc in a
-         * steady stream. (It may be this very block, drained.) */
+         * steady stream. */
         la_cblock_t *nb = atomic_exchange_explicit(&p->spare, NULL, memory_order_acquire);
-        if (nb)
-            nb->taken = 0; /* the loop is done with it: it handed it back */
-        else if (!(nb = new_block(p)))
-            return ASYNC_E_NOMEM;
+        if (!nb && !(nb = new_block(p))) return ASYNC_E_NOMEM;
         p->tblk = b = nb;
         c = 0;
     }
-    la_cnode_t *n = &b->e[c];
-    n->key = key;
-    n->data = data;
-    p->tcount = c + 1;
-    /* Claim the place in the order and publish in one step. Then look at
-     * the sleep flag: with the loop's "raise the flag, then look for work"
-     * this is a Dekker pair (both sequentially consistent), so either the
-     * loop sees the entry or we see the flag. */
-    struct la_cq *q = p->q;
-    la_cnode_t *top = atomic_load_explicit(&q->top, memory_order_relaxed);
-    do n->next = top;
-    while (!atomic_compare_exchange_weak_explicit(&q->top, &top, n, memory_order_seq_cst, memory_order_relaxed));
+    la_slot_t2 *hd = &b->s[c];
+    hd->b = (uintptr_t)b;
+    b->s[c + 1].a = key;
+    b->s[c + 1].b = data;
+    do hd->a = top;
+    while (!atomic_compare_exchange_weak_explicit(&q->top, &top, (uintptr_t)hd, memory_order_seq_cst,
+                                                  memory_order_relaxed));
+    p->run = hd;
+    p->rcount = 1;
+    p->tcount = c + 2;
+published:;
     la_rtc_t *r = p->rt;
     if (__builtin_expect(atomic_load_explicit(&r->sh.sleeping, memory_order_seq_cst) != 0, 0)) {
         /* Pin the handle first: r may be recycled once its runtime is gone,
@@ -374,7 +407,7 @@ void la_rtc_set_start(la_rtc_t *r) {
 int la_rtc_pending(la_rtc_t *r) {
     struct la_cq *q = r->q;
     pthread_mutex_lock(&q->mu);
-    int any = q->list != NULL || atomic_load_explicit(&q->top, memory_order_seq_cst) != NULL;
+    int any = q->list != 0 || atomic_load_explicit(&q->top, memory_order_seq_cst) != 0;
     pthread_mutex_unlock(&q->mu);
     return any;
 }
@@ -385,10 +418,10 @@ static void reap(struct la_cq *q) {
     while (*pp) {
         la_cprod_t *p = *pp;
         /* orphan is stored after the thread's last post: tblk and tcount
-         * are final. p's entries come out in its order, so all are
-         * delivered once those of its current block are. Nobody else
-         * writes into p's blocks (a post writes its own entry). */
-        if (atomic_load(&p->orphan) && p->tblk->taken == p->tcount) {
+         * are final. p's runs come out in its order, so all are delivered
+         * once the last one is. Nobody else writes into p's blocks (a post
+         * writes its own slots). */
+        if (atomic_load(&p->orphan) && (p->tcount == 0 || (p->cblk == p->tblk && p->cend == p->tcount))) {
             *pp = p->next;
             atomic_fetch_sub(&q->orphans, 1);
             prod_free(p);
@@ -406,45 +439,58 @@ static inline int take(la_rtc_t *r, la_pair_t *out, io_event_t *ev, int max) {
     int n = 0;
     pthread_mutex_lock(&q->mu);
     for (;;) {
-        la_cnode_t *x = q->list;
-        while (x && n < max) {
-            la_cnode_t *nx = x->next;
+        uintptr_t t = q->list;
+        uint32_t pos = q->lpos;
+        while (t && n < max) {
+            la_slot_t2 *hd = LA_RUN(t);
+            uint32_t len = LA_RUNLEN(t);
+            la_cblock_t *b = (la_cblock_t *)hd->b;
+            la_cprod_t *p = b->owner;
+            if (pos == 0 && p->cblk != b) {
+                /* The producer's runs come in its order and it has moved
+                 * on: all of its block before is delivered. That block
+                 * becomes the spare (the old spare is freed). */
+                if (p->cblk) free(atomic_exchange_explicit(&p->spare, p->cblk, memory_order_acq_rel));
+                p->cblk = b;
+            }
+            const la_slot_t2 *e = hd + 1;
             if (ev) {
-                io_event_t *o = &ev[n++];
-                o->fd = -1;
-                o->event_type = ASYNC_EVENT_COMPLETION;
-                o->completion_key = x->key;
-                o->data = x->data;
-                o->context = NULL;
+                for (; pos < len && n < max; pos++) {
+                    io_event_t *o = &ev[n++];
+                    o->fd = -1;
+                    o->event_type = ASYNC_EVENT_COMPLETION;
+                    o->completion_key = e[pos].a;
+                    o->data = e[pos].b;
+                    o->context = NULL;
+                }
             } else {
-                out[n].key = x->key;
-                out[n++].data = x->data;
+                for (; pos < len && n < max; pos++, n++) {
+                    out[n].key = e[pos].a;
+                    out[n].data = e[pos].b;
+                }
             }
-            /* Counted in the block, not the record: the record's line is
-             * the poster's, written at every post. */
-            la_cblock_t *b = x->blk;
-            b->taken++;
-            if (x == &b->e[LA_CB - 1]) {
-                /* The producer's entries come in its order: all of b is
-                 * delivered. It becomes the spare (the old one is freed). */
-                la_cblock_t *old = atomic_exchange_explicit(&b->owner->spare, b, memory_order_acq_rel);
-                free(old);
-            }
-            x = nx;
+            if (pos < len) break;
+            p->cend = (uint32_t)(hd - b->s) + 1 + len;
+            t = hd->a;
+            pos = 0;
         }
-        q->list = x;
-        if (x || n == max) break;
-        /* Everything on the stack is newer than what was in the list. */
-        la_cnode_t *s = atomic_exchange_explicit(&q->top, NULL, memory_order_acquire);
-        if (!s) break;
-        la_cnode_t *prev = NULL;
-        while (s) {
-            la_cnode_t *nx = s->next;
-            s->next = prev;
-            prev = s;
-            s = nx;
+        q->list = t;
+        q->lpos = pos;
+        if (t || n == max) break;
+        /* Everything on the stack is newer than what was in the list.
+         * Reverse the runs: each head's link then names the newer run. */
+        uintptr_t st = atomic_exchange_explicit(&q->top, 0, memory_order_acquire);
+        if (!st) break;
+        uintptr_t prev = 0;
+        while (st) {
+            la_slot_t2 *hd = LA_RUN(st);
+            uintptr_t older = hd->a;
+            hd->a = prev;
+            prev = st;
+            st = older;
         }
         q->list = prev;
+        q->lpos = 0;
     }
     if (atomic_load_explicit(&q->orphans, memory_order_relaxed) != 0) reap(q);
     pthread_mutex_unlock(&q->mu);
