@@ -64,23 +64,23 @@
  * loop's list; 0 at the end). */
 typedef struct {
     uintptr_t a, b;
-} la_slot_t2;
-#define LA_TAG ((uintptr_t)sizeof(la_slot_t2) - 1) /* a run pointer's low bits: entries - 1 */
+} la_cslot_t;
+#define LA_TAG ((uintptr_t)sizeof(la_cslot_t) - 1) /* a run pointer's low bits: entries - 1 */
 #define LA_RUNMAX ((uint32_t)LA_TAG + 1)
-#define LA_RUN(t) ((la_slot_t2 *)((t) & ~LA_TAG))
+#define LA_RUN(t) ((la_cslot_t *)((t) & ~LA_TAG))
 #define LA_RUNLEN(t) ((uint32_t)((t)&LA_TAG) + 1)
-#define LA_CB ((4096 - 4 * sizeof(void *)) / sizeof(la_slot_t2)) /* slots per 4 KiB block */
+#define LA_CB ((4096 - 4 * sizeof(void *)) / sizeof(la_cslot_t)) /* slots per 4 KiB block */
 /* malloc's alignment leaves the tag bits of a slot's address free. */
-_Static_assert(sizeof(la_slot_t2) <= _Alignof(max_align_t), "slot alignment");
+_Static_assert(sizeof(la_cslot_t) <= _Alignof(max_align_t), "slot alignment");
 
 typedef struct la_cblock {
     la_cprod_t *owner;
     struct la_cblock *fnext; /* la_cq_free's list of blocks to free */
     uintptr_t mark;          /* la_cq_free: already on that list */
     uintptr_t pad;
-    la_slot_t2 s[LA_CB];
+    la_cslot_t s[LA_CB];
 } la_cblock_t;
-_Static_assert(offsetof(la_cblock_t, s) % sizeof(la_slot_t2) == 0, "slots aligned");
+_Static_assert(offsetof(la_cblock_t, s) % sizeof(la_cslot_t) == 0, "slots aligned");
 
 struct la_cq {
     _Atomic uintptr_t top; /* the newest run not taken yet (tagged), or 0 */
@@ -98,7 +98,7 @@ struct la_cprod {
     la_cblock_t *tblk;
     uint32_t tcount;  /* slots used in tblk */
     uint32_t rcount;  /* entries in the run at run */
-    la_slot_t2 *run;  /* this thread's last run (maybe still on top) */
+    la_cslot_t *run;  /* this thread's last run (maybe still on top) */
     uint64_t h;
     la_rtc_t *rt;
     struct la_cq *q;
@@ -106,9 +106,10 @@ struct la_cprod {
     _Atomic int dead;       /* the runtime was closed */
     _Atomic int orphan;     /* the owner thread let go of this record */
     la_cblock_t *_Atomic spare; /* a drained block handed back for reuse */
-    /* loop thread (under q->mu), on a line of its own */
-    _Alignas(64) la_cblock_t *cblk; /* the block of the last run delivered */
-    uint32_t cend;                  /* the slot after that run */
+    char pad[64]; /* the loop's fields below are on another line than the poster's */
+    /* loop thread (under q->mu) */
+    la_cblock_t *cblk; /* the block of the last run delivered */
+    uint32_t cend;     /* the slot after that run */
     struct la_cprod *next;
 };
 
@@ -344,7 +345,7 @@ int la_rt_post(uint64_t h, uintptr_t key, uintptr_t data) {
         p->tblk = b = nb;
         c = 0;
     }
-    la_slot_t2 *hd = &b->s[c];
+    la_cslot_t *hd = &b->s[c];
     hd->b = (uintptr_t)b;
     b->s[c + 1].a = key;
     b->s[c + 1].b = data;
@@ -442,7 +443,7 @@ static inline int take(la_rtc_t *r, la_pair_t *out, io_event_t *ev, int max) {
         uintptr_t t = q->list;
         uint32_t pos = q->lpos;
         while (t && n < max) {
-            la_slot_t2 *hd = LA_RUN(t);
+            la_cslot_t *hd = LA_RUN(t);
             uint32_t len = LA_RUNLEN(t);
             la_cblock_t *b = (la_cblock_t *)hd->b;
             la_cprod_t *p = b->owner;
@@ -453,7 +454,7 @@ static inline int take(la_rtc_t *r, la_pair_t *out, io_event_t *ev, int max) {
                 if (p->cblk) free(atomic_exchange_explicit(&p->spare, p->cblk, memory_order_acq_rel));
                 p->cblk = b;
             }
-            const la_slot_t2 *e = hd + 1;
+            const la_cslot_t *e = hd + 1;
             if (ev) {
                 for (; pos < len && n < max; pos++) {
                     io_event_t *o = &ev[n++];
@@ -483,7 +484,7 @@ static inline int take(la_rtc_t *r, la_pair_t *out, io_event_t *ev, int max) {
         if (!st) break;
         uintptr_t prev = 0;
         while (st) {
-            la_slot_t2 *hd = LA_RUN(st);
+            la_cslot_t *hd = LA_RUN(st);
             uintptr_t older = hd->a;
             hd->a = prev;
             prev = st;
