@@ -24,8 +24,8 @@ static int raw_wait(const la_sleep_t *sl) {
  * the fds need not be polled yet (none registered, or the poll budget of
  * Runtime.Prepare is not spent: 8 skipped polls or 1 ms), the completions
  * posted from C are the only possible events, so they are handed out here,
- * without the 80-100 ns Go crossing and Go's per-event copies. Round-robin
- * over producers and max_events hold as in Go (same la_rtc_take). Returns
+ * without the 80-100 ns Go crossing and Go's per-event copies. The order
+ * of the completions and max_events hold as in Go (same la_rtc_take). Returns
  * -1 to go to Go (also for every error Go reports, such as a bad handle),
  * else an async_err_t. */
 static int fast_wait(uint64_t h, io_event_t *events, int max, int timeout, int *out) {
