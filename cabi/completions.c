@@ -407,6 +407,7 @@ void la_rtc_set_start(la_rtc_t *r) {
 /* 1 if some entry is not taken yet. Loop thread only. */
 int la_rtc_pending(la_rtc_t *r) {
     struct la_cq *q = r->q;
+    if (!q) return 0;
     pthread_mutex_lock(&q->mu);
     int any = q->list != 0 || atomic_load_explicit(&q->top, memory_order_seq_cst) != 0;
     pthread_mutex_unlock(&q->mu);
@@ -438,6 +439,7 @@ static void reap(struct la_cq *q) {
 static inline int take(la_rtc_t *r, la_pair_t *out, io_event_t *ev, int max) {
     struct la_cq *q = r->q;
     int n = 0;
+    if (!q) return 0; /* recycled: nothing to take (no waiter should be here) */
     pthread_mutex_lock(&q->mu);
     for (;;) {
         uintptr_t t = q->list;
