@@ -7,7 +7,7 @@
  * runtime's queue with one compare-and-swap; the only other shared write is
  * the rare doorbell ring when the loop may be asleep.
  *
- * Order. The queue is one lock-free stack of runs per runtime (la_cq_t.top).
+ * Order. The queue is one lock-free stack of runs per runtime (struct la_postq, top).
  * A run is a head slot followed by 1..LA_RUNMAX entries of one producer,
  * contiguous in its block; a tagged pointer (head address | entries - 1)
  * names it. A post either pushes a new run holding its entry, or, when its
@@ -36,13 +36,13 @@
  * late post into a closed runtime touches memory that its record keeps
  * alive.
  *
- * Lifetimes: a la_cq_t is referenced by its runtime (until la_rtc_recycle)
+ * Lifetimes: a struct la_postq is referenced by its runtime (until la_rtc_recycle)
  * and by every producer record whose thread still holds it; the last one
  * frees it with every record and block left. A thread that exits orphans its
  * records; the loop frees an orphan once all its entries are delivered.
  * la_rtc_t records are never freed, only recycled, so a late reader of a
  * stale one reads valid memory; anything that acts on a runtime first pins
- * its handle. A record points at its la_cq_t, never at a recycled la_rtc_t's
+ * its handle. A record points at its struct la_postq, never at a recycled la_rtc_t's
  * queue, so a late post can never land in another runtime.
  */
 #define _GNU_SOURCE
@@ -75,14 +75,14 @@ _Static_assert(sizeof(la_cslot_t) <= _Alignof(max_align_t), "slot alignment");
 
 typedef struct la_cblock {
     la_cprod_t *owner;
-    struct la_cblock *fnext; /* la_cq_free's list of blocks to free */
-    uintptr_t mark;          /* la_cq_free: already on that list */
+    struct la_cblock *fnext; /* postq_free's list of blocks to free */
+    uintptr_t mark;          /* postq_free: already on that list */
     uintptr_t pad;
     la_cslot_t s[LA_CB];
 } la_cblock_t;
 _Static_assert(offsetof(la_cblock_t, s) % sizeof(la_cslot_t) == 0, "slots aligned");
 
-struct la_cq {
+struct la_postq {
     _Atomic uintptr_t top; /* the newest run not taken yet (tagged), or 0 */
     char pad[64 - sizeof(uintptr_t)];
     _Atomic int refs;    /* the runtime + each record whose thread holds it */
@@ -101,7 +101,7 @@ struct la_cprod {
     la_cslot_t *run;  /* this thread's last run (maybe still on top) */
     uint64_t h;
     la_rtc_t *rt;
-    struct la_cq *q;
+    struct la_postq *q;
     struct la_cprod *tnext; /* the owner thread's list */
     _Atomic int dead;       /* the runtime was closed */
     _Atomic int orphan;     /* the owner thread let go of this record */
@@ -134,7 +134,7 @@ static void prod_free(la_cprod_t *p) {
 
 /* Frees a queue nobody can post to or take from any more: every record,
  * every block still holding queued entries, the rest. */
-static void la_cq_free(struct la_cq *q) {
+static void postq_free(struct la_postq *q) {
     la_cblock_t *blocks = NULL;
     uintptr_t lists[2] = {q->list, atomic_load(&q->top)};
     for (int i = 0; i < 2; i++) {
@@ -170,17 +170,17 @@ static void la_cq_free(struct la_cq *q) {
     free(q);
 }
 
-static void la_cq_unref(struct la_cq *q) {
-    if (atomic_fetch_sub(&q->refs, 1) == 1) la_cq_free(q);
+static void postq_unref(struct la_postq *q) {
+    if (atomic_fetch_sub(&q->refs, 1) == 1) postq_free(q);
 }
 
 /* The owner thread lets go of p (it exits, or p's runtime is closed); p may
  * be freed by the loop at once. */
 static void prod_release(la_cprod_t *p) {
-    struct la_cq *q = p->q;
+    struct la_postq *q = p->q;
     atomic_fetch_add(&q->orphans, 1);
     atomic_store(&p->orphan, 1);
-    la_cq_unref(q);
+    postq_unref(q);
 }
 
 static void on_thread_exit(void *unused) {
@@ -198,7 +198,7 @@ static void on_thread_exit(void *unused) {
 static void make_exit_key(void) { pthread_key_create(&exit_key, on_thread_exit); }
 
 la_rtc_t *la_rtc_new(int fd, int kind) {
-    struct la_cq *q = calloc(1, sizeof *q);
+    struct la_postq *q = calloc(1, sizeof *q);
     if (!q) return NULL;
     pthread_mutex_init(&q->mu, NULL);
     atomic_store(&q->refs, 1);
@@ -209,7 +209,7 @@ la_rtc_t *la_rtc_new(int fd, int kind) {
     if (!r) {
         r = calloc(1, sizeof *r);
         if (!r) {
-            la_cq_free(q);
+            postq_free(q);
             return NULL;
         }
     }
@@ -229,7 +229,7 @@ la_rtc_t *la_rtc_new(int fd, int kind) {
  * producer can register then). A waiter may still take until
  * la_rtc_recycle. */
 void la_rtc_close(la_rtc_t *r) {
-    struct la_cq *q = r->q;
+    struct la_postq *q = r->q;
     pthread_mutex_lock(&q->mu);
     atomic_store(&r->closed, 1);
     for (la_cprod_t *p = q->prods; p; p = p->next) atomic_store(&p->dead, 1);
@@ -238,9 +238,9 @@ void la_rtc_close(la_rtc_t *r) {
 
 /* After la_rtc_close, once no thread waits on r any more. */
 void la_rtc_recycle(la_rtc_t *r) {
-    struct la_cq *q = r->q;
+    struct la_postq *q = r->q;
     r->q = NULL;
-    if (q) la_cq_unref(q);
+    if (q) postq_unref(q);
     pthread_mutex_lock(&rtc_free_mu);
     r->free_next = rtc_free;
     rtc_free = r;
@@ -292,7 +292,7 @@ static __attribute__((noinline)) la_cprod_t *producer_slow(uint64_t h) {
         errno = ENOMEM;
         return NULL;
     }
-    struct la_cq *q = r->q; /* live: the handle is pinned, so not closed yet */
+    struct la_postq *q = r->q; /* live: the handle is pinned, so not closed yet */
     p->tblk = b;
     p->h = h;
     p->rt = r;
@@ -319,7 +319,7 @@ int la_rt_post(uint64_t h, uintptr_t key, uintptr_t data) {
     }
     la_cblock_t *b = p->tblk;
     uint32_t c = p->tcount;
-    struct la_cq *q = p->q;
+    struct la_postq *q = p->q;
     uintptr_t top = atomic_load_explicit(&q->top, memory_order_relaxed);
     /* Claim the entry's place in the order and publish it in one step: grow
      * this thread's run if it is still on top, else push a new run. Then
@@ -406,7 +406,7 @@ void la_rtc_set_start(la_rtc_t *r) {
 
 /* 1 if some entry is not taken yet. Loop thread only. */
 int la_rtc_pending(la_rtc_t *r) {
-    struct la_cq *q = r->q;
+    struct la_postq *q = r->q;
     if (!q) return 0;
     pthread_mutex_lock(&q->mu);
     int any = q->list != 0 || atomic_load_explicit(&q->top, memory_order_seq_cst) != 0;
@@ -415,7 +415,7 @@ int la_rtc_pending(la_rtc_t *r) {
 }
 
 /* Frees the orphans whose entries are all delivered (under q->mu). */
-static void reap(struct la_cq *q) {
+static void reap(struct la_postq *q) {
     la_cprod_t **pp = &q->prods;
     while (*pp) {
         la_cprod_t *p = *pp;
@@ -437,7 +437,7 @@ static void reap(struct la_cq *q) {
  * first (the order of the pushes); hands drained blocks back to their
  * producers and frees drained orphans. Loop thread only. */
 static inline int take(la_rtc_t *r, la_pair_t *out, io_event_t *ev, int max) {
-    struct la_cq *q = r->q;
+    struct la_postq *q = r->q;
     int n = 0;
     if (!q) return 0; /* recycled: nothing to take (no waiter should be here) */
     pthread_mutex_lock(&q->mu);

@@ -77,7 +77,7 @@ typedef struct la_rtc {
     _Atomic int32_t waiting;   /* 1 while a thread is in async_runtime_wait */
     int64_t start_ns;          /* the monotonic clock when Go's runtime started */
     _Atomic int closed;
-    struct la_cq *q;           /* the completion queue of this incarnation */
+    struct la_postq *q;        /* the completion queue of this incarnation */
     struct la_rtc *free_next;
 } la_rtc_t;
 la_rtc_t *la_rtc_new(int fd, int kind);
