@@ -402,10 +402,23 @@ int async_runtime_remove(async_runtime_t *rt, async_fd_t fd);
  * at a time; blocks (never on a fiber). */
 int async_runtime_wait(async_runtime_t *rt, io_event_t *events, int max_events, int timeout_ms);
 
-/* Queues a completion (key and data delivered intact, exactly once, in FIFO
- * order per posting thread) and wakes the waiting thread if it sleeps.
- * Never blocks and never fails because many completions are pending.
- * Errors: ASYNC_E_BADHANDLE, ASYNC_E_NOMEM. Thread-safe. */
+/* Queues a completion (key and data delivered intact, exactly once) and wakes
+ * the waiting thread if it sleeps. Never blocks and never fails because many
+ * completions are pending. Errors: ASYNC_E_BADHANDLE, ASYNC_E_NOMEM.
+ * Thread-safe.
+ * Order: the completions posted to one runtime form a single sequence, and
+ * async_runtime_wait returns them in that sequence (across calls and
+ * max_events limits). The sequence is consistent with happens-before (C11
+ * 5.1.2.4): if one successful post happens before another, it is delivered
+ * first. So completions of one thread arrive in program order, those of one
+ * fiber too even when it moves between worker threads, and two posts from
+ * different threads arrive in the order that synchronisation between them
+ * fixes (a mutex held around both, a semaphore or a release/acquire atomic
+ * passed from one to the other, a thread create or join). Posts that are not
+ * ordered by happens-before (concurrent ones) arrive in some order. A post
+ * is ordered when it takes effect, inside the call: one that returned before
+ * another began is delivered first. No order holds between completions and
+ * other events (fd readiness, timers). */
 int async_runtime_post_completion(async_runtime_t *rt, uintptr_t completion_key, uintptr_t data);
 
 /* Makes a blocked async_runtime_wait return (with whatever events are ready,

@@ -2,22 +2,53 @@
  * completion path used by async_runtime_post_completion.
  *
  * Posting from C must not cross into Go: a crossing costs 50-100 ns, more
- * than the whole operation. So each posting thread owns one single-producer
- * queue per runtime (a chain of blocks), found through a small thread-local
- * cache. A post writes one entry and publishes it with one store; the only
- * shared write is the rare doorbell ring when the loop may be asleep. The
- * loop thread (Go, in Runtime.Wait) drains every producer's queue with one
- * call (la_rtc_take), round-robin across producers, FIFO within each.
+ * than the whole operation. So a post writes one entry into a block owned by
+ * its thread (found through a small thread-local cache) and links it onto the
+ * runtime's queue with one compare-and-swap; the only other shared write is
+ * the rare doorbell ring when the loop may be asleep.
  *
- * Lifetimes: a producer record is referenced by its thread and by its
- * runtime's list; whichever lets go last frees it (a thread that exits
- * orphans its records, and the loop frees them once drained). la_rtc_t
- * records are never freed, only recycled, so a late reader of a stale one
- * reads valid memory; anything that acts on a runtime first pins its handle.
+ * Order. The queue is one lock-free stack of runs per runtime (struct la_postq, top).
+ * A run is a head slot followed by 1..LA_RUNMAX entries of one producer,
+ * contiguous in its block; a tagged pointer (head address | entries - 1)
+ * names it. A post either pushes a new run holding its entry, or, when its
+ * own run is still on top, grows that run by one with a compare-and-swap of
+ * top from (run | n-1) to (run | n). Either way one successful CAS on top
+ * claims the entry's place and publishes it. The successful CASes on top
+ * form one total order (its modification order) that contains
+ * happens-before: if post A happens before post B (program order of a
+ * thread, of a fiber that moved to another worker in between, or any
+ * synchronisation such as a mutex or a semaphore between them), A's CAS
+ * comes first. A run is sealed once anything else is pushed above it (the
+ * pusher keeps its tagged pointer, count included, as the link) or the loop
+ * takes it. The loop takes the whole stack with one exchange, reverses the
+ * runs and delivers oldest first; what does not fit in max_events waits in
+ * its private list, which is older than anything still on the stack. There
+ * is no gap: an entry is either on the stack, complete, or not ordered yet,
+ * so a poster preempted anywhere never holds back other posts and never
+ * makes the loop spin or sleep on it.
+ *
+ * Memory. Entries (16 bytes) live in 4 KiB blocks of their producer record
+ * (one per thread and runtime); a run adds one head slot. A producer's runs
+ * are delivered in its program order, so when the loop meets a producer's
+ * run in a new block, the block before is entirely delivered: it is handed
+ * back as the producer's spare (a steady stream allocates nothing). A post
+ * writes only its own slots and `top`, never another thread's memory, so a
+ * late post into a closed runtime touches memory that its record keeps
+ * alive.
+ *
+ * Lifetimes: a struct la_postq is referenced by its runtime (until la_rtc_recycle)
+ * and by every producer record whose thread still holds it; the last one
+ * frees it with every record and block left. A thread that exits orphans its
+ * records; the loop frees an orphan once all its entries are delivered.
+ * la_rtc_t records are never freed, only recycled, so a late reader of a
+ * stale one reads valid memory; anything that acts on a runtime first pins
+ * its handle. A record points at its struct la_postq, never at a recycled la_rtc_t's
+ * queue, so a late post can never land in another runtime.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -28,51 +59,128 @@
 #include "sys_windows.h"
 #endif
 
-#define LA_CB 254 /* entries per block: a block is 4 KiB on 64-bit */
+/* A slot is an entry {key, data}, or a run's head {link, block}: link is
+ * the tagged pointer of the next run (older on the stack, newer in the
+ * loop's list; 0 at the end). */
+typedef struct {
+    uintptr_t a, b;
+} la_cslot_t;
+#define LA_TAG ((uintptr_t)sizeof(la_cslot_t) - 1) /* a run pointer's low bits: entries - 1 */
+#define LA_RUNMAX ((uint32_t)LA_TAG + 1)
+#define LA_RUN(t) ((la_cslot_t *)((t) & ~LA_TAG))
+#define LA_RUNLEN(t) ((uint32_t)((t)&LA_TAG) + 1)
+#define LA_CB ((4096 - 4 * sizeof(void *)) / sizeof(la_cslot_t)) /* slots per 4 KiB block */
+/* malloc's alignment leaves the tag bits of a slot's address free. */
+_Static_assert(sizeof(la_cslot_t) <= _Alignof(max_align_t), "slot alignment");
 
 typedef struct la_cblock {
-    struct la_cblock *_Atomic next;
-    _Atomic uint32_t count; /* entries published */
-    uint32_t pad;
-    la_pair_t e[LA_CB];
+    la_cprod_t *owner;
+    struct la_cblock *fnext; /* postq_free's list of blocks to free */
+    uintptr_t mark;          /* postq_free: already on that list */
+    uintptr_t pad;
+    la_cslot_t s[LA_CB];
 } la_cblock_t;
+_Static_assert(offsetof(la_cblock_t, s) % sizeof(la_cslot_t) == 0, "slots aligned");
+
+struct la_postq {
+    _Atomic uintptr_t top; /* the newest run not taken yet (tagged), or 0 */
+    char pad[64 - sizeof(uintptr_t)];
+    _Atomic int refs;    /* the runtime + each record whose thread holds it */
+    _Atomic int orphans; /* records whose thread let go, not freed yet */
+    pthread_mutex_t mu;  /* the loop's side: list, records, take */
+    uintptr_t list;      /* taken, not delivered: the oldest run (tagged) */
+    uint32_t lpos;       /* entries of it delivered already */
+    la_cprod_t *prods;
+};
 
 struct la_cprod {
     /* owner thread */
     la_cblock_t *tblk;
-    uint32_t tcount;
+    uint32_t tcount;  /* slots used in tblk */
+    uint32_t rcount;  /* entries in the run at run */
+    la_cslot_t *run;  /* this thread's last run (maybe still on top) */
     uint64_t h;
     la_rtc_t *rt;
+    struct la_postq *q;
     struct la_cprod *tnext; /* the owner thread's list */
     _Atomic int dead;       /* the runtime was closed */
-    _Atomic int orphan;     /* the owner thread exited */
-    _Atomic int refs;       /* owner thread + runtime list */
+    _Atomic int orphan;     /* the owner thread let go of this record */
     la_cblock_t *_Atomic spare; /* a drained block handed back for reuse */
-    /* loop thread (under rt->mu) */
-    la_cblock_t *hblk;
-    uint32_t hidx;
+    char pad[64]; /* the loop's fields below are on another line than the poster's */
+    /* loop thread (under q->mu) */
+    la_cblock_t *cblk; /* the block of the last run delivered */
+    uint32_t cend;     /* the slot after that run */
     struct la_cprod *next;
 };
 
 #define LA_PCACHE 4
 static __thread la_cprod_t *pcache[LA_PCACHE];
-static __thread la_cprod_t *owned; /* every record this thread created */
+static __thread la_cprod_t *owned; /* every record this thread holds */
 static pthread_key_t exit_key;
 static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
 
 static pthread_mutex_t rtc_free_mu = PTHREAD_MUTEX_INITIALIZER;
 static la_rtc_t *rtc_free;
 
-static void prod_unref(la_cprod_t *p) {
-    if (atomic_fetch_sub(&p->refs, 1) != 1) return;
-    free(atomic_load(&p->spare));
-    la_cblock_t *b = p->hblk;
-    while (b) {
-        la_cblock_t *n = atomic_load(&b->next);
-        free(b);
-        b = n;
-    }
+/* Frees a record and the blocks it still owns (none of its entries may be
+ * queued). */
+static void prod_free(la_cprod_t *p) {
+    la_cblock_t *s = atomic_load(&p->spare);
+    if (s != p->tblk) free(s);
+    if (p->cblk != p->tblk && p->cblk != s) free(p->cblk);
+    free(p->tblk);
     free(p);
+}
+
+/* Frees a queue nobody can post to or take from any more: every record,
+ * every block still holding queued entries, the rest. */
+static void postq_free(struct la_postq *q) {
+    la_cblock_t *blocks = NULL;
+    uintptr_t lists[2] = {q->list, atomic_load(&q->top)};
+    for (int i = 0; i < 2; i++) {
+        for (uintptr_t t = lists[i]; t; t = LA_RUN(t)->a) {
+            la_cblock_t *b = (la_cblock_t *)LA_RUN(t)->b;
+            if (!b->mark) {
+                b->mark = 1;
+                b->fnext = blocks;
+                blocks = b;
+            }
+        }
+    }
+    la_cprod_t *p = q->prods;
+    while (p) {
+        la_cprod_t *n = p->next;
+        la_cblock_t *bs[3] = {p->tblk, atomic_load(&p->spare), p->cblk};
+        for (int i = 0; i < 3; i++) {
+            if (bs[i] && !bs[i]->mark) {
+                bs[i]->mark = 1;
+                bs[i]->fnext = blocks;
+                blocks = bs[i];
+            }
+        }
+        free(p);
+        p = n;
+    }
+    while (blocks) {
+        la_cblock_t *n = blocks->fnext;
+        free(blocks);
+        blocks = n;
+    }
+    pthread_mutex_destroy(&q->mu);
+    free(q);
+}
+
+static void postq_unref(struct la_postq *q) {
+    if (atomic_fetch_sub(&q->refs, 1) == 1) postq_free(q);
+}
+
+/* The owner thread lets go of p (it exits, or p's runtime is closed); p may
+ * be freed by the loop at once. */
+static void prod_release(la_cprod_t *p) {
+    struct la_postq *q = p->q;
+    atomic_fetch_add(&q->orphans, 1);
+    atomic_store(&p->orphan, 1);
+    postq_unref(q);
 }
 
 static void on_thread_exit(void *unused) {
@@ -82,8 +190,7 @@ static void on_thread_exit(void *unused) {
     for (int i = 0; i < LA_PCACHE; i++) pcache[i] = NULL;
     while (p) {
         la_cprod_t *n = p->tnext;
-        atomic_store(&p->orphan, 1);
-        prod_unref(p);
+        prod_release(p);
         p = n;
     }
 }
@@ -91,14 +198,20 @@ static void on_thread_exit(void *unused) {
 static void make_exit_key(void) { pthread_key_create(&exit_key, on_thread_exit); }
 
 la_rtc_t *la_rtc_new(int fd, int kind) {
+    struct la_postq *q = calloc(1, sizeof *q);
+    if (!q) return NULL;
+    pthread_mutex_init(&q->mu, NULL);
+    atomic_store(&q->refs, 1);
     pthread_mutex_lock(&rtc_free_mu);
     la_rtc_t *r = rtc_free;
     if (r) rtc_free = r->free_next;
     pthread_mutex_unlock(&rtc_free_mu);
     if (!r) {
         r = calloc(1, sizeof *r);
-        if (!r) return NULL;
-        pthread_mutex_init(&r->mu, NULL);
+        if (!r) {
+            postq_free(q);
+            return NULL;
+        }
     }
     r->bell.fd = fd;
     r->bell.kind = kind;
@@ -106,39 +219,40 @@ la_rtc_t *la_rtc_new(int fd, int kind) {
     atomic_store(&r->sh.gowork, 1); /* nothing published yet: Go first */
     atomic_store(&r->waiting, 0);
     atomic_store(&r->closed, 0);
-    r->prods = r->cursor = NULL;
+    r->q = q;
     r->free_next = NULL;
     return r;
 }
 
-/* Closes the runtime's C side: producers are told, unlinked and released.
- * Call after la_handle_free (no new producer can register then). */
+/* Closes the runtime's C side: producers are told (their threads let go of
+ * them at their next post or exit). Call after la_handle_free (no new
+ * producer can register then). A waiter may still take until
+ * la_rtc_recycle. */
 void la_rtc_close(la_rtc_t *r) {
-    pthread_mutex_lock(&r->mu);
+    struct la_postq *q = r->q;
+    pthread_mutex_lock(&q->mu);
     atomic_store(&r->closed, 1);
-    la_cprod_t *p = r->prods;
-    r->prods = r->cursor = NULL;
-    pthread_mutex_unlock(&r->mu);
-    while (p) {
-        la_cprod_t *n = p->next;
-        atomic_store(&p->dead, 1);
-        prod_unref(p);
-        p = n;
-    }
+    for (la_cprod_t *p = q->prods; p; p = p->next) atomic_store(&p->dead, 1);
+    pthread_mutex_unlock(&q->mu);
 }
 
+/* After la_rtc_close, once no thread waits on r any more. */
 void la_rtc_recycle(la_rtc_t *r) {
+    struct la_postq *q = r->q;
+    r->q = NULL;
+    if (q) postq_unref(q);
     pthread_mutex_lock(&rtc_free_mu);
     r->free_next = rtc_free;
     rtc_free = r;
     pthread_mutex_unlock(&rtc_free_mu);
 }
 
-static la_cblock_t *new_block(void) {
+static la_cblock_t *new_block(la_cprod_t *p) {
     la_cblock_t *b = malloc(sizeof *b);
     if (!b) return NULL;
-    atomic_store_explicit(&b->next, NULL, memory_order_relaxed);
-    atomic_store_explicit(&b->count, 0, memory_order_relaxed);
+    b->owner = p;
+    b->fnext = NULL;
+    b->mark = 0;
     return b;
 }
 
@@ -151,7 +265,7 @@ static void prune_owned(void) {
             *pp = p->tnext;
             for (int i = 0; i < LA_PCACHE; i++)
                 if (pcache[i] == p) pcache[i] = NULL;
-            prod_unref(p);
+            prod_release(p);
         } else {
             pp = &p->tnext;
         }
@@ -171,21 +285,23 @@ static __attribute__((noinline)) la_cprod_t *producer_slow(uint64_t h) {
     la_rtc_t *r = la_handle_get(h, LA_T_RUNTIME, &slot);
     if (!r) return NULL;
     la_cprod_t *p = calloc(1, sizeof *p);
-    la_cblock_t *b = p ? new_block() : NULL;
+    la_cblock_t *b = p ? new_block(p) : NULL;
     if (!b) {
         free(p);
         la_handle_put(slot);
         errno = ENOMEM;
         return NULL;
     }
-    p->tblk = p->hblk = b;
+    struct la_postq *q = r->q; /* live: the handle is pinned, so not closed yet */
+    p->tblk = b;
     p->h = h;
     p->rt = r;
-    atomic_store(&p->refs, 2);
-    pthread_mutex_lock(&r->mu);
-    p->next = r->prods;
-    r->prods = p;
-    pthread_mutex_unlock(&r->mu);
+    p->q = q;
+    atomic_fetch_add(&q->refs, 1);
+    pthread_mutex_lock(&q->mu);
+    p->next = q->prods;
+    q->prods = p;
+    pthread_mutex_unlock(&q->mu);
     la_handle_put(slot);
     p->tnext = owned;
     owned = p;
@@ -203,27 +319,43 @@ int la_rt_post(uint64_t h, uintptr_t key, uintptr_t data) {
     }
     la_cblock_t *b = p->tblk;
     uint32_t c = p->tcount;
-    if (__builtin_expect(c == LA_CB, 0)) {
+    struct la_postq *q = p->q;
+    uintptr_t top = atomic_load_explicit(&q->top, memory_order_relaxed);
+    /* Claim the entry's place in the order and publish it in one step: grow
+     * this thread's run if it is still on top, else push a new run. Then
+     * look at the sleep flag: with the loop's "raise the flag, then look for
+     * work" this is a Dekker pair (both sequentially consistent), so either
+     * the loop sees the entry or we see the flag. */
+    if (p->run && top == ((uintptr_t)p->run | (p->rcount - 1)) && p->rcount < LA_RUNMAX && c < LA_CB) {
+        b->s[c].a = key;
+        b->s[c].b = data;
+        if (atomic_compare_exchange_strong_explicit(&q->top, &top, top + 1, memory_order_seq_cst,
+                                                    memory_order_relaxed)) {
+            p->tcount = c + 1;
+            p->rcount++;
+            goto published;
+        }
+        /* Sealed meanwhile (a push above it, or the loop took it). */
+    }
+    if (__builtin_expect(c + 2 > LA_CB, 0)) {
         /* Reuse the block the loop handed back, if any: no malloc in a
          * steady stream. */
         la_cblock_t *nb = atomic_exchange_explicit(&p->spare, NULL, memory_order_acquire);
-        if (nb) {
-            atomic_store_explicit(&nb->next, NULL, memory_order_relaxed);
-            atomic_store_explicit(&nb->count, 0, memory_order_relaxed);
-        } else if (!(nb = new_block())) {
-            return ASYNC_E_NOMEM;
-        }
-        atomic_store_explicit(&b->next, nb, memory_order_release);
+        if (!nb && !(nb = new_block(p))) return ASYNC_E_NOMEM;
         p->tblk = b = nb;
         c = 0;
     }
-    b->e[c].key = key;
-    b->e[c].data = data;
-    p->tcount = c + 1;
-    /* Publish, then look at the sleep flag: with the loop's "raise the flag,
-     * then look for work" this is a Dekker pair (both sequentially
-     * consistent), so either the loop sees the entry or we see the flag. */
-    atomic_store_explicit(&b->count, c + 1, memory_order_seq_cst);
+    la_cslot_t *hd = &b->s[c];
+    hd->b = (uintptr_t)b;
+    b->s[c + 1].a = key;
+    b->s[c + 1].b = data;
+    do hd->a = top;
+    while (!atomic_compare_exchange_weak_explicit(&q->top, &top, (uintptr_t)hd, memory_order_seq_cst,
+                                                  memory_order_relaxed));
+    p->run = hd;
+    p->rcount = 1;
+    p->tcount = c + 2;
+published:;
     la_rtc_t *r = p->rt;
     if (__builtin_expect(atomic_load_explicit(&r->sh.sleeping, memory_order_seq_cst) != 0, 0)) {
         /* Pin the handle first: r may be recycled once its runtime is gone,
@@ -257,71 +389,99 @@ int la_rt_post(uint64_t h, uintptr_t key, uintptr_t data) {
 la_shared_t *la_rtc_shared(la_rtc_t *r) { return &r->sh; }
 int32_t *la_rtc_wait_flag(la_rtc_t *r) { return (int32_t *)&r->waiting; }
 
-/* 1 if some producer has entries not taken yet. Loop thread only. */
+/* 1 if some entry is not taken yet. Loop thread only. */
 int la_rtc_pending(la_rtc_t *r) {
-    int any = 0;
-    pthread_mutex_lock(&r->mu);
-    for (la_cprod_t *p = r->prods; p && !any; p = p->next) {
-        la_cblock_t *b = p->hblk;
-        if (p->hidx < atomic_load_explicit(&b->count, memory_order_seq_cst) ||
-            (p->hidx == LA_CB && atomic_load_explicit(&b->next, memory_order_acquire)))
-            any = 1;
-    }
-    pthread_mutex_unlock(&r->mu);
+    struct la_postq *q = r->q;
+    if (!q) return 0;
+    pthread_mutex_lock(&q->mu);
+    int any = q->list != 0 || atomic_load_explicit(&q->top, memory_order_seq_cst) != 0;
+    pthread_mutex_unlock(&q->mu);
     return any;
 }
 
-/* Moves up to max entries into out (pairs) or ev (completion events),
- * round-robin over producers starting after the one served first last time;
- * frees drained blocks and drained orphans. Loop thread only. */
-static inline int take(la_rtc_t *r, la_pair_t *out, io_event_t *ev, int max) {
-    int n = 0;
-    pthread_mutex_lock(&r->mu);
-    la_cprod_t *start = r->cursor ? r->cursor : r->prods;
-    la_cprod_t *p = start;
-    if (p) {
-        do {
-            for (;;) {
-                la_cblock_t *b = p->hblk;
-                uint32_t cnt = atomic_load_explicit(&b->count, memory_order_acquire);
-                if (ev) {
-                    while (p->hidx < cnt && n < max) {
-                        const la_pair_t *e = &b->e[p->hidx++];
-                        io_event_t *o = &ev[n++];
-                        o->fd = -1;
-                        o->event_type = ASYNC_EVENT_COMPLETION;
-                        o->completion_key = e->key;
-                        o->data = e->data;
-                        o->context = NULL;
-                    }
-                } else {
-                    while (p->hidx < cnt && n < max) out[n++] = b->e[p->hidx++];
-                }
-                if (n == max || p->hidx < LA_CB) break;
-                la_cblock_t *nb = atomic_load_explicit(&b->next, memory_order_acquire);
-                if (!nb) break;
-                p->hblk = nb;
-                p->hidx = 0;
-                la_cblock_t *old = atomic_exchange_explicit(&p->spare, b, memory_order_release);
-                free(old);
-            }
-            p = p->next ? p->next : r->prods;
-        } while (n < max && p != start);
-        r->cursor = p;
-    }
-    /* Free orphans that are drained (their threads are gone). */
-    la_cprod_t **pp = &r->prods;
+/* Frees the orphans whose entries are all delivered (under q->mu). */
+static void reap(struct la_postq *q) {
+    la_cprod_t **pp = &q->prods;
     while (*pp) {
-        la_cprod_t *q = *pp;
-        if (atomic_load(&q->orphan) && q->hidx == atomic_load(&q->hblk->count) && !atomic_load(&q->hblk->next)) {
-            *pp = q->next;
-            if (r->cursor == q) r->cursor = NULL;
-            prod_unref(q);
+        la_cprod_t *p = *pp;
+        /* orphan is stored after the thread's last post: tblk and tcount
+         * are final. p's runs come out in its order, so all are delivered
+         * once the last one is. Nobody else writes into p's blocks (a post
+         * writes its own slots). */
+        if (atomic_load(&p->orphan) && (p->tcount == 0 || (p->cblk == p->tblk && p->cend == p->tcount))) {
+            *pp = p->next;
+            atomic_fetch_sub(&q->orphans, 1);
+            prod_free(p);
         } else {
-            pp = &q->next;
+            pp = &p->next;
         }
     }
-    pthread_mutex_unlock(&r->mu);
+}
+
+/* Moves up to max entries into out (pairs) or ev (completion events), oldest
+ * first (the order of the pushes); hands drained blocks back to their
+ * producers and frees drained orphans. Loop thread only. */
+static inline int take(la_rtc_t *r, la_pair_t *out, io_event_t *ev, int max) {
+    struct la_postq *q = r->q;
+    int n = 0;
+    if (!q) return 0; /* recycled: nothing to take (no waiter should be here) */
+    pthread_mutex_lock(&q->mu);
+    for (;;) {
+        uintptr_t t = q->list;
+        uint32_t pos = q->lpos;
+        while (t && n < max) {
+            la_cslot_t *hd = LA_RUN(t);
+            uint32_t len = LA_RUNLEN(t);
+            la_cblock_t *b = (la_cblock_t *)hd->b;
+            la_cprod_t *p = b->owner;
+            if (pos == 0 && p->cblk != b) {
+                /* The producer's runs come in its order and it has moved
+                 * on: all of its block before is delivered. That block
+                 * becomes the spare (the old spare is freed). */
+                if (p->cblk) free(atomic_exchange_explicit(&p->spare, p->cblk, memory_order_acq_rel));
+                p->cblk = b;
+            }
+            const la_cslot_t *e = hd + 1;
+            if (ev) {
+                for (; pos < len && n < max; pos++) {
+                    io_event_t *o = &ev[n++];
+                    o->fd = -1;
+                    o->event_type = ASYNC_EVENT_COMPLETION;
+                    o->completion_key = e[pos].a;
+                    o->data = e[pos].b;
+                    o->context = NULL;
+                }
+            } else {
+                for (; pos < len && n < max; pos++, n++) {
+                    out[n].key = e[pos].a;
+                    out[n].data = e[pos].b;
+                }
+            }
+            if (pos < len) break;
+            p->cend = (uint32_t)(hd - b->s) + 1 + len;
+            t = hd->a;
+            pos = 0;
+        }
+        q->list = t;
+        q->lpos = pos;
+        if (t || n == max) break;
+        /* Everything on the stack is newer than what was in the list.
+         * Reverse the runs: each head's link then names the newer run. */
+        uintptr_t st = atomic_exchange_explicit(&q->top, 0, memory_order_acquire);
+        if (!st) break;
+        uintptr_t prev = 0;
+        while (st) {
+            la_cslot_t *hd = LA_RUN(st);
+            uintptr_t older = hd->a;
+            hd->a = prev;
+            prev = st;
+            st = older;
+        }
+        q->list = prev;
+        q->lpos = 0;
+    }
+    if (atomic_load_explicit(&q->orphans, memory_order_relaxed) != 0) reap(q);
+    pthread_mutex_unlock(&q->mu);
     return n;
 }
 

@@ -40,8 +40,7 @@ typedef struct la_rtc {
     uintptr_t token;           /* names the Go object of the runtime to Go */
     unsigned rot;              /* which source a wait serves first */
     _Atomic int closed;
-    pthread_mutex_t mu;        /* the producer list */
-    la_cprod_t *prods, *cursor;
+    struct la_postq *q;        /* the completion queue of this incarnation */
     struct la_rtc *free_next;
 } la_rtc_t;
 la_rtc_t *la_rtc_new(int fd, int kind);
