@@ -311,6 +311,12 @@ static void t_host_handler_onstack(void)
     struct dirent *e;
     int tids[256], ntids = 0, i, p[2];
     pid_t me = getpid();
+    if (emulated()) {
+        /* qemu-user's own threads are in /proc/self/task too, and it handles
+         * the signals sent to them itself. */
+        printf("skipped under an emulator\n");
+        return;
+    }
     round_trip(); /* the Go runtime is up */
     s = async_sched_create(&cfg);
     CHECK(s != NULL);
