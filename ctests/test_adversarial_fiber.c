@@ -2,7 +2,11 @@
  * include/async.h (docs/RELIABILITY.md, "Found by adversarial tests:
  * fibers"). One case per ctest test (group adv_fiber, see CMakeLists.txt).
  * Every wait is bounded: a regression fails the case instead of hanging it. */
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
 #include <stdatomic.h>
+#include <sys/socket.h>
 
 #include "check.h"
 
@@ -92,8 +96,105 @@ static void t_blocking_grow(void) {
     async_sched_destroy(s);
 }
 
+/* ---- async_fiber_read/write with n == 0 return 0 at once ------------------ */
+
+static void tcp_pair(int sv[2]) {
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK(l >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    CHECK_EQ(bind(l, (struct sockaddr *)&a, sizeof a), 0);
+    CHECK_EQ(listen(l, 1), 0);
+    CHECK_EQ(getsockname(l, (struct sockaddr *)&a, &len), 0);
+    sv[0] = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK(sv[0] >= 0);
+    CHECK_EQ(connect(sv[0], (struct sockaddr *)&a, sizeof a), 0);
+    sv[1] = accept(l, NULL, NULL);
+    CHECK(sv[1] >= 0);
+    close(l);
+}
+
+typedef struct {
+    int fds[4]; /* two idle socket pairs: AF_UNIX stream, TCP */
+    int closed; /* a closed fd number */
+    atomic_int done;
+} zero_t;
+
+/* Runs on a fiber or a plain thread. */
+static void zero_calls(zero_t *z) {
+    static const int tmo[] = {-1, 100, 0};
+    char buf[4];
+    for (int i = 0; i < 4; i++) {
+        for (int t = 0; t < 3; t++) {
+            CHECK_EQ(async_fiber_read(z->fds[i], buf, 0, tmo[t]), 0);
+            CHECK_EQ(async_fiber_read(z->fds[i], NULL, 0, tmo[t]), 0);
+            CHECK_EQ(async_fiber_write(z->fds[i], buf, 0, tmo[t]), 0);
+            CHECK_EQ(async_fiber_write(z->fds[i], NULL, 0, tmo[t]), 0);
+        }
+    }
+    /* a zero-length read takes nothing: the byte is still there after it */
+    CHECK_EQ(async_fiber_write(z->fds[0], "x", 1, 1000), 1);
+    CHECK_EQ(async_fiber_read(z->fds[1], buf, 0, -1), 0);
+    CHECK_EQ(async_fiber_read(z->fds[1], buf, sizeof buf, 1000), 1);
+    CHECK_EQ(buf[0], 'x');
+    /* the arguments are still checked as documented */
+    CHECK_FAIL(async_fiber_read(z->closed, buf, 0, -1) == -1, ASYNC_E_BADFD);
+    CHECK_FAIL(async_fiber_write(z->closed, buf, 0, -1) == -1, ASYNC_E_BADFD);
+    CHECK_FAIL(async_fiber_read(-1, buf, 0, -1) == -1, ASYNC_E_BADFD);
+    CHECK_FAIL(async_fiber_read(z->fds[0], buf, 0, -2) == -1, ASYNC_E_INVAL);
+    CHECK_FAIL(async_fiber_write(z->fds[0], buf, 0, -2) == -1, ASYNC_E_INVAL);
+    atomic_store(&z->done, 1);
+}
+
+static void zero_fiber(void *arg) { zero_calls(arg); }
+
+static void *zero_thread(void *arg) {
+    zero_calls(arg);
+    return NULL;
+}
+
+static void zero_setup(zero_t *z) {
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, z->fds), 0);
+    tcp_pair(z->fds + 2);
+    z->closed = 1000; /* far above the numbers this process opens */
+    CHECK(fcntl(z->closed, F_GETFD) == -1 && errno == EBADF);
+    atomic_store(&z->done, 0);
+}
+
+static void zero_teardown(zero_t *z) {
+    for (int i = 0; i < 4; i++) close(z->fds[i]);
+}
+
+/* The header: "Reads up to n bytes (at least 1 unless n is 0 or at end of
+ * file: returns 0)". Before the fix a read of 0 bytes on an idle socket
+ * waited for data (recv of 0 bytes says EAGAIN there) and returned
+ * ASYNC_E_TIMEDOUT, or never with timeout -1. */
+static void t_read_zero_fiber(void) {
+    static zero_t z;
+    zero_setup(&z);
+    async_sched_t *s = mk(1);
+    CHECK(async_fiber_spawn(s, zero_fiber, &z, 0));
+    wait_flag(&z.done, 10000, "zero-length reads and writes on a fiber");
+    CHECK_EQ(async_sched_run(s), 0);
+    async_sched_destroy(s);
+    zero_teardown(&z);
+}
+
+static void t_read_zero_thread(void) {
+    static zero_t z;
+    zero_setup(&z);
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, zero_thread, &z), 0);
+    wait_flag(&z.done, 10000, "zero-length reads and writes on a plain thread");
+    pthread_join(th, NULL);
+    zero_teardown(&z);
+}
+
 static const test_case_t cases[] = {
     T(blocking_grow),
+    T(read_zero_fiber),
+    T(read_zero_thread),
 };
 
 TEST_MAIN(cases)
