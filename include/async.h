@@ -636,13 +636,15 @@ async_fiber_t *async_fiber_current(void);
  * bits; level semantics: data left unread is reported again, and so is a
  * hang-up or error condition while it lasts). At most one
  * fiber may wait for reading and one for writing on an fd of a scheduler at
- * a time (else ASYNC_E_BUSY). Errors: ASYNC_E_INVAL, ASYNC_E_BADFD,
+ * a time: a call that has to wait in a direction another fiber already
+ * waits in gets ASYNC_E_BUSY; a call that finds fd ready for one of its
+ * events returns them at once, without waiting, so never BUSY. Errors: ASYNC_E_INVAL, ASYNC_E_BADFD,
  * ASYNC_E_TIMEDOUT, ASYNC_E_BUSY, ASYNC_E_CANCELLED. Thread-safe; parks
  * (a plain thread uses poll(2)). */
 int async_fiber_wait_fd(async_fd_t fd, uint32_t events, int timeout_ms);
 
 /* Reads up to n bytes (at least 1 unless n is 0 or at end of file: returns
- * 0). The fd is switched to O_NONBLOCK if it is not a socket; sockets are
+ * 0; with n 0 at once, reading nothing, if fd is open). The fd is switched to O_NONBLOCK if it is not a socket; sockets are
  * read with MSG_DONTWAIT. A peer's hang-up ends the read with 0 (end of
  * file) and a socket error with its error (once: the next read waits again).
  * timeout_ms is always honoured, also when the fd number was closed and
@@ -654,7 +656,7 @@ int async_fiber_wait_fd(async_fd_t fd, uint32_t events, int timeout_ms);
 ssize_t async_fiber_read(async_fd_t fd, void *buf, size_t n, int timeout_ms);
 
 /* Writes all n bytes (returns n) or fails; on failure some bytes may have
- * been written. A closed peer or reader gives ASYNC_E_CLOSED, never SIGPIPE,
+ * been written. n 0 returns 0 at once if fd is open. A closed peer or reader gives ASYNC_E_CLOSED, never SIGPIPE,
  * on a fiber or a plain thread: sockets are written with MSG_NOSIGNAL; for
  * other fds (pipes) SIGPIPE is blocked around the write and the one it
  * raised is consumed (one already pending before the call stays pending).
@@ -678,7 +680,8 @@ int async_fiber_connect(async_fd_t fd, const struct sockaddr *addr, socklen_t le
 
 /* Runs fn(arg) on a thread of a process-wide pool of blocking threads (it
  * grows on demand up to 64 threads; threads idle for 10 s exit) and parks
- * the calling fiber until fn returns; jobs beyond 64 wait in FIFO order. Use
+ * the calling fiber until fn returns; up to 64 jobs run at once (they may
+ * wait for each other), jobs beyond 64 wait in FIFO order. Use
  * it for calls that would block a worker (file I/O, getaddrinfo, sleeping
  * locks). fn may use memory on the fiber's stack. This park is NOT cancelled
  * by async_sched_shutdown: the fiber always waits for fn. On a plain thread

@@ -3,8 +3,14 @@
 /* async_fiber_blocking: runs a function on a pool of plain threads while the
  * calling fiber parks. The pool is process-wide, grows on demand up to
  * LA_BLOCKING_MAX threads, and a thread idle for LA_BLOCKING_IDLE_S seconds
- * exits. Such parks are not cancelled by a scheduler shutdown: fn may use
- * the fiber's stack, so the fiber waits for it to return. */
+ * exits. A submission starts a thread whenever the jobs queued (its own
+ * included) outnumber the idle threads: an idle thread that was signalled
+ * but has not woken yet still counts as idle, and it is already promised to
+ * a job queued before. Comparing with "no thread idle" instead let one idle
+ * thread absorb a burst: the jobs ran one at a time, and jobs that wait for
+ * each other deadlocked well below the limit. Such parks are not cancelled
+ * by a scheduler shutdown: fn may use the fiber's stack, so the fiber waits
+ * for it to return. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <signal.h>
@@ -27,7 +33,7 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv;
 static pthread_once_t cv_once = PTHREAD_ONCE_INIT;
 static la_job_t *head, *tail;
-static int nthreads, nidle;
+static int nthreads, nidle, nqueued; /* nqueued: jobs on the list */
 
 static void init_cv(void) {
     la_cond_init_mono(&cv);
@@ -57,6 +63,7 @@ static void *pool_main(void *unused) {
         la_job_t *j = head;
         head = j->next;
         if (!head) tail = NULL;
+        nqueued--;
         pthread_mutex_unlock(&mu);
         j->fn(j->arg);
         la_waiter_wake(j->w, LA_W_READY); /* j lives on the fiber's stack */
@@ -87,9 +94,13 @@ int async_fiber_blocking(void (*fn)(void *), void *arg) {
     else
         head = &job;
     tail = &job;
-    int spawn = nidle == 0 && nthreads < LA_BLOCKING_MAX;
+    nqueued++;
+    /* Each idle thread takes one queued job; a thread busy now may take
+     * another later, but only grown threads guarantee that jobs up to the
+     * limit run at once (they may wait for each other). */
+    int spawn = nqueued > nidle && nthreads < LA_BLOCKING_MAX;
     if (spawn) nthreads++;
-    else pthread_cond_signal(&cv);
+    if (nidle) pthread_cond_signal(&cv);
     pthread_mutex_unlock(&mu);
     if (spawn) {
         pthread_t th;
@@ -110,6 +121,7 @@ int async_fiber_blocking(void (*fn)(void *), void *arg) {
                 while (*pp && *pp != &job) pp = &(*pp)->next;
                 if (*pp) {
                     *pp = job.next;
+                    nqueued--;
                     if (tail == &job) {
                         tail = NULL;
                         for (la_job_t *q = head; q; q = q->next) tail = q;

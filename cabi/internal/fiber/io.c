@@ -146,6 +146,9 @@ LA_NOINLINE static int sys_poll1(int fd, short events, int timeout) {
     return p.revents ? p.revents : 0;
 }
 
+/* 0 if fd is an open descriptor, else -errno (EBADF). */
+LA_NOINLINE static int sys_fd_open(int fd) { return fcntl(fd, F_GETFD) < 0 ? -errno : 0; }
+
 LA_NOINLINE static int sys_nonblock(int fd) {
     int fl = fcntl(fd, F_GETFL);
     if (fl < 0) return -errno;
@@ -242,6 +245,19 @@ static int map_errno(int e) {
     case ECONNREFUSED: return ASYNC_E_CLOSED;
     default: la_note_os_error(e); return ASYNC_E_SYS;
     }
+}
+
+/* A read or write of 0 bytes: 0 at once on an open fd (a socket's recv or
+ * send of 0 bytes may say EAGAIN, which must not make the call wait for data
+ * or room it does not need), else an error. Takes nothing: a datagram stays
+ * queued. 0 or -1 with the error set. */
+static int zero_len(int fd) {
+    int e = sys_fd_open(fd);
+    if (e) {
+        la_set_error(map_errno(-e));
+        return -1;
+    }
+    return 0;
 }
 
 /* ---- parking on an fd ------------------------------------------------------ */
@@ -387,6 +403,7 @@ ssize_t async_fiber_read(async_fd_t fd, void *buf, size_t n, int timeout_ms) {
         la_set_error(ASYNC_E_BADFD);
         return -1;
     }
+    if (n == 0) return zero_len(fd);
     uint64_t deadline = la_deadline(timeout_ms);
     la_fiber_t *f = la_current_fiber();
     la_fdrec_t *rec = f ? fdrec(f->s, fd) : NULL;
@@ -431,6 +448,7 @@ ssize_t async_fiber_write(async_fd_t fd, const void *buf, size_t n, int timeout_
         la_set_error(ASYNC_E_BADFD);
         return -1;
     }
+    if (n == 0) return zero_len(fd);
     uint64_t deadline = la_deadline(timeout_ms);
     size_t done = 0;
     while (done < n) {
