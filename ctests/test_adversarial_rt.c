@@ -6,8 +6,9 @@
  *   nofile_load       a host at its RLIMIT_NOFILE limit from the top of main,
  *                     before any libasync call: async_runtime_init fails with
  *                     ASYNC_E_SYS/EMFILE (or succeeds) and the process ends
- *                     normally; Go's own poller, started while the library
- *                     loads, must not abort it (child processes).
+ *                     normally: Go's initialization runs concurrently with
+ *                     main, and Go's own poller must not abort it (child
+ *                     processes).
  *   fd_rotation       with more ready fds than max_events, every ready fd is
  *                     reported within a bounded number of waits.
  *   fd_rotation_flood the same while another thread floods completions.
