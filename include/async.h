@@ -341,6 +341,11 @@ typedef struct {
  * errno), ASYNC_E_NOTSUP (ASYNC_BACKEND names no backend of this build; the
  * first such failure of the process also writes one line to stderr naming
  * the variable, its value and the backends available).
+ * The process's first successful call also starts the Go runtime's own
+ * poller (two descriptors on Linux), with two descriptors the library
+ * reserved while it was loaded; if none were free then, this call needs two
+ * more and fails with ASYNC_E_SYS (EMFILE) when they are missing, never
+ * aborting the process.
  * Thread-safe; never blocks. */
 async_runtime_t *async_runtime_init(void);
 
@@ -388,7 +393,9 @@ int async_runtime_remove(async_runtime_t *rt, async_fd_t fd);
  * how many (0 on timeout, on async_runtime_wakeup(), or when a signal
  * interrupted the wait, so the caller can check its signal flags), or -1.
  * Completions and timers beyond max_events stay queued for the next call;
- * fd readiness is level-triggered and is reported again.
+ * fd readiness is level-triggered and is reported again; when more fds
+ * are ready than fit, the ones left out come first in the following calls,
+ * so every ready fd takes its turn.
  * timeout_ms: -1 forever, 0 poll, n > 0 at least n ms (rounded up to whole
  * ms; never a busy spin). Errors: ASYNC_E_BADHANDLE, ASYNC_E_INVAL (events
  * NULL, max_events < 1, timeout < -1), ASYNC_E_BUSY (another thread is

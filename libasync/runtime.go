@@ -73,6 +73,7 @@ type Runtime struct {
 	bhead  int
 	evbuf  []port.Event
 	rot    int
+	fdrot  int // where collect starts among the harvested fd records
 
 	tmu   sync.Mutex // the wheel
 	wheel *wheel
@@ -553,30 +554,21 @@ func msUntil(ns int64) int {
 	return int(ms)
 }
 
-// collect fills out from the three sources, rotating which goes first so
-// that none can starve the others when out is small.
+// collect fills out from the three sources. Harvested fd records go first:
+// a record left out now is gone until the next poll, and while other events
+// are ready the fds are polled only once per budget (Prepare, and the
+// C-driven wait's twin), whereas timers and completions stay queued and are
+// served by the waits that skip the poll. Timers and completions take turns
+// at going first, so that neither starves the other when out is small.
 func (rt *Runtime) collect(out []Event, fds []port.Event, regSeq uint64, withSrc bool) int {
 	n := 0
+	if len(fds) > 0 && len(out) > 0 {
+		n = rt.collectFds(out, fds, regSeq)
+	}
 	rt.rot++
-	for k := 0; k < 3 && n < len(out); k++ {
-		switch (rt.rot + k) % 3 {
+	for k := 0; k < 2 && n < len(out); k++ {
+		switch (rt.rot + k) % 2 {
 		case 0:
-			if len(fds) > 0 {
-				rt.cmu.RLock()
-				for _, e := range fds {
-					if n == len(out) {
-						break
-					}
-					r, ok := rt.ctx[e.Fd]
-					if !ok || r.seq > regSeq {
-						continue // removed or changed since the poll began
-					}
-					out[n] = Event{Fd: e.Fd, Type: e.Events, Context: r.ctx}
-					n++
-				}
-				rt.cmu.RUnlock()
-			}
-		case 1:
 			rt.tmu.Lock()
 			for n < len(out) {
 				key, id, ok := rt.wheel.pop()
@@ -587,7 +579,7 @@ func (rt *Runtime) collect(out []Event, fds []port.Event, regSeq uint64, withSrc
 				n++
 			}
 			rt.tmu.Unlock()
-		case 2:
+		case 1:
 			n = rt.takeCompletions(out, n)
 			if withSrc && rt.src != nil && n < len(out) {
 				k := rt.src.Take(out[n:])
@@ -597,6 +589,35 @@ func (rt *Runtime) collect(out []Event, fds []port.Event, regSeq uint64, withSrc
 				n += k
 			}
 		}
+	}
+	return n
+}
+
+// collectFds translates harvested fd records into out (len(out) > 0).
+// Readiness is level-triggered: records left out now are harvested again by
+// the next poll, in the same order when the poller returned them all (epoll
+// re-queues reported records in order; the poll backend rotates its own
+// scan). So the scan starts where the last truncated one stopped: with more
+// ready fds than room, every one takes its turn.
+func (rt *Runtime) collectFds(out []Event, fds []port.Event, regSeq uint64) int {
+	n := 0
+	start := rt.fdrot % len(fds)
+	i := 0
+	rt.cmu.RLock()
+	for ; i < len(fds) && n < len(out); i++ {
+		e := fds[(start+i)%len(fds)]
+		r, ok := rt.ctx[e.Fd]
+		if !ok || r.seq > regSeq {
+			continue // removed or changed since the poll began
+		}
+		out[n] = Event{Fd: e.Fd, Type: e.Events, Context: r.ctx}
+		n++
+	}
+	rt.cmu.RUnlock()
+	if i < len(fds) {
+		rt.fdrot = start + i
+	} else {
+		rt.fdrot = 0
 	}
 	return n
 }

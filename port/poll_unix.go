@@ -26,6 +26,7 @@ type pollPoller struct {
 	seq  uint64
 	fds  []unix.PollFd // owned by the waiting thread
 	seqs []uint64      // the registration behind each fds entry
+	next int           // owned by the waiting thread: where Wait's scan of fds[1:] starts
 }
 
 // pollReg is one registration: the watched events and the identity of the
@@ -185,21 +186,32 @@ func (p *pollPoller) Wait(evs []Event, timeoutMs int) (int, WaitResult, error) {
 		return 0, r, err
 	}
 	out := 0
-	for i := 0; i < len(p.fds) && n > 0; i++ {
+	if n > 0 && p.fds[0].Revents != 0 { // the doorbell
+		n--
+		r.Rung = true
+		if p.drain() {
+			r.Woken = true
+		}
+	}
+	// The registered fds, from where the last truncated scan stopped: with
+	// more ready fds than room in evs, the ones left out come first next
+	// time (readiness is level-triggered; an array-order scan would report
+	// the same first ones forever).
+	m := len(p.fds) - 1
+	start := 0
+	if m > 0 {
+		start = p.next % m
+	}
+	for j := 0; j < m && n > 0; j++ {
+		i := 1 + (start+j)%m
 		pf := &p.fds[i]
 		if pf.Revents == 0 {
 			continue
 		}
 		n--
-		if i == 0 {
-			r.Rung = true
-			if p.drain() {
-				r.Woken = true
-			}
-			continue
-		}
 		if out == len(evs) {
-			continue
+			p.next = start + j
+			break
 		}
 		var bits uint32
 		if pf.Revents&unix.POLLIN != 0 {

@@ -65,6 +65,13 @@ int la_handle_live(uint64_t h, int type);
 
 #define LA_H(p) ((uint64_t)(uintptr_t)(p))
 
+/* The two descriptors reserved at load for Go's own poller (fdreserve.c):
+ * closes them (StartGoPoller, just before Go starts its poller); returns how
+ * many there were (0 on Windows, or when loading found no free ones). */
+int la_fd_reserve_release(void);
+/* Opens and closes n (<= 8) descriptors: 0 if they were free, else the errno. */
+int la_fd_probe(int n);
+
 /* Errors and fork detection (errors.c). */
 /* Records the calling thread's (or fiber's) last error. la_set_error keeps
  * the OS error noted by la_note_os_error for ASYNC_E_SYS and clears it for

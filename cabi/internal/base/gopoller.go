@@ -1,14 +1,57 @@
 package base
 
-import "time"
+/*
+#include "base.h"
+*/
+import "C"
+
+import (
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
 
 // Go's runtime starts its own network poller (on Linux an epoll descriptor
-// and an eventfd) lazily, with the first timer in its heap. The garbage
-// collector's scavenger sets such a timer after a collection, so a host that
-// runs at its RLIMIT_NOFILE limit could see the process abort long after
-// every libasync call had returned ("runtime: netpollinit failed"): Go
-// cannot fail that step softly. Package init runs when the library is
-// loaded, while descriptors are free: start the poller here, once.
-func init() {
+// and an eventfd) lazily, with the first timer in its heap, and cannot fail
+// that step softly: the process aborts ("runtime: netpollinit failed"). The
+// garbage collector's scavenger sets such a timer after a collection, so a
+// host that runs at its RLIMIT_NOFILE limit could see the process abort long
+// after every libasync call had returned. StartGoPoller starts the poller
+// first, while libasync can still say no.
+//
+// Not at package init: in a c-shared library that runs on Go's own thread,
+// concurrently with the host's main, which may be taking every free
+// descriptor at that moment. Two descriptors were reserved by a C
+// constructor while the library loaded (fdreserve.c); StartGoPoller gives
+// them back and starts the poller at once, on the thread of the host's first
+// async_runtime_init, which is inside libasync then and takes no descriptor
+// in between. If loading found none free (a dlopen at the limit), or another
+// host thread took them, the runtime's creation fails with ASYNC_E_SYS
+// (EMFILE) and the next one tries again.
+var (
+	pollerMu sync.Mutex
+	pollerUp atomic.Bool
+)
+
+// StartGoPoller makes Go start its poller if it has not yet; it returns the
+// errno (EMFILE, ENFILE) when the two descriptors the poller needs are not
+// free, and then leaves it unstarted.
+func StartGoPoller() error {
+	if pollerUp.Load() {
+		return nil
+	}
+	pollerMu.Lock()
+	defer pollerMu.Unlock()
+	if pollerUp.Load() {
+		return nil
+	}
+	if C.la_fd_reserve_release() < 2 {
+		if e := C.la_fd_probe(2); e != 0 {
+			return syscall.Errno(e)
+		}
+	}
 	time.AfterFunc(time.Hour, func() {}).Stop()
+	pollerUp.Store(true)
+	return nil
 }

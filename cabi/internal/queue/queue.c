@@ -386,11 +386,13 @@ int la_q_enqueue(uint64_t h, const void *data, size_t size, int wait, int timeou
         goto out;
     }
     if (wait < 0) wait = (q->flags & Q_BLOCK) != 0;
+    int dropped = 0; /* the head made room: the queue was full, not empty */
     while (q->count == q->cap) {
         if (q->flags & Q_DROP) {
             if (++q->head == q->cap) q->head = 0;
             q->count--;
             q->dropped++;
+            dropped = 1;
             break;
         }
         if (!wait || timeout_ms == 0) {
@@ -420,7 +422,10 @@ int la_q_enqueue(uint64_t h, const void *data, size_t size, int wait, int timeou
     memcpy(s->data, data, size);
     q->count++;
     q->enq++;
-    if ((q->count == 1 || q->npend) && q->rt) notify(q);
+    /* SIGNAL_ON_DATA posts on the empty -> non-empty transition only: with
+     * capacity 1 a DROP_OLDEST enqueue into the full queue also ends with
+     * count 1, but the queue was never empty. */
+    if (((q->count == 1 && !dropped) || q->npend) && q->rt) notify(q);
     wake_fibers(q, 1);
 out:
     if (q->h == h) sig = settle(q);

@@ -34,7 +34,7 @@ import (
 	"time"
 	"unsafe"
 
-	_ "github.com/libasync/libasync/cabi/internal/base"  // handles, errors
+	"github.com/libasync/libasync/cabi/internal/base"    // handles, errors, Go's poller
 	_ "github.com/libasync/libasync/cabi/internal/fiber" // la_call_off_fiber
 	"github.com/libasync/libasync/internal/boundary"
 	"github.com/libasync/libasync/libasync"
@@ -220,6 +220,14 @@ func getRuntime(h C.uint64_t) *rtObject {
 //export la_go_rt_init
 func la_go_rt_init(out *C.uint64_t) (rc C.int) {
 	defer guard(&rc)
+	// Go's own poller first, while a failure can still be an error code
+	// rather than Go's abort (base/gopoller.go).
+	if err := base.StartGoPoller(); err != nil {
+		var en syscall.Errno
+		errors.As(err, &en)
+		C.la_note_os_error(C.int(en))
+		return C.int(libasync.ESys)
+	}
 	p, err := port.New()
 	if err != nil {
 		if errors.Is(err, port.ErrBackend) {

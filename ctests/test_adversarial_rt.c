@@ -1,0 +1,253 @@
+/* test_adversarial_rt.c — runtime and queue promises an adversarial tester
+ * (reading only include/async.h) found broken (docs/RELIABILITY.md, "Found by
+ * adversarial tests").
+ *
+ * Cases:
+ *   nofile_load       a host at its RLIMIT_NOFILE limit from the top of main,
+ *                     before any libasync call: async_runtime_init fails with
+ *                     ASYNC_E_SYS/EMFILE (or succeeds) and the process ends
+ *                     normally: Go's initialization runs concurrently with
+ *                     main, and Go's own poller must not abort it (child
+ *                     processes).
+ *   fd_rotation       with more ready fds than max_events, every ready fd is
+ *                     reported within a bounded number of waits.
+ *   fd_rotation_flood the same while another thread floods completions.
+ *   drop_signal       a full DROP_OLDEST + SIGNAL_ON_DATA queue (capacity 1
+ *                     and 2) posts one completion per empty -> non-empty
+ *                     transition, not one per enqueue that drops the head.
+ */
+#include "check.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+
+/* Runs this binary with argv[1] = child_case; returns its wait status. */
+static int run_child(const char *child_case)
+{
+    char self[4096];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    pid_t pid;
+    int st = 0;
+    CHECK(len > 0);
+    self[len] = 0;
+    fflush(stdout);
+    fflush(stderr);
+    pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        char *argv[] = {self, (char *)child_case, NULL};
+        char *emu = getenv("ASYNC_TEST_EMULATOR");
+        if (emu && *emu) {
+            char *eargv[] = {emu, self, (char *)child_case, NULL};
+            execvp(emu, eargv);
+        }
+        execv(self, argv);
+        _exit(99);
+    }
+    CHECK(waitpid(pid, &st, 0) == pid);
+    if (WIFSIGNALED(st))
+        fprintf(stderr, "child %s died of signal %d\n", child_case, WTERMSIG(st));
+    else if (WEXITSTATUS(st) != 0)
+        fprintf(stderr, "child %s exited with %d\n", child_case, WEXITSTATUS(st));
+    return st;
+}
+
+/* --- nofile_load ------------------------------------------------------------ */
+
+/* The child: the very first thing main does (the case runs before any
+ * libasync call) is to lower RLIMIT_NOFILE and take every free descriptor,
+ * while Go's initialization may still be running on its own thread. */
+static void t_nofile_load_child(void)
+{
+    struct rlimit rl = {64, 64};
+    int fds[256], nfd = 0, fd;
+    CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0);
+    while (nfd < 256 && (fd = open("/dev/null", O_RDONLY)) >= 0)
+        fds[nfd++] = fd;
+    CHECK(errno == EMFILE);
+    async_runtime_t *rt = async_runtime_init();
+    if (rt) {
+        async_runtime_deinit(rt);
+    } else {
+        CHECK_ERR(ASYNC_E_SYS);
+        CHECK_EQ(async_last_os_error(), EMFILE);
+    }
+    /* with two descriptors back, a runtime works */
+    close(fds[--nfd]);
+    close(fds[--nfd]);
+    rt = async_runtime_init();
+    CHECK(rt != NULL);
+    io_event_t ev[2];
+    CHECK_EQ(async_runtime_post_completion(rt, 1, 2), 0);
+    CHECK_EQ(async_runtime_wait(rt, ev, 2, 1000), 1);
+    async_runtime_deinit(rt);
+    while (nfd > 0)
+        close(fds[--nfd]);
+}
+
+static void t_nofile_load(void)
+{
+    for (int i = 0; i < 5; i++) {
+        int st = run_child("nofile_load_child");
+        CHECK(WIFEXITED(st));
+        CHECK_EQ(WEXITSTATUS(st), 0);
+    }
+}
+
+/* --- fd_rotation ------------------------------------------------------------ */
+
+#define ROT_FDS 5
+static async_runtime_t *rot_rt;
+static atomic_int rot_stop;
+
+static void *rot_flooder(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&rot_stop)) {
+        for (int i = 0; i < 256; i++)
+            if (async_runtime_post_completion(rot_rt, 1, (uintptr_t)i) != 0)
+                break;
+        sleep_ms(1);
+    }
+    return NULL;
+}
+
+/* k always-ready fds (unread data in pipes), waits with max_events = max:
+ * within every run of 2k fd events (2k waits without a flood) each of the k
+ * fds has been reported. */
+static void rotation(int k, int max, int flood)
+{
+    int p[ROT_FDS][2];
+    long last[ROT_FDS];
+    io_event_t ev[ROT_FDS];
+    long fdev = 0;
+    pthread_t t;
+    CHECK(k <= ROT_FDS && max <= ROT_FDS);
+    rot_rt = async_runtime_init();
+    CHECK(rot_rt != NULL);
+    for (int i = 0; i < k; i++) {
+        CHECK(pipe(p[i]) == 0);
+        CHECK(write(p[i][1], "x", 1) == 1);
+        CHECK_EQ(async_runtime_add(rot_rt, p[i][0], ASYNC_EVENT_READ, (void *)(intptr_t)(i + 1)), 0);
+        last[i] = 0;
+    }
+    atomic_store(&rot_stop, 0);
+    if (flood)
+        start_thread(&t, rot_flooder, NULL);
+    /* bounded: without a flood every wait reports fds; with one, a poll
+     * happens at least every 9th wait */
+    for (long w = 0; w < 200000 && fdev < 40L * k; w++) {
+        int n = async_runtime_wait(rot_rt, ev, max, 1000);
+        CHECK(n >= 0);
+        CHECK(flood || n > 0);
+        for (int j = 0; j < n; j++) {
+            if (ev[j].event_type == ASYNC_EVENT_COMPLETION)
+                continue;
+            int i = (int)(intptr_t)ev[j].context - 1;
+            CHECK(i >= 0 && i < k);
+            fdev++;
+            last[i] = fdev;
+        }
+        for (int i = 0; i < k; i++) {
+            if (fdev - last[i] > 2L * k) {
+                fprintf(stderr, "k=%d max=%d flood=%d: fd %d not reported in the last %ld fd events\n", k, max,
+                        flood, i, fdev - last[i]);
+                CHECK(!"a ready fd starves");
+            }
+        }
+    }
+    CHECK(fdev >= 40L * k);
+    atomic_store(&rot_stop, 1);
+    if (flood)
+        join_within(t, 10000, "flooder");
+    for (int i = 0; i < k; i++) {
+        CHECK_EQ(async_runtime_remove(rot_rt, p[i][0]), 0);
+        close(p[i][0]);
+        close(p[i][1]);
+    }
+    async_runtime_deinit(rot_rt);
+}
+
+static void t_fd_rotation(void)
+{
+    rotation(3, 1, 0);
+    rotation(5, 2, 0);
+    rotation(5, 1, 0);
+    rotation(2, 1, 0);
+}
+
+static void t_fd_rotation_flood(void)
+{
+    rotation(3, 1, 1);
+    rotation(5, 2, 1);
+}
+
+/* --- drop_signal -------------------------------------------------------------- */
+
+/* Completions with key 7 that a few non-blocking waits hand out. */
+static int drain_signals(async_runtime_t *rt)
+{
+    io_event_t ev[16];
+    int got = 0;
+    for (int i = 0; i < 20; i++) {
+        int n = async_runtime_wait(rt, ev, 16, 0);
+        CHECK(n >= 0);
+        for (int j = 0; j < n; j++) {
+            CHECK_EQ(ev[j].event_type, ASYNC_EVENT_COMPLETION);
+            CHECK_EQ(ev[j].completion_key, 7);
+            got++;
+        }
+    }
+    return got;
+}
+
+static void drop_signal(size_t cap)
+{
+    async_runtime_t *rt = async_runtime_init();
+    CHECK(rt != NULL);
+    async_queue_t *q = async_queue_create(cap, 4, ASYNC_QUEUE_SIGNAL_ON_DATA | ASYNC_QUEUE_DROP_OLDEST);
+    CHECK(q != NULL);
+    CHECK_EQ(async_queue_attach(q, rt, 7), 0);
+    char buf[4];
+    size_t len;
+    /* fill, then 5 more into the full queue: one transition, one post */
+    for (size_t i = 0; i < cap + 5; i++)
+        CHECK(async_queue_enqueue(q, "m", 1));
+    CHECK_EQ(drain_signals(rt), 1);
+    /* the queue stays full (never empty): no more posts */
+    for (int i = 0; i < 5; i++)
+        CHECK(async_queue_enqueue(q, "m", 1));
+    CHECK_EQ(drain_signals(rt), 0);
+    async_queue_stats_t st;
+    async_queue_get_stats(q, &st);
+    CHECK_EQ(st.current_size, cap);
+    CHECK_EQ(st.dropped_count, 10);
+    /* emptied, then filled again: one more post */
+    for (size_t i = 0; i < cap; i++)
+        CHECK(async_queue_dequeue(q, buf, sizeof buf, &len));
+    for (int i = 0; i < 5; i++)
+        CHECK(async_queue_enqueue(q, "m", 1));
+    CHECK_EQ(drain_signals(rt), 1);
+    async_queue_destroy(q);
+    async_runtime_deinit(rt);
+}
+
+static void t_drop_signal(void)
+{
+    drop_signal(1);
+    drop_signal(2);
+    drop_signal(3);
+}
+
+static const test_case_t cases[] = {
+    T(nofile_load),
+    T(fd_rotation),
+    T(fd_rotation_flood),
+    T(drop_signal),
+    {"nofile_load_child", t_nofile_load_child}, /* run by nofile_load; not a ctest case */
+};
+
+TEST_MAIN(cases)
