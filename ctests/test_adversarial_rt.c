@@ -3,6 +3,8 @@
  * adversarial tests").
  *
  * Cases:
+ *   poller_first_create  a host that never makes a runtime: its first queue
+ *                     create starts Go's poller (before it can run out of fds)
  *   nofile_load       a host at its RLIMIT_NOFILE limit from the top of main,
  *                     before any libasync call: async_runtime_init fails with
  *                     ASYNC_E_SYS/EMFILE (or succeeds) and the process ends
@@ -95,6 +97,49 @@ static void t_nofile_load(void)
         CHECK(WIFEXITED(st));
         CHECK_EQ(WEXITSTATUS(st), 0);
     }
+}
+
+/* --- poller_first_create ---------------------------------------------------- */
+
+/* Go's own epoll descriptors in this process (anon_inode:[eventpoll]). */
+static int count_eventpoll(void)
+{
+    char path[64], link[128];
+    int n = 0;
+    for (int fd = 0; fd < 1024; fd++) {
+        snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+        ssize_t k = readlink(path, link, sizeof link - 1);
+        if (k <= 0)
+            continue;
+        link[k] = 0;
+        if (strcmp(link, "anon_inode:[eventpoll]") == 0)
+            n++;
+    }
+    return n;
+}
+
+/* The child: a host that never makes a runtime (queues, workers, fibers
+ * only) still gets Go's poller started by its first create, before it can
+ * run out of descriptors; otherwise Go starts it lazily (after a garbage
+ * collection), and at the descriptor limit that aborts the process. */
+static void t_poller_first_create_child(void)
+{
+    CHECK_EQ(count_eventpoll(), 0);
+    async_queue_t *q = async_queue_create(4, 8, 0);
+    CHECK(q != NULL);
+    CHECK(count_eventpoll() >= 1);
+    async_queue_destroy(q);
+}
+
+static void t_poller_first_create(void)
+{
+    if (getenv("ASYNC_TEST_EMULATOR") && *getenv("ASYNC_TEST_EMULATOR")) {
+        printf("skipped under an emulator (its own descriptors are in /proc/self/fd)\n");
+        return;
+    }
+    int st = run_child("poller_first_create_child");
+    CHECK(WIFEXITED(st));
+    CHECK_EQ(WEXITSTATUS(st), 0);
 }
 
 /* --- fd_rotation ------------------------------------------------------------ */
@@ -244,10 +289,12 @@ static void t_drop_signal(void)
 
 static const test_case_t cases[] = {
     T(nofile_load),
+    T(poller_first_create),
     T(fd_rotation),
     T(fd_rotation_flood),
     T(drop_signal),
     {"nofile_load_child", t_nofile_load_child}, /* run by nofile_load; not a ctest case */
+    {"poller_first_create_child", t_poller_first_create_child}, /* run by poller_first_create */
 };
 
 TEST_MAIN(cases)

@@ -71,6 +71,12 @@ int la_handle_live(uint64_t h, int type);
 int la_fd_reserve_release(void);
 /* Opens and closes n (<= 8) descriptors: 0 if they were free, else the errno. */
 int la_fd_probe(int n);
+/* 1 once Go's own poller was started (gopoller.go). */
+extern _Atomic int la_go_poller_up;
+/* Starts Go's own poller if it is not yet (base.StartGoPoller, a Go export:
+ * never call it on a fiber stack; la_ensure_go_poller in fiber.h does the
+ * trap). Returns 0 or the errno that kept it unstarted (EMFILE). */
+int la_go_start_poller(void);
 
 /* Errors and fork detection (errors.c). */
 /* Records the calling thread's (or fiber's) last error. la_set_error keeps

@@ -28,6 +28,7 @@
 
 #include "base.h"
 
+_Atomic int la_go_poller_up;
 static _Atomic int resv[2] = {-1, -1};
 static atomic_int released;
 
@@ -67,6 +68,8 @@ int la_fd_probe(int n) {
     return err;
 }
 #else
+#include "base.h"
+_Atomic int la_go_poller_up;
 int la_fd_reserve_release(void) { return 0; }
 int la_fd_probe(int n) {
     (void)n;

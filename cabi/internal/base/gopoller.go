@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 )
 
 // Go's runtime starts its own network poller (on Linux an epoll descriptor
@@ -53,5 +54,27 @@ func StartGoPoller() error {
 	}
 	time.AfterFunc(time.Hour, func() {}).Stop()
 	pollerUp.Store(true)
+	atomic.StoreInt32((*int32)(unsafe.Pointer(&C.la_go_poller_up)), 1)
 	return nil
+}
+
+// la_go_start_poller is StartGoPoller for the C half: the first
+// async_sched_create, async_queue_create and async_worker_create start the
+// poller too (best effort, la_ensure_go_poller), so that a host that never
+// makes a runtime is covered as well.
+//
+//export la_go_start_poller
+func la_go_start_poller() (rc C.int) {
+	defer func() {
+		if recover() != nil {
+			rc = C.int(syscall.EINVAL)
+		}
+	}()
+	if err := StartGoPoller(); err != nil {
+		if e, ok := err.(syscall.Errno); ok {
+			return C.int(e)
+		}
+		return C.int(syscall.EINVAL)
+	}
+	return 0
 }

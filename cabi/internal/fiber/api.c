@@ -44,6 +44,7 @@ static void sched_free(la_sched_t *s) {
 
 async_sched_t *async_sched_create(const async_sched_config_t *cfg) {
     LA_ENTRY(NULL);
+    la_ensure_go_poller(); /* the first one starts Go's poller (base/gopoller.go) */
     int nw = cfg && cfg->workers ? cfg->workers : la_default_workers();
     size_t ss = cfg && cfg->stack_size ? cfg->stack_size : la_default_stack();
     int gm = cfg ? cfg->guard_mode : 0;

@@ -197,6 +197,10 @@ void __sanitizer_finish_switch_fiber(void *fake_stack_save, const void **bottom_
 /* Runs fn(arg) off any fiber stack: on a fiber, on its worker's own stack
  * (a "trap"); elsewhere, directly. The way every Go export is called. */
 void la_call_off_fiber(void (*fn)(void *), void *arg);
+/* Starts Go's own poller once per process, off any fiber stack (best effort:
+ * at the descriptor limit it stays unstarted and a later call tries again);
+ * one load when it is up. See cabi/internal/base/gopoller.go. */
+void la_ensure_go_poller(void);
 void la_fiber_trap(void (*fn)(void *), void *arg);
 
 

@@ -13,6 +13,16 @@ void la_call_off_fiber(void (*fn)(void *), void *arg) {
         fn(arg);
 }
 
+static void start_go_poller(void *arg) {
+    (void)arg;
+    (void)la_go_start_poller();
+}
+
+void la_ensure_go_poller(void) {
+    if (atomic_load_explicit(&la_go_poller_up, memory_order_acquire)) return;
+    la_call_off_fiber(start_go_poller, NULL);
+}
+
 /* On a fiber (also while it runs a Go call on its worker's stack) the
  * last-error slots are the fiber's own: a fiber may resume on another thread.
  * Registered at load, before any public call can run. */

@@ -3,10 +3,12 @@
  * crossing. Waits park a calling fiber. */
 #include <string.h>
 
+#include "fiber.h"
 #include "queue.h"
 
 async_queue_t *async_queue_create(size_t capacity, size_t max_msg_size, async_queue_flags_t flags) {
     LA_ENTRY(NULL);
+    la_ensure_go_poller(); /* the first one starts Go's poller (base/gopoller.go) */
     uint64_t h = 0;
     if (!la_ok(la_q_create(capacity, max_msg_size, (unsigned)flags, &h))) return NULL;
     return (async_queue_t *)(uintptr_t)h;

@@ -122,6 +122,7 @@ static void signal_stop(la_worker_t *w);
 
 async_worker_t *async_worker_create(async_worker_proc_t proc, void *context, size_t stack_size) {
     LA_ENTRY(NULL);
+    la_ensure_go_poller(); /* the first one starts Go's poller (base/gopoller.go) */
     if (!proc) {
         la_set_error(ASYNC_E_INVAL);
         return NULL;
