@@ -59,7 +59,8 @@ func (f *fuzzRTC) take(max int, events bool) (keys, data []uintptr, ok bool) {
 		n = int(C.la_rtc_take_events(f.r, (*C.io_event_t)(unsafe.Pointer(&ev[0])), C.int(max)))
 		for i := 0; i < n; i++ {
 			e := &ev[i]
-			if e.fd != -1 || e.event_type != C.ASYNC_EVENT_COMPLETION || e.context != nil {
+			if int64(e.fd) != -1 || // fd is a SOCKET (unsigned) on Windows
+				e.event_type != C.ASYNC_EVENT_COMPLETION || e.context != nil {
 				ok = false
 			}
 			keys = append(keys, uintptr(e.completion_key))
