@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
-# Runs every Go fuzz target of ./libasync (FuzzQueueModel, FuzzWheel,
-# FuzzCompletions, and any added later) for FUZZTIME each, then copies the
-# corpus entries the fuzzer found (Go keeps them in its cache) into
-# libasync/testdata/fuzz/<target>/, where plain `go test ./libasync` replays
-# them and git can keep them.
+# Runs every Go fuzz target of the fuzzed packages for FUZZTIME each, then
+# copies the corpus entries the fuzzer found (Go keeps them in its cache)
+# into <package>/testdata/fuzz/<target>/, where plain `go test <package>`
+# replays them and git can keep them. The packages:
+#   ./libasync             FuzzQueueModel, FuzzWheel, FuzzCompletions: the Go
+#                          models against themselves
+#   ./cabi/internal/queue  FuzzQueueDiff: the C queue (queue.c) against
+#                          libasync.Queue
+#   ./cabi/internal/rt     FuzzCompletionsDiff: the C completion path
+#                          (completions.c) against a FIFO model
+# and any target added to them later.
 #
 #   scripts/fuzz.sh                     # 10 s per target (the CI run)
 #   FUZZTIME=10m scripts/fuzz.sh        # a long run
@@ -17,8 +23,8 @@
 #   FUZZ_PARALLEL  fuzzing workers (default 2)
 #
 # A failing input is written by go test itself to
-# libasync/testdata/fuzz/<target>/<hash>; the script then exits 1. Replay it
-# with: go test -run '<target>/<hash>' ./libasync
+# <package>/testdata/fuzz/<target>/<hash>; the script then exits 1. Replay it
+# with: go test -run '<target>/<hash>' <package>
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
@@ -27,39 +33,44 @@ FUZZTIME=${FUZZTIME:-10s}
 FUZZ_KEEP=${FUZZ_KEEP:-1}
 FUZZ_KEEP_MAX=${FUZZ_KEEP_MAX:-100}
 FUZZ_PARALLEL=${FUZZ_PARALLEL:-2}
-pkg=./libasync
-targets=${FUZZ_TARGETS:-$(go test -list '^Fuzz' "$pkg" | grep '^Fuzz' || true)}
-[ -n "$targets" ] || { echo "fuzz: no fuzz targets in $pkg" >&2; exit 1; }
-cache="$(go env GOCACHE)/fuzz/$(go list -m)/libasync"
+pkgs="./libasync ./cabi/internal/queue ./cabi/internal/rt"
+want=" ${FUZZ_TARGETS:-} "
 
 failed=()
-for t in $targets; do
-  echo "fuzz: $t for $FUZZTIME"
-  if ! go test -run '^$' -fuzz "^${t}\$" -fuzztime "$FUZZTIME" -parallel "$FUZZ_PARALLEL" "$pkg"; then
-    echo "fuzz: $t FAILED; the input is in libasync/testdata/fuzz/$t/ (keep it with the fix)" >&2
-    failed+=("$t")
-    continue
-  fi
-  if [ "$FUZZ_KEEP" = 1 ] && [ -d "$cache/$t" ]; then
-    dst=libasync/testdata/fuzz/$t
-    mkdir -p "$dst"
-    have=$(find "$dst" -type f | wc -l)
-    kept=0
-    # oldest first: entries found early cover the basics
-    while IFS= read -r f; do
-      [ "$have" -lt "$FUZZ_KEEP_MAX" ] || break
-      b=$(basename "$f")
-      [ -e "$dst/$b" ] && continue
-      cp "$f" "$dst/$b"
-      have=$((have + 1))
-      kept=$((kept + 1))
-    done < <(ls -tr "$cache/$t" | sed "s|^|$cache/$t/|")
-    echo "fuzz: $t: kept $kept new corpus entries ($have in $dst)"
-  fi
+ran=0
+for pkg in $pkgs; do
+  cache="$(go env GOCACHE)/fuzz/$(go list "$pkg")"
+  for t in $(go test -list '^Fuzz' "$pkg" | grep '^Fuzz' || true); do
+    [ -z "${FUZZ_TARGETS:-}" ] || [[ "$want" == *" $t "* ]] || continue
+    ran=$((ran + 1))
+    echo "fuzz: $pkg $t for $FUZZTIME"
+    if ! go test -run '^$' -fuzz "^${t}\$" -fuzztime "$FUZZTIME" -parallel "$FUZZ_PARALLEL" "$pkg"; then
+      echo "fuzz: $t FAILED; the input is in ${pkg#./}/testdata/fuzz/$t/ (keep it with the fix)" >&2
+      failed+=("$t")
+      continue
+    fi
+    if [ "$FUZZ_KEEP" = 1 ] && [ -d "$cache/$t" ]; then
+      dst=${pkg#./}/testdata/fuzz/$t
+      mkdir -p "$dst"
+      have=$(find "$dst" -type f | wc -l)
+      kept=0
+      # oldest first: entries found early cover the basics
+      while IFS= read -r f; do
+        [ "$have" -lt "$FUZZ_KEEP_MAX" ] || break
+        b=$(basename "$f")
+        [ -e "$dst/$b" ] && continue
+        cp "$f" "$dst/$b"
+        have=$((have + 1))
+        kept=$((kept + 1))
+      done < <(ls -tr "$cache/$t" | sed "s|^|$cache/$t/|")
+      echo "fuzz: $t: kept $kept new corpus entries ($have in $dst)"
+    fi
+  done
 done
+[ "$ran" -gt 0 ] || { echo "fuzz: no fuzz target matched" >&2; exit 1; }
 
 # the kept corpus must replay cleanly
-go test -run '^Fuzz' -count=1 "$pkg"
+go test -run '^Fuzz' -count=1 $pkgs
 if [ ${#failed[@]} -gt 0 ]; then
   echo "fuzz: failed: ${failed[*]}" >&2
   exit 1
