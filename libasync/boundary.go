@@ -9,6 +9,6 @@ import (
 func init() {
 	boundary.NewRuntime = func(p port.Poller, src boundary.Source, sh *boundary.Shared) (any, boundary.Hooks) {
 		rt := newRuntimeWithSource(p, src, sh)
-		return rt, boundary.Hooks{Step: rt.step, SetMem: rt.setMem}
+		return rt, boundary.Hooks{Step: rt.step, SetMem: rt.setMem, SetRegObserver: rt.setRegObserver}
 	}
 }

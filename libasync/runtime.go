@@ -65,7 +65,8 @@ type Runtime struct {
 	shBox boundary.Shared
 	src   boundary.Source
 
-	mem boundary.Mem // see setMem
+	mem boundary.Mem         // see setMem
+	obs boundary.RegObserver // see setRegObserver; under cmu
 
 	waitMu sync.Mutex // held by the one waiter
 	wcall  waitCall
@@ -191,7 +192,11 @@ func (rt *Runtime) Add(fd int, events uint32, ctx uintptr) error {
 	if _, ok := rt.ctx[fd]; !ok {
 		atomic.AddInt64(&rt.sh.Nfds, 1)
 	}
-	rt.ctx[fd] = fdReg{ctx, atomic.AddUint64(&rt.sh.RegSeq, 1)}
+	r := fdReg{ctx, atomic.AddUint64(&rt.sh.RegSeq, 1)}
+	rt.ctx[fd] = r
+	if rt.obs != nil {
+		rt.obs.Registered(fd, r.ctx, r.seq)
+	}
 	return nil
 }
 
@@ -225,6 +230,9 @@ func (rt *Runtime) modify(fd int, events uint32, ctx uintptr, setCtx bool) error
 			r.ctx = ctx
 		}
 		rt.ctx[fd] = r
+		if rt.obs != nil {
+			rt.obs.Registered(fd, r.ctx, r.seq)
+		}
 	}
 	return nil
 }
@@ -244,9 +252,21 @@ func (rt *Runtime) Remove(fd int) error {
 	if _, ok := rt.ctx[fd]; ok {
 		atomic.AddInt64(&rt.sh.Nfds, -1)
 		delete(rt.ctx, fd)
-		atomic.AddUint64(&rt.sh.RegSeq, 1)
+		seq := atomic.AddUint64(&rt.sh.RegSeq, 1)
+		if rt.obs != nil {
+			rt.obs.Unregistered(fd, seq)
+		}
 	}
 	return err
+}
+
+// setRegObserver installs o (boundary.Hooks.SetRegObserver): taking cmu
+// waits for a registration change in progress, which may be calling the
+// previous observer.
+func (rt *Runtime) setRegObserver(o boundary.RegObserver) {
+	rt.cmu.Lock()
+	rt.obs = o
+	rt.cmu.Unlock()
 }
 
 // Post queues a completion for the waiter. It never blocks and never fails

@@ -207,6 +207,15 @@ func (p *epollPoller) rebuildSet() {
 	unix.Close(old)
 }
 
+// RegID is the id fd's registration carries in its records (the high half
+// of epoll_event.data; see epollPoller), if fd is registered.
+func (p *epollPoller) RegID(fd int) (int32, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r, ok := p.regs[fd]
+	return r.id, ok
+}
+
 func (p *epollPoller) RawFD() int        { return p.epfd }
 func (p *epollPoller) RawEventSize() int { return int(unsafe.Sizeof(unix.EpollEvent{})) }
 

@@ -65,8 +65,21 @@ type Mem interface {
 	Free(p unsafe.Pointer)
 }
 
+// RegObserver is told every change of an fd registration, under the
+// runtime's registration lock, after the poller accepted it, so that a wait
+// driven outside Go can translate the poller's records of live
+// registrations itself (cabi's fd map). seq is the registration's
+// Shared.RegSeq value.
+type RegObserver interface {
+	Registered(fd int, ctx uintptr, seq uint64)
+	Unregistered(fd int, seq uint64)
+}
+
 // Hooks are what the C boundary needs of a runtime beyond libasync's API.
 type Hooks struct {
+	// SetRegObserver installs o (nil: none). It returns once no call of the
+	// previous observer is in progress.
+	SetRegObserver func(o RegObserver)
 	// Step is one wait driven from outside Go (libasync's Runtime.step): it
 	// advances the timers, collects fd events (fds, harvested by a poll
 	// that began when Shared.RegSeq was regSeq), expired timers and Post's

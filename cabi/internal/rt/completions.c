@@ -238,6 +238,7 @@ void la_rtc_close(la_rtc_t *r) {
 
 /* After la_rtc_close, once no thread waits on r any more. */
 void la_rtc_recycle(la_rtc_t *r) {
+    la_fdmap_reset(r);
     struct la_postq *q = r->q;
     r->q = NULL;
     if (q) postq_unref(q);

@@ -32,6 +32,26 @@ typedef struct {
     _Atomic int64_t wake_at;   /* when the sleeping wait wakes by itself (ns since start) */
     int64_t start;             /* the clock origin: CLOCK_MONOTONIC ns (Go's nanotime) */
 } la_shared_t;
+/* The fd map (fdmap.c): what the C wait needs to translate an epoll record of
+ * a live registration without Go: the registration's id (the record's high
+ * data word), its context and its RegSeq. Go writes it (under the runtime's
+ * registration lock, through libasync's RegObserver); the waiter reads it
+ * under a per-entry sequence lock. Chunks are allocated on first use and
+ * freed when the record is recycled (no waiter left). */
+#define LA_FDMAP_CHUNK 4096
+#define LA_FDMAP_CHUNKS 512 /* fds below 2^21; others go through Go */
+typedef struct {
+    _Atomic uint32_t ver; /* odd while being written */
+    _Atomic uint32_t live;
+    _Atomic int32_t id;
+    _Atomic uint64_t seq;
+    _Atomic uintptr_t ctx;
+} la_fdent_t;
+typedef struct {
+    la_fdent_t *_Atomic chunk[LA_FDMAP_CHUNKS];
+    _Atomic int broken; /* a chunk could not be allocated: Go translates all */
+} la_fdmap_t;
+
 typedef struct la_rtc {
     la_doorbell_t bell;        /* first: async_runtime_wakeup reads it as la_doorbell_t */
     la_shared_t sh;
@@ -39,6 +59,8 @@ typedef struct la_rtc {
     int raw;                   /* 1: the wait sleeps in C on sh.rawfd (wait.c) */
     uintptr_t token;           /* names the Go object of the runtime to Go */
     unsigned rot;              /* which source a wait serves first */
+    unsigned fdrot;            /* where the next fd records' delivery starts */
+    la_fdmap_t fdmap;          /* fdmap.c */
     _Atomic int closed;
     struct la_postq *q;        /* the completion queue of this incarnation */
     struct la_rtc *free_next;
@@ -52,6 +74,13 @@ int32_t *la_rtc_wait_flag(la_rtc_t *r);
 int la_rtc_take(la_rtc_t *r, la_pair_t *out, int max);
 /* la_rtc_take straight into the caller's events (completion events). */
 int la_rtc_take_events(la_rtc_t *r, io_event_t *out, int max);
+/* The fd map (fdmap.c). set/del: Go, under the registration lock; get: the
+ * waiter; 1 and the entry if fd has a live, readable entry. reset: frees it
+ * (the record's last user is gone). */
+void la_fdmap_set(la_rtc_t *r, int fd, int32_t id, uintptr_t ctx, uint64_t seq);
+void la_fdmap_del(la_rtc_t *r, int fd, uint64_t seq);
+int la_fdmap_get(la_rtc_t *r, int fd, int32_t *id, uintptr_t *ctx, uint64_t *seq);
+void la_fdmap_reset(la_rtc_t *r);
 /* async_runtime_wait's body (wait.c); returns an async_err_t. */
 int la_rt_wait(uint64_t h, io_event_t *events, int max, int timeout, int *out);
 /* Fd records one step of the C-driven wait hands to Go at most. */

@@ -107,7 +107,30 @@ type rtObject struct {
 	fds     []port.Event   // fd events of one step (raw pollers)
 	poller  port.Poller
 	step    func(out []libasync.Event, fds []port.Event, regSeq uint64) (int, error)
+	setObs  func(boundary.RegObserver)
 }
+
+// regIDer is a poller whose records carry a registration id (epoll).
+type regIDer interface{ RegID(fd int) (int32, bool) }
+
+// fdMap keeps the runtime's C fd map (fdmap.c) in step with its
+// registrations, so that the C wait translates the records of live
+// registrations without entering Go (libasync calls it under its
+// registration lock).
+type fdMap struct {
+	r   *C.la_rtc_t
+	ids regIDer
+}
+
+func (m fdMap) Registered(fd int, ctx uintptr, seq uint64) {
+	if id, ok := m.ids.RegID(fd); ok {
+		C.la_fdmap_set(m.r, C.int(fd), C.int32_t(id), C.uintptr_t(ctx), C.uint64_t(seq))
+	} else {
+		C.la_fdmap_del(m.r, C.int(fd), C.uint64_t(seq))
+	}
+}
+
+func (m fdMap) Unregistered(fd int, seq uint64) { C.la_fdmap_del(m.r, C.int(fd), C.uint64_t(seq)) }
 
 // la_shared_t mirrors boundary.Shared: the sizes must agree (compile-time check).
 var (
@@ -255,7 +278,8 @@ func la_go_rt_init(out *C.uint64_t) (rc C.int) {
 		C.la_rtc_recycle(r)
 		return C.int(libasync.ENoMem)
 	}
-	ro := &rtObject{rt: rt, rtc: r, src: src, poller: p, step: hooks.Step, waiting: (*int32)(unsafe.Pointer(C.la_rtc_wait_flag(r)))}
+	ro := &rtObject{rt: rt, rtc: r, src: src, poller: p, step: hooks.Step, setObs: hooks.SetRegObserver,
+		waiting: (*int32)(unsafe.Pointer(C.la_rtc_wait_flag(r)))}
 	if rp, ok := p.(port.RawPoller); ok {
 		ro.raw = rp
 	}
@@ -272,6 +296,9 @@ func la_go_rt_init(out *C.uint64_t) (rc C.int) {
 	if ro.raw != nil {
 		atomic.StoreInt32((*int32)(unsafe.Pointer(&r.sh.rawfd)), int32(ro.raw.RawFD()))
 		r.raw = 1
+		if ids, ok := p.(regIDer); ok {
+			ro.setObs(fdMap{r: r, ids: ids})
+		}
 	}
 	publish(uint64(h), &object{rt: ro})
 	*out = h
@@ -302,6 +329,7 @@ func la_go_rt_deinit(h C.uint64_t) (rc C.int) {
 	for atomic.LoadInt32(o.rt.waiting) != 0 {
 		runtime.Gosched() // C clears the flag just after
 	}
+	o.rt.setObs(nil) // returns once no add, modify or remove writes the fd map
 	C.la_rtc_recycle(o.rt.rtc)
 	o.rt.token.Delete()
 	o.rt.freeWaitBufs()

@@ -75,6 +75,44 @@ static int drain_bell(la_rtc_t *r) {
     return k == (ssize_t)sizeof v && v >= ((uint64_t)1 << 32);
 }
 
+/* Translates n raw epoll records (the doorbell taken out), harvested by a
+ * poll that began at regseq, into fd events at ev[*n..max), as libasync's
+ * collectFds does: records of a registration changed since the poll began
+ * are dropped, delivery starts where the last cut-off batch stopped (so every
+ * ready fd gets its turn when more are ready than fit). Returns 0, writing
+ * nothing, if some record is not of a live registration the fd map knows:
+ * then Go takes the whole batch. */
+static int translate_fds(la_rtc_t *r, const struct epoll_event *raw, int nraw, uint64_t regseq, io_event_t *ev,
+                         int *n, int max) {
+    uintptr_t ctxs[LA_RAW_MAX + 1];
+    unsigned char keep[LA_RAW_MAX + 1];
+    for (int i = 0; i < nraw; i++) {
+        int fd = (int)(uint32_t)raw[i].data.u64;
+        int32_t rid = (int32_t)(raw[i].data.u64 >> 32), id;
+        uint64_t seq;
+        if (!la_fdmap_get(r, fd, &id, &ctxs[i], &seq) || id != rid) return 0;
+        keep[i] = seq <= regseq;
+    }
+    int start = (int)(r->fdrot % (unsigned)nraw), i = 0;
+    for (; i < nraw && *n < max; i++) {
+        int k = (start + i) % nraw;
+        if (!keep[k]) continue;
+        uint32_t e = raw[k].events, bits = 0;
+        if (e & EPOLLIN) bits |= ASYNC_EVENT_READ;
+        if (e & EPOLLOUT) bits |= ASYNC_EVENT_WRITE;
+        if (e & EPOLLERR) bits |= ASYNC_EVENT_ERROR;
+        if (e & (EPOLLHUP | EPOLLRDHUP)) bits |= ASYNC_EVENT_CLOSE;
+        io_event_t *o = &ev[(*n)++];
+        o->fd = (int)(uint32_t)raw[k].data.u64;
+        o->event_type = bits;
+        o->completion_key = 0;
+        o->data = 0;
+        o->context = (void *)ctxs[k];
+    }
+    r->fdrot = i < nraw ? (unsigned)(start + i) : 0;
+    return 1;
+}
+
 /* The wait of a runtime whose poller C drives (epoll). */
 static int c_wait(la_rtc_t *r, io_event_t *ev, int max, int timeout, int *out) {
     la_shared_t *sh = &r->sh;
@@ -147,6 +185,10 @@ static int c_wait(la_rtc_t *r, io_event_t *ev, int max, int timeout, int *out) {
          * once per budget while completions flow); otherwise C's and Go's
          * sources take turns at going first. */
         int go_first = nraw > 0 || (r->rot++ & 1);
+        /* Records of live registrations are translated here (fd map); any
+         * other (a ghost, a stray, a registration being changed) sends the
+         * whole batch to Go, which knows what to do with them. */
+        if (nraw > 0 && n < max && translate_fds(r, raw, nraw, regseq, ev, &n, max)) nraw = 0;
         if (!go_first) n += la_rtc_take_events(r, ev + n, max - n);
         if (n < max && (nraw > 0 || atomic_load(&sh->gowork) || now >= atomic_load(&sh->next_due))) {
             int got = 0;
