@@ -142,6 +142,47 @@ static void t_poller_first_create(void)
     CHECK_EQ(WEXITSTATUS(st), 0);
 }
 
+/* --- fdmap_context ---------------------------------------------------------- */
+
+/* The C wait translates the records of live registrations itself (the fd map
+ * of cabi/internal/rt/fdmap.c, kept by Go): once add, modify or remove has
+ * returned, a wait must report the new context and events, never the old
+ * registration's, and nothing for a removed fd. */
+static void t_fdmap_context(void)
+{
+    async_runtime_t *rt = async_runtime_init();
+    int p[2];
+    io_event_t ev[8];
+    CHECK(rt != NULL);
+    CHECK_EQ(pipe(p), 0);
+    CHECK_EQ(write(p[1], "x", 1), 1); /* p[0] stays readable, p[1] writable */
+    for (uintptr_t i = 1; i <= 2000; i++) {
+        CHECK_EQ(async_runtime_add(rt, p[0], ASYNC_EVENT_READ, (void *)i), 0);
+        int n = async_runtime_wait(rt, ev, 8, 1000);
+        CHECK_EQ(n, 1);
+        CHECK_EQ(ev[0].fd, p[0]);
+        CHECK(ev[0].context == (void *)i);
+        CHECK(ev[0].event_type == ASYNC_EVENT_READ);
+        if (i % 2) {
+            /* asked for WRITE only on a read end: no event at all */
+            CHECK_EQ(async_runtime_modify(rt, p[0], ASYNC_EVENT_WRITE), 0);
+            CHECK_EQ(async_runtime_wait(rt, ev, 8, 0), 0);
+        }
+        CHECK_EQ(async_runtime_remove(rt, p[0]), 0);
+        CHECK_EQ(async_runtime_wait(rt, ev, 8, 0), 0);
+        /* the write end under the next context */
+        CHECK_EQ(async_runtime_add(rt, p[1], ASYNC_EVENT_WRITE, (void *)(i + 100000)), 0);
+        n = async_runtime_wait(rt, ev, 8, 1000);
+        CHECK_EQ(n, 1);
+        CHECK(ev[0].fd == p[1] && ev[0].context == (void *)(i + 100000));
+        CHECK(ev[0].event_type == ASYNC_EVENT_WRITE);
+        CHECK_EQ(async_runtime_remove(rt, p[1]), 0);
+    }
+    close(p[0]);
+    close(p[1]);
+    async_runtime_deinit(rt);
+}
+
 /* --- fd_rotation ------------------------------------------------------------ */
 
 #define ROT_FDS 5
@@ -290,6 +331,7 @@ static void t_drop_signal(void)
 static const test_case_t cases[] = {
     T(nofile_load),
     T(poller_first_create),
+    T(fdmap_context),
     T(fd_rotation),
     T(fd_rotation_flood),
     T(drop_signal),
