@@ -384,6 +384,7 @@ type waitCall struct {
 	deadline int64 // ns since start; -1: forever
 	ns       int64 // the clock at Prepare
 	regSeq   uint64
+	mustPoll bool // the fd poll was skipped and nothing came: poll before giving up
 }
 
 // beginWait starts a wait (ErrBusy if another is in progress).
@@ -488,7 +489,7 @@ func (w *waitCall) Prepare() (ms int, poll bool) {
 		}
 	}
 	sh := rt.sh
-	if ms == 0 && (atomic.LoadInt64(&sh.Nfds) == 0 ||
+	if ms == 0 && !w.mustPoll && (atomic.LoadInt64(&sh.Nfds) == 0 ||
 		(atomic.LoadInt32(&sh.Skipped) < maxSkippedPolls && ns-atomic.LoadInt64(&sh.LastPoll) < pollEvery)) {
 		// Other work is ready: skip the syscall this time. A rung doorbell
 		// is drained at the next real poll.
@@ -517,8 +518,19 @@ func (w *waitCall) Finish(nfd int, res port.WaitResult, perr error, polled bool)
 		return 0, true, mapPortErr(perr)
 	}
 	n = rt.collect(w.out, rt.evbuf[:nfd], w.regSeq, true)
-	if n > 0 || res.Woken || res.Interrupted || w.timeout == 0 {
+	if n > 0 || res.Woken || res.Interrupted {
 		return n, true, nil
+	}
+	if !polled && atomic.LoadInt64(&rt.sh.Nfds) > 0 && !w.mustPoll {
+		// The poll was skipped for work that turned out to be nothing (a
+		// stale GoWork, a cascade): look at the fds before returning 0, or a
+		// ready fd would go unreported by wait(0).
+		w.mustPoll = true
+		return 0, false, nil
+	}
+	w.mustPoll = false
+	if w.timeout == 0 {
+		return 0, true, nil
 	}
 	if w.deadline >= 0 {
 		if _, ns := rt.now(); ns >= w.deadline {

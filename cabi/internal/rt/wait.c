@@ -119,6 +119,7 @@ static int c_wait(la_rtc_t *r, io_event_t *ev, int max, int timeout, int *out) {
     struct epoll_event raw[LA_RAW_MAX + 1];
     int64_t now = clock_ns(sh);
     int64_t deadline = timeout < 0 ? INT64_MAX : now + (int64_t)timeout * 1000000;
+    int force_poll = 0;
     for (;;) {
         if (atomic_load(&r->closed)) return ASYNC_E_CLOSED;
         int n = 0;
@@ -152,7 +153,7 @@ static int c_wait(la_rtc_t *r, io_event_t *ev, int max, int timeout, int *out) {
             }
         }
         int other_ready = go_ready || c_ready;
-        int do_poll = ms != 0 || (atomic_load(&sh->nfds) > 0 && (must_poll || !other_ready));
+        int do_poll = ms != 0 || (atomic_load(&sh->nfds) > 0 && (must_poll || !other_ready || force_poll));
         int nraw = 0, woken = 0, intr = 0;
         uint64_t regseq = 0;
         if (do_poll) {
@@ -197,6 +198,14 @@ static int c_wait(la_rtc_t *r, io_event_t *ev, int max, int timeout, int *out) {
             n += got;
         }
         if (go_first && n < max) n += la_rtc_take_events(r, ev + n, max - n);
+        if (n == 0 && !do_poll && !woken && !intr && atomic_load(&sh->nfds) > 0 && !force_poll) {
+            /* The poll was skipped for work that turned out to be nothing
+             * (a stale gowork, an empty timer cascade): look at the fds
+             * before returning 0, or wait(0) could miss a ready fd. */
+            force_poll = 1;
+            continue;
+        }
+        force_poll = 0;
         if (n > 0 || woken || intr || timeout == 0 || now >= deadline) {
             *out = n;
             return 0;
