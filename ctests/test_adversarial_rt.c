@@ -24,6 +24,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 
 /* Runs this binary with argv[1] = child_case; returns its wait status. */
@@ -212,6 +213,54 @@ static void t_wait_zero_ready(void)
     }
 }
 
+/* --- reuse_readd ------------------------------------------------------------ */
+
+/* A registered fd closed without remove, its number reused by a new socket,
+ * added again, while another thread waits: the add must succeed and the new
+ * file's events carry the new context. A rebuild of the epoll set (after a
+ * ghost) used to re-add the old registration for whatever file held the
+ * number then: the add failed with EXISTS and the new file's hang-up came
+ * with the old context (~1 in 200 iterations). */
+static async_runtime_t *reuse_rt;
+static atomic_int reuse_stop;
+
+static void *reuse_waiter(void *arg)
+{
+    io_event_t ev[8];
+    (void)arg;
+    while (!atomic_load(&reuse_stop))
+        async_runtime_wait(reuse_rt, ev, 8, 1);
+    return NULL;
+}
+
+static void t_reuse_readd(void)
+{
+    pthread_t w;
+    int prev = -1, fails = 0;
+    reuse_rt = async_runtime_init();
+    CHECK(reuse_rt != NULL);
+    atomic_store(&reuse_stop, 0);
+    start_thread(&w, reuse_waiter, NULL);
+    for (uintptr_t g = 1; g <= 20000; g++) {
+        int sv[2];
+        if (prev >= 0)
+            close(prev); /* registered, closed without remove */
+        CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+        if (async_runtime_add(reuse_rt, sv[0], ASYNC_EVENT_READ, (void *)g) != 0) {
+            if (fails++ < 3)
+                fprintf(stderr, "iteration %lu: add of fd %d failed: %s\n", (unsigned long)g, sv[0],
+                        async_strerror(async_last_error()));
+        }
+        close(sv[1]); /* the registered file is now hung up (ready) */
+        prev = sv[0];
+    }
+    atomic_store(&reuse_stop, 1);
+    join_within(w, 10000, "reuse waiter");
+    CHECK_EQ(fails, 0);
+    close(prev);
+    async_runtime_deinit(reuse_rt);
+}
+
 /* --- fd_rotation ------------------------------------------------------------ */
 
 #define ROT_FDS 5
@@ -362,6 +411,7 @@ static const test_case_t cases[] = {
     T(poller_first_create),
     T(fdmap_context),
     T(wait_zero_ready),
+    T(reuse_readd),
     T(fd_rotation),
     T(fd_rotation_flood),
     T(drop_signal),

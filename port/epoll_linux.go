@@ -40,6 +40,18 @@ type epollPoller struct {
 type epollReg struct {
 	events uint32
 	id     int32
+	file   epollFile // the open file the fd named when it was added
+}
+
+// epollFile tells open files apart: a rebuild must not re-add a registration
+// whose number was closed and reused by another file meanwhile (the new
+// file would inherit the old registration's id, and so its context, and the
+// caller's own add of it would fail with EEXIST).
+type epollFile struct{ dev, ino uint64 }
+
+func identifyFile(fd int) (epollFile, bool) {
+	dev, ino, ok := fileID(fd) // poll_unix.go
+	return epollFile{dev, ino}, ok
 }
 
 func newEpoll() (Poller, error) {
@@ -101,6 +113,7 @@ func (p *epollPoller) ctl(op, fd int, events uint32) error {
 	if op == unix.EPOLL_CTL_ADD {
 		p.nextID++
 		reg = epollReg{id: p.nextID}
+		reg.file, _ = identifyFile(fd)
 	}
 	reg.events = events
 	ev := unix.EpollEvent{Events: epollBits(events), Fd: int32(fd), Pad: reg.id}
@@ -197,9 +210,21 @@ func (p *epollPoller) rebuildSet() {
 		return
 	}
 	for fd, reg := range p.regs {
+		// Only the file that was added: a number closed without remove
+		// and reused by another file is not that registration any more
+		// (checked again after the add, which could race a close+reuse).
+		if f, ok := identifyFile(fd); !ok || f != reg.file {
+			delete(p.regs, fd)
+			continue
+		}
 		ev := unix.EpollEvent{Events: epollBits(reg.events), Fd: int32(fd), Pad: reg.id}
 		if unix.EpollCtl(nfd, unix.EPOLL_CTL_ADD, fd, &ev) != nil {
 			delete(p.regs, fd) // closed meanwhile: nothing to watch
+			continue
+		}
+		if f, ok := identifyFile(fd); !ok || f != reg.file {
+			_ = unix.EpollCtl(nfd, unix.EPOLL_CTL_DEL, fd, nil)
+			delete(p.regs, fd)
 		}
 	}
 	old := p.epfd
