@@ -151,4 +151,44 @@ static inline void join_within(pthread_t t, int ms, const char *what)
 #endif
 }
 
+#if !defined(_WIN32)
+#include <sys/wait.h>
+
+/* Runs this test binary's case child_case in a child process (through
+ * ASYNC_TEST_EMULATOR under qemu-user), with env ("NAME=value", or NULL)
+ * added; returns its wait status and says on stderr how a failing child
+ * ended. */
+static inline int run_self_case(const char *child_case, const char *env)
+{
+    char self[4096];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    pid_t pid;
+    int st = 0;
+    CHECK(len > 0);
+    self[len] = 0;
+    fflush(stdout);
+    fflush(stderr);
+    pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        char *argv[] = {self, (char *)child_case, NULL};
+        char *emu = getenv("ASYNC_TEST_EMULATOR");
+        if (env)
+            putenv((char *)env);
+        if (emu && *emu) {
+            char *eargv[] = {emu, self, (char *)child_case, NULL};
+            execvp(emu, eargv);
+        }
+        execv(self, argv);
+        _exit(99);
+    }
+    CHECK(waitpid(pid, &st, 0) == pid);
+    if (WIFSIGNALED(st))
+        fprintf(stderr, "child %s died of signal %d\n", child_case, WTERMSIG(st));
+    else if (WEXITSTATUS(st) != 0)
+        fprintf(stderr, "child %s exited with %d\n", child_case, WEXITSTATUS(st));
+    return st;
+}
+#endif
+
 #endif /* CHECK_H */

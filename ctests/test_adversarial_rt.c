@@ -27,37 +27,6 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 
-/* Runs this binary with argv[1] = child_case; returns its wait status. */
-static int run_child(const char *child_case)
-{
-    char self[4096];
-    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-    pid_t pid;
-    int st = 0;
-    CHECK(len > 0);
-    self[len] = 0;
-    fflush(stdout);
-    fflush(stderr);
-    pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) {
-        char *argv[] = {self, (char *)child_case, NULL};
-        char *emu = getenv("ASYNC_TEST_EMULATOR");
-        if (emu && *emu) {
-            char *eargv[] = {emu, self, (char *)child_case, NULL};
-            execvp(emu, eargv);
-        }
-        execv(self, argv);
-        _exit(99);
-    }
-    CHECK(waitpid(pid, &st, 0) == pid);
-    if (WIFSIGNALED(st))
-        fprintf(stderr, "child %s died of signal %d\n", child_case, WTERMSIG(st));
-    else if (WEXITSTATUS(st) != 0)
-        fprintf(stderr, "child %s exited with %d\n", child_case, WEXITSTATUS(st));
-    return st;
-}
-
 /* --- nofile_load ------------------------------------------------------------ */
 
 /* The child: the very first thing main does (the case runs before any
@@ -94,7 +63,7 @@ static void t_nofile_load_child(void)
 static void t_nofile_load(void)
 {
     for (int i = 0; i < 5; i++) {
-        int st = run_child("nofile_load_child");
+        int st = run_self_case("nofile_load_child", NULL);
         CHECK(WIFEXITED(st));
         CHECK_EQ(WEXITSTATUS(st), 0);
     }
@@ -138,7 +107,7 @@ static void t_poller_first_create(void)
         printf("skipped under an emulator (its own descriptors are in /proc/self/fd)\n");
         return;
     }
-    int st = run_child("poller_first_create_child");
+    int st = run_self_case("poller_first_create_child", NULL);
     CHECK(WIFEXITED(st));
     CHECK_EQ(WEXITSTATUS(st), 0);
 }

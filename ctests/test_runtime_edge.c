@@ -29,40 +29,6 @@ static async_runtime_t *mkrt(void)
     return rt;
 }
 
-/* Runs this binary with argv[1] = child_case and `env` added; returns its
- * wait status. */
-static int run_child(const char *child_case, const char *env)
-{
-    char self[4096];
-    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-    pid_t pid;
-    int st = 0;
-    CHECK(len > 0);
-    self[len] = 0;
-    fflush(stdout);
-    fflush(stderr);
-    pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) {
-        char *argv[] = {self, (char *)child_case, NULL};
-        char *emu = getenv("ASYNC_TEST_EMULATOR");
-        if (env)
-            putenv((char *)env);
-        if (emu && *emu) {
-            char *eargv[] = {emu, self, (char *)child_case, NULL};
-            execvp(emu, eargv);
-        }
-        execv(self, argv);
-        _exit(99);
-    }
-    CHECK(waitpid(pid, &st, 0) == pid);
-    if (WIFSIGNALED(st))
-        fprintf(stderr, "child %s died of signal %d\n", child_case, WTERMSIG(st));
-    else if (WEXITSTATUS(st) != 0)
-        fprintf(stderr, "child %s exited with %d\n", child_case, WEXITSTATUS(st));
-    return st;
-}
-
 /* --- two_waiters (item 2) ------------------------------------------------- */
 
 #define TW_N 4000000
@@ -217,7 +183,7 @@ static void t_nofile_child(void)
 
 static void t_nofile_gc(void)
 {
-    int st = run_child("nofile_child", "GOGC=1");
+    int st = run_self_case("nofile_child", "GOGC=1");
     CHECK(WIFEXITED(st));
     CHECK_EQ(WEXITSTATUS(st), 0);
 }
@@ -394,7 +360,7 @@ static void t_nomem_timers(void)
                  status_kb("VmRSS") / 1024 + 96);
     snprintf(env, sizeof env, "ASAN_OPTIONS=%s%sallocator_may_return_null=1%s", old ? old : "",
              old && *old ? ":" : "", extra);
-    int st = run_child("nomem_child", env);
+    int st = run_self_case("nomem_child", env);
     CHECK(WIFEXITED(st));
     CHECK_EQ(WEXITSTATUS(st), 0);
 }
