@@ -260,6 +260,29 @@ static int zero_len(int fd) {
     return 0;
 }
 
+/* The argument checks async_fiber_read and async_fiber_write share: 1 with
+ * *early set (-1 with the error recorded, or 0 for a 0-byte call on an open
+ * fd) when the call ends here. */
+static int check_timeout(int timeout_ms);
+
+static int io_args(async_fd_t fd, const void *buf, size_t n, int timeout_ms, ssize_t *early) {
+    *early = -1;
+    if (check_timeout(timeout_ms)) return 1;
+    if (!buf && n > 0) {
+        la_set_error(ASYNC_E_INVAL);
+        return 1;
+    }
+    if (fd < 0) {
+        la_set_error(ASYNC_E_BADFD);
+        return 1;
+    }
+    if (n == 0) {
+        *early = zero_len(fd);
+        return 1;
+    }
+    return 0;
+}
+
 /* ---- parking on an fd ------------------------------------------------------ */
 
 /* Parks the current fiber until fd is ready for dirs (1 read, 2 write, 3
@@ -394,21 +417,13 @@ int async_fiber_wait_fd(async_fd_t fd, uint32_t events, int timeout_ms) {
 
 ssize_t async_fiber_read(async_fd_t fd, void *buf, size_t n, int timeout_ms) {
     LA_ENTRY(-1);
-    if (check_timeout(timeout_ms)) return -1;
-    if (!buf && n > 0) {
-        la_set_error(ASYNC_E_INVAL);
-        return -1;
-    }
-    if (fd < 0) {
-        la_set_error(ASYNC_E_BADFD);
-        return -1;
-    }
-    if (n == 0) return zero_len(fd);
+    ssize_t early;
+    if (io_args(fd, buf, n, timeout_ms, &early)) return early;
     uint64_t deadline = la_deadline(timeout_ms);
     la_fiber_t *f = la_current_fiber();
     la_fdrec_t *rec = f ? fdrec(f->s, fd) : NULL;
     /* The last read drained this stream: wait first (see the top). */
-    if (rec && n > 0 && timeout_ms != 0 && atomic_load_explicit(&rec->stream, memory_order_relaxed) &&
+    if (rec && timeout_ms != 0 && atomic_load_explicit(&rec->stream, memory_order_relaxed) &&
         atomic_load_explicit(&rec->drained, memory_order_relaxed)) {
         int rc = wait_dir(fd, 0, deadline, timeout_ms);
         /* Other errors (the number now names another kind of file, say):
@@ -439,16 +454,8 @@ ssize_t async_fiber_read(async_fd_t fd, void *buf, size_t n, int timeout_ms) {
 
 ssize_t async_fiber_write(async_fd_t fd, const void *buf, size_t n, int timeout_ms) {
     LA_ENTRY(-1);
-    if (check_timeout(timeout_ms)) return -1;
-    if (!buf && n > 0) {
-        la_set_error(ASYNC_E_INVAL);
-        return -1;
-    }
-    if (fd < 0) {
-        la_set_error(ASYNC_E_BADFD);
-        return -1;
-    }
-    if (n == 0) return zero_len(fd);
+    ssize_t early;
+    if (io_args(fd, buf, n, timeout_ms, &early)) return early;
     uint64_t deadline = la_deadline(timeout_ms);
     size_t done = 0;
     while (done < n) {
