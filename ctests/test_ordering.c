@@ -248,12 +248,49 @@ static void t_recreate(void) {
     }
 }
 
+/* ---- a thread posts n, exits, and the loop drains one at a time ------------- */
+
+/* The loop frees an exited thread's record once every entry it posted is
+ * delivered. Found by CI (ASan SEGV in take): the check compared the
+ * producer's final slot count with the end of the last run delivered, which
+ * was still the end of the previous block while the first run of a new
+ * block was half delivered; when the numbers matched (a thread's last block
+ * filled to the same slot as the one before) the record and its blocks were
+ * freed under the loop. The thread posts alone and the loop takes nothing
+ * until it has exited, so the blocks fill the same way every time; n covers
+ * several whole blocks whatever the block and run sizes are. */
+static uintptr_t o_n;
+static void *o_poster(void *arg) {
+    (void)arg;
+    for (uintptr_t i = 1; i <= o_n; i++) CHECK_EQ(async_runtime_post_completion(r_rt, KEY_TAG | 7, i), 0);
+    return NULL;
+}
+
+static void t_orphan_partial(void) {
+    r_rt = mkrt();
+    io_event_t ev[1];
+    for (o_n = 1; o_n <= 1200; o_n += (o_n < 200 ? 1 : 3)) {
+        pthread_t th;
+        start_thread(&th, o_poster, NULL);
+        join_within(th, 30000, "poster");
+        for (uintptr_t i = 1; i <= o_n; i++) {
+            CHECK_EQ(async_runtime_wait(r_rt, ev, 1, 1000), 1);
+            CHECK_EQ(ev[0].event_type, ASYNC_EVENT_COMPLETION);
+            CHECK_EQ(ev[0].completion_key, KEY_TAG | 7);
+            CHECK_EQ(ev[0].data, i);
+        }
+        CHECK_EQ(async_runtime_wait(r_rt, ev, 1, 0), 0);
+    }
+    async_runtime_deinit(r_rt);
+}
+
 static const test_case_t cases[] = {
     T(fiber_migrate),
     T(mutex),
     T(semaphore),
     T(exiting_threads),
     T(recreate),
+    T(orphan_partial),
 };
 
 TEST_MAIN(cases)

@@ -109,7 +109,7 @@ struct la_cprod {
     char pad[64]; /* the loop's fields below are on another line than the poster's */
     /* loop thread (under q->mu) */
     la_cblock_t *cblk; /* the block of the last run delivered */
-    uint32_t cend;     /* the slot after that run */
+    uint32_t cend;     /* delivered up to here in cblk (the slot after the last run done) */
     struct la_cprod *next;
 };
 
@@ -441,6 +441,10 @@ static inline int take(la_rtc_t *r, la_pair_t *out, io_event_t *ev, int max) {
                  * becomes the spare (the old spare is freed). */
                 if (p->cblk) free(atomic_exchange_explicit(&p->spare, p->cblk, memory_order_acq_rel));
                 p->cblk = b;
+                /* cend is "delivered up to" in cblk: here, up to this run's
+                 * head. Left at the old block's end, a run cut short by max
+                 * could make reap free p and this block under the loop. */
+                p->cend = (uint32_t)(hd - b->s);
             }
             const la_cslot_t *e = hd + 1;
             if (ev) {
