@@ -189,6 +189,48 @@ static inline int run_self_case(const char *child_case, const char *env)
         fprintf(stderr, "child %s exited with %d\n", child_case, WEXITSTATUS(st));
     return st;
 }
+
+/* Like run_self_case, with the child's stderr captured into out (cap bytes,
+ * NUL-terminated); prints the child's status and stderr on stdout. */
+static inline int run_self_case_out(const char *child_case, const char *env, char *out, size_t cap)
+{
+    char self[4096];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    int p[2];
+    pid_t pid;
+    size_t have = 0;
+    ssize_t r;
+    int status;
+    CHECK(len > 0);
+    self[len] = 0;
+    CHECK_EQ(pipe(p), 0);
+    fflush(stdout);
+    fflush(stderr);
+    pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        const char *emu;
+        dup2(p[1], 2);
+        close(p[0]);
+        if (env)
+            putenv((char *)env);
+        emu = getenv("ASYNC_TEST_EMULATOR");
+        if (emu && *emu)
+            execlp(emu, emu, self, child_case, (char *)NULL);
+        else
+            execl(self, self, child_case, (char *)NULL);
+        _exit(127);
+    }
+    close(p[1]);
+    while ((r = read(p[0], out + have, cap - 1 - have)) > 0)
+        have += (size_t)r;
+    out[have] = 0;
+    close(p[0]);
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    printf("%s%s%s: status %#x, stderr:\n%s\n", child_case, env ? " " : "", env ? env : "", status, out);
+    fflush(stdout);
+    return status;
+}
 #endif
 
 #endif /* CHECK_H */

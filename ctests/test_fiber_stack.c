@@ -48,45 +48,6 @@ static int no_madv_guard(void) {
 #endif
 }
 
-static char self_exe[4096];
-
-/* Runs this executable's case `child` in a child process with stderr on a
- * pipe (env "K=V" set first, may be NULL); returns its wait status. */
-static int run_child(const char *child, const char *env, char *out, size_t cap) {
-    if (!self_exe[0]) {
-        ssize_t n = readlink("/proc/self/exe", self_exe, sizeof self_exe - 1);
-        CHECK(n > 0);
-        self_exe[n] = 0;
-    }
-    int p[2];
-    CHECK_EQ(pipe(p), 0);
-    fflush(stdout);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) {
-        dup2(p[1], 2);
-        close(p[0]);
-        if (env) putenv((char *)env);
-        const char *emu = getenv("ASYNC_TEST_EMULATOR");
-        if (emu && *emu)
-            execlp(emu, emu, self_exe, child, (char *)NULL);
-        else
-            execl(self_exe, self_exe, child, (char *)NULL);
-        _exit(127);
-    }
-    close(p[1]);
-    size_t have = 0;
-    ssize_t r;
-    while ((r = read(p[0], out + have, cap - 1 - have)) > 0) have += (size_t)r;
-    out[have] = 0;
-    close(p[0]);
-    int status;
-    CHECK_EQ(waitpid(pid, &status, 0), pid);
-    printf("%s%s%s: status %#x, stderr:\n%s\n", child, env ? " " : "", env ? env : "", status, out);
-    fflush(stdout);
-    return status;
-}
-
 static int guard_mode_of(async_sched_t *s) {
     async_sched_stats_t st;
     CHECK_EQ(async_sched_get_stats(s, &st, NULL, 0), 0);
@@ -135,7 +96,7 @@ static void t_auto_overflow(void) {
             continue;
         }
         char out[4096];
-        int st = run_child("auto_overflow_child", envs[i], out, sizeof out);
+        int st = run_self_case_out("auto_overflow_child", envs[i], out, sizeof out);
         if (WIFEXITED(st) && WEXITSTATUS(st) == 77) continue;
         CHECK(strstr(out, "libasync: fiber stack overflow in fiber ") != NULL);
         CHECK(strstr(out, "survived") == NULL);
@@ -292,7 +253,7 @@ static void t_canary_neighbour(void) {
     static const char *envs[] = {NULL, "ASYNC_TEST_FULL_FRAME=1"};
     for (int i = 0; i < 2; i++) {
         char out[8192];
-        int st = run_child("canary_child", envs[i], out, sizeof out);
+        int st = run_self_case_out("canary_child", envs[i], out, sizeof out);
         CHECK(strstr(out, "no neighbour") == NULL);
         CHECK(strstr(out, "libasync: fiber stack overflow") != NULL);
         CHECK(strstr(out, "(silent)") == NULL);

@@ -27,8 +27,9 @@
  *  - After fork() only the child's exec is supported: every call made in the
  *    child fails at once with ASYNC_E_FORKED (it never hangs), except
  *    async_version, async_version_string, async_strerror, async_last_error,
- *    async_last_os_error, async_clear_error and async_worker_current, which
- *    work as usual, and async_fiber_current, which returns NULL (the child has
+ *    async_last_os_error, async_clear_error, async_set_log_handler and
+ *    async_worker_current, which work as usual, and async_fiber_current,
+ *    which returns NULL (the child has
  *    no fibers, even when fork() was called on one), and async_fiber_yield
  *    (sched_yield).
  *  - Timeouts are in milliseconds: -1 waits forever, 0 does not wait, n > 0
@@ -126,6 +127,44 @@ int async_last_os_error(void);
 /* Resets the calling thread's last error to ASYNC_OK (and its OS error to
  * 0). Thread-local; never blocks. */
 void async_clear_error(void);
+
+/* ------------------------------------------------------------------------ */
+/* Logging                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* Levels of the messages libasync writes for the host; a handler set with
+ * level L receives every message whose level is <= L. */
+#define ASYNC_LOG_OFF (-1)  /* as a handler's level: no message at all */
+#define ASYNC_LOG_FATAL 0   /* the process is about to end (a fiber stack overflow) */
+#define ASYNC_LOG_ERROR 1   /* a failure inside libasync (an internal error caught) */
+#define ASYNC_LOG_WARN 2    /* misuse or a condition the host should know about */
+#define ASYNC_LOG_INFO 3    /* rare, useful events */
+#define ASYNC_LOG_DEBUG 4   /* detail for whoever debugs libasync */
+
+/* A log handler: level is one of ASYNC_LOG_FATAL..ASYNC_LOG_DEBUG; msg is
+ * one line without the trailing newline, valid only during the call; ctx is
+ * what was given to async_set_log_handler. */
+typedef void (*async_log_fn)(int level, const char *msg, void *ctx);
+
+/* Sends every message of level <= `level` to fn(level, msg, ctx) from now
+ * on, and drops the others. fn NULL restores the default handler, which
+ * writes "libasync: <msg>" and a newline to stderr (fd 2) with one write;
+ * the default level is ASYNC_LOG_WARN. level ASYNC_LOG_OFF silences
+ * everything.
+ *
+ * The handler may be called from any thread, several at once: the host's
+ * threads, libasync's worker and fiber threads (on a fiber's stack, where it
+ * must not block the thread for long), and for ASYNC_LOG_FATAL from a signal
+ * handler (a fiber stack overflow) just before the process aborts, so what
+ * it does for ASYNC_LOG_FATAL must be async-signal-safe. It must not call
+ * async_set_log_handler. errno is preserved around it.
+ *
+ * Thread-safe; never blocks. After it returns no new message goes to the
+ * old handler, but a message another thread was delivering at that moment
+ * may still reach it (so keep the old ctx valid). Errors: ASYNC_E_INVAL
+ * (level outside ASYNC_LOG_OFF..ASYNC_LOG_DEBUG), ASYNC_E_NOMEM. Works as
+ * usual in a forked child. */
+int async_set_log_handler(int level, async_log_fn fn, void *ctx);
 
 /* ------------------------------------------------------------------------ */
 /* async_queue: a thread-safe FIFO of copied, bounded-size messages           */

@@ -123,6 +123,15 @@ uint64_t la_deadline(int timeout_ms);
  * allows: not macOS, not Windows), as la_now_ns and la_deadline count. */
 void la_cond_init_mono(pthread_cond_t *cv);
 
+/* ---- the log hook (log.c) ------------------------------------------------- */
+/* Every message for the host goes through these (async_set_log_handler).
+ * la_log formats (printf) and drops the message at once when its level is
+ * filtered out; la_log_str is async-signal-safe when the host's handler is
+ * (and always with the default handler). */
+void la_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void la_log_str(int level, const char *msg);
+int la_log_enabled(int level);
+
 /* ---- spinlock (held for a few instructions only; never across a switch) --- */
 typedef struct {
     _Atomic int v;

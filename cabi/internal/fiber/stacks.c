@@ -403,17 +403,18 @@ void la_stack_overflow_abort(uint64_t fiber_id, const char *how) {
 void la_stack_report_abort(const char *what, uint64_t fiber_id, const char *how) {
     char buf[512];
     size_t n = 0;
-    const char *a = "libasync: fiber stack overflow";
+    const char *a = "fiber stack overflow";
     while (*a) buf[n++] = *a++;
     while (*what && n < 128) buf[n++] = *what++;
     n += fmt_u64(buf + n, fiber_id, 10);
     buf[n++] = ' ';
     buf[n++] = '(';
     while (*how && n < sizeof buf - 80) buf[n++] = *how++;
-    a = "; raise async_sched_config_t.stack_size or ASYNC_FIBER_STACK_KB)\n";
+    a = "; raise async_sched_config_t.stack_size or ASYNC_FIBER_STACK_KB)";
     while (*a) buf[n++] = *a++;
-    ssize_t r = write(2, buf, n);
-    (void)r;
+    buf[n] = 0;
+    /* through the log hook: the default writes "libasync: " and this */
+    la_log_str(ASYNC_LOG_FATAL, buf);
     /* die of SIGABRT even if someone (Go) handles or blocks it */
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);

@@ -44,9 +44,11 @@ import (
 // guard turns a panic into ASYNC_E_INTERNAL. It must be deferred directly.
 func guard(rc *C.int) {
 	if r := recover(); r != nil {
+		msg := fmt.Sprintf("internal error (the call fails with ASYNC_E_INTERNAL): %v", r)
 		if os.Getenv("ASYNC_DEBUG") != "" {
-			fmt.Fprintf(os.Stderr, "libasync: internal error: %v\n%s", r, debug.Stack())
+			msg += "\n" + strings.TrimRight(string(debug.Stack()), "\n")
 		}
+		base.Log(base.LogError, msg)
 		*rc = C.int(libasync.EInternal)
 	}
 }
@@ -64,7 +66,7 @@ func code(err error) C.int {
 	return C.int(c)
 }
 
-// backendOnce: an unknown ASYNC_BACKEND is reported on stderr once.
+// backendOnce: an unknown ASYNC_BACKEND is reported once (through the log hook).
 var backendOnce sync.Once
 
 // duration converts a C timeout in ms (-1 forever) to the core's convention.
@@ -255,9 +257,9 @@ func la_go_rt_init(out *C.uint64_t) (rc C.int) {
 	if err != nil {
 		if errors.Is(err, port.ErrBackend) {
 			backendOnce.Do(func() {
-				fmt.Fprintf(os.Stderr, "libasync: the environment variable ASYNC_BACKEND=%q names no poller "+
-					"backend of this build (available: %s); async_runtime_init fails with ASYNC_E_NOTSUP\n",
-					os.Getenv("ASYNC_BACKEND"), strings.Join(port.Backends(), ", "))
+				base.Log(base.LogWarn, fmt.Sprintf("the environment variable ASYNC_BACKEND=%q names no poller "+
+					"backend of this build (available: %s); async_runtime_init fails with ASYNC_E_NOTSUP",
+					os.Getenv("ASYNC_BACKEND"), strings.Join(port.Backends(), ", ")))
 			})
 			return C.int(libasync.ENotSup)
 		}
