@@ -14,6 +14,9 @@
  *   fd_rotation       with more ready fds than max_events, every ready fd is
  *                     reported within a bounded number of waits.
  *   fd_rotation_flood the same while another thread floods completions.
+ *   ghost_remove      a registered fd closed without remove while a dup keeps
+ *                     its file, the number reused by a file not added:
+ *                     remove ends the old registration.
  *   drop_signal       a full DROP_OLDEST + SIGNAL_ON_DATA queue (capacity 1
  *                     and 2) posts one completion per empty -> non-empty
  *                     transition, not one per enqueue that drops the head.
@@ -375,6 +378,66 @@ static void t_drop_signal(void)
     drop_signal(3);
 }
 
+/* --- ghost_remove ------------------------------------------------------------ */
+
+/* A registered fd closed without remove while a dup keeps its file open, and
+ * the number then reused by a file that is not added: epoll keeps the old
+ * registration (keyed by the old file). async_runtime_remove of the number
+ * must end it (it returned ASYNC_E_NOTFOUND, and the old file went on being
+ * reported under the number with the old context for ever); afterwards the
+ * number can be added for the new file and only the new file is reported. */
+static void t_ghost_remove(void)
+{
+    static int old_ctx, new_ctx;
+    io_event_t ev[8];
+    int a[2], b[2];
+    async_runtime_t *rt = async_runtime_init();
+    CHECK(rt != NULL);
+    CHECK_EQ(pipe(a), 0);
+    int x = a[0];
+    CHECK_EQ(async_runtime_add(rt, x, ASYNC_EVENT_READ, &old_ctx), 0);
+    int keep = dup(x); /* keeps the old file open */
+    CHECK(keep >= 0);
+    close(x);
+    CHECK_EQ(pipe(b), 0);
+    if (b[0] != x) { /* the number x names the new pipe now, not added */
+        CHECK_EQ(dup2(b[0], x), x);
+        close(b[0]);
+        b[0] = x;
+    }
+    CHECK_EQ(write(a[1], "g", 1), 1); /* the old file is readable */
+    CHECK_EQ(async_runtime_remove(rt, x), 0);
+    /* nothing is reported for x any more (the old file stays readable) */
+    for (int i = 0; i < 5; i++) {
+        int n = async_runtime_wait(rt, ev, 8, 20);
+        CHECK(n >= 0);
+        for (int j = 0; j < n; j++)
+            CHECK(ev[j].fd != x);
+    }
+    CHECK_FAIL(async_runtime_remove(rt, x) == -1, ASYNC_E_NOTFOUND);
+    /* the new file at x: added, reported with its own context only */
+    CHECK_EQ(async_runtime_add(rt, x, ASYNC_EVENT_READ, &new_ctx), 0);
+    CHECK_EQ(async_runtime_wait(rt, ev, 8, 0), 0);
+    CHECK_EQ(write(b[1], "n", 1), 1);
+    int seen = 0;
+    for (int i = 0; i < 50 && !seen; i++) {
+        int n = async_runtime_wait(rt, ev, 8, 100);
+        CHECK(n >= 0);
+        for (int j = 0; j < n; j++) {
+            CHECK_EQ(ev[j].fd, x);
+            CHECK(ev[j].context == &new_ctx);
+            seen = 1;
+        }
+    }
+    CHECK(seen);
+    CHECK_EQ(async_runtime_remove(rt, x), 0);
+    async_runtime_deinit(rt);
+    close(keep);
+    close(a[1]);
+    close(b[0]);
+    close(b[1]);
+}
+
 static const test_case_t cases[] = {
     T(nofile_load),
     T(poller_first_create),
@@ -384,6 +447,7 @@ static const test_case_t cases[] = {
     T(fd_rotation),
     T(fd_rotation_flood),
     T(drop_signal),
+    T(ghost_remove),
     {"nofile_load_child", t_nofile_load_child}, /* run by nofile_load; not a ctest case */
     {"poller_first_create_child", t_poller_first_create_child}, /* run by poller_first_create */
 };

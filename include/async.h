@@ -411,8 +411,9 @@ void async_runtime_deinit(async_runtime_t *rt);
  * Call async_runtime_remove before closing a registered fd. If it is closed
  * without: the poll backend reports it once as ERROR|CLOSE; epoll forgets it
  * (but if a dup keeps the file open, its events keep coming with the old
- * context until the number is reused). Either way a new descriptor with the
- * same number can be added again and never receives the old file's events.
+ * context until async_runtime_remove of the number, or until the number is
+ * reused and added). Either way a new descriptor with the same number can be
+ * added again and never receives the old file's events.
  * Thread-safe (may be called while another thread waits); never blocks. */
 int async_runtime_add(async_runtime_t *rt, async_fd_t fd, uint32_t events, void *context);
 
@@ -422,7 +423,9 @@ int async_runtime_add(async_runtime_t *rt, async_fd_t fd, uint32_t events, void 
  * Thread-safe; never blocks. */
 int async_runtime_modify(async_runtime_t *rt, async_fd_t fd, uint32_t events);
 
-/* Stops watching fd. Call it before closing the fd. Errors:
+/* Stops watching fd. Call it before closing the fd. A registered number
+ * that was closed and reused meanwhile is removed too (its registration is
+ * the old file's; the new file was never added). Errors:
  * ASYNC_E_BADHANDLE, ASYNC_E_BADFD (also for an fd already closed),
  * ASYNC_E_NOTFOUND, ASYNC_E_SYS, ASYNC_E_CLOSED (deinit under way).
  * Thread-safe; never blocks. */

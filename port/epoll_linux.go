@@ -118,6 +118,18 @@ func (p *epollPoller) ctl(op, fd int, events uint32) error {
 	reg.events = events
 	ev := unix.EpollEvent{Events: epollBits(events), Fd: int32(fd), Pad: reg.id}
 	err := unix.EpollCtl(p.epfd, op, fd, &ev)
+	if op == unix.EPOLL_CTL_DEL && err == unix.ENOENT {
+		if _, ok := p.regs[fd]; ok {
+			// Registered here, but the kernel has no registration for
+			// the file the number names now: it was closed without a
+			// remove and the number reused. The old registration went
+			// with its file, or stays behind as a ghost while a dup
+			// keeps that file open; then its records are strays from
+			// now on and the set is rebuilt without it (consume). Either
+			// way the caller's registration is gone: the remove worked.
+			err = nil
+		}
+	}
 	if err == nil || (op == unix.EPOLL_CTL_DEL && err == unix.EBADF) {
 		if op == unix.EPOLL_CTL_DEL {
 			delete(p.regs, fd)
