@@ -438,6 +438,68 @@ static void t_ghost_remove(void)
     close(b[1]);
 }
 
+/* --- drop_nomem ------------------------------------------------------------- */
+
+/* A full DROP_OLDEST queue whose enqueue fails with ASYNC_E_NOMEM (the new
+ * message's slot cannot grow) must lose nothing: the head it would have
+ * dropped stays, and dropped_count does not move. Before the fix the head
+ * was dropped first, then NOMEM returned: two messages lost for one failed
+ * call. A child process under RLIMIT_AS, so the allocation surely fails. */
+static void t_drop_nomem_child(void)
+{
+    struct rlimit rl;
+    char buf[8];
+    size_t len;
+    async_queue_stats_t st;
+    /* slots are allocated per message up to max_msg (lazy slots) */
+    async_queue_t *q = async_queue_create(2, (size_t)1 << 40, ASYNC_QUEUE_DROP_OLDEST);
+    CHECK(q != NULL);
+    CHECK(async_queue_enqueue(q, "A", 1));
+    CHECK(async_queue_enqueue(q, "B", 1));
+#if !defined(__SANITIZE_ADDRESS__)
+    CHECK_EQ(getrlimit(RLIMIT_AS, &rl), 0);
+    rl.rlim_cur = (rlim_t)1 << 40; /* far below what a 1 TiB slot needs, above what runs */
+    CHECK_EQ(setrlimit(RLIMIT_AS, &rl), 0);
+#else
+    (void)rl; /* ASan's shadow needs more address space: its allocation cap does it (t_drop_nomem) */
+#endif
+    /* the huge message is never read: its slot cannot be allocated */
+    static char small[1];
+    CHECK_FAIL(!async_queue_enqueue(q, small, ((size_t)1 << 40) - 64), ASYNC_E_NOMEM);
+    async_queue_get_stats(q, &st);
+    CHECK_EQ(st.dropped_count, 0);
+    CHECK_EQ(st.current_size, 2);
+    CHECK(async_queue_dequeue(q, buf, sizeof buf, &len));
+    CHECK(len == 1 && buf[0] == 'A');
+    CHECK(async_queue_dequeue(q, buf, sizeof buf, &len));
+    CHECK(len == 1 && buf[0] == 'B');
+    /* and a DROP_OLDEST enqueue that fits still drops the head */
+    CHECK(async_queue_enqueue(q, "C", 1));
+    CHECK(async_queue_enqueue(q, "D", 1));
+    CHECK(async_queue_enqueue(q, "E", 1));
+    async_queue_get_stats(q, &st);
+    CHECK_EQ(st.dropped_count, 1);
+    CHECK(async_queue_dequeue(q, buf, sizeof buf, &len));
+    CHECK(len == 1 && buf[0] == 'D');
+    async_queue_destroy(q);
+    exit(0);
+}
+
+static void t_drop_nomem(void)
+{
+    static char env[1024];
+    if (getenv("ASYNC_TEST_EMULATOR")) {
+        printf("skipped under an emulator: qemu-user does not apply RLIMIT_AS to the guest\n");
+        return;
+    }
+    const char *old = getenv("ASAN_OPTIONS");
+    snprintf(env, sizeof env, "ASAN_OPTIONS=%s%sallocator_may_return_null=1:max_allocation_size_mb=1024",
+             old ? old : "", old && *old ? ":" : "");
+    int st = run_self_case("drop_nomem_child", env);
+    CHECK(WIFEXITED(st));
+    CHECK_EQ(WEXITSTATUS(st), 0);
+}
+
 static const test_case_t cases[] = {
     T(nofile_load),
     T(poller_first_create),
@@ -448,8 +510,10 @@ static const test_case_t cases[] = {
     T(fd_rotation_flood),
     T(drop_signal),
     T(ghost_remove),
+    T(drop_nomem),
     {"nofile_load_child", t_nofile_load_child}, /* run by nofile_load; not a ctest case */
     {"poller_first_create_child", t_poller_first_create_child}, /* run by poller_first_create */
+    {"drop_nomem_child", t_drop_nomem_child},                   /* run by drop_nomem */
 };
 
 TEST_MAIN(cases)

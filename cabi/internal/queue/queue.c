@@ -386,12 +386,12 @@ int la_q_enqueue(uint64_t h, const void *data, size_t size, int wait, int timeou
         goto out;
     }
     if (wait < 0) wait = (q->flags & Q_BLOCK) != 0;
-    int dropped = 0; /* the head made room: the queue was full, not empty */
+    int dropped = 0; /* the head makes room: the queue was full, not empty */
     while (q->count == q->cap) {
         if (q->flags & Q_DROP) {
-            if (++q->head == q->cap) q->head = 0;
-            q->count--;
-            q->dropped++;
+            /* The head is dropped only once the new message's slot (the
+             * head's own: tail == head in a full ring) is ready, so that a
+             * NOMEM below loses nothing. */
             dropped = 1;
             break;
         }
@@ -401,7 +401,7 @@ int la_q_enqueue(uint64_t h, const void *data, size_t size, int wait, int timeou
         }
         if ((rc = wait_side(q, h, 0, &wt))) goto out;
     }
-    size_t tail = q->head + q->count;
+    size_t tail = q->head + q->count; /* == head when dropped */
     if (tail >= q->cap) tail -= q->cap;
     la_qslot_t *s = slot_at(q, tail);
     if (!q->block && (!s || s->cap < size)) {
@@ -417,6 +417,11 @@ int la_q_enqueue(uint64_t h, const void *data, size_t size, int wait, int timeou
         }
         ns->cap = c;
         q->lazy[tail] = s = ns;
+    }
+    if (dropped) {
+        if (++q->head == q->cap) q->head = 0;
+        q->count--;
+        q->dropped++;
     }
     s->len = size;
     memcpy(s->data, data, size);
