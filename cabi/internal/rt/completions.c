@@ -514,7 +514,7 @@ static inline int take(la_rtc_t *r, la_pair_t *out, io_event_t *ev, int max) {
         q->list = prev;
         q->lpos = 0;
     }
-    q->taken += (uint64_t)n;
+    if (n) q->taken += (uint64_t)n;
     if (atomic_load_explicit(&q->orphans, memory_order_relaxed) != 0) reap(q);
     pthread_mutex_unlock(&q->mu);
     return n;
