@@ -614,6 +614,35 @@ static void t_deinit_race(void) {
     }
 }
 
+/* From a fiber: pure C, it neither parks nor enters Go on the fiber stack. */
+typedef struct {
+    async_runtime_t *rt;
+    int rc;
+    async_runtime_stats_t st;
+} fiber_arg_t;
+
+static void fiber_fn(void *arg) {
+    fiber_arg_t *a = arg;
+    a->rc = async_runtime_get_stats(a->rt, &a->st, sizeof a->st);
+    async_clear_error();
+    if (async_runtime_get_stats(a->rt, NULL, sizeof a->st) != -1 || async_last_error() != ASYNC_E_INVAL) a->rc = -2;
+}
+
+static void t_fiber(void) {
+    async_runtime_t *rt = async_runtime_init();
+    CHECK(rt);
+    for (int i = 0; i < 3; i++) CHECK_EQ(async_runtime_post_completion(rt, 1, 1), 0);
+    async_sched_t *s = async_sched_create(NULL);
+    CHECK(s);
+    fiber_arg_t a = {rt, 0, {0}};
+    CHECK(async_fiber_spawn(s, fiber_fn, &a, 0));
+    CHECK_EQ(async_sched_run(s), 0);
+    async_sched_destroy(s);
+    CHECK_EQ(a.rc, (int)sizeof a.st);
+    CHECK_EQ(a.st.completions_pending, 3);
+    async_runtime_deinit(rt);
+}
+
 static const test_case_t cases[] = {
     T(layout),
     T(badinput),
@@ -627,6 +656,7 @@ static const test_case_t cases[] = {
     T(queue_signal),
     T(concurrent),
     T(deinit_race),
+    T(fiber),
 };
 
 TEST_MAIN(cases)
