@@ -494,6 +494,60 @@ uint64_t async_runtime_add_timer(async_runtime_t *rt, uint64_t delay_ms, uint64_
  * Thread-safe; never blocks. */
 int async_runtime_cancel_timer(async_runtime_t *rt, uint64_t timer_id);
 
+/* Loop metrics (async_runtime_get_stats), in the spirit of libuv's
+ * uv_metrics_info and uv_metrics_idle_time. Every counter is kept whether or
+ * not anyone reads it (a few plain stores per wait; see docs/PERFORMANCE.md),
+ * counts from async_runtime_init and never resets.
+ *
+ * Extensibility: fields are only ever appended, never moved, resized or
+ * given another meaning, and ASYNC_RUNTIME_STATS_EVENT_KINDS stays 16. The
+ * caller passes sizeof its struct; the library fills the fields that both
+ * its own and the caller's struct have, and zeroes the rest of the caller's
+ * struct (so a program built against a newer header reads 0 for counters an
+ * older library does not know; the return value says how many bytes were
+ * filled). */
+#define ASYNC_RUNTIME_STATS_EVENT_KINDS 16 /* events[b] counts ASYNC_EVENT_* bit (1u << b) */
+typedef struct {
+    uint64_t iterations;   /* async_runtime_wait calls that returned >= 0 (with events, on timeout,
+                              wakeup or signal), one per pass of the caller's loop */
+    uint64_t idle_time_ns; /* ns the waiting thread spent blocked in the poller (epoll_wait, poll,
+                              kevent, GetQueuedCompletionStatusEx) in waits allowed to sleep
+                              (timeout_ms != 0); a wait that returns without sleeping adds nothing */
+    uint64_t events_total; /* io_event_t entries returned by async_runtime_wait */
+    uint64_t events[ASYNC_RUNTIME_STATS_EVENT_KINDS]; /* entries returned whose event_type had the
+                              bit (1u << index): [0] READ, [1] WRITE, [2] ERROR, [3] CLOSE,
+                              [4] COMPLETION, [5] TIMER; an fd event with READ|WRITE counts in both
+                              [0] and [1]; later ASYNC_EVENT_* bits take the next indexes */
+    uint64_t completions_pending; /* snapshot: completions posted and not yet returned */
+    uint64_t timers_armed;        /* snapshot: timers added and not yet cancelled, nor (one-shot)
+                                     returned by a wait; repeating timers stay armed */
+    uint64_t doorbell_writes;     /* times a post (async_runtime_post_completion, a queue's
+                                     SIGNAL_ON_DATA) or async_runtime_add_timer found the waiter
+                                     asleep and wrote the doorbell to wake it (posts to a busy
+                                     loop write nothing); async_runtime_wakeup is not counted here */
+    uint64_t wakeups;             /* successful async_runtime_wakeup calls */
+} async_runtime_stats_t;
+/* The size of the first version of async_runtime_stats_t: the smallest
+ * stats_size accepted. */
+#define ASYNC_RUNTIME_STATS_MIN_SIZE ((size_t)184)
+
+/* Fills *stats with rt's counters (see async_runtime_stats_t). Pass
+ * stats_size = sizeof(async_runtime_stats_t); returns the number of bytes
+ * filled (the smaller of stats_size and the library's own struct size; the
+ * rest of *stats is zeroed), or -1.
+ * Each counter is read atomically (never torn) and monotonic ones never go
+ * back; the set is not an atomic snapshot: a wait running on another thread
+ * may have counted some of its events and not yet others.
+ * completions_pending is exact when no post runs concurrently; a post in
+ * progress may or may not be in it.
+ * Errors: ASYNC_E_BADHANDLE (rt invalid, or deinit done or under way),
+ * ASYNC_E_INVAL (stats NULL, stats_size below ASYNC_RUNTIME_STATS_MIN_SIZE
+ * or not a multiple of 8; *stats is left untouched).
+ * Thread-safe (any thread or fiber, also while another thread waits on rt);
+ * never blocks or parks: it never waits for events, only for a lock that the
+ * loop holds while it hands out one batch of completions. */
+int async_runtime_get_stats(async_runtime_t *rt, async_runtime_stats_t *stats, size_t stats_size);
+
 
 /* ------------------------------------------------------------------------ */
 /* Fibers: stackful coroutines on an M:N work-stealing scheduler             */

@@ -282,6 +282,7 @@ func (rt *Runtime) Post(key, data uintptr) error {
 	rt.mu.Unlock()
 	atomic.StoreInt32(&rt.sh.GoWork, 1)
 	if atomic.LoadInt32(&rt.sh.Sleeping) != 0 && atomic.CompareAndSwapInt32(&rt.sh.Sleeping, 1, 0) {
+		atomic.AddUint64(&rt.sh.Rings, 1)
 		_ = rt.poller.Ring() // ErrClosed after Close: nobody to wake
 	}
 	return nil
@@ -293,7 +294,11 @@ func (rt *Runtime) Wakeup() error {
 	if rt.shut.Load() {
 		return ErrClosed
 	}
-	return mapPortErr(rt.poller.Wakeup())
+	err := mapPortErr(rt.poller.Wakeup())
+	if err == nil {
+		atomic.AddUint64(&rt.sh.Wakeups, 1)
+	}
+	return err
 }
 
 // now is the current tick: whole milliseconds since the runtime started.
@@ -324,11 +329,13 @@ func (rt *Runtime) AddTimer(delay, period uint64, key uintptr) (uint64, error) {
 		return 0, ErrNoMem
 	}
 	rt.tver.Add(1)
+	rt.countTimers()
 	rt.tmu.Unlock()
 	atomic.StoreInt32(&rt.sh.GoWork, 1) // NextDue may be later than this timer
 	// Wake a sleeping waiter whose sleep would outlast this timer.
 	if atomic.LoadInt32(&rt.sh.Sleeping) != 0 && due < uint64(atomic.LoadInt64(&rt.sh.WakeAt))/1e6 &&
 		atomic.CompareAndSwapInt32(&rt.sh.Sleeping, 1, 0) {
+		atomic.AddUint64(&rt.sh.Rings, 1)
 		_ = rt.poller.Ring()
 	}
 	return id, nil
@@ -345,8 +352,13 @@ func (rt *Runtime) CancelTimer(id uint64) error {
 	if !rt.wheel.cancel(id) {
 		return ErrNotFound
 	}
+	rt.countTimers()
 	return nil
 }
+
+// countTimers publishes the number of live timers (Shared.Timers, for
+// async_runtime_get_stats). Under tmu.
+func (rt *Runtime) countTimers() { atomic.StoreInt64(&rt.sh.Timers, int64(rt.wheel.live)) }
 
 // Wait fills out with events and returns how many. timeout < 0 waits
 // forever, 0 polls, otherwise at least timeout (rounded up to whole ms).
@@ -362,7 +374,12 @@ func (rt *Runtime) Wait(out []Event, timeout time.Duration) (int, error) {
 		var nfd int
 		var res port.WaitResult
 		var perr error
-		if poll {
+		if poll && ms != 0 {
+			// It may block: the time counts as idle (Shared.IdleNs).
+			t0 := nanotime()
+			nfd, res, perr = rt.poller.Wait(w.Buf(), ms)
+			atomic.StoreInt64(&rt.sh.IdleNs, atomic.LoadInt64(&rt.sh.IdleNs)+nanotime()-t0)
+		} else if poll {
 			nfd, res, perr = rt.poller.Wait(w.Buf(), ms)
 		}
 		if n, done, err := w.Finish(nfd, res, perr, poll); done {
@@ -602,6 +619,7 @@ func (rt *Runtime) collect(out []Event, fds []port.Event, regSeq uint64, withSrc
 		switch (rt.rot + k) % 2 {
 		case 0:
 			rt.tmu.Lock()
+			n0 := n
 			for n < len(out) {
 				key, id, ok := rt.wheel.pop()
 				if !ok {
@@ -609,6 +627,9 @@ func (rt *Runtime) collect(out []Event, fds []port.Event, regSeq uint64, withSrc
 				}
 				out[n] = Event{Fd: -1, Type: EventTimer, Key: key, Data: uintptr(id)}
 				n++
+			}
+			if n > n0 {
+				rt.countTimers() // one-shot timers are gone once delivered
 			}
 			rt.tmu.Unlock()
 		case 1:

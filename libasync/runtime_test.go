@@ -406,3 +406,109 @@ func TestStepPublishesGoWorkAndNextDue(t *testing.T) {
 		}
 	})
 }
+
+// The counters behind async_runtime_get_stats that the Go core keeps in
+// Shared: live timers, doorbell rings by posts and timers, explicit
+// wakeups, and the time a wait spent blocked in the poller.
+func TestSharedStatsCounters(t *testing.T) {
+	backends(t, func(t *testing.T, rt *Runtime) {
+		sh := rt.sh
+		ids := make([]uint64, 3)
+		for i := range ids {
+			id, err := rt.AddTimer(1, 0, uintptr(i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids[i] = id
+		}
+		far, err := rt.AddTimer(3600*1000, 0, 9)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := atomic.LoadInt64(&sh.Timers); n != 4 {
+			t.Fatalf("Timers = %d after 4 adds", n)
+		}
+		if err := rt.CancelTimer(far); err != nil {
+			t.Fatal(err)
+		}
+		if n := atomic.LoadInt64(&sh.Timers); n != 3 {
+			t.Fatalf("Timers = %d after a cancel", n)
+		}
+		ev := make([]Event, 8)
+		for got := 0; got < 3; {
+			n, err := rt.Wait(ev, 5*time.Second)
+			if err != nil || n == 0 {
+				t.Fatalf("wait: %d %v", n, err)
+			}
+			got += n
+		}
+		if n := atomic.LoadInt64(&sh.Timers); n != 0 {
+			t.Fatalf("Timers = %d after every one-shot fired", n)
+		}
+		// No waiter: a post rings nothing.
+		if err := rt.Post(1, 1); err != nil {
+			t.Fatal(err)
+		}
+		if r := atomic.LoadUint64(&sh.Rings); r != 0 {
+			t.Fatalf("Rings = %d with nobody asleep", r)
+		}
+		if n, _ := rt.Wait(ev, 0); n != 1 {
+			t.Fatalf("wait: %d", n)
+		}
+		for i := 0; i < 2; i++ {
+			if err := rt.Wakeup(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if w := atomic.LoadUint64(&sh.Wakeups); w != 2 {
+			t.Fatalf("Wakeups = %d after 2", w)
+		}
+		if _, err := rt.Wait(ev, 0); err != nil { // drains the wakeups
+			t.Fatal(err)
+		}
+		// Polls add no idle time; a 50 ms sleep adds at least 40 ms.
+		idle := atomic.LoadInt64(&sh.IdleNs)
+		for i := 0; i < 10; i++ {
+			if _, err := rt.Wait(ev, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if v := atomic.LoadInt64(&sh.IdleNs); v != idle {
+			t.Fatalf("IdleNs grew by %d ns over polls", v-idle)
+		}
+		start := time.Now()
+		for time.Since(start) < 50*time.Millisecond {
+			if _, err := rt.Wait(ev, 50*time.Millisecond-time.Since(start)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		wall := time.Since(start)
+		d := atomic.LoadInt64(&sh.IdleNs) - idle
+		if d < int64(40*time.Millisecond) || d > int64(wall) {
+			t.Fatalf("IdleNs grew by %v over a %v sleep", time.Duration(d), wall)
+		}
+		// A sleeping waiter is rung by a post (bounded retries: it may
+		// not be asleep yet when the post comes).
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for atomic.LoadUint64(&sh.Rings) == 0 {
+				if n, err := rt.Wait(ev, 10*time.Second); err != nil || n == 0 {
+					t.Errorf("wait: %d %v", n, err)
+					return
+				}
+			}
+		}()
+		deadline := time.Now().Add(30 * time.Second)
+		for atomic.LoadUint64(&sh.Rings) == 0 && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+			if err := rt.Post(2, 2); err != nil {
+				t.Fatal(err)
+			}
+		}
+		<-done
+		if atomic.LoadUint64(&sh.Rings) == 0 {
+			t.Fatal("no post ever rang a sleeping waiter")
+		}
+	})
+}

@@ -37,6 +37,12 @@ type Shared struct {
 	RegSeq   uint64 // bumped by every Add, Modify and Remove (see fdReg)
 	WakeAt   int64  // when the sleeping waiter wakes by itself (MaxInt64: never)
 	Start    int64  // the runtime's clock origin: monotonic ns (runtime.nanotime)
+
+	// Counters for async_runtime_get_stats, read from any thread.
+	IdleNs  int64  // ns the waiter spent blocked in the poller (polls with a timeout != 0); waiter only
+	Timers  int64  // timers added and not yet cancelled or (one-shot) delivered; under the timer lock
+	Rings   uint64 // doorbell writes by posts and timers that found the waiter asleep
+	Wakeups uint64 // explicit wakeups (Runtime.Wakeup, async_runtime_wakeup) that rang the doorbell
 }
 
 // Source is a queue of completions kept outside the runtime, drained by Wait

@@ -125,9 +125,12 @@ int async_runtime_wakeup(async_runtime_t *rt) {
         do r = write(bell->fd, &c, 1);
         while (r < 0 && errno == EINTR);
     }
-    la_handle_put(slot);
     /* EAGAIN: the doorbell is already full, the waiter wakes anyway. */
     int ok = r >= 0 || errno == EAGAIN, werr = errno;
+    /* Stats; the record is the runtime's while the handle is pinned. A
+     * lock-free atomic: async-signal-safe. */
+    if (ok) atomic_fetch_add_explicit(&((la_rtc_t *)bell)->sh.wakeups, 1, memory_order_relaxed);
+    la_handle_put(slot);
     errno = saved;
     if (!ok) {
         la_set_error_os(ASYNC_E_SYS, werr);
@@ -147,4 +150,44 @@ uint64_t async_runtime_add_timer(async_runtime_t *rt, uint64_t delay_ms, uint64_
 int async_runtime_cancel_timer(async_runtime_t *rt, uint64_t timer_id) {
     LA_ENTRY(-1);
     return la_ok(GO(.op = GO_RT_CANCEL_TIMER, .h = LA_H(rt), .u1 = timer_id)) ? 0 : -1;
+}
+
+/* ---- stats --------------------------------------------------------------- */
+
+_Static_assert(sizeof(async_runtime_stats_t) == ASYNC_RUNTIME_STATS_MIN_SIZE,
+               "a new field of async_runtime_stats_t goes at the end; ASYNC_RUNTIME_STATS_MIN_SIZE stays the first "
+               "version's size");
+_Static_assert(sizeof(async_runtime_stats_t) % 8 == 0, "stats size");
+
+int async_runtime_get_stats(async_runtime_t *rt, async_runtime_stats_t *stats, size_t stats_size) {
+    LA_ENTRY(-1);
+    /* Pure C, no Go crossing: safe on a fiber stack and never parks. */
+    if (!stats || stats_size < ASYNC_RUNTIME_STATS_MIN_SIZE || stats_size % 8 != 0) {
+        la_set_error(ASYNC_E_INVAL);
+        return -1;
+    }
+    la_slot_t *slot;
+    la_rtc_t *r = la_handle_get(LA_H(rt), LA_T_RUNTIME, &slot);
+    if (!r) {
+        la_set_error(ASYNC_E_BADHANDLE);
+        return -1;
+    }
+    /* Pinned: deinit waits for us before it recycles r. */
+    async_runtime_stats_t st;
+    memset(&st, 0, sizeof st);
+    st.iterations = atomic_load_explicit(&r->st.iterations, memory_order_relaxed);
+    st.idle_time_ns = (uint64_t)atomic_load_explicit(&r->sh.idle_ns, memory_order_relaxed);
+    st.events_total = atomic_load_explicit(&r->st.events_total, memory_order_relaxed);
+    for (int b = 0; b < ASYNC_RUNTIME_STATS_EVENT_KINDS; b++)
+        st.events[b] = atomic_load_explicit(&r->st.events[b], memory_order_relaxed);
+    st.completions_pending = la_rtc_pending_count(r);
+    int64_t timers = atomic_load_explicit(&r->sh.timers, memory_order_relaxed);
+    st.timers_armed = timers > 0 ? (uint64_t)timers : 0;
+    st.doorbell_writes = atomic_load_explicit(&r->sh.rings, memory_order_relaxed);
+    st.wakeups = atomic_load_explicit(&r->sh.wakeups, memory_order_relaxed);
+    la_handle_put(slot);
+    size_t n = stats_size < sizeof st ? stats_size : sizeof st;
+    memcpy(stats, &st, n);
+    if (stats_size > n) memset((char *)stats + n, 0, stats_size - n);
+    return (int)n;
 }

@@ -91,6 +91,8 @@ struct la_postq {
     uintptr_t list;      /* taken, not delivered: the oldest run (tagged) */
     uint32_t lpos;       /* entries of it delivered already */
     la_cprod_t *prods;
+    uint64_t taken;      /* entries taken by the loop, ever (stats) */
+    uint64_t retired;    /* posts of records freed already (stats) */
 };
 
 struct la_cprod {
@@ -103,6 +105,7 @@ struct la_cprod {
     la_rtc_t *rt;
     struct la_postq *q;
     struct la_cprod *tnext; /* the owner thread's list */
+    _Atomic uint64_t posted; /* posts so far (stats): written by the owner only, before it publishes */
     _Atomic int dead;       /* the runtime was closed */
     _Atomic int orphan;     /* the owner thread let go of this record */
     la_cblock_t *_Atomic spare; /* a drained block handed back for reuse */
@@ -221,6 +224,7 @@ la_rtc_t *la_rtc_new(int fd, int kind) {
     atomic_store(&r->closed, 0);
     r->q = q;
     r->free_next = NULL;
+    memset(&r->st, 0, sizeof r->st);
     return r;
 }
 
@@ -322,6 +326,11 @@ int la_rt_post(uint64_t h, uintptr_t key, uintptr_t data) {
     uint32_t c = p->tcount;
     struct la_postq *q = p->q;
     uintptr_t top = atomic_load_explicit(&q->top, memory_order_relaxed);
+    /* Counted before it is published (the CAS below releases it), so the
+     * loop never takes more than get_stats sees posted. Owner only: a plain
+     * store, no read-modify-write. */
+    uint64_t posted = atomic_load_explicit(&p->posted, memory_order_relaxed);
+    atomic_store_explicit(&p->posted, posted + 1, memory_order_relaxed);
     /* Claim the entry's place in the order and publish it in one step: grow
      * this thread's run if it is still on top, else push a new run. Then
      * look at the sleep flag: with the loop's "raise the flag, then look for
@@ -342,7 +351,10 @@ int la_rt_post(uint64_t h, uintptr_t key, uintptr_t data) {
         /* Reuse the block the loop handed back, if any: no malloc in a
          * steady stream. */
         la_cblock_t *nb = atomic_exchange_explicit(&p->spare, NULL, memory_order_acquire);
-        if (!nb && !(nb = new_block(p))) return ASYNC_E_NOMEM;
+        if (!nb && !(nb = new_block(p))) {
+            atomic_store_explicit(&p->posted, posted, memory_order_relaxed);
+            return ASYNC_E_NOMEM;
+        }
         p->tblk = b = nb;
         c = 0;
     }
@@ -367,6 +379,7 @@ published:;
             int32_t one = 1;
             if (atomic_compare_exchange_strong(&pr->sh.sleeping, &one, 0)) {
                 int saved = errno;
+                atomic_fetch_add_explicit(&pr->sh.rings, 1, memory_order_relaxed); /* stats */
 #if defined(_WIN32)
                 /* The doorbell is an I/O completion port, not a descriptor. */
                 if (pr->bell.kind == LA_DOORBELL_IOCP) la_win_ring(pr->bell.fd);
@@ -400,6 +413,21 @@ int la_rtc_pending(la_rtc_t *r) {
     return any;
 }
 
+uint64_t la_rtc_pending_count(la_rtc_t *r) {
+    struct la_postq *q = r->q;
+    if (!q) return 0;
+    pthread_mutex_lock(&q->mu);
+    /* Records are freed only under q->mu (reap): the walk is safe. Every
+     * entry taken was counted by its poster before it was published, so
+     * posted >= taken but for a post counted and not published yet, and
+     * one that failed for memory and takes its count back. */
+    uint64_t posted = q->retired;
+    for (la_cprod_t *p = q->prods; p; p = p->next) posted += atomic_load_explicit(&p->posted, memory_order_relaxed);
+    uint64_t taken = q->taken;
+    pthread_mutex_unlock(&q->mu);
+    return posted > taken ? posted - taken : 0;
+}
+
 /* Frees the orphans whose entries are all delivered (under q->mu). */
 static void reap(struct la_postq *q) {
     la_cprod_t **pp = &q->prods;
@@ -412,6 +440,7 @@ static void reap(struct la_postq *q) {
         if (atomic_load(&p->orphan) && (p->tcount == 0 || (p->cblk == p->tblk && p->cend == p->tcount))) {
             *pp = p->next;
             atomic_fetch_sub(&q->orphans, 1);
+            q->retired += atomic_load_explicit(&p->posted, memory_order_relaxed);
             prod_free(p);
         } else {
             pp = &p->next;
@@ -485,6 +514,7 @@ static inline int take(la_rtc_t *r, la_pair_t *out, io_event_t *ev, int max) {
         q->list = prev;
         q->lpos = 0;
     }
+    if (n) q->taken += (uint64_t)n;
     if (atomic_load_explicit(&q->orphans, memory_order_relaxed) != 0) reap(q);
     pthread_mutex_unlock(&q->mu);
     return n;

@@ -31,6 +31,11 @@ typedef struct {
     _Atomic uint64_t reg_seq;  /* bumped by every fd add, modify and remove */
     _Atomic int64_t wake_at;   /* when the sleeping wait wakes by itself (ns since start) */
     int64_t start;             /* the clock origin: CLOCK_MONOTONIC ns (Go's nanotime) */
+    /* Counters for async_runtime_get_stats (stats.c), read from any thread. */
+    _Atomic int64_t idle_ns;   /* ns the waiter spent blocked in the poller (timeout != 0); waiter only */
+    _Atomic int64_t timers;    /* timers armed (Go, under its timer lock) */
+    _Atomic uint64_t rings;    /* doorbell writes by posts and timers that found the waiter asleep */
+    _Atomic uint64_t wakeups;  /* async_runtime_wakeup calls that rang the doorbell */
 } la_shared_t;
 /* The fd map (fdmap.c): what the C wait needs to translate an epoll record of
  * a live registration without Go: the registration's id (the record's high
@@ -52,6 +57,15 @@ typedef struct {
     _Atomic int broken; /* a chunk could not be allocated: Go translates all */
 } la_fdmap_t;
 
+/* The counters of async_runtime_get_stats that the waiter keeps (wait.c):
+ * only the thread in async_runtime_wait writes them (relaxed load + store,
+ * no read-modify-write); any thread reads them (relaxed loads). */
+typedef struct {
+    _Atomic uint64_t iterations;
+    _Atomic uint64_t events_total;
+    _Atomic uint64_t events[ASYNC_RUNTIME_STATS_EVENT_KINDS];
+} la_rtstats_t;
+
 typedef struct la_rtc {
     la_doorbell_t bell;        /* first: async_runtime_wakeup reads it as la_doorbell_t */
     la_shared_t sh;
@@ -64,11 +78,16 @@ typedef struct la_rtc {
     _Atomic int closed;
     struct la_postq *q;        /* the completion queue of this incarnation */
     struct la_rtc *free_next;
+    char pad[64];              /* the waiter's counters on lines of their own (posters read sh) */
+    la_rtstats_t st;           /* zeroed by la_rtc_new */
 } la_rtc_t;
 la_rtc_t *la_rtc_new(int fd, int kind);
 void la_rtc_close(la_rtc_t *r);
 void la_rtc_recycle(la_rtc_t *r);
 int la_rtc_pending(la_rtc_t *r);
+/* Completions posted and not yet taken (approximate while posts run). Any
+ * thread, with r's handle pinned. */
+uint64_t la_rtc_pending_count(la_rtc_t *r);
 la_shared_t *la_rtc_shared(la_rtc_t *r);
 int32_t *la_rtc_wait_flag(la_rtc_t *r);
 int la_rtc_take(la_rtc_t *r, la_pair_t *out, int max);

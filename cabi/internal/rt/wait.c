@@ -37,6 +37,47 @@
 #define LA_MAX_SKIPPED 8
 #define LA_POLL_EVERY 1000000 /* ns */
 
+/* ---- stats (async_runtime_get_stats) ------------------------------------
+ * Only the thread that holds r->waiting writes these counters (the flag's
+ * compare-and-swap and its release order one waiter after the other), so a
+ * relaxed load and store make each update: no read-modify-write, no fence;
+ * get_stats reads them with relaxed loads from any thread. */
+static inline void stat_add(_Atomic uint64_t *c, uint64_t n) {
+    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n, memory_order_relaxed);
+}
+
+/* Counts n events of the caller's array by kind (each bit of event_type).
+ * A batch is mostly of one type (completions, timers, READ): that costs a
+ * compare per event; a mixed batch is counted bit by bit. */
+static void count_events(la_rtc_t *r, const io_event_t *ev, int n) {
+    if (n <= 0) return;
+    const uint32_t mask = (1u << ASYNC_RUNTIME_STATS_EVENT_KINDS) - 1;
+    uint32_t t0 = ev[0].event_type, mixed = 0;
+    for (int i = 1; i < n; i++) mixed |= ev[i].event_type ^ t0;
+    if (!mixed) {
+        for (uint32_t t = t0 & mask; t; t &= t - 1) stat_add(&r->st.events[__builtin_ctz(t)], (uint64_t)n);
+    } else {
+        uint32_t k[ASYNC_RUNTIME_STATS_EVENT_KINDS] = {0}, seen = 0;
+        for (int i = 0; i < n; i++) {
+            uint32_t t = ev[i].event_type & mask;
+            seen |= t;
+            for (; t; t &= t - 1) k[__builtin_ctz(t)]++;
+        }
+        for (; seen; seen &= seen - 1) {
+            int b = __builtin_ctz(seen);
+            stat_add(&r->st.events[b], k[b]);
+        }
+    }
+    stat_add(&r->st.events_total, (uint64_t)n);
+}
+
+/* n completions and nothing else (the fast paths). */
+static inline void count_completions(la_rtc_t *r, int n) {
+    stat_add(&r->st.events[4 /* ASYNC_EVENT_COMPLETION */], (uint64_t)n);
+    stat_add(&r->st.events_total, (uint64_t)n);
+}
+_Static_assert(ASYNC_EVENT_COMPLETION == 1u << 4, "completion bit");
+
 #if !defined(_WIN32)
 static int64_t clock_ns(const la_shared_t *sh) {
     struct timespec ts;
@@ -130,6 +171,7 @@ static int c_wait(la_rtc_t *r, io_event_t *ev, int max, int timeout, int *out) {
             n = la_rtc_take_events(r, ev, max);
             if (n > 0) {
                 count_skip(sh);
+                count_completions(r, n);
                 *out = n;
                 return 0;
             }
@@ -160,9 +202,17 @@ static int c_wait(la_rtc_t *r, io_event_t *ev, int max, int timeout, int *out) {
             regseq = atomic_load(&sh->reg_seq); /* before the poll: see libasync's fdReg */
             atomic_store_explicit(&sh->skipped, 0, memory_order_relaxed);
             atomic_store_explicit(&sh->last_poll, now, memory_order_relaxed);
+            /* A poll that may block is timed (idle_ns): one clock read
+             * more, only then; the one after is needed anyway. */
+            int64_t t0 = ms != 0 ? clock_ns(sh) : 0;
             int k = epoll_wait(atomic_load(&sh->rawfd), raw, LA_RAW_MAX + 1, ms);
             int err = errno;
-            if (ms != 0) atomic_store(&sh->sleeping, 0);
+            now = clock_ns(sh);
+            if (ms != 0) {
+                atomic_store(&sh->sleeping, 0);
+                atomic_store_explicit(&sh->idle_ns, atomic_load_explicit(&sh->idle_ns, memory_order_relaxed) + (now - t0),
+                                      memory_order_relaxed);
+            }
             if (atomic_load(&r->closed)) return ASYNC_E_CLOSED;
             if (k < 0) {
                 if (err != EINTR) {
@@ -178,7 +228,6 @@ static int c_wait(la_rtc_t *r, io_event_t *ev, int max, int timeout, int *out) {
                 else
                     raw[nraw++] = raw[i];
             }
-            now = clock_ns(sh);
         } else if (other_ready) {
             count_skip(sh);
         }
@@ -207,6 +256,7 @@ static int c_wait(la_rtc_t *r, io_event_t *ev, int max, int timeout, int *out) {
         }
         force_poll = 0;
         if (n > 0 || woken || intr || timeout == 0 || now >= deadline) {
+            count_events(r, ev, n);
             *out = n;
             return 0;
         }
@@ -226,6 +276,7 @@ static int fast_wait(la_rtc_t *r, io_event_t *ev, int max, int *out) {
     int n = la_rtc_take_events(r, ev, max);
     if (n == 0) return 0;
     count_skip(sh);
+    count_completions(r, n);
     *out = n;
     return 1;
 }
@@ -253,18 +304,22 @@ int la_rt_wait(uint64_t h, io_event_t *events, int max, int timeout, int *out) {
 #if defined(__linux__)
         if (r->raw) {
             rc = c_wait(r, events, max, timeout, out);
+            if (rc == 0) stat_add(&r->st.iterations, 1);
             atomic_store(&r->waiting, 0);
             return rc;
         }
 #endif
 #if !defined(_WIN32)
         if (fast_wait(r, events, max, out)) {
+            stat_add(&r->st.iterations, 1);
             atomic_store(&r->waiting, 0);
             return 0;
         }
 #endif
         rc = la_go_rt_wait_go(r->token, events, max, timeout, out);
+        if (rc == 0) count_events(r, events, *out);
     }
+    if (rc == 0) stat_add(&r->st.iterations, 1);
     atomic_store(&r->waiting, 0);
     return rc;
 }
