@@ -96,7 +96,7 @@ typedef enum {
     ASYNC_E_FULL = 7,       /* queue full (no DROP_OLDEST / BLOCK_WRITER policy) or channel full */
     ASYNC_E_TIMEDOUT = 8,   /* the timeout expired */
     ASYNC_E_CLOSED = 9,     /* destroyed while the call waited on it; a closed channel; a reset or refused connection */
-    ASYNC_E_BUSY = 10,      /* another caller already waits there: async_runtime_wait, an fd direction, a join */
+    ASYNC_E_BUSY = 10,      /* another caller already waits there: async_runtime_wait, an fd direction, a join; a fiber mutex is owned (trylock) */
     ASYNC_E_EXISTS = 11,    /* fd already registered with this runtime */
     ASYNC_E_NOTFOUND = 12,  /* fd or timer not registered with this runtime */
     ASYNC_E_BADFD = 13,     /* not an open file descriptor (or not pollable) */
@@ -518,8 +518,8 @@ int async_runtime_cancel_timer(async_runtime_t *rt, uint64_t timer_id);
  *
  * Once async_sched_shutdown() was called, every parked call of that
  * scheduler's fibers (sleep, join, chan send/recv/select, wait_fd, read,
- * write, accept, connect, queue waits, mutex lock, cond wait) returns at
- * once with
+ * write, accept, connect, queue waits, mutex lock, cond wait: it still
+ * takes its mutex back) returns at once with
  * ASYNC_E_CANCELLED, and so does every later one; the fibers unwind
  * normally.
  */
