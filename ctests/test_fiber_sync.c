@@ -1007,6 +1007,64 @@ static void t_fls_badinput(void) {
     CHECK_EQ(async_fiber_key_delete(k), 0);
 }
 
+/* ---- fork: every call fails at once with ASYNC_E_FORKED in the child ------------------ */
+
+#include <sys/wait.h>
+
+#define CHILD_FORKED(n, expr)                                                                                  \
+    do {                                                                                                       \
+        async_clear_error();                                                                                   \
+        if (!(expr) || async_last_error() != ASYNC_E_FORKED) _exit(n);                                         \
+    } while (0)
+
+static void *hold_forever(void *arg) {
+    (void)arg;
+    CHECK_EQ(async_mutex_lock(g_m, -1), 0);
+    atomic_store(&g_flag, 1);
+    return NULL; /* ends owning it: a lock in the parent would wait for ever */
+}
+
+static void t_forked(void) {
+    g_m = async_mutex_create();
+    g_c = async_cond_create();
+    CHECK_EQ(async_fiber_key_create(&g_key, NULL), 0);
+    pthread_t t;
+    start_thread(&t, hold_forever, NULL);
+    join_within(t, LONG_MS, "hold_forever");
+    fflush(stdout);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        double t0 = now_ms();
+        CHILD_FORKED(10, async_mutex_lock(g_m, -1) == -1);
+        CHILD_FORKED(11, async_mutex_trylock(g_m) == -1);
+        CHILD_FORKED(12, async_mutex_unlock(g_m) == -1);
+        CHILD_FORKED(13, async_cond_wait(g_c, g_m, -1) == -1);
+        CHILD_FORKED(14, async_cond_signal(g_c) == -1);
+        CHILD_FORKED(15, async_cond_broadcast(g_c) == -1);
+        CHILD_FORKED(16, async_mutex_create() == NULL);
+        CHILD_FORKED(17, async_cond_create() == NULL);
+        async_fiber_key_t k;
+        CHILD_FORKED(18, async_fiber_key_create(&k, NULL) == -1);
+        CHILD_FORKED(19, async_fiber_setspecific(g_key, &k) == -1);
+        CHILD_FORKED(20, async_fiber_getspecific(g_key) == NULL);
+        CHILD_FORKED(21, async_fiber_key_delete(g_key) == -1);
+        CHILD_FORKED(22, (async_mutex_destroy(g_m), 1));
+        CHILD_FORKED(23, (async_cond_destroy(g_c), 1));
+        if (now_ms() - t0 > 10000) _exit(30);
+        _exit(0);
+    }
+    int st = 0;
+    CHECK_EQ(waitpid(pid, &st, 0), pid);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) fprintf(stderr, "child status %#x\n", st);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    /* the parent's objects are untouched */
+    CHECK_FAIL(async_mutex_trylock(g_m) == -1, ASYNC_E_BUSY);
+    CHECK_EQ(async_fiber_key_delete(g_key), 0);
+    async_mutex_destroy(g_m);
+    async_cond_destroy(g_c);
+}
+
 static const test_case_t cases[] = {
     T(mutex_badinput),
     T(mutex_owner_fiber),
@@ -1024,6 +1082,7 @@ static const test_case_t cases[] = {
     T(fls_migrate),
     T(fls_destructors),
     T(fls_badinput),
+    T(forked),
 };
 
 TEST_MAIN(cases)
