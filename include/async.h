@@ -807,7 +807,9 @@ int async_chan_select(async_chan_op_t *ops, size_t n, int timeout_ms);
  *
  * Ownership: the owner of a mutex locked on a fiber is that fiber, wherever
  * it runs later (fibers move between worker threads); one locked off a
- * fiber belongs to the calling thread. Only the owner may unlock it. A mutex
+ * fiber belongs to the calling thread. Only the owner may unlock it (a
+ * function run by async_fiber_blocking runs on a pool thread: it is not the
+ * fiber and cannot unlock the fiber's mutex). A mutex
  * is not recursive: locking a mutex one already owns fails with
  * ASYNC_E_STATE (it never deadlocks on itself). Waiting lockers get the
  * mutex in FIFO order: unlock hands it to the oldest waiter directly, so a
