@@ -96,7 +96,7 @@ typedef enum {
     ASYNC_E_FULL = 7,       /* queue full (no DROP_OLDEST / BLOCK_WRITER policy) or channel full */
     ASYNC_E_TIMEDOUT = 8,   /* the timeout expired */
     ASYNC_E_CLOSED = 9,     /* destroyed while the call waited on it; a closed channel; a reset or refused connection */
-    ASYNC_E_BUSY = 10,      /* another caller already waits there: async_runtime_wait, an fd direction, a join */
+    ASYNC_E_BUSY = 10,      /* another caller already waits there: async_runtime_wait, an fd direction, a join; a fiber mutex is owned (trylock) */
     ASYNC_E_EXISTS = 11,    /* fd already registered with this runtime */
     ASYNC_E_NOTFOUND = 12,  /* fd or timer not registered with this runtime */
     ASYNC_E_BADFD = 13,     /* not an open file descriptor (or not pollable) */
@@ -575,7 +575,8 @@ int async_runtime_get_stats(async_runtime_t *rt, async_runtime_stats_t *stats, s
  *
  * Once async_sched_shutdown() was called, every parked call of that
  * scheduler's fibers (sleep, join, chan send/recv/select, wait_fd, read,
- * write, accept, connect, queue waits) returns at once with
+ * write, accept, connect, queue waits, mutex lock, cond wait: it still
+ * takes its mutex back) returns at once with
  * ASYNC_E_CANCELLED, and so does every later one; the fibers unwind
  * normally.
  */
@@ -854,6 +855,131 @@ typedef struct {
  * ASYNC_E_TIMEDOUT (also for timeout 0 when nothing is ready),
  * ASYNC_E_CANCELLED. Thread-safe; parks. */
 int async_chan_select(async_chan_op_t *ops, size_t n, int timeout_ms);
+
+/* Mutexes and condition variables for fibers: a wait parks the calling
+ * fiber (its worker runs other fibers meanwhile) and blocks a plain thread,
+ * as channels do. Like channels they belong to no scheduler: fibers of any
+ * scheduler and plain threads may share one. A pthread mutex held across a
+ * parking call, or a contended one, blocks a whole worker instead; use these.
+ *
+ * Ownership: the owner of a mutex locked on a fiber is that fiber, wherever
+ * it runs later (fibers move between worker threads); one locked off a
+ * fiber belongs to the calling thread. Only the owner may unlock it (a
+ * function run by async_fiber_blocking runs on a pool thread: it is not the
+ * fiber and cannot unlock the fiber's mutex). A mutex
+ * is not recursive: locking a mutex one already owns fails with
+ * ASYNC_E_STATE (it never deadlocks on itself). Waiting lockers get the
+ * mutex in FIFO order: unlock hands it to the oldest waiter directly, so a
+ * waiter cannot be overtaken by later lockers (no starvation; the price is
+ * that a busy mutex switches owner on every unlock). A fiber or thread that
+ * ends while owning a mutex leaves it locked for good. */
+typedef struct async_mutex_s async_mutex_t;
+typedef struct async_cond_s async_cond_t;
+
+/* Creates an unlocked mutex. Errors: ASYNC_E_NOMEM. Thread-safe; never
+ * blocks. */
+async_mutex_t *async_mutex_create(void);
+
+/* Destroys m, locked or not: the handle becomes invalid at once, every call
+ * waiting to lock it (async_mutex_lock, or async_cond_wait taking it back)
+ * wakes and fails (lock: ASYNC_E_CLOSED; cond_wait: ASYNC_E_BADHANDLE), and
+ * the owner's later unlock fails with ASYNC_E_BADHANDLE. The memory goes
+ * when the last call using it returns. Invalid handles are ignored
+ * (ASYNC_E_BADHANDLE). Thread-safe; never blocks. */
+void async_mutex_destroy(async_mutex_t *m);
+
+/* Locks m, waiting up to timeout_ms while another fiber or thread owns it
+ * (timeout_ms 0 never waits and fails with ASYNC_E_BUSY, as
+ * async_mutex_trylock). Errors: ASYNC_E_BADHANDLE, ASYNC_E_INVAL (bad
+ * timeout), ASYNC_E_STATE (the caller already owns m), ASYNC_E_BUSY
+ * (timeout 0), ASYNC_E_TIMEDOUT, ASYNC_E_CLOSED (m was destroyed while the
+ * call waited), ASYNC_E_CANCELLED (on a fiber of a scheduler that shuts
+ * down). After any failure the caller does not own m (unless it already
+ * did: ASYNC_E_STATE). Thread-safe; parks. */
+int async_mutex_lock(async_mutex_t *m, int timeout_ms);
+
+/* async_mutex_lock(m, 0): locks m if nobody owns it. Errors:
+ * ASYNC_E_BADHANDLE, ASYNC_E_BUSY (another owns it), ASYNC_E_STATE (the
+ * caller owns it). Thread-safe; never blocks. */
+int async_mutex_trylock(async_mutex_t *m);
+
+/* Unlocks m; the oldest waiter, if any, owns it on return. Errors:
+ * ASYNC_E_BADHANDLE, ASYNC_E_STATE (the caller, fiber or thread, does not
+ * own m: unlocked, or owned by another). Thread-safe; never blocks. */
+int async_mutex_unlock(async_mutex_t *m);
+
+/* Creates a condition variable. Errors: ASYNC_E_NOMEM. Thread-safe; never
+ * blocks. */
+async_cond_t *async_cond_create(void);
+
+/* Destroys c: the handle becomes invalid at once, every waiter wakes and
+ * (once it owns its mutex again) fails with ASYNC_E_CLOSED. The memory goes
+ * when the last call using it returns. Invalid handles are ignored
+ * (ASYNC_E_BADHANDLE). Thread-safe; never blocks. */
+void async_cond_destroy(async_cond_t *c);
+
+/* Atomically unlocks m (which the caller must own) and waits on c up to
+ * timeout_ms, then locks m again before returning, also after a timeout, a
+ * cancellation or a destroy of c. "Atomically": a signal or broadcast made
+ * by whoever locks m after this call released it wakes this call. There are
+ * no spurious wake-ups, but another fiber or thread may have changed the
+ * state it waited for before m is back: wait in a loop on your predicate.
+ * Taking m back is not cancelled by async_sched_shutdown (it waits for m's
+ * owner). Whatever the result, the caller owns m on return unless m was
+ * destroyed. Errors: ASYNC_E_BADHANDLE (c or m invalid at the call: nothing
+ * done; or m destroyed during the call), ASYNC_E_INVAL (bad timeout),
+ * ASYNC_E_STATE (the caller does not own m: nothing done),
+ * ASYNC_E_TIMEDOUT, ASYNC_E_CLOSED (c was destroyed while the call waited),
+ * ASYNC_E_CANCELLED (on a fiber of a scheduler that shuts down; m is still
+ * owned). Thread-safe; parks. */
+int async_cond_wait(async_cond_t *c, async_mutex_t *m, int timeout_ms);
+
+/* Wakes the oldest waiter of c (signal) or every waiter (broadcast), if any.
+ * A signal is never lost to a waiter whose timeout fires at the same time:
+ * it wakes another waiter then. The caller need not own the mutex.
+ * Errors: ASYNC_E_BADHANDLE. Thread-safe; never blocks. */
+int async_cond_signal(async_cond_t *c);
+int async_cond_broadcast(async_cond_t *c);
+
+/* Fiber-local storage: one value (a void *) per key and per fiber, which
+ * follows the fiber across worker threads. Off a fiber, each plain thread
+ * has its own values for the same keys (like pthread_getspecific), so code
+ * that runs on fibers and threads alike sees its own; note that a function
+ * run by async_fiber_blocking runs on a pool thread and sees that thread's
+ * values, not the fiber's. A key may be used by any fiber of any scheduler.
+ * At most 1024 keys exist at once. */
+typedef uint64_t async_fiber_key_t;
+
+/* Creates a key and stores it in *key. Every fiber and thread reads NULL
+ * for it until it sets a value. destructor (may be NULL) is called with a
+ * fiber's non-NULL value when the fiber's function returns: on that fiber's
+ * stack, as that fiber (it may park and use this API), before the fiber
+ * counts as finished (so before async_fiber_join returns, or
+ * async_sched_run, for it). On a plain thread it is called at the thread's
+ * exit (a pthread key destructor: not for the main thread's exit()). As
+ * with pthread keys: the value reads NULL when the destructor gets it;
+ * values set again by destructors get further rounds, 4 in all, and later
+ * ones are dropped. Errors: ASYNC_E_INVAL (key NULL), ASYNC_E_NOMEM (1024
+ * keys exist). Thread-safe; never blocks. */
+int async_fiber_key_create(async_fiber_key_t *key, void (*destructor)(void *));
+
+/* Deletes key: later calls with it fail with ASYNC_E_BADHANDLE (a key value
+ * is never issued again), and no destructor is called for the values it
+ * still has (free them first if they need it). A destructor call that was
+ * already starting at a fiber's or thread's exit may still happen. Errors:
+ * ASYNC_E_BADHANDLE. Thread-safe; never blocks. */
+int async_fiber_key_delete(async_fiber_key_t key);
+
+/* Sets the calling fiber's (or, off a fiber, thread's) value for key.
+ * Errors: ASYNC_E_BADHANDLE (key not live), ASYNC_E_NOMEM (the value is
+ * not set). Never blocks; affects only the caller. */
+int async_fiber_setspecific(async_fiber_key_t key, void *value);
+
+/* The calling fiber's (or, off a fiber, thread's) value for key; NULL if
+ * none was set. Returns NULL with ASYNC_E_BADHANDLE for a key that is not
+ * live (a NULL value sets no error: clear the error first to tell them
+ * apart). Never blocks. */
+void *async_fiber_getspecific(async_fiber_key_t key);
 
 #ifdef __cplusplus
 }

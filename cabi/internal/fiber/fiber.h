@@ -116,6 +116,9 @@ struct la_fiber {
     int done;
     _Atomic int joining;
     struct la_waiter *joiner;
+    /* fiber-local values (fls.c): NULL until the fiber sets one, NULL again
+     * once la_fls_fiber_exit ran */
+    struct la_fls *fls;
 };
 
 /* ---- waiters (a fiber or a plain thread blocked on something) ------------- */
@@ -203,6 +206,11 @@ void la_call_off_fiber(void (*fn)(void *), void *arg);
 void la_ensure_go_poller(void);
 void la_fiber_trap(void (*fn)(void *), void *arg);
 
+
+/* ---- fiber-local storage (fls.c) ------------------------------------------- */
+/* Runs the destructors of the running fiber f's values and frees them (its
+ * function returned; on its stack). */
+void la_fls_fiber_exit(la_fiber_t *f);
 
 /* ---- errors of the current fiber ----------------------------------------- */
 int *la_fiber_error_slot(void);

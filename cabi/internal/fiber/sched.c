@@ -681,6 +681,7 @@ void la_fiber_main(la_fiber_t *f) {
     asan_arrive(NULL);
     LA_BUMP(la_current_worker()->n_started);
     f->fn(f->arg);
+    if (f->fls) la_fls_fiber_exit(f); /* before anyone sees f done */
     la_switch_out(f, LA_ACT_EXIT);
     abort();
 }

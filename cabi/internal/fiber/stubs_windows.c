@@ -178,3 +178,76 @@ int async_chan_select(async_chan_op_t *ops, size_t n, int timeout_ms) {
     (void)ops, (void)n, (void)timeout_ms;
     return notsup();
 }
+
+/* Fiber mutexes, condition variables and fiber-local storage (sync.c,
+ * fls.c): not on Windows yet. */
+async_mutex_t *async_mutex_create(void) {
+    notsup();
+    return NULL;
+}
+
+void async_mutex_destroy(async_mutex_t *m) {
+    (void)m;
+    notsup();
+}
+
+int async_mutex_lock(async_mutex_t *m, int timeout_ms) {
+    (void)m, (void)timeout_ms;
+    return notsup();
+}
+
+int async_mutex_trylock(async_mutex_t *m) {
+    (void)m;
+    return notsup();
+}
+
+int async_mutex_unlock(async_mutex_t *m) {
+    (void)m;
+    return notsup();
+}
+
+async_cond_t *async_cond_create(void) {
+    notsup();
+    return NULL;
+}
+
+void async_cond_destroy(async_cond_t *c) {
+    (void)c;
+    notsup();
+}
+
+int async_cond_wait(async_cond_t *c, async_mutex_t *m, int timeout_ms) {
+    (void)c, (void)m, (void)timeout_ms;
+    return notsup();
+}
+
+int async_cond_signal(async_cond_t *c) {
+    (void)c;
+    return notsup();
+}
+
+int async_cond_broadcast(async_cond_t *c) {
+    (void)c;
+    return notsup();
+}
+
+int async_fiber_key_create(async_fiber_key_t *key, void (*destructor)(void *)) {
+    (void)key, (void)destructor;
+    return notsup();
+}
+
+int async_fiber_key_delete(async_fiber_key_t key) {
+    (void)key;
+    return notsup();
+}
+
+int async_fiber_setspecific(async_fiber_key_t key, void *value) {
+    (void)key, (void)value;
+    return notsup();
+}
+
+void *async_fiber_getspecific(async_fiber_key_t key) {
+    (void)key;
+    notsup();
+    return NULL;
+}
