@@ -12,6 +12,7 @@
 
 #include <dirent.h>
 #include <stdatomic.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -363,6 +364,52 @@ static void t_rt_flood(void) {
     CHECK(is_ign(flood_sig));
 }
 
+/* Ping-pong: one signal at a time from the main thread, the next sent as soon
+ * as the waiter (which blocks the signal itself, so it is woken by the
+ * doorbell only) has counted the previous one, which races each signal with
+ * the waiter going back to sleep (the Dekker pair of the sleep flag and
+ * la_rtc_pending). A lost wake-up hangs a round: bounded, it fails. */
+#define PP_ROUNDS 20000
+static async_runtime_t *pp_rt;
+static _Atomic uint64_t pp_total;
+static _Atomic int pp_stop;
+static int pp_sig;
+static void *pp_waiter(void *arg) {
+    (void)arg;
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, pp_sig);
+    CHECK_EQ(pthread_sigmask(SIG_BLOCK, &set, NULL), 0);
+    while (!atomic_load(&pp_stop)) atomic_fetch_add(&pp_total, wait_signals(pp_rt, -1, KEY, NULL));
+    return NULL;
+}
+
+static void t_rt_pingpong(void) {
+    pp_sig = SIGRTMIN + 5;
+    set_ign(pp_sig);
+    pp_rt = async_runtime_init();
+    CHECK(pp_rt);
+    CHECK_EQ(async_runtime_add_signal(pp_rt, pp_sig, KEY), 0);
+    pthread_t th;
+    start_thread(&th, pp_waiter, NULL);
+    for (uint64_t i = 1; i <= PP_ROUNDS; i++) {
+        /* a varying head start for the waiter: the signal lands anywhere on
+         * its way back to sleep */
+        for (volatile unsigned d = (unsigned)(i * 7919u) % 4096u; d > 0; d--) {
+        }
+        CHECK_EQ(raise(pp_sig), 0); /* handled on this thread before raise returns */
+        double end = now_ms() + 10000;
+        for (int spins = 0; atomic_load(&pp_total) < i && now_ms() < end; spins++)
+            if (spins > 1000) sched_yield(); /* a loaded machine: let the waiter run */
+        if (atomic_load(&pp_total) != i) fprintf(stderr, "round %llu: the waiter was not woken\n", (unsigned long long)i);
+        CHECK_EQ(atomic_load(&pp_total), i);
+    }
+    atomic_store(&pp_stop, 1);
+    CHECK_EQ(async_runtime_wakeup(pp_rt), 0);
+    join_within(th, 30000, "waiter");
+    async_runtime_deinit(pp_rt);
+}
+
 /* The signal sent to every thread of the process in turn (tgkill): Go's
  * threads, fiber workers, a worker, the host's. Each one is counted. */
 static void noop_fiber(void *arg) {
@@ -611,6 +658,7 @@ static const test_case_t cases[] = {
     T(rt_deinit_pending),
     T(rt_remove_during_wait),
     T(rt_flood),
+    T(rt_pingpong),
     T(rt_every_thread),
     T(rt_race_add_remove),
     T(rt_fork_child),

@@ -515,9 +515,11 @@ int async_runtime_cancel_timer(async_runtime_t *rt, uint64_t timer_id);
  * the host must not install its own action for signo (events stop) nor
  * block signo in every thread (nothing arrives); it may block it in some
  * threads, and the signal may land on any thread, Go's and fiber workers'
- * included. A process forked while a signal is watched gets the saved
- * action back at the first such signal in the child (which then acts on
- * it as without libasync).
+ * included. While watched, the special meanings of the replaced action do
+ * not hold (SIGCHLD at SIG_IGN reaping children, SA_NOCLDSTOP), and a
+ * program exec'd meanwhile starts with the signal at SIG_DFL. A process
+ * forked while a signal is watched gets the saved action back at the first
+ * such signal in the child (which then acts on it as without libasync).
  *
  * Refused with ASYNC_E_INVAL: signo out of range (< 1, > 64 or >= NSIG),
  * SIGKILL, SIGSTOP, the fault signals SIGSEGV, SIGBUS, SIGFPE, SIGILL,
