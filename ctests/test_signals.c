@@ -647,6 +647,45 @@ static void t_fiber_flood(void) {
     CHECK(is_ign(flood_sig));
 }
 
+/* Two fibers of one scheduler wait for one signal: the second gets
+ * ASYNC_E_BUSY; a shutdown cancels the first. */
+static _Atomic int bc_parked, bc_first_err, bc_second_err;
+static void bc_first(void *arg) {
+    (void)arg;
+    atomic_store(&bc_parked, 1);
+    int r = async_fiber_wait_signal(SIGUSR1, -1);
+    atomic_store(&bc_first_err, r == -1 ? async_last_error() : 1000 + r);
+}
+static void bc_second(void *arg) {
+    (void)arg;
+    int r = async_fiber_wait_signal(SIGUSR1, 20000);
+    atomic_store(&bc_second_err, r == -1 ? async_last_error() : 1000 + r);
+}
+
+static void t_fiber_busy_cancel(void) {
+    set_ign(SIGUSR1);
+    CHECK_EQ(async_fiber_watch_signal(SIGUSR1), 0);
+    async_sched_config_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.workers = 1;
+    async_sched_t *s = async_sched_create(&cfg);
+    CHECK(s);
+    CHECK(async_fiber_spawn(s, bc_first, NULL, 0));
+    double end = now_ms() + 20000;
+    while (!atomic_load(&bc_parked) && now_ms() < end) sleep_ms(1);
+    /* One worker, no preemption: the first fiber parks before the second runs. */
+    CHECK(async_fiber_spawn(s, bc_second, NULL, 0));
+    while (!atomic_load(&bc_second_err) && now_ms() < end) sleep_ms(1);
+    CHECK_EQ(atomic_load(&bc_second_err), ASYNC_E_BUSY);
+    CHECK_EQ(atomic_load(&bc_first_err), 0); /* still parked */
+    CHECK_EQ(async_sched_shutdown(s, 20000), 0);
+    while (!atomic_load(&bc_first_err) && now_ms() < end) sleep_ms(1);
+    CHECK_EQ(atomic_load(&bc_first_err), ASYNC_E_CANCELLED);
+    async_sched_destroy(s);
+    CHECK_EQ(async_fiber_unwatch_signal(SIGUSR1), 0);
+    CHECK(is_ign(SIGUSR1));
+}
+
 static const test_case_t cases[] = {
     T(rt_basic),
     T(rt_coalesced),
@@ -665,6 +704,7 @@ static const test_case_t cases[] = {
     T(fiber_wait),
     T(fiber_unwatch_wakes),
     T(fiber_flood),
+    T(fiber_busy_cancel),
 };
 
 TEST_MAIN(cases)
