@@ -130,6 +130,53 @@ static void t_rt_wakes_wait(void) {
     async_runtime_deinit(blocked_rt);
 }
 
+/* The signal lands on the waiting thread itself (pthread_kill): its sleep
+ * ends with EINTR, and the wait returns the signal's event, not 0. */
+static async_runtime_t *ow_rt;
+static _Atomic int ow_n = -1, ow_ready;
+static io_event_t ow_ev;
+static void *ow_waiter(void *arg) {
+    (void)arg;
+    atomic_store(&ow_ready, 1);
+    atomic_store(&ow_n, async_runtime_wait(ow_rt, &ow_ev, 1, -1)); /* join_within bounds it */
+    return NULL;
+}
+
+static void t_rt_on_waiter_thread(void) {
+    set_ign(SIGUSR1);
+    ow_rt = async_runtime_init();
+    CHECK(ow_rt);
+    CHECK_EQ(async_runtime_add_signal(ow_rt, SIGUSR1, KEY), 0);
+    pthread_t th;
+    start_thread(&th, ow_waiter, NULL);
+    double end = now_ms() + 20000;
+    while (!atomic_load(&ow_ready) && now_ms() < end) sleep_ms(1);
+    sleep_ms(20); /* likely asleep; if not, the event is there before it sleeps */
+    CHECK_EQ(pthread_kill(th, SIGUSR1), 0);
+    join_within(th, 30000, "waiter");
+    CHECK_EQ(atomic_load(&ow_n), 1);
+    CHECK_EQ(ow_ev.event_type, ASYNC_EVENT_SIGNAL);
+    CHECK_EQ(ow_ev.data, 1);
+    async_runtime_deinit(ow_rt);
+}
+
+/* A count that arrived but was not taken yet is dropped by the removal; a
+ * new watch starts from 0. */
+static void t_rt_remove_drops_pending(void) {
+    set_ign(SIGUSR2);
+    async_runtime_t *rt = async_runtime_init();
+    CHECK(rt);
+    CHECK_EQ(async_runtime_add_signal(rt, SIGUSR2, KEY), 0);
+    CHECK_EQ(raise(SIGUSR2), 0);
+    CHECK_EQ(raise(SIGUSR2), 0);
+    CHECK_EQ(async_runtime_remove_signal(rt, SIGUSR2), 0);
+    CHECK_EQ(wait_signals(rt, 0, KEY, NULL), 0);
+    CHECK_EQ(async_runtime_add_signal(rt, SIGUSR2, KEY + 1), 0);
+    CHECK_EQ(raise(SIGUSR2), 0);
+    CHECK_EQ(wait_signals(rt, 5000, KEY + 1, NULL), 1); /* with the new key */
+    async_runtime_deinit(rt);
+}
+
 /* Several signals and completions at once, with max_events 1: each signal
  * comes as its own event, none lost. */
 static void t_rt_mixed(void) {
@@ -691,6 +738,8 @@ static const test_case_t cases[] = {
     T(rt_coalesced),
     T(rt_wakes_wait),
     T(rt_mixed),
+    T(rt_on_waiter_thread),
+    T(rt_remove_drops_pending),
     T(rt_two_runtimes),
     T(rt_errors),
     T(rt_host_handler),
