@@ -159,13 +159,9 @@ static int sig_use(int s) {
         sa.sa_sigaction = on_signal;
         sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
         sigemptyset(&sa.sa_mask);
-        struct sigaction old;
-        if (sigaction(s, NULL, &old) != 0) {
-            la_note_os_error(errno);
-            return ASYNC_E_SYS;
-        }
-        st->old = old; /* before ours runs (a forked child's handler reads it) */
-        if (sigaction(s, &sa, NULL) != 0) {
+        /* One call swaps the actions: a host's sigaction racing it is
+         * either saved or comes after ours, never lost. */
+        if (sigaction(s, &sa, &st->old) != 0) {
             la_note_os_error(errno);
             return ASYNC_E_SYS;
         }
