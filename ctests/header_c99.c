@@ -22,7 +22,7 @@ int header_c99_probe(void)
     st.enqueue_count = 0;
     ev.fd = fd;
     ev.event_type = ASYNC_EVENT_READ | ASYNC_EVENT_WRITE | ASYNC_EVENT_ERROR | ASYNC_EVENT_CLOSE |
-                    ASYNC_EVENT_COMPLETION | ASYNC_EVENT_TIMER;
+                    ASYNC_EVENT_COMPLETION | ASYNC_EVENT_TIMER | ASYNC_EVENT_SIGNAL;
     ev.completion_key = (uintptr_t)0;
     ev.data = (uintptr_t)0;
     ev.context = NULL;
@@ -63,6 +63,8 @@ int header_c99_probe(void)
     USE(async_runtime_wakeup);
     USE(async_runtime_add_timer);
     USE(async_runtime_cancel_timer);
+    USE(async_runtime_add_signal);
+    USE(async_runtime_remove_signal);
     USE(proc);
     USE(st);
     USE(ev);

@@ -361,12 +361,14 @@ typedef int async_fd_t;
 #define ASYNC_EVENT_CLOSE 0x08u      /* hung up (or the fd was closed); see async_runtime_add */
 #define ASYNC_EVENT_COMPLETION 0x10u /* a posted completion */
 #define ASYNC_EVENT_TIMER 0x20u      /* a timer fired */
+#define ASYNC_EVENT_SIGNAL 0x40u     /* a watched signal arrived (async_runtime_add_signal) */
 
 typedef struct {
     async_fd_t fd;             /* fd events: the descriptor; otherwise -1 */
     uint32_t event_type;       /* ASYNC_EVENT_* bits (fd events may combine READ|WRITE|ERROR|CLOSE) */
-    uintptr_t completion_key;  /* completions: the key posted; timers: the timer's key; fd events: 0 */
-    uintptr_t data;            /* completions: the data posted; timers: the timer id; fd events: 0 */
+    uintptr_t completion_key;  /* completions: the key posted; timers, signals: their key; fd events: 0 */
+    uintptr_t data;            /* completions: the data posted; timers: the timer id; signals: the count
+                                  (>= 1) since the last delivery; fd events: 0 */
     void *context;             /* fd events: the context given to async_runtime_add; otherwise NULL */
 } io_event_t;
 
@@ -516,7 +518,7 @@ typedef struct {
     uint64_t events_total; /* io_event_t entries returned by async_runtime_wait */
     uint64_t events[ASYNC_RUNTIME_STATS_EVENT_KINDS]; /* entries returned whose event_type had the
                               bit (1u << index): [0] READ, [1] WRITE, [2] ERROR, [3] CLOSE,
-                              [4] COMPLETION, [5] TIMER; an fd event with READ|WRITE counts in both
+                              [4] COMPLETION, [5] TIMER, [6] SIGNAL; an fd event with READ|WRITE counts in both
                               [0] and [1]; later ASYNC_EVENT_* bits take the next indexes */
     uint64_t completions_pending; /* snapshot: completions posted and not yet returned */
     uint64_t timers_armed;        /* snapshot: timers added and not yet cancelled, nor (one-shot)
@@ -547,6 +549,57 @@ typedef struct {
  * never blocks or parks: it never waits for events, only for a lock that the
  * loop holds while it hands out one batch of completions. */
 int async_runtime_get_stats(async_runtime_t *rt, async_runtime_stats_t *stats, size_t stats_size);
+
+/* Watches the POSIX signal signo: each time the process receives it, the
+ * next async_runtime_wait of rt returns one event {fd -1, event_type
+ * ASYNC_EVENT_SIGNAL, completion_key `key`, data: how many times the signal
+ * arrived since the last such event (>= 1), context NULL}, and wakes if it
+ * sleeps. Signals are coalesced: one event per signal and wait however many
+ * arrived, and the counts add up exactly to the times libasync's handler
+ * ran (the kernel itself merges a standard signal that arrives while the
+ * same one is pending; real-time signals sent with sigqueue are each
+ * counted). Several runtimes may watch one signal: each gets every signal
+ * and its own count. No order holds between signal events and other events.
+ *
+ * How: the first watch of a signal in the process (by any runtime or
+ * async_fiber_watch_signal) installs libasync's handler with sigaction
+ * (SA_SIGINFO | SA_ONSTACK | SA_RESTART), replacing the action that was
+ * there, which is saved: it is not called while libasync watches the
+ * signal (not chained). The last async_runtime_remove_signal,
+ * async_runtime_deinit or async_fiber_unwatch_signal of that signal puts the
+ * saved action back (SIG_DFL, SIG_IGN or the host's handler), unless the
+ * host has installed another action since, which then stays. While watched
+ * the host must not install its own action for signo (events stop) nor
+ * block signo in every thread (nothing arrives); it may block it in some
+ * threads, and the signal may land on any thread, Go's and fiber workers'
+ * included. While watched, the special meanings of the replaced action do
+ * not hold (SIGCHLD at SIG_IGN reaping children, SA_NOCLDSTOP), and a
+ * program exec'd meanwhile starts with the signal at SIG_DFL. A process
+ * forked while a signal is watched gets the saved action back at the first
+ * such signal in the child (which then acts on it as without libasync).
+ *
+ * Refused with ASYNC_E_INVAL: signo out of range (< 1, > 64 or >= NSIG),
+ * SIGKILL, SIGSTOP, the fault signals SIGSEGV, SIGBUS, SIGFPE, SIGILL,
+ * SIGTRAP, SIGSYS, and SIGABRT, the signals the Go runtime inside the
+ * library handles or uses (SIGPIPE, SIGURG, SIGPROF), and the numbers between
+ * 31 and SIGRTMIN that the C library keeps. Other errors: ASYNC_E_BADHANDLE,
+ * ASYNC_E_EXISTS (rt already watches signo), ASYNC_E_NOMEM (256 watches of
+ * runtimes in the process at most), ASYNC_E_SYS (sigaction failed),
+ * ASYNC_E_CLOSED (deinit under way). async_runtime_deinit drops rt's
+ * watches, and counts not delivered yet with them.
+ * Windows: fails with ASYNC_E_NOTSUP (no POSIX signals).
+ * Thread-safe (may be called while another thread waits on rt); never
+ * blocks (a short process-wide lock). */
+int async_runtime_add_signal(async_runtime_t *rt, int signo, uintptr_t key);
+
+/* Stops watching signo on rt. A wait that takes its events after this
+ * returned gets no SIGNAL event for signo (a count not delivered yet is
+ * dropped); a wait already handing out events on another thread may still
+ * return one. The last watch of signo in the process puts back the action
+ * that was there (see async_runtime_add_signal). Errors: ASYNC_E_BADHANDLE,
+ * ASYNC_E_INVAL (signo out of range), ASYNC_E_NOTFOUND (rt does not watch
+ * signo), ASYNC_E_NOTSUP (Windows). Thread-safe; never blocks. */
+int async_runtime_remove_signal(async_runtime_t *rt, int signo);
 
 
 /* ------------------------------------------------------------------------ */
@@ -746,6 +799,37 @@ async_fiber_t *async_fiber_current(void);
  * ASYNC_E_TIMEDOUT, ASYNC_E_BUSY, ASYNC_E_CANCELLED. Thread-safe; parks
  * (a plain thread uses poll(2)). */
 int async_fiber_wait_fd(async_fd_t fd, uint32_t events, int timeout_ms);
+
+/* Starts the process-wide fiber-side watch of signo: from now on every
+ * arrival of signo is counted for async_fiber_wait_signal (and no longer
+ * acted on by the previous action). Calls nest: the watch lasts until as
+ * many async_fiber_unwatch_signal calls. The handler, the signals refused
+ * and the fate of the action that was there are those of
+ * async_runtime_add_signal (both kinds of watch may be active at once; each
+ * sees every signal). Errors: ASYNC_E_INVAL (a refused signo, see
+ * async_runtime_add_signal), ASYNC_E_SYS (sigaction or the pipe it makes,
+ * once per signal, failed), ASYNC_E_NOTSUP (Windows). Thread-safe; never
+ * blocks. */
+int async_fiber_watch_signal(int signo);
+
+/* Undoes one async_fiber_watch_signal(signo); the last one ends the watch
+ * (a count not taken yet is dropped, and waiting callers return
+ * ASYNC_E_STATE). Errors: ASYNC_E_INVAL (out of range), ASYNC_E_NOTFOUND
+ * (not watched), ASYNC_E_NOTSUP (Windows). Thread-safe; never blocks. */
+int async_fiber_unwatch_signal(int signo);
+
+/* Waits until signo has arrived (under async_fiber_watch_signal) and returns
+ * how many times it arrived since the last call that returned a count (at
+ * most INT_MAX; the rest stays for the next call). Signals that arrived
+ * while nobody waited are counted, not lost. When several callers wait for
+ * one signal, one of them gets the count and the others go on waiting; at
+ * most one fiber per scheduler may wait for a given signal at a time (the
+ * others get ASYNC_E_BUSY). Errors: ASYNC_E_INVAL (signo out of range,
+ * timeout_ms < -1), ASYNC_E_STATE (signo is not watched, or the watch ended
+ * during the wait), ASYNC_E_TIMEDOUT, ASYNC_E_BUSY, ASYNC_E_CANCELLED (the
+ * fiber's scheduler shuts down), ASYNC_E_NOTSUP (Windows). Thread-safe;
+ * parks (a plain thread blocks in poll(2)). */
+int async_fiber_wait_signal(int signo, int timeout_ms);
 
 /* Reads up to n bytes (at least 1 unless n is 0 or at end of file: returns
  * 0; with n 0 at once, reading nothing, if fd is open). The fd is switched to O_NONBLOCK if it is not a socket; sockets are

@@ -20,6 +20,9 @@ const (
 	EventClose      uint32 = port.EventClose
 	EventCompletion uint32 = 0x10
 	EventTimer      uint32 = 0x20
+	// EventSignal is a watched signal's event; only the C boundary's Source
+	// produces it (async_runtime_add_signal).
+	EventSignal uint32 = 0x40
 )
 
 // Event is one thing Wait reports: fd readiness (Fd >= 0, Context as given to
@@ -637,7 +640,10 @@ func (rt *Runtime) collect(out []Event, fds []port.Event, regSeq uint64, withSrc
 			if withSrc && rt.src != nil && n < len(out) {
 				k := rt.src.Take(out[n:])
 				for i := n; i < n+k; i++ {
-					out[i].Fd, out[i].Type, out[i].Context = -1, EventCompletion, 0
+					out[i].Fd, out[i].Context = -1, 0
+					if out[i].Type == 0 {
+						out[i].Type = EventCompletion
+					}
 				}
 				n += k
 			}

@@ -56,8 +56,10 @@ type Shared struct {
 type Source interface {
 	// Pending reports whether entries wait to be taken.
 	Pending() bool
-	// Take moves up to len(out) entries into out (Key and Data) and
-	// returns how many; entries of one feeder come out in FIFO order.
+	// Take moves up to len(out) entries into out (Key, Data and Type: 0
+	// for a completion, or another event type the feeder produces, such as
+	// the C boundary's signal events) and returns how many; entries of one
+	// feeder come out in FIFO order.
 	Take(out []Event) int
 }
 

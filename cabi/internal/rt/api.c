@@ -61,7 +61,7 @@ async_runtime_t *async_runtime_init(void) {
 
 void async_runtime_deinit(async_runtime_t *rt) {
     LA_ENTRY();
-    la_ok(GO(.op = GO_RT_DEINIT, .h = LA_H(rt)));
+    if (la_ok(GO(.op = GO_RT_DEINIT, .h = LA_H(rt)))) la_sig_forget(LA_H(rt)); /* sigwatch.c */
 }
 
 static int rt_fd(async_runtime_t *rt, int op, async_fd_t fd, uint32_t events, void *context) {

@@ -222,6 +222,12 @@ la_rtc_t *la_rtc_new(int fd, int kind) {
     atomic_store(&r->sh.gowork, 1); /* nothing published yet: Go first */
     atomic_store(&r->waiting, 0);
     atomic_store(&r->closed, 0);
+    atomic_store(&r->sigon, 0);
+    atomic_store(&r->sigmask, 0);
+    for (int i = 0; i < LA_SIG_N; i++) {
+        atomic_store(&r->sigkey[i], 0);
+        atomic_store(&r->sigpend[i], 0);
+    }
     r->q = q;
     r->free_next = NULL;
     memset(&r->st, 0, sizeof r->st);
@@ -408,7 +414,8 @@ int la_rtc_pending(la_rtc_t *r) {
     struct la_postq *q = r->q;
     if (!q) return 0;
     pthread_mutex_lock(&q->mu);
-    int any = q->list != 0 || atomic_load_explicit(&q->top, memory_order_seq_cst) != 0;
+    int any = q->list != 0 || atomic_load_explicit(&q->top, memory_order_seq_cst) != 0 ||
+              atomic_load_explicit(&r->sigmask, memory_order_seq_cst) != 0;
     pthread_mutex_unlock(&q->mu);
     return any;
 }
@@ -456,6 +463,9 @@ static inline int take(la_rtc_t *r, la_pair_t *out, io_event_t *ev, int max) {
     int n = 0;
     if (!q) return 0; /* recycled: nothing to take (no waiter should be here) */
     pthread_mutex_lock(&q->mu);
+    /* Signals first (sigwatch.c): one event per watched signal, whatever
+     * the number that arrived. */
+    if (atomic_load_explicit(&r->sigmask, memory_order_relaxed) != 0) n = la_sig_take(r, out, ev, max);
     for (;;) {
         uintptr_t t = q->list;
         uint32_t pos = q->lpos;
@@ -489,6 +499,7 @@ static inline int take(la_rtc_t *r, la_pair_t *out, io_event_t *ev, int max) {
                 for (; pos < len && n < max; pos++, n++) {
                     out[n].key = e[pos].a;
                     out[n].data = e[pos].b;
+                    out[n].type = ASYNC_EVENT_COMPLETION;
                 }
             }
             if (pos < len) break;

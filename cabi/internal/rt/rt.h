@@ -13,9 +13,13 @@ typedef struct {
     int kind;
 } la_doorbell_t;
 
+/* Signals a runtime can watch: 1..LA_SIG_N-1 (sigwatch.c). */
+#define LA_SIG_N 65
+
 /* The C side of a runtime, the C object of its handle (completions.c). */
 typedef struct {
     uintptr_t key, data;
+    uint32_t type; /* ASYNC_EVENT_COMPLETION or ASYNC_EVENT_SIGNAL */
 } la_pair_t;
 typedef struct la_cprod la_cprod_t;
 /* boundary.Shared (internal/boundary), field for field: the state the wait's C fast path shares
@@ -77,6 +81,14 @@ typedef struct la_rtc {
     la_fdmap_t fdmap;          /* fdmap.c */
     _Atomic int closed;
     struct la_postq *q;        /* the completion queue of this incarnation */
+    /* Signals (sigwatch.c): bit s-1 of sigon: this runtime watches signal s
+     * (key in sigkey[s]); the process's handler adds to sigpend[s] and sets
+     * bit s-1 of sigmask; take (completions.c) hands them out. Reset by
+     * la_rtc_new. */
+    _Atomic uint64_t sigon;
+    _Atomic uint64_t sigmask;
+    _Atomic uintptr_t sigkey[LA_SIG_N];
+    _Atomic uintptr_t sigpend[LA_SIG_N];
     struct la_rtc *free_next;
     char pad[64];              /* the waiter's counters on lines of their own (posters read sh) */
     la_rtstats_t st;           /* zeroed by la_rtc_new */
@@ -104,6 +116,12 @@ void la_fdmap_reset(la_rtc_t *r);
 int la_rt_wait(uint64_t h, io_event_t *events, int max, int timeout, int *out);
 /* Fd records one step of the C-driven wait hands to Go at most. */
 #define LA_RAW_MAX 256
+
+/* Signals (sigwatch.c). la_sig_take: up to max signal events of r (loop
+ * thread, under the completion lock), into pairs or events. la_sig_forget:
+ * drops every watch of the runtime handle h (after its deinit). */
+int la_sig_take(la_rtc_t *r, la_pair_t *out, io_event_t *ev, int max);
+void la_sig_forget(uint64_t h);
 
 /* async_runtime_post_completion without Go: returns an async_err_t. */
 int la_rt_post(uint64_t h, uintptr_t key, uintptr_t data);

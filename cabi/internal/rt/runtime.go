@@ -173,7 +173,8 @@ func (s *cSource) Take(out []libasync.Event) int {
 	}
 	n := int(C.la_rtc_take(s.r, &s.buf[0], C.int(len(out))))
 	for i := 0; i < n; i++ {
-		out[i].Key, out[i].Data = uintptr(s.buf[i].key), uintptr(s.buf[i].data)
+		// A completion, or a signal's event (sigwatch.c: Key, count in Data).
+		out[i].Key, out[i].Data, out[i].Type = uintptr(s.buf[i].key), uintptr(s.buf[i].data), uint32(s.buf[i]._type)
 	}
 	return n
 }

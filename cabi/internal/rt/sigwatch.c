@@ -1,0 +1,459 @@
+/* Signals as events: async_runtime_add_signal / async_runtime_remove_signal
+ * (an ASYNC_EVENT_SIGNAL event through async_runtime_wait) and the
+ * fiber-side watch (async_fiber_watch_signal, async_fiber_wait_signal,
+ * async_fiber_unwatch_signal).
+ *
+ * Why a handler of our own and not signalfd: a signalfd only sees a signal
+ * that is blocked in every thread of the process, and a library cannot
+ * block a signal in threads it did not create (the host's, Go's). So the
+ * first watch of a signal installs on_signal (SA_SIGINFO | SA_ONSTACK |
+ * SA_RESTART, saving the action that was there) and the last one restores
+ * that action, if ours is still installed. Go installs handlers only for the
+ * synchronous signals and its own in a c-shared library (SIGSEGV, SIGBUS,
+ * SIGFPE, SIGPIPE, SIGURG: docs/EMBEDDING.md); those, and the ones a
+ * process cannot or should not catch as events, are refused (sig_allowed).
+ *
+ * The handler is async-signal-safe: atomics, la_handle_get/put (the pin
+ * async_runtime_wakeup uses) and one write(2). For each watch of the signal
+ * (a fixed table: no allocation, no lock) it pins the runtime's handle,
+ * adds 1 to the runtime's count of that signal, sets the signal's bit in
+ * the runtime's mask, and rings the doorbell if the loop may sleep (the same
+ * Dekker pair as a completion's post, completions.c). The loop (take,
+ * completions.c) exchanges the mask and each count with 0 and hands out one
+ * SIGNAL event per signal with the count: coalesced, and exact for the
+ * handler entries (a count taken is never counted again, an increment is
+ * never lost). A watch that is removed clears the runtime's sigon bit first:
+ * a count that still lands is dropped at take.
+ *
+ * A pinned handle keeps the runtime's record from being recycled (deinit
+ * retires the handle and waits for pins before it closes anything), so a
+ * signal racing a deinit either counts into the live record or finds the
+ * handle dead. A table entry names the handle, not the record, and is
+ * checked against the record's sigon bit, so an entry being reused for
+ * another runtime or signal at that moment cannot deliver to the wrong one.
+ *
+ * The fiber side: one pipe per signal, made at the first watch and never
+ * closed (so the handler can never write into a reused descriptor number),
+ * and a count. The handler adds to the count, then writes a byte; a waiter
+ * drains the pipe, exchanges the count with 0 and, if it was 0, waits for
+ * the pipe to be readable with async_fiber_wait_fd (parks a fiber, polls on
+ * a thread).
+ *
+ * After fork(), the child inherits the handler: there on_signal puts back
+ * the action it replaced and raises the signal again, so the child reacts as
+ * it would have without libasync (LA_ENTRY refuses the child's calls). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "rt.h"
+
+#if !defined(_WIN32)
+
+/* Watches of runtimes, process-wide: the handler scans them all. */
+#define LA_SIG_WATCHES 256
+static struct {
+    _Atomic int signo;  /* 0: free */
+    _Atomic uint64_t h; /* the runtime's handle */
+} watches[LA_SIG_WATCHES];
+
+typedef struct {
+    int users;            /* runtime watches + 1 while fibers watch (under mu) */
+    int fiber_refs;       /* async_fiber_watch_signal calls not undone (under mu) */
+    struct sigaction old; /* the action ours replaced (set before ours is installed) */
+    _Atomic int fiber_on;
+    _Atomic uint64_t fiber_count;
+    int made;              /* the pipe exists (it is never closed) */
+    int pipe_r;
+    _Atomic int pipe_w;
+} la_sigstate_t;
+static la_sigstate_t sigs[LA_SIG_N];
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void ring(la_rtc_t *r) {
+    int32_t one = 1;
+    if (atomic_load_explicit(&r->sh.sleeping, memory_order_seq_cst) == 0 ||
+        !atomic_compare_exchange_strong(&r->sh.sleeping, &one, 0))
+        return;
+    uint64_t v = 1;
+    char ch = 'r';
+    ssize_t w;
+    do w = r->bell.kind == LA_DOORBELL_EVENTFD ? write(r->bell.fd, &v, sizeof v) : write(r->bell.fd, &ch, 1);
+    while (w < 0 && errno == EINTR);
+}
+
+static void on_signal(int sig, siginfo_t *si, void *uc) {
+    (void)si;
+    (void)uc;
+    if (sig <= 0 || sig >= LA_SIG_N) return;
+    int saved = errno;
+    if (atomic_load_explicit(&la_forked, memory_order_relaxed)) {
+        /* A forked child: the action before ours comes back, and the
+         * signal (blocked while we run) is taken again under it. */
+        sigaction(sig, &sigs[sig].old, NULL);
+        raise(sig);
+        errno = saved;
+        return;
+    }
+    uint64_t bit = (uint64_t)1 << (sig - 1);
+    for (int i = 0; i < LA_SIG_WATCHES; i++) {
+        if (atomic_load_explicit(&watches[i].signo, memory_order_acquire) != sig) continue;
+        uint64_t h = atomic_load_explicit(&watches[i].h, memory_order_acquire);
+        la_slot_t *slot;
+        la_rtc_t *r = h ? la_handle_get(h, LA_T_RUNTIME, &slot) : NULL;
+        if (!r) continue;
+        if (atomic_load(&r->sigon) & bit) {
+            atomic_fetch_add(&r->sigpend[sig], 1);
+            atomic_fetch_or(&r->sigmask, bit); /* seq_cst: Dekker with the loop's sleep flag */
+            ring(r);
+        }
+        la_handle_put(slot);
+    }
+    la_sigstate_t *st = &sigs[sig];
+    if (atomic_load(&st->fiber_on)) {
+        atomic_fetch_add(&st->fiber_count, 1);
+        /* fiber_on is raised only once the pipe exists. */
+        char c = 's';
+        ssize_t k;
+        do k = write(atomic_load(&st->pipe_w), &c, 1);
+        while (k < 0 && errno == EINTR); /* EAGAIN: full, readable anyway */
+    }
+    errno = saved;
+}
+
+/* 1 if signo may be watched. Refused: out of range; what cannot be caught
+ * (SIGKILL, SIGSTOP); the synchronous signals of a fault (SIGSEGV, SIGBUS,
+ * SIGFPE, SIGILL, SIGTRAP, SIGSYS) and SIGABRT; what the Go runtime handles
+ * or uses (SIGPIPE, SIGURG, SIGPROF); the signals libc keeps for itself
+ * (between 31 and SIGRTMIN). */
+static int sig_allowed(int s) {
+    if (s < 1 || s >= LA_SIG_N || s >= NSIG) return 0;
+    switch (s) {
+    case SIGKILL: case SIGSTOP: case SIGSEGV: case SIGBUS: case SIGFPE: case SIGILL: case SIGTRAP:
+    case SIGABRT: case SIGPIPE: case SIGURG: case SIGPROF:
+#if defined(SIGSYS)
+    case SIGSYS:
+#endif
+        return 0;
+    }
+#if defined(SIGRTMIN)
+    if (s > 31 && (s < SIGRTMIN || s > SIGRTMAX)) return 0;
+#else
+    if (s > 31) return 0;
+#endif
+    return 1;
+}
+
+/* Under mu: the first user installs on_signal. Returns an async_err_t. */
+static int sig_use(int s) {
+    la_sigstate_t *st = &sigs[s];
+    if (st->users == 0) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = on_signal;
+        sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
+        sigemptyset(&sa.sa_mask);
+        /* One call swaps the actions: a host's sigaction racing it is
+         * either saved or comes after ours, never lost. */
+        if (sigaction(s, &sa, &st->old) != 0) {
+            la_note_os_error(errno);
+            return ASYNC_E_SYS;
+        }
+    }
+    st->users++;
+    return 0;
+}
+
+/* Under mu: the last user puts back the action ours replaced, unless the
+ * host installed another one since (that one stays). */
+static void sig_unuse(int s) {
+    la_sigstate_t *st = &sigs[s];
+    if (--st->users > 0) return;
+    struct sigaction cur;
+    if (sigaction(s, NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_signal)
+        sigaction(s, &st->old, NULL);
+}
+
+static int sig_add(uint64_t h, int signo, uintptr_t key) {
+    if (!sig_allowed(signo)) return ASYNC_E_INVAL;
+    uint64_t bit = (uint64_t)1 << (signo - 1);
+    pthread_mutex_lock(&mu);
+    la_slot_t *slot;
+    la_rtc_t *r = la_handle_get(h, LA_T_RUNTIME, &slot);
+    int rc = 0;
+    if (!r) {
+        rc = ASYNC_E_BADHANDLE;
+    } else if (atomic_load(&r->closed)) {
+        rc = ASYNC_E_CLOSED;
+    } else if (atomic_load(&r->sigon) & bit) {
+        rc = ASYNC_E_EXISTS;
+    } else {
+        int i = 0;
+        while (i < LA_SIG_WATCHES && atomic_load(&watches[i].signo) != 0) i++;
+        if (i == LA_SIG_WATCHES) {
+            rc = ASYNC_E_NOMEM;
+        } else {
+            atomic_store(&r->sigkey[signo], key);
+            atomic_store(&r->sigpend[signo], 0);
+            atomic_fetch_or(&r->sigon, bit);
+            atomic_store(&watches[i].h, h);
+            atomic_store(&watches[i].signo, signo);
+            rc = sig_use(signo);
+            if (rc != 0) {
+                atomic_store(&watches[i].signo, 0);
+                atomic_store(&watches[i].h, 0);
+                atomic_fetch_and(&r->sigon, ~bit);
+            }
+        }
+    }
+    if (r) la_handle_put(slot);
+    pthread_mutex_unlock(&mu);
+    return rc;
+}
+
+static int sig_remove(uint64_t h, int signo) {
+    if (signo < 1 || signo >= LA_SIG_N) return ASYNC_E_INVAL;
+    uint64_t bit = (uint64_t)1 << (signo - 1);
+    pthread_mutex_lock(&mu);
+    la_slot_t *slot;
+    la_rtc_t *r = la_handle_get(h, LA_T_RUNTIME, &slot);
+    int rc = 0;
+    if (!r) {
+        rc = ASYNC_E_BADHANDLE;
+    } else if (!(atomic_fetch_and(&r->sigon, ~bit) & bit)) {
+        rc = ASYNC_E_NOTFOUND;
+    } else {
+        for (int i = 0; i < LA_SIG_WATCHES; i++) {
+            if (atomic_load(&watches[i].signo) == signo && atomic_load(&watches[i].h) == h) {
+                atomic_store(&watches[i].signo, 0);
+                atomic_store(&watches[i].h, 0);
+                sig_unuse(signo);
+                break;
+            }
+        }
+    }
+    if (r) la_handle_put(slot);
+    pthread_mutex_unlock(&mu);
+    return rc;
+}
+
+void la_sig_forget(uint64_t h) {
+    if (!h) return;
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < LA_SIG_WATCHES; i++) {
+        int s = atomic_load(&watches[i].signo);
+        if (s != 0 && atomic_load(&watches[i].h) == h) {
+            atomic_store(&watches[i].signo, 0);
+            atomic_store(&watches[i].h, 0);
+            sig_unuse(s);
+        }
+    }
+    pthread_mutex_unlock(&mu);
+}
+
+int la_sig_take(la_rtc_t *r, la_pair_t *out, io_event_t *ev, int max) {
+    int n = 0;
+    uint64_t m = atomic_exchange(&r->sigmask, 0);
+    while (m) {
+        if (n == max) {
+            atomic_fetch_or(&r->sigmask, m); /* the rest next time */
+            break;
+        }
+        int s = __builtin_ctzll(m) + 1;
+        m &= m - 1;
+        uintptr_t c = atomic_exchange(&r->sigpend[s], 0);
+        if (c == 0 || !(atomic_load(&r->sigon) & ((uint64_t)1 << (s - 1)))) continue;
+        uintptr_t key = atomic_load(&r->sigkey[s]);
+        if (ev) {
+            io_event_t *o = &ev[n++];
+            o->fd = -1;
+            o->event_type = ASYNC_EVENT_SIGNAL;
+            o->completion_key = key;
+            o->data = c;
+            o->context = NULL;
+        } else {
+            out[n].key = key;
+            out[n].data = c;
+            out[n].type = ASYNC_EVENT_SIGNAL;
+            n++;
+        }
+    }
+    return n;
+}
+
+/* ---- the fiber side -------------------------------------------------------- */
+
+static int make_pipe(la_sigstate_t *st) {
+    if (st->made) return 0;
+    int p[2];
+#if defined(__linux__)
+    if (pipe2(p, O_NONBLOCK | O_CLOEXEC) != 0) {
+        la_note_os_error(errno);
+        return ASYNC_E_SYS;
+    }
+#else
+    if (pipe(p) != 0) {
+        la_note_os_error(errno);
+        return ASYNC_E_SYS;
+    }
+    for (int i = 0; i < 2; i++) {
+        fcntl(p[i], F_SETFD, FD_CLOEXEC);
+        fcntl(p[i], F_SETFL, fcntl(p[i], F_GETFL) | O_NONBLOCK);
+    }
+#endif
+    st->pipe_r = p[0];
+    atomic_store(&st->pipe_w, p[1]);
+    st->made = 1;
+    return 0;
+}
+
+static void drain(int fd) {
+    char buf[256];
+    while (read(fd, buf, sizeof buf) > 0) {
+    }
+}
+
+static int fiber_watch(int signo) {
+    if (!sig_allowed(signo)) return ASYNC_E_INVAL;
+    la_sigstate_t *st = &sigs[signo];
+    pthread_mutex_lock(&mu);
+    int rc = 0;
+    if (st->fiber_refs == 0) {
+        if ((rc = make_pipe(st)) == 0) {
+            drain(st->pipe_r);
+            atomic_store(&st->fiber_count, 0);
+            atomic_store(&st->fiber_on, 1);
+            rc = sig_use(signo);
+            if (rc != 0) atomic_store(&st->fiber_on, 0);
+        }
+    }
+    if (rc == 0) st->fiber_refs++;
+    pthread_mutex_unlock(&mu);
+    return rc;
+}
+
+static int fiber_unwatch(int signo) {
+    if (signo < 1 || signo >= LA_SIG_N) return ASYNC_E_INVAL;
+    la_sigstate_t *st = &sigs[signo];
+    pthread_mutex_lock(&mu);
+    int rc = 0;
+    if (st->fiber_refs == 0) {
+        rc = ASYNC_E_NOTFOUND;
+    } else if (--st->fiber_refs == 0) {
+        atomic_store(&st->fiber_on, 0);
+        sig_unuse(signo);
+        /* Wake the waiters: they find no count and no watch (STATE). */
+        char c = 'u';
+        ssize_t k;
+        do k = write(atomic_load(&st->pipe_w), &c, 1);
+        while (k < 0 && errno == EINTR);
+    }
+    pthread_mutex_unlock(&mu);
+    return rc;
+}
+
+/* Returns the count (> 0), or -1 with the error recorded. */
+static int fiber_wait(int signo, int timeout_ms) {
+    if (signo < 1 || signo >= LA_SIG_N || timeout_ms < -1) {
+        la_set_error(ASYNC_E_INVAL);
+        return -1;
+    }
+    la_sigstate_t *st = &sigs[signo];
+    uint64_t deadline = la_deadline(timeout_ms);
+    for (;;) {
+        if (!atomic_load(&st->fiber_on)) {
+            la_set_error(ASYNC_E_STATE);
+            return -1;
+        }
+        drain(st->pipe_r); /* before the count: a byte after it is a new signal */
+        uint64_t c = atomic_exchange(&st->fiber_count, 0);
+        if (c > 0) {
+            if (c > INT_MAX) {
+                atomic_fetch_add(&st->fiber_count, c - INT_MAX);
+                c = INT_MAX;
+            }
+            return (int)c;
+        }
+        int ms = -1;
+        if (deadline) {
+            uint64_t now = la_now_ns();
+            if (now >= deadline) {
+                la_set_error(ASYNC_E_TIMEDOUT);
+                return -1;
+            }
+            uint64_t left = (deadline - now + 999999) / 1000000;
+            ms = left > INT_MAX ? INT_MAX : (int)left;
+        }
+        if (async_fiber_wait_fd(st->pipe_r, ASYNC_EVENT_READ, ms) < 0) return -1;
+    }
+}
+
+#else /* _WIN32: no signals as events (ASYNC_E_NOTSUP) */
+
+int la_sig_take(la_rtc_t *r, la_pair_t *out, io_event_t *ev, int max) {
+    (void)r, (void)out, (void)ev, (void)max;
+    return 0;
+}
+
+void la_sig_forget(uint64_t h) { (void)h; }
+
+#endif /* !_WIN32 */
+
+/* ---- the public functions -------------------------------------------------- */
+
+int async_runtime_add_signal(async_runtime_t *rt, int signo, uintptr_t key) {
+    LA_ENTRY(-1);
+#if defined(_WIN32)
+    (void)rt, (void)signo, (void)key;
+    return la_ok(ASYNC_E_NOTSUP) ? 0 : -1;
+#else
+    return la_ok(sig_add(LA_H(rt), signo, key)) ? 0 : -1;
+#endif
+}
+
+int async_runtime_remove_signal(async_runtime_t *rt, int signo) {
+    LA_ENTRY(-1);
+#if defined(_WIN32)
+    (void)rt, (void)signo;
+    return la_ok(ASYNC_E_NOTSUP) ? 0 : -1;
+#else
+    return la_ok(sig_remove(LA_H(rt), signo)) ? 0 : -1;
+#endif
+}
+
+int async_fiber_watch_signal(int signo) {
+    LA_ENTRY(-1);
+#if defined(_WIN32)
+    (void)signo;
+    return la_ok(ASYNC_E_NOTSUP) ? 0 : -1;
+#else
+    return la_ok(fiber_watch(signo)) ? 0 : -1;
+#endif
+}
+
+int async_fiber_unwatch_signal(int signo) {
+    LA_ENTRY(-1);
+#if defined(_WIN32)
+    (void)signo;
+    return la_ok(ASYNC_E_NOTSUP) ? 0 : -1;
+#else
+    return la_ok(fiber_unwatch(signo)) ? 0 : -1;
+#endif
+}
+
+int async_fiber_wait_signal(int signo, int timeout_ms) {
+    LA_ENTRY(-1);
+#if defined(_WIN32)
+    (void)signo, (void)timeout_ms;
+    la_set_error(ASYNC_E_NOTSUP);
+    return -1;
+#else
+    return fiber_wait(signo, timeout_ms);
+#endif
+}
