@@ -309,7 +309,9 @@ darwin_exports() { # <goarch>
 darwin_c_build() { # <goarch>
     local d=$DARWIN/$1 t=x86_64 n=0 src
     [ "$1" = arm64 ] && t=aarch64
-    local cc=("$ZIG" cc -target "$t-macos" -std=c11 -D_GNU_SOURCE -Wall -Wextra -O1 -Iinclude -Ictests)
+    # darwin_shim.h: stand-ins for the glibc calls the tests use (it says which)
+    local cc=("$ZIG" cc -target "$t-macos" -std=c11 -D_GNU_SOURCE -Wall -Wextra -O1 -Iinclude -Ictests
+        -Ictests/darwin_shim -include darwin_shim.h)
     local lib=$d/libasync.dylib cw=examples/console_worker dns=examples/async_dns
     mkdir -p "$d/bin"
     for src in ctests/test_*.c; do
