@@ -94,7 +94,9 @@ static int apply(int kq, struct kevent *ch, int n, int *errs) {
     struct kevent out[2];
     for (int i = 0; i < n; i++) ch[i].flags |= EV_RECEIPT;
     struct timespec zero = {0, 0};
-    int k = kevent(kq, ch, n, out, n, &zero);
+    int k;
+    do k = kevent(kq, ch, n, out, n, &zero);
+    while (k < 0 && errno == EINTR);
     if (k < 0) return -errno;
     for (int i = 0; i < n; i++) errs[i] = 0;
     /* receipts come in change order; match them by filter to be safe */
@@ -102,7 +104,12 @@ static int apply(int kq, struct kevent *ch, int n, int *errs) {
         for (int i = 0; i < n; i++)
             if (out[j].filter == ch[i].filter && (out[j].flags & EV_ERROR)) errs[i] = (int)out[j].data;
 #else
-    for (int i = 0; i < n; i++) errs[i] = kevent(kq, &ch[i], 1, NULL, 0, NULL) == 0 ? 0 : errno;
+    for (int i = 0; i < n; i++) {
+        int k;
+        do k = kevent(kq, &ch[i], 1, NULL, 0, NULL);
+        while (k < 0 && errno == EINTR);
+        errs[i] = k == 0 ? 0 : errno;
+    }
 #endif
     return 0;
 }
