@@ -307,17 +307,18 @@ darwin_exports() { # <goarch>
 }
 # Every ctest and both examples, compiled and linked against the dylib.
 darwin_c_build() { # <goarch>
-    local d=$DARWIN/$1 t=x86_64 n=0 src
+    local d=$DARWIN/$1 t=x86_64 n
     [ "$1" = arm64 ] && t=aarch64
     # darwin_shim.h: stand-ins for the glibc calls the tests use (it says which)
     local cc=("$ZIG" cc -target "$t-macos" -std=c11 -D_GNU_SOURCE -Wall -Wextra -O1 -Iinclude -Ictests
         -Ictests/darwin_shim -include darwin_shim.h)
     local lib=$d/libasync.dylib cw=examples/console_worker dns=examples/async_dns
     mkdir -p "$d/bin"
-    for src in ctests/test_*.c; do
-        "${cc[@]}" -o "$d/bin/$(basename "$src" .c)" "$src" "$lib" -lpthread || return 1
-        n=$((n + 1))
-    done
+    n=$(ls ctests/test_*.c | wc -l)
+    # shellcheck disable=SC2016 # $0, $1, $@ belong to the inner sh
+    printf '%s\n' ctests/test_*.c | xargs -P "$JOBS" -I{} sh -c \
+        'src=$1; shift; "$@" -o "$0/bin/$(basename "$src" .c)" "$src" "$0/libasync.dylib" -lpthread' \
+        "$d" {} "${cc[@]}" || return 1
     "${cc[@]}" -o "$d/bin/console_worker" $cw/console_worker.c "$lib" &&
         "${cc[@]}" -DCONSOLE_WORKER_PATH='"console_worker"' -o "$d/bin/console_latency_bench" \
             $cw/latency_bench.c "$lib" &&
