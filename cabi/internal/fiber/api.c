@@ -146,7 +146,7 @@ static int wait_idle(la_sched_t *s, uint64_t deadline) {
     while (atomic_load(&s->live) > 0) {
         if (!deadline) {
             pthread_cond_wait(&s->fcv, &s->fmu);
-        } else if (pthread_cond_timedwait(&s->fcv, &s->fmu, &ts) == ETIMEDOUT && atomic_load(&s->live) > 0) {
+        } else if (la_cond_timedwait_mono(&s->fcv, &s->fmu, &ts) == ETIMEDOUT && atomic_load(&s->live) > 0) {
             rc = ASYNC_E_TIMEDOUT;
             break;
         }
@@ -412,9 +412,18 @@ int async_fiber_sleep(uint64_t ms) {
     if (ms > (uint64_t)INT32_MAX * 1000u) ms = (uint64_t)INT32_MAX * 1000u;
     uint64_t deadline = la_now_ns() + ms * 1000000u;
     if (!f) {
+#if defined(__APPLE__)
+        /* no clock_nanosleep: relative sleeps until the monotonic deadline */
+        for (uint64_t now; (now = la_now_ns()) < deadline;) {
+            uint64_t left = deadline - now;
+            struct timespec rel = {(time_t)(left / 1000000000u), (long)(left % 1000000000u)};
+            nanosleep(&rel, NULL);
+        }
+#else
         struct timespec ts = {(time_t)(deadline / 1000000000u), (long)(deadline % 1000000000u)};
         while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
         }
+#endif
         return 0;
     }
     if (la_park_prepare(f, LA_PK_NORMAL) != 0) {

@@ -52,7 +52,7 @@ static void *pool_main(void *unused) {
             clock_gettime(CLOCK_MONOTONIC, &ts);
             ts.tv_sec += LA_BLOCKING_IDLE_S;
             nidle++;
-            int r = pthread_cond_timedwait(&cv, &mu, &ts);
+            int r = la_cond_timedwait_mono(&cv, &mu, &ts);
             nidle--;
             if (r == ETIMEDOUT && !head) {
                 nthreads--;

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fiber_int.h"
 
@@ -19,8 +20,13 @@ int la_default_workers(void) {
         if (n > 0 && n <= LA_MAX_WORKERS) return n;
     }
     int n = 1;
+#if defined(__linux__)
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof set, &set) == 0) n = CPU_COUNT(&set);
+#else
+    long on = sysconf(_SC_NPROCESSORS_ONLN); /* no affinity masks to read */
+    if (on > 0) n = on > LA_MAX_WORKERS ? LA_MAX_WORKERS : (int)on;
+#endif
     /* cgroup v2 quota */
     FILE *fp = fopen("/proc/self/cgroup", "r");
     if (fp) {

@@ -32,7 +32,11 @@
 
 #include "base.h"
 
+#if defined(__clang__) /* clang does not clone functions (nor know noclone) */
+#define LA_NOINLINE __attribute__((noinline))
+#else
 #define LA_NOINLINE __attribute__((noinline, noclone))
+#endif
 
 /* ---- context switch (switch_<arch>.S) ------------------------------ */
 /* Saves the callee-saved state on the current stack, stores the stack pointer
@@ -191,10 +195,18 @@ void la_sig_thread_init(void **altstack);
 void la_sig_thread_fini(void *altstack);
 
 /* ---- ASan fiber annotations (weak: present only in ASan hosts) ---------- */
+#if defined(__APPLE__)
+/* Mach-O links no weak undefined symbol without -undefined dynamic_lookup
+ * (the symbol must be in a linked dylib): no annotations on darwin, where
+ * an ASan host would see the fiber stacks as unknown memory. */
+#define __sanitizer_start_switch_fiber ((void (*)(void **, const void *, size_t))0)
+#define __sanitizer_finish_switch_fiber ((void (*)(void *, const void **, size_t *))0)
+#else
 void __sanitizer_start_switch_fiber(void **fake_stack_save, const void *bottom, size_t size)
     __attribute__((weak));
 void __sanitizer_finish_switch_fiber(void *fake_stack_save, const void **bottom_old, size_t *size_old)
     __attribute__((weak));
+#endif
 
 /* ---- Go calls from fibers (offstack.c) ------------------------------------ */
 /* Runs fn(arg) off any fiber stack: on a fiber, on its worker's own stack

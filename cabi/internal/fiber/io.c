@@ -44,6 +44,12 @@
 
 #include "fiber_int.h"
 
+#ifndef POLLRDHUP
+/* Linux only: elsewhere a peer's half-close shows as POLLIN (a read returns
+ * 0), and CLOSE comes only with POLLHUP. */
+#define POLLRDHUP 0
+#endif
+
 #define LA_FD_CHUNK 1024
 #define LA_FD_CHUNKS 4096 /* fds below 4M */
 
@@ -193,9 +199,16 @@ LA_NOINLINE static ssize_t sys_write_nosigpipe(int fd, const void *buf, size_t n
     ssize_t r = write(fd, buf, n);
     int err = r < 0 ? errno : 0;
     if (err == EPIPE && !pending_before) {
+#if defined(__APPLE__)
+        /* no sigtimedwait: sigwait returns at once for a pending signal */
+        sigset_t p;
+        int sig;
+        if (sigpending(&p) == 0 && sigismember(&p, SIGPIPE)) sigwait(&pipe_set, &sig);
+#else
         struct timespec zero = {0, 0};
         while (sigtimedwait(&pipe_set, NULL, &zero) < 0 && errno == EINTR) {
         }
+#endif
     }
     if (restore) pthread_sigmask(SIG_SETMASK, &old, NULL);
     return r >= 0 ? r : -err;
@@ -213,8 +226,18 @@ LA_NOINLINE static ssize_t sys_write(int fd, const void *buf, size_t n) {
 LA_NOINLINE static int sys_accept(int fd, struct sockaddr *a, socklen_t *l) {
     int e = sys_nonblock(fd);
     if (e) return e;
+#if defined(__APPLE__)
+    /* no accept4: the flags are set after (a fork + exec on another thread
+     * in between may inherit the descriptor, as with any darwin accept) */
+    int r = accept(fd, a, l);
+    if (r < 0) return -errno;
+    fcntl(r, F_SETFD, FD_CLOEXEC);
+    fcntl(r, F_SETFL, fcntl(r, F_GETFL) | O_NONBLOCK);
+    return r;
+#else
     int r = accept4(fd, a, l, SOCK_NONBLOCK | SOCK_CLOEXEC);
     return r >= 0 ? r : -errno;
+#endif
 }
 
 LA_NOINLINE static int sys_connect(int fd, const struct sockaddr *a, socklen_t l) {

@@ -1,7 +1,8 @@
 /* The fiber layer's fd poller: one per scheduler, with one-shot
  * registrations and a doorbell that wakes the worker blocked in it. The
  * scheduler (sched.c) and the fiber fds (io.c) use only these functions; each
- * backend is one file (poller_epoll.c), so kqueue or IOCP can be added
+ * backend is one file: poller_epoll.c (Linux), poller_kqueue.c (darwin, the
+ * BSDs; on Linux with -tags la_kqueue and libkqueue), so IOCP can be added
  * without touching either. Not installed. */
 #ifndef LA_POLLER_H
 #define LA_POLLER_H
@@ -10,10 +11,17 @@
  * or a hang-up reports both). */
 enum { LA_PF_IN = 1, LA_PF_OUT = 2 };
 
+#if !defined(__linux__) || defined(LA_FIBER_KQUEUE)
+#define LA_POLLER_KQUEUE 1
+#endif
+
 /* The backend's state, embedded in the scheduler. */
 typedef struct {
-    int fd;   /* the kernel poller (epoll) */
-    int bell; /* the doorbell (eventfd) */
+    int fd;   /* the kernel poller (epoll, kqueue) */
+    int bell; /* the doorbell (eventfd; kqueue: -1 with EVFILT_USER, else a pipe's read end) */
+#if defined(LA_POLLER_KQUEUE)
+    int bell_w; /* kqueue without EVFILT_USER: the pipe's write end */
+#endif
 } la_poller_t;
 
 /* 0, or -1 with errno (nothing left open). */

@@ -1,4 +1,4 @@
-//go:build linux
+//go:build linux && !la_kqueue
 
 /* The fiber poller on Linux (poller.h): epoll with EPOLLONESHOT
  * registrations, an eventfd as the doorbell. */

@@ -74,7 +74,11 @@ static la_arena_t arenas[LA_MAX_ARENAS];
 static _Atomic uint32_t narenas;
 static pthread_mutex_t arenas_mu = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic int mprotect_guards;
+#if defined(__linux__)
 static _Atomic int madvise_guard_broken;
+#else
+static _Atomic int madvise_guard_broken = 1; /* MADV_GUARD_INSTALL is Linux's: mprotect guards */
+#endif
 static _Atomic int mprotect_budget_v = -1;
 
 /* How many mprotect guards the process may have (slots, process-wide). */

@@ -6,11 +6,25 @@
  * stack, stores the stack pointer in *save, switches to `to` and restores the
  * same set from there. A fresh stack (la_ctx_make) "returns" into
  * la_ctx_trampoline with the fiber pointer in r12. */
+
+/* Object formats: ELF (Linux, the BSDs) wants .type/.size and the
+ * non-executable-stack note; Mach-O (darwin) has neither and prefixes C
+ * symbols with an underscore. */
+#if defined(__APPLE__)
+#define LA_SYM(x) _##x
+#define LA_FUNC(x)
+#define LA_END(x)
+#else
+#define LA_SYM(x) x
+#define LA_FUNC(x) .type x, @function
+#define LA_END(x) .size x, .-x
+#endif
+
         .text
-        .globl  la_ctx_switch
-        .type   la_ctx_switch, @function
+        .globl  LA_SYM(la_ctx_switch)
+        LA_FUNC(la_ctx_switch)
         .p2align 4
-la_ctx_switch:
+LA_SYM(la_ctx_switch):
         .cfi_startproc
         pushq   %rbp
         pushq   %rbx
@@ -34,20 +48,22 @@ la_ctx_switch:
         popq    %rbp
         ret
         .cfi_endproc
-        .size   la_ctx_switch, .-la_ctx_switch
+        LA_END(la_ctx_switch)
 
-        .globl  la_ctx_trampoline
-        .type   la_ctx_trampoline, @function
+        .globl  LA_SYM(la_ctx_trampoline)
+        LA_FUNC(la_ctx_trampoline)
         .p2align 4
-la_ctx_trampoline:
+LA_SYM(la_ctx_trampoline):
         .cfi_startproc
         .cfi_undefined rip
         xorl    %ebp, %ebp
         movq    %r12, %rdi
         andq    $-16, %rsp
-        call    la_fiber_main
+        call    LA_SYM(la_fiber_main)
         ud2
         .cfi_endproc
-        .size   la_ctx_trampoline, .-la_ctx_trampoline
+        LA_END(la_ctx_trampoline)
 
+#if defined(__ELF__)
         .section .note.GNU-stack,"",@progbits
+#endif

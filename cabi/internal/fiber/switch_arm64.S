@@ -5,12 +5,27 @@
  * Saves x19-x30, d8-d15 and FPCR in a 176-byte frame on the current stack,
  * stores sp in *save, switches to `to` and restores the same set. A fresh
  * stack (la_ctx_make) "returns" (x30) into la_ctx_trampoline with the fiber
- * pointer in x19. */
+ * pointer in x19. x18 (the platform register, reserved on darwin) is never
+ * touched. */
+
+/* Object formats: ELF (Linux, the BSDs) wants .type/.size and the
+ * non-executable-stack note; Mach-O (darwin) has neither and prefixes C
+ * symbols with an underscore. */
+#if defined(__APPLE__)
+#define LA_SYM(x) _##x
+#define LA_FUNC(x)
+#define LA_END(x)
+#else
+#define LA_SYM(x) x
+#define LA_FUNC(x) .type x, %function
+#define LA_END(x) .size x, .-x
+#endif
+
         .text
-        .globl  la_ctx_switch
-        .type   la_ctx_switch, %function
+        .globl  LA_SYM(la_ctx_switch)
+        LA_FUNC(la_ctx_switch)
         .p2align 4
-la_ctx_switch:
+LA_SYM(la_ctx_switch):
         sub     sp, sp, #176
         stp     x19, x20, [sp, #0]
         stp     x21, x22, [sp, #16]
@@ -41,16 +56,18 @@ la_ctx_switch:
         msr     fpcr, x9
         add     sp, sp, #176
         ret
-        .size   la_ctx_switch, .-la_ctx_switch
+        LA_END(la_ctx_switch)
 
-        .globl  la_ctx_trampoline
-        .type   la_ctx_trampoline, %function
+        .globl  LA_SYM(la_ctx_trampoline)
+        LA_FUNC(la_ctx_trampoline)
         .p2align 4
-la_ctx_trampoline:
+LA_SYM(la_ctx_trampoline):
         mov     x29, #0
         mov     x0, x19
-        bl      la_fiber_main
+        bl      LA_SYM(la_fiber_main)
         brk     #0
-        .size   la_ctx_trampoline, .-la_ctx_trampoline
+        LA_END(la_ctx_trampoline)
 
+#if defined(__ELF__)
         .section .note.GNU-stack,"",%progbits
+#endif

@@ -77,7 +77,7 @@ int la_waiter_wait(la_waiter_t *w, uint64_t deadline) {
     while (!w->signalled) {
         if (!deadline) {
             pthread_cond_wait(&w->cv, &w->mu);
-        } else if (pthread_cond_timedwait(&w->cv, &w->mu, &ts) == ETIMEDOUT && !w->signalled) {
+        } else if (la_cond_timedwait_mono(&w->cv, &w->mu, &ts) == ETIMEDOUT && !w->signalled) {
             if (la_waiter_claim(w, LA_W_TIMEDOUT)) break;
             deadline = 0; /* claimed by a waker: its signal comes soon */
         }

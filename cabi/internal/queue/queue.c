@@ -204,7 +204,7 @@ static void signal_after(la_queue_t *q, int sig) {
 
 /* A deadline for the plain-thread wait (the condition variables' clock). */
 static void thread_deadline(struct timespec *ts, int timeout_ms) {
-#if defined(__APPLE__) || defined(_WIN32)
+#if defined(_WIN32)
     clock_gettime(CLOCK_REALTIME, ts);
 #else
     clock_gettime(CLOCK_MONOTONIC, ts);
@@ -265,7 +265,7 @@ static int wait_side(la_queue_t *q, uint64_t h, int reader, la_qwait_t *wt) {
         (*n)++;
         if (wt->timeout_ms < 0)
             pthread_cond_wait(cv, &q->mu);
-        else if (pthread_cond_timedwait(cv, &q->mu, &wt->ts) == ETIMEDOUT)
+        else if (la_cond_timedwait_mono(cv, &q->mu, &wt->ts) == ETIMEDOUT)
             rc = ASYNC_E_TIMEDOUT;
         (*n)--;
         /* Whoever wakes takes the signal up (it may not be the one it was

@@ -70,8 +70,14 @@ typedef struct {
 #define LA_RUN(t) ((la_cslot_t *)((t) & ~LA_TAG))
 #define LA_RUNLEN(t) ((uint32_t)((t)&LA_TAG) + 1)
 #define LA_CB ((4096 - 4 * sizeof(void *)) / sizeof(la_cslot_t)) /* slots per 4 KiB block */
-/* malloc's alignment leaves the tag bits of a slot's address free. */
+/* malloc's alignment leaves the tag bits of a slot's address free. darwin's
+ * malloc returns 16-byte aligned blocks on every architecture, while its
+ * arm64 max_align_t is 8 (long double is double there). */
+#if defined(__APPLE__)
+_Static_assert(sizeof(la_cslot_t) <= 16, "slot alignment");
+#else
 _Static_assert(sizeof(la_cslot_t) <= _Alignof(max_align_t), "slot alignment");
+#endif
 
 typedef struct la_cblock {
     la_cprod_t *owner;

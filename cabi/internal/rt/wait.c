@@ -85,12 +85,14 @@ static int64_t clock_ns(const la_shared_t *sh) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec - sh->start;
 }
 
+#if defined(__linux__) /* c_wait's */
 /* Whole ms until ns from now, rounded up: a sleep never ends early. */
 static int ms_until(int64_t ns) {
     if (ns <= 0) return 0;
     int64_t ms = (ns + 999999) / 1000000;
     return ms > INT32_MAX ? INT32_MAX : (int)ms;
 }
+#endif
 
 /* 1 if the fd poll budget is spent: the fds must be polled now. */
 static int poll_due(la_shared_t *sh, int64_t now) {

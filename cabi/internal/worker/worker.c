@@ -263,7 +263,7 @@ bool async_worker_join(async_worker_t *worker, int timeout_ms) {
     }
     struct timespec deadline;
     if (timeout_ms > 0) {
-#if defined(__APPLE__) || defined(_WIN32)
+#if defined(_WIN32)
         clock_gettime(CLOCK_REALTIME, &deadline);
 #else
         clock_gettime(CLOCK_MONOTONIC, &deadline);
@@ -284,7 +284,7 @@ bool async_worker_join(async_worker_t *worker, int timeout_ms) {
         }
         if (timeout_ms < 0) {
             pthread_cond_wait(&w->cv, &w->mu);
-        } else if (pthread_cond_timedwait(&w->cv, &w->mu, &deadline) == ETIMEDOUT && !w->done) {
+        } else if (la_cond_timedwait_mono(&w->cv, &w->mu, &deadline) == ETIMEDOUT && !w->done) {
             timed_out = 1;
             break;
         }
