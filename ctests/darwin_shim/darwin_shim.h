@@ -73,6 +73,17 @@ static inline int sigtimedwait(const sigset_t *set, siginfo_t *info, const struc
     return -1;
 }
 
+/* darwin has no real-time signals: SIGRTMIN is a number no signal has
+ * (sigaction, and async_runtime_add_signal, refuse it), and sigqueue sends
+ * the signal without its value. */
+#ifndef SIGRTMIN
+#define SIGRTMIN NSIG
+#endif
+static inline int sigqueue(pid_t pid, int sig, const union sigval v) {
+    (void)v;
+    return kill(pid, sig);
+}
+
 /* darwin names only the calling thread */
 static inline int la_shim_setname(pthread_t t, const char *name) {
     return pthread_equal(t, pthread_self()) ? pthread_setname_np(name) : ENOSYS;
