@@ -4,7 +4,8 @@
  * delivering one takes no lock: la_log_str is async-signal-safe (the fiber
  * stack overflow report calls it from a SIGSEGV handler). Replaced records
  * are kept (never freed): a thread that loaded the old record just before a
- * change may still be inside the old handler. */
+ * change may still be inside the old handler. Setting takes no lock either
+ * (async_set_log_handler works in a forked child). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdarg.h>
@@ -28,25 +29,37 @@ typedef struct la_logrec {
 
 static la_logrec_t log_default = {ASYNC_LOG_WARN, NULL, NULL, NULL};
 static la_logrec_t *_Atomic log_cur = &log_default;
-static la_spin_t log_set_lock;
+
+/* Every record ever made, newest first (push-only, lock-free: a forked
+ * child may call async_set_log_handler while a thread of the parent was in
+ * the middle of it). A record set again is reused: a host that switches
+ * between a few handlers keeps a few records, not one per call. */
+static la_logrec_t *_Atomic log_all;
 
 int async_set_log_handler(int level, async_log_fn fn, void *ctx) {
     if (level < ASYNC_LOG_OFF || level > ASYNC_LOG_DEBUG) {
         la_set_error(ASYNC_E_INVAL);
         return -1;
     }
-    la_logrec_t *r = malloc(sizeof *r);
+    la_logrec_t *r = NULL;
+    if (!fn && level == log_default.level) r = &log_default;
+    for (la_logrec_t *p = atomic_load_explicit(&log_all, memory_order_acquire); p && !r; p = p->prev)
+        if (p->level == level && p->fn == fn && p->ctx == ctx) r = p;
     if (!r) {
-        la_set_error(ASYNC_E_NOMEM);
-        return -1;
+        r = malloc(sizeof *r);
+        if (!r) {
+            la_set_error(ASYNC_E_NOMEM);
+            return -1;
+        }
+        r->level = level;
+        r->fn = fn;
+        r->ctx = ctx;
+        la_logrec_t *head = atomic_load_explicit(&log_all, memory_order_relaxed);
+        do r->prev = head;
+        while (!atomic_compare_exchange_weak_explicit(&log_all, &head, r, memory_order_release,
+                                                      memory_order_relaxed));
     }
-    r->level = level;
-    r->fn = fn;
-    r->ctx = ctx;
-    la_spin_lock(&log_set_lock);
-    r->prev = atomic_load(&log_cur);
     atomic_store_explicit(&log_cur, r, memory_order_release);
-    la_spin_unlock(&log_set_lock);
     return 0;
 }
 
