@@ -39,6 +39,20 @@ int la_waiter_wait(la_waiter_t *w, uint64_t deadline_ns) {
 
 void la_waiter_done(la_waiter_t *w) { (void)w; }
 
+/* Worker parking: not implemented on Windows yet. la_wpark_self() is NULL,
+ * so queue waits on worker threads keep their condition variables and a stop
+ * does not interrupt them (docs/PLATFORMS.md). */
+void la_wpark_set_self(la_wpark_t *p) { (void)p; }
+
+la_wpark_t *la_wpark_self(void) { return NULL; }
+
+int la_wpark_stop(la_wpark_t *p) { return atomic_exchange(&p->stop, 1) == 0; }
+
+int la_waiter_init_park(la_waiter_t *w, la_wpark_t *p) {
+    (void)w, (void)p;
+    return ASYNC_E_NOTSUP;
+}
+
 int la_reason_err(int reason) {
     (void)reason;
     return ASYNC_E_NOTSUP;

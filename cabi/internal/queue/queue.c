@@ -230,10 +230,13 @@ typedef struct {
  * with the timeout is not lost. */
 static int wait_side(la_queue_t *q, uint64_t h, int reader, la_qwait_t *wt) {
     la_fiber_t *f = la_current_fiber();
+    /* An async_worker thread waits like a fiber (a node of its own), so that
+     * async_worker_signal_stop can end its wait and only its wait. */
+    la_wpark_t *wp = f ? NULL : la_wpark_self();
     if (!wt->started) {
         wt->started = 1;
         if (wt->timeout_ms > 0) {
-            if (f)
+            if (f || wp)
                 wt->ns = la_deadline(wt->timeout_ms);
             else
                 thread_deadline(&wt->ts, wt->timeout_ms);
@@ -241,12 +244,12 @@ static int wait_side(la_queue_t *q, uint64_t h, int reader, la_qwait_t *wt) {
     }
     int rc = 0;
     q->inside++;
-    if (f) {
+    if (f || wp) {
         la_waiter_t w;
-        rc = la_waiter_init(&w, LA_PK_NORMAL);
+        rc = wp ? la_waiter_init_park(&w, wp) : la_waiter_init(&w, LA_PK_NORMAL);
         if (rc) {
             q->inside--;
-            return rc; /* the scheduler is shutting down */
+            return rc; /* the scheduler is shutting down, or the worker was asked to stop */
         }
         la_qnode_t n = {.w = &w};
         la_qlist_t *l = reader ? &q->rfib : &q->wfib;
@@ -274,7 +277,10 @@ static int wait_side(la_queue_t *q, uint64_t h, int reader, la_qwait_t *wt) {
     }
     q->inside--;
     if (q->h != h) return ASYNC_E_CLOSED;
-    if (rc == ASYNC_E_TIMEDOUT && (reader ? q->count > 0 : q->count < q->cap)) rc = 0;
+    /* A message (or room) that is there now is taken even when the wait ended
+     * by its timeout or by a stop of the waiting worker. */
+    if ((rc == ASYNC_E_TIMEDOUT || (wp && rc == ASYNC_E_CANCELLED)) && (reader ? q->count > 0 : q->count < q->cap))
+        rc = 0;
     return rc;
 }
 
