@@ -468,11 +468,15 @@ static void fiber_reader(void *arg) {
 }
 
 static void t_fiber_unaffected(void) {
-    async_queue_t *q = async_queue_create(4, sizeof(int), 0);
-    CHECK(q);
     async_sched_config_t cfg = {1, 0, 0};
     async_sched_t *s = async_sched_create(&cfg);
+    if (!s && async_last_error() == ASYNC_E_NOTSUP) {
+        printf("no fibers on this platform\n");
+        return;
+    }
     CHECK(s);
+    async_queue_t *q = async_queue_create(4, sizeof(int), 0);
+    CHECK(q);
     CHECK(async_fiber_spawn(s, fiber_reader, q, 0));
     async_sched_stats_t st;
     double t0 = now_ms();
@@ -561,7 +565,7 @@ static void *rt_proc(void *arg) {
     do n = async_runtime_wait(rt, ev, 2, -1);
     while (n == 0); /* a signal (EINTR) */
     CHECK_EQ(n, 1);
-    CHECK(ev[0].fd == sfd && (ev[0].event_type & ASYNC_EVENT_READ) && ev[0].context == (void *)self);
+    CHECK(ev[0].fd == (async_fd_t)sfd && (ev[0].event_type & ASYNC_EVENT_READ) && ev[0].context == (void *)self);
     CHECK(async_worker_should_stop(self));
     CHECK_EQ(async_runtime_remove(rt, sfd), 0);
     async_runtime_deinit(rt);

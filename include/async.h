@@ -324,9 +324,8 @@ void async_worker_destroy(async_worker_t *worker);
  * Not interrupted: async_runtime_wait (register async_worker_stop_fd with
  * the runtime to wake it), async_worker_join of another worker (join with a
  * timeout and check async_worker_should_stop), and the fiber/channel calls
- * made from a worker thread. On Windows the queue waits are not interrupted
- * yet (use the stop descriptor). Idempotent. Thread-safe;
- * async-signal-safe; never blocks. */
+ * made from a worker thread. Idempotent. Thread-safe; async-signal-safe;
+ * never blocks. */
 void async_worker_signal_stop(async_worker_t *worker);
 
 /* Waits until proc has returned: -1 forever, 0 just checks, n > 0 at most

@@ -130,7 +130,8 @@ typedef struct la_wpark {
     _Atomic int stop;
 } la_wpark_t;
 /* The calling thread's worker spot (set by the worker thread itself for its
- * whole life), or NULL on any other thread. Always NULL on Windows for now. */
+ * whole life), or NULL on any other thread. The sleep is a futex on Linux,
+ * WaitOnAddress on Windows (stubs_windows.c). */
 void la_wpark_set_self(la_wpark_t *p);
 la_wpark_t *la_wpark_self(void);
 /* Sets the stop flag and wakes the stoppable wait of p's thread, if any.
