@@ -128,6 +128,7 @@ struct la_fiber {
 typedef struct la_wpark {
     _Atomic uint32_t seq;
     _Atomic int stop;
+    _Atomic int pins; /* wakers between their claim and their kick */
 } la_wpark_t;
 /* The calling thread's worker spot (set by the worker thread itself for its
  * whole life), or NULL on any other thread. The sleep is a futex on Linux,
@@ -137,6 +138,9 @@ la_wpark_t *la_wpark_self(void);
 /* Sets the stop flag and wakes the stoppable wait of p's thread, if any.
  * Returns 1 the first time. */
 int la_wpark_stop(la_wpark_t *p);
+/* The worker thread's last word: waits until no waker still holds p pinned
+ * (la_waiter_wake_later), so that the record can be freed. */
+void la_wpark_drain(la_wpark_t *p);
 
 /* ---- waiters (a fiber or a plain thread blocked on something) ------------- */
 typedef struct la_waiter {
@@ -161,6 +165,13 @@ int la_waiter_init_park(la_waiter_t *w, la_wpark_t *p);
  * called while w is known to be alive (under the lock of the structure w is
  * registered in). */
 int la_waiter_wake(la_waiter_t *w, int reason);
+/* Like la_waiter_wake, but a worker thread's waiter (la_waiter_init_park) is
+ * only claimed: its spot is pinned and stored in *kick (when *kick is NULL;
+ * otherwise it is woken at once), and the caller wakes it with
+ * la_wpark_kick_unpin once it has released its lock, so that the woken
+ * thread does not run straight into that lock. */
+int la_waiter_wake_later(la_waiter_t *w, int reason, la_wpark_t **kick);
+void la_wpark_kick_unpin(la_wpark_t *p);
 /* Blocks/parks until claimed or until deadline_ns (0: none). Returns the
  * claim reason. Call la_waiter_done afterwards. */
 int la_waiter_wait(la_waiter_t *w, uint64_t deadline_ns);

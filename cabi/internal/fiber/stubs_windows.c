@@ -47,6 +47,16 @@ int la_wpark_stop(la_wpark_t *p) {
     return 1;
 }
 
+
+void la_wpark_kick_unpin(la_wpark_t *p) {
+    wpark_kick(p);
+    atomic_fetch_sub(&p->pins, 1);
+}
+
+void la_wpark_drain(la_wpark_t *p) {
+    while (atomic_load(&p->pins) != 0) SwitchToThread();
+}
+
 int la_waiter_init_park(la_waiter_t *w, la_wpark_t *p) {
     w->f = NULL;
     w->park = p;
@@ -65,6 +75,14 @@ static int waiter_claim(la_waiter_t *w, int reason) {
 int la_waiter_wake(la_waiter_t *w, int reason) {
     if (!w->park || !waiter_claim(w, reason)) return 0;
     wpark_kick(w->park);
+    return 1;
+}
+
+int la_waiter_wake_later(la_waiter_t *w, int reason, la_wpark_t **kick) {
+    if (!w->park || *kick) return la_waiter_wake(w, reason);
+    if (!waiter_claim(w, reason)) return 0;
+    atomic_fetch_add(&w->park->pins, 1);
+    *kick = w->park;
     return 1;
 }
 

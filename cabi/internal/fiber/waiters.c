@@ -52,6 +52,23 @@ int la_wpark_stop(la_wpark_t *p) {
     return 1;
 }
 
+int la_waiter_wake_later(la_waiter_t *w, int reason, la_wpark_t **kick) {
+    if (!w->park || *kick) return la_waiter_wake(w, reason);
+    if (!la_waiter_claim(w, reason)) return 0;
+    atomic_fetch_add(&w->park->pins, 1);
+    *kick = w->park;
+    return 1;
+}
+
+void la_wpark_kick_unpin(la_wpark_t *p) {
+    wpark_kick(p);
+    atomic_fetch_sub(&p->pins, 1);
+}
+
+void la_wpark_drain(la_wpark_t *p) {
+    while (atomic_load(&p->pins) != 0) sched_yield();
+}
+
 /* Sleeps while p->seq is still seq or until deadline (monotonic ns, 0:
  * none); 1 if the deadline passed. Spurious returns are fine. */
 static int wpark_sleep(la_wpark_t *p, uint32_t seq, uint64_t deadline) {

@@ -181,6 +181,18 @@ enum { SIG_R = 1, SIG_W = 2 };
  * burst of messages costs the producer one signal, not one each. */
 static void wake_fibers(la_queue_t *q, int reader) { wake_fiber(reader ? &q->rfib : &q->wfib, LA_W_READY); }
 
+/* The same on the hot paths: a worker thread's waiter is woken only after
+ * the unlock (*kick, la_wpark_kick_unpin), like the threads on the
+ * condition variables (signal_after). */
+static void wake_fibers_later(la_queue_t *q, int reader, la_wpark_t **kick) {
+    la_qlist_t *l = reader ? &q->rfib : &q->wfib;
+    while (l->head) {
+        la_qnode_t *n = l->head;
+        list_remove(l, n);
+        if (la_waiter_wake_later(n->w, LA_W_READY, kick)) return;
+    }
+}
+
 /* Run before every unlock that may leave messages or room behind: if
  * threads sleep on a side that can go on, make sure one has been signalled.
  * Returns the SIG_* bits to signal after the unlock. */
@@ -382,6 +394,7 @@ int la_q_enqueue(uint64_t h, const void *data, size_t size, int wait, int timeou
     la_queue_t *q = q_lock(h);
     if (!q) return ASYNC_E_BADHANDLE;
     int rc = 0, sig = 0;
+    la_wpark_t *kick = NULL; /* a worker thread to wake after the unlock */
     la_qwait_t wt = {.timeout_ms = timeout_ms};
     if (!data || size == 0 || timeout_ms < -1) {
         rc = ASYNC_E_INVAL;
@@ -432,11 +445,12 @@ int la_q_enqueue(uint64_t h, const void *data, size_t size, int wait, int timeou
      * capacity 1 a DROP_OLDEST enqueue into the full queue also ends with
      * count 1, but the queue was never empty. */
     if (((q->count == 1 && !dropped) || q->npend) && q->rt) notify(q);
-    wake_fibers(q, 1);
+    wake_fibers_later(q, 1, &kick);
 out:
     if (q->h == h) sig = settle(q);
     q_unlock(q);
     signal_after(q, sig);
+    if (kick) la_wpark_kick_unpin(kick);
     return rc;
 }
 
@@ -444,6 +458,7 @@ int la_q_dequeue(uint64_t h, void *buf, size_t size, size_t *out_size, int timeo
     la_queue_t *q = q_lock(h);
     if (!q) return ASYNC_E_BADHANDLE;
     int rc = 0, sig = 0;
+    la_wpark_t *kick = NULL; /* a worker thread to wake after the unlock */
     la_qwait_t wt = {.timeout_ms = timeout_ms};
     if ((!buf && size > 0) || timeout_ms < -1) {
         rc = ASYNC_E_INVAL;
@@ -468,11 +483,12 @@ int la_q_dequeue(uint64_t h, void *buf, size_t size, size_t *out_size, int timeo
     if (++q->head == q->cap) q->head = 0;
     q->count--;
     q->deq++;
-    wake_fibers(q, 0);
+    wake_fibers_later(q, 0, &kick);
 out:
     if (q->h == h) sig = settle(q);
     q_unlock(q);
     signal_after(q, sig);
+    if (kick) la_wpark_kick_unpin(kick);
     return rc;
 }
 

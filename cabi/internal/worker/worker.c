@@ -76,6 +76,7 @@ static la_worker_t *worker_get(const async_worker_t *h) {
 static void worker_end(la_worker_t *w, void *r) {
     current_worker = NULL;
     la_wpark_set_self(NULL);
+    la_wpark_drain(&w->park); /* a queue waker may still be about to kick it */
     pthread_mutex_lock(&w->mu);
     w->result = r;
     w->done = 1;
