@@ -8,7 +8,9 @@
  * signals anything unless someone actually sleeps:
  *   - plain threads sleep on two condition variables (readers, writers);
  *   - fibers park through la_waiter_t nodes kept in two FIFO lists, so a
- *     queue wait suspends the fiber, never its worker thread.
+ *     queue wait suspends the fiber, never its worker thread;
+ *   - async_worker threads wait in the same lists (la_waiter_init_park), so
+ *     that async_worker_signal_stop can end their wait and only theirs.
  * Condition variables are signalled after the mutex is released, so the
  * woken thread does not run straight into a held lock.
  *
