@@ -210,13 +210,19 @@ void async_queue_destroy(async_queue_t *queue);
  * otherwise fails at once with ASYNC_E_FULL.
  * Errors: ASYNC_E_BADHANDLE, ASYNC_E_INVAL (data NULL or size 0),
  * ASYNC_E_TOOBIG (size > max_msg_size), ASYNC_E_FULL, ASYNC_E_CLOSED
- * (destroyed while blocked). Thread-safe; blocks only with BLOCK_WRITER. */
+ * (destroyed while blocked), ASYNC_E_CANCELLED (BLOCK_WRITER on a worker's
+ * own thread once async_worker_signal_stop was called for that worker: see
+ * there). Thread-safe; blocks only with BLOCK_WRITER. */
 bool async_queue_enqueue(async_queue_t *queue, const void *data, size_t size);
 
 /* Like async_queue_enqueue, but when the queue is full and the policy is not
  * DROP_OLDEST, waits up to timeout_ms for room (fails with ASYNC_E_TIMEDOUT;
  * with timeout_ms 0 it fails at once with ASYNC_E_FULL). With DROP_OLDEST it
- * never waits. Thread-safe; blocks. */
+ * never waits. On a worker's own thread the wait ends with
+ * ASYNC_E_CANCELLED once the worker is asked to stop, and a wait that would
+ * begin after that fails at once (see async_worker_signal_stop); on a fiber
+ * it fails with ASYNC_E_CANCELLED once its scheduler shuts down.
+ * Thread-safe; blocks. */
 bool async_queue_enqueue_wait(async_queue_t *queue, const void *data, size_t size, int timeout_ms);
 
 /* Copies the head message into `buffer` and removes it; its length is written
@@ -228,7 +234,11 @@ bool async_queue_dequeue(async_queue_t *queue, void *buffer, size_t buffer_size,
 
 /* Like async_queue_dequeue, but waits up to timeout_ms for a message
  * (ASYNC_E_TIMEDOUT; with timeout_ms 0 it fails at once with ASYNC_E_EMPTY).
- * Thread-safe; blocks. */
+ * On a worker's own thread the wait ends with ASYNC_E_CANCELLED once the
+ * worker is asked to stop, and a wait that would begin after that fails at
+ * once; a message already queued is still returned first (see
+ * async_worker_signal_stop). On a fiber it fails with ASYNC_E_CANCELLED once
+ * its scheduler shuts down. Thread-safe; blocks. */
 bool async_queue_dequeue_wait(async_queue_t *queue, void *buffer, size_t buffer_size, size_t *out_size,
                               int timeout_ms);
 
@@ -299,8 +309,25 @@ async_worker_t *async_worker_create(async_worker_proc_t proc, void *context, siz
 void async_worker_destroy(async_worker_t *worker);
 
 /* Asks the worker to stop: its state becomes STOPPING (if still RUNNING),
- * async_worker_should_stop() returns true and its stop descriptor becomes
- * readable. Idempotent. Thread-safe; async-signal-safe; never blocks. */
+ * async_worker_should_stop() returns true, its stop descriptor becomes
+ * readable, and the worker's own queue waits end. Those are the calls made
+ * on the worker's thread (by proc or anything it calls, also after
+ * async_worker_destroy detached it) to async_queue_dequeue_wait,
+ * async_queue_enqueue_wait and the blocking async_queue_enqueue of a
+ * BLOCK_WRITER queue: one in progress wakes and fails with
+ * ASYNC_E_CANCELLED, and so does every later one that would have to wait
+ * (the stop is sticky: one signalled just before the wait begins is not
+ * lost). They still do what they can do without waiting: a queued message
+ * is dequeued, room is used, timeout 0 fails with ASYNC_E_EMPTY / FULL as
+ * before; so `while (async_queue_dequeue_wait(q, ..., -1)) ...` drains the
+ * queue and then ends with ASYNC_E_CANCELLED, no sentinel message needed
+ * (a proc whose queue never empties should check async_worker_should_stop).
+ * Waits of other threads and fibers on the same queues are not disturbed.
+ * Not interrupted: async_runtime_wait (register async_worker_stop_fd with
+ * the runtime to wake it), async_worker_join of another worker (join with a
+ * timeout and check async_worker_should_stop), and the fiber/channel calls
+ * made from a worker thread. Idempotent. Thread-safe; async-signal-safe;
+ * never blocks. */
 void async_worker_signal_stop(async_worker_t *worker);
 
 /* Waits until proc has returned: -1 forever, 0 just checks, n > 0 at most

@@ -7,8 +7,8 @@
 #      with a check that it exports exactly the functions async.h declares;
 #   3. under wine: the Go tests of port/ and libasync/ (IOCP backend), the
 #      Windows C smoke test (scripts/win_smoke.c), the classic API's test
-#      (scripts/win_classic.c) and the portable C queue tests, all against
-#      the DLL;
+#      (scripts/win_classic.c), the portable C queue tests and
+#      ctests/test_worker_stop.c, all against the DLL;
 #   4. linux/arm64: go vet (cgo), libasync.so and every C test built with the
 #      cross gcc and run under qemu-user (ctest: epoll and poll backends,
 #      fibers included), and the Go tests of libasync/ under qemu;
@@ -124,6 +124,8 @@ win_c_build() {
             scripts/win_classic.c "$WIN/libasync.dll" -lws2_32 -static-libgcc &&
         x86_64-w64-mingw32-gcc-posix -std=c11 -D_GNU_SOURCE -Wall -Wextra -O1 -static -Iinclude -Ictests \
             -o "$WIN/test_queue.exe" ctests/test_queue.c "$WIN/libasync.dll" -lpthread &&
+        x86_64-w64-mingw32-gcc-posix -std=c11 -D_GNU_SOURCE -Wall -Wextra -O1 -static -Iinclude -Ictests \
+            -o "$WIN/test_worker_stop.exe" ctests/test_worker_stop.c "$WIN/libasync.dll" -lpthread &&
         GOOS=windows GOARCH=amd64 CGO_ENABLED=0 go test -c -o "$WIN/" ./libasync ./port
 }
 
@@ -188,7 +190,18 @@ wine_c_tests() {
         tail -n 5 "$LOG/wine-queue-$c.out" | sed 's/^/  /'
     done
     echo "test_queue under wine: $((n - bad)) passed, $bad failed"
-    [ $bad -eq 0 ]
+    # A stop reaches a worker's queue waits (WaitOnAddress on Windows).
+    local wn=0 wbad=0
+    for c in $(sed -nE 's/^    T\(([a-z0-9_]+)\),$/\1/p' ctests/test_worker_stop.c); do
+        wn=$((wn + 1))
+        if ! wine_run 120 test_worker_stop.exe "$c" >"$LOG/wine-worker_stop-$c.out" 2>&1; then
+            wbad=$((wbad + 1))
+            echo "FAIL worker_stop.$c:"
+            tail -n 5 "$LOG/wine-worker_stop-$c.out" | sed 's/^/  /'
+        fi
+    done
+    echo "test_worker_stop under wine: $((wn - wbad)) passed, $wbad failed"
+    [ $bad -eq 0 ] && [ $wbad -eq 0 ]
 }
 if want win; then
     # Each step needs the ones before it.

@@ -202,11 +202,9 @@ static void *worker_main(void *arg)
     size_t n;
 
     while (!atomic_load(&sh->stopping)) {
-        /* Sleeps until a job arrives: no timer, no polling. At shutdown a
-         * stop job (id 0) or the queue's destruction wakes it. */
+        /* Sleeps until a job arrives: no timer, no polling. At shutdown
+         * async_worker_signal_stop ends the wait (ASYNC_E_CANCELLED). */
         if (!async_queue_dequeue_wait(sh->jobs, &job, sizeof job, &n, -1))
-            break;
-        if (job.id == 0)
             break;
         if (atomic_load(&sh->live[job.slot]) != job.id) {
             atomic_fetch_add(&sh->skipped, 1); /* ended while queued */
@@ -218,7 +216,7 @@ static void *worker_main(void *arg)
         rep.error = sh->resolve((dns_kind_t)job.kind, job.query, &rep.answer, sh->resolve_arg);
         if (atomic_load(&sh->stopping))
             break; /* possibly detached: tell no one */
-        /* BLOCK_WRITER: waits while the loop is behind; fails once destroyed. */
+        /* BLOCK_WRITER: waits while the loop is behind; fails once stopped. */
         if (!async_queue_enqueue(sh->replies, &rep, sizeof rep))
             break;
     }
@@ -389,17 +387,15 @@ void dns_resolver_destroy(dns_resolver_t *r)
         if (r->slots[i].id != 0)
             finish(r, i, r->slots[i].id, DNS_CANCELLED, 0, NULL);
 
-    /* 2. Stop the workers: idle ones take a stop job; one blocked handing in a
-     * reply is woken by the reply queue's destruction (ASYNC_E_CLOSED). */
+    /* 2. Stop the workers. The stop ends their own queue waits: an idle one
+     * in dequeue_wait and one blocked handing in a reply both wake with
+     * ASYNC_E_CANCELLED (no stop message needed). The flag covers a worker
+     * inside the resolver function. */
     atomic_store(&sh->stopping, true);
-    for (unsigned w = 0; w < r->nworkers; w++)
-        async_worker_signal_stop(r->workers[w]); /* state STOPPING; the flag above is what they read */
-    if (sh->jobs) {
+    if (sh->jobs)
         async_queue_clear(sh->jobs); /* pending jobs belong to cancelled requests */
-        struct job stop = {.id = 0};
-        for (unsigned w = 0; w < r->nworkers; w++)
-            async_queue_enqueue(sh->jobs, &stop, offsetof(struct job, query));
-    }
+    for (unsigned w = 0; w < r->nworkers; w++)
+        async_worker_signal_stop(r->workers[w]);
     if (sh->replies) {
         async_queue_attach(sh->replies, NULL, 0);
         async_queue_destroy(sh->replies);
@@ -474,8 +470,8 @@ dns_resolver_t *dns_resolver_create(async_runtime_t *rt, uintptr_t key, const dn
     for (unsigned i = 0; i < cfg.max_inflight; i++)
         r->free_slots[r->nfree++] = cfg.max_inflight - 1 - i; /* slot 0 is used first */
 
-    /* Jobs: room for every slot plus one stop job per worker, so a submit that
-     * fails FULL means stale jobs are piling up behind stuck workers. */
+    /* Jobs: room for every slot plus one per worker, so a submit that fails
+     * FULL means stale jobs are piling up behind stuck workers. */
     sh->jobs = async_queue_create(cfg.max_inflight + cfg.workers, sizeof(struct job), 0);
     sh->replies = async_queue_create(cfg.max_inflight, sizeof(struct reply),
                                      ASYNC_QUEUE_BLOCK_WRITER | ASYNC_QUEUE_SIGNAL_ON_DATA);

@@ -9,6 +9,7 @@ package fiber
 
 /*
 #cgo CFLAGS: -I${SRCDIR}/../base -I${SRCDIR}/../../../include -O2 -Wall
+#cgo windows LDFLAGS: -lsynchronization
 */
 import "C"
 

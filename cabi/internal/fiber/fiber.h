@@ -66,6 +66,7 @@ enum {
     LA_W_TIMEDOUT = 2,
     LA_W_CANCELLED = 3, /* scheduler shutdown */
     LA_W_CLOSED = 4,    /* channel closed / object destroyed */
+    LA_W_STOPPED = 5,   /* async_worker_signal_stop of the waiting worker (la_wpark_t) */
     LA_W_IDLE = -1      /* not parked (initial value) */
 };
 
@@ -125,9 +126,33 @@ struct la_fiber {
     struct la_fls *fls;
 };
 
+/* ---- worker parking (waiters.c) -------------------------------------------- */
+/* The parking spot of an async_worker thread, in its worker record: a stop
+ * flag and a futex word that every wake-up of that thread's stoppable waits
+ * bumps. la_wpark_stop is lock-free and async-signal-safe (a store, an add
+ * and a futex wake), which is what lets async_worker_signal_stop stay
+ * async-signal-safe while it wakes the worker's own waits. */
+typedef struct la_wpark {
+    _Atomic uint32_t seq;
+    _Atomic int stop;
+    _Atomic int pins; /* wakers between their claim and their kick */
+} la_wpark_t;
+/* The calling thread's worker spot (set by the worker thread itself for its
+ * whole life), or NULL on any other thread. The sleep is a futex on Linux,
+ * WaitOnAddress on Windows (stubs_windows.c). */
+void la_wpark_set_self(la_wpark_t *p);
+la_wpark_t *la_wpark_self(void);
+/* Sets the stop flag and wakes the stoppable wait of p's thread, if any.
+ * Returns 1 the first time. */
+int la_wpark_stop(la_wpark_t *p);
+/* The worker thread's last word: waits until no waker still holds p pinned
+ * (la_waiter_wake_later), so that the record can be freed. */
+void la_wpark_drain(la_wpark_t *p);
+
 /* ---- waiters (a fiber or a plain thread blocked on something) ------------- */
 typedef struct la_waiter {
     la_fiber_t *f; /* NULL: a plain thread */
+    la_wpark_t *park; /* a worker thread's stoppable wait (la_waiter_init_park) */
     _Atomic int *claim;
     _Atomic int tclaim;
     int signalled;
@@ -138,10 +163,22 @@ typedef struct la_waiter {
 /* Prepares w for the calling context. Returns 0, or an async_err_t
  * (ASYNC_E_CANCELLED when the fiber's scheduler is shutting down). */
 int la_waiter_init(la_waiter_t *w, int kind);
+/* Prepares w for a wait of the calling worker thread (p = la_wpark_self())
+ * that la_wpark_stop(p) ends with LA_W_STOPPED. Returns 0, or
+ * ASYNC_E_CANCELLED at once when p was already stopped (a stop signalled
+ * before the wait began is not lost). */
+int la_waiter_init_park(la_waiter_t *w, la_wpark_t *p);
 /* Claims w with `reason` and wakes it; 1 if this call won the claim. Must be
  * called while w is known to be alive (under the lock of the structure w is
  * registered in). */
 int la_waiter_wake(la_waiter_t *w, int reason);
+/* Like la_waiter_wake, but a worker thread's waiter (la_waiter_init_park) is
+ * only claimed: its spot is pinned and stored in *kick (when *kick is NULL;
+ * otherwise it is woken at once), and the caller wakes it with
+ * la_wpark_kick_unpin once it has released its lock, so that the woken
+ * thread does not run straight into that lock. */
+int la_waiter_wake_later(la_waiter_t *w, int reason, la_wpark_t **kick);
+void la_wpark_kick_unpin(la_wpark_t *p);
 /* Blocks/parks until claimed or until deadline_ns (0: none). Returns the
  * claim reason. Call la_waiter_done afterwards. */
 int la_waiter_wait(la_waiter_t *w, uint64_t deadline_ns);

@@ -21,27 +21,108 @@ la_fiber_t *la_current_fiber(void) { return NULL; }
 
 void la_fiber_trap(void (*fn)(void *), void *arg) { fn(arg); }
 
-/* Waiters are used by queue.c only on a fiber, which never happens here. */
+/* Waiters: there are no fibers on Windows, so the only waiters are worker
+ * threads' stoppable queue waits (la_waiter_init_park). They sleep on the
+ * worker record's word with WaitOnAddress, as the futex does elsewhere
+ * (waiters.c has the protocol); la_waiter_init is never reached here. */
 int la_waiter_init(la_waiter_t *w, int kind) {
     (void)w, (void)kind;
     return ASYNC_E_NOTSUP;
 }
 
-int la_waiter_wake(la_waiter_t *w, int reason) {
-    (void)w, (void)reason;
+static __thread la_wpark_t *wpark_self;
+
+void la_wpark_set_self(la_wpark_t *p) { wpark_self = p; }
+
+la_wpark_t *la_wpark_self(void) { return wpark_self; }
+
+static void wpark_kick(la_wpark_t *p) {
+    atomic_fetch_add(&p->seq, 1);
+    WakeByAddressAll((void *)&p->seq);
+}
+
+int la_wpark_stop(la_wpark_t *p) {
+    if (atomic_exchange(&p->stop, 1) != 0) return 0;
+    wpark_kick(p);
+    return 1;
+}
+
+
+void la_wpark_kick_unpin(la_wpark_t *p) {
+    wpark_kick(p);
+    atomic_fetch_sub(&p->pins, 1);
+}
+
+void la_wpark_drain(la_wpark_t *p) {
+    while (atomic_load(&p->pins) != 0) SwitchToThread();
+}
+
+int la_waiter_init_park(la_waiter_t *w, la_wpark_t *p) {
+    w->f = NULL;
+    w->park = p;
+    w->signalled = 0;
+    w->claim = &w->tclaim;
+    atomic_store(&w->tclaim, LA_W_WAITING);
+    if (atomic_load(&p->stop)) return ASYNC_E_CANCELLED;
     return 0;
 }
 
+static int waiter_claim(la_waiter_t *w, int reason) {
+    int z = LA_W_WAITING;
+    return atomic_compare_exchange_strong(w->claim, &z, reason);
+}
+
+int la_waiter_wake(la_waiter_t *w, int reason) {
+    if (!w->park || !waiter_claim(w, reason)) return 0;
+    wpark_kick(w->park);
+    return 1;
+}
+
+int la_waiter_wake_later(la_waiter_t *w, int reason, la_wpark_t **kick) {
+    if (!w->park || *kick) return la_waiter_wake(w, reason);
+    if (!waiter_claim(w, reason)) return 0;
+    atomic_fetch_add(&w->park->pins, 1);
+    *kick = w->park;
+    return 1;
+}
+
 int la_waiter_wait(la_waiter_t *w, uint64_t deadline_ns) {
-    (void)w, (void)deadline_ns;
-    return LA_W_TIMEDOUT;
+    la_wpark_t *p = w->park;
+    if (!p) return LA_W_TIMEDOUT;
+    for (;;) {
+        uint32_t seq = atomic_load(&p->seq);
+        int c = atomic_load(w->claim);
+        if (c != LA_W_WAITING) return c;
+        if (atomic_load(&p->stop)) {
+            if (waiter_claim(w, LA_W_STOPPED)) return LA_W_STOPPED;
+            continue;
+        }
+        DWORD ms = INFINITE;
+        if (deadline_ns) {
+            uint64_t now = la_now_ns();
+            if (now >= deadline_ns) {
+                if (waiter_claim(w, LA_W_TIMEDOUT)) return LA_W_TIMEDOUT;
+                deadline_ns = 0;
+                continue;
+            }
+            uint64_t left = (deadline_ns - now + 999999u) / 1000000u;
+            ms = left >= INFINITE ? INFINITE - 1 : (DWORD)left;
+        }
+        WaitOnAddress((volatile void *)&p->seq, &seq, sizeof seq, ms);
+    }
 }
 
 void la_waiter_done(la_waiter_t *w) { (void)w; }
 
 int la_reason_err(int reason) {
-    (void)reason;
-    return ASYNC_E_NOTSUP;
+    switch (reason) {
+    case LA_W_READY: return 0;
+    case LA_W_TIMEDOUT: return ASYNC_E_TIMEDOUT;
+    case LA_W_CANCELLED:
+    case LA_W_STOPPED: return ASYNC_E_CANCELLED;
+    case LA_W_CLOSED: return ASYNC_E_CLOSED;
+    default: return ASYNC_E_INTERNAL;
+    }
 }
 
 /* ---- the public API ------------------------------------------------------ */

@@ -5,6 +5,11 @@
  * thread it sleeps on its own monotonic condition variable. */
 #include <errno.h>
 #include <time.h>
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include "fiber_int.h"
 
@@ -15,15 +20,91 @@ int la_reason_err(int reason) {
     case LA_W_TIMEDOUT: return ASYNC_E_TIMEDOUT;
     case LA_W_CANCELLED: return ASYNC_E_CANCELLED;
     case LA_W_CLOSED: return ASYNC_E_CLOSED;
+    case LA_W_STOPPED: return ASYNC_E_CANCELLED;
     default: return ASYNC_E_INTERNAL;
     }
 }
 
+/* ---- worker parking ------------------------------------------------------------ */
+/* A worker thread's stoppable wait sleeps on p->seq (a futex) instead of a
+ * condition variable: a waker that won the claim bumps seq and wakes it, and
+ * so does la_wpark_stop, which takes no lock and is async-signal-safe. The
+ * sleeper reads seq before it looks at the claim and the stop flag (all
+ * seq_cst), so a claim or stop it did not see comes with a bump after its
+ * read: the futex wait then returns at once. */
+
+static __thread la_wpark_t *wpark_self;
+
+void la_wpark_set_self(la_wpark_t *p) { wpark_self = p; }
+
+la_wpark_t *la_wpark_self(void) { return wpark_self; }
+
+static void wpark_kick(la_wpark_t *p) {
+    atomic_fetch_add(&p->seq, 1);
+#if defined(__linux__)
+    syscall(SYS_futex, &p->seq, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+#endif
+}
+
+int la_wpark_stop(la_wpark_t *p) {
+    if (atomic_exchange(&p->stop, 1) != 0) return 0;
+    wpark_kick(p);
+    return 1;
+}
+
+int la_waiter_wake_later(la_waiter_t *w, int reason, la_wpark_t **kick) {
+    if (!w->park || *kick) return la_waiter_wake(w, reason);
+    if (!la_waiter_claim(w, reason)) return 0;
+    atomic_fetch_add(&w->park->pins, 1);
+    *kick = w->park;
+    return 1;
+}
+
+void la_wpark_kick_unpin(la_wpark_t *p) {
+    wpark_kick(p);
+    atomic_fetch_sub(&p->pins, 1);
+}
+
+void la_wpark_drain(la_wpark_t *p) {
+    while (atomic_load(&p->pins) != 0) sched_yield();
+}
+
+/* Sleeps while p->seq is still seq or until deadline (monotonic ns, 0:
+ * none); 1 if the deadline passed. Spurious returns are fine. */
+static int wpark_sleep(la_wpark_t *p, uint32_t seq, uint64_t deadline) {
+#if defined(__linux__)
+    struct timespec ts, *tp = NULL;
+    if (deadline) {
+        if (la_now_ns() >= deadline) return 1;
+        ts.tv_sec = (time_t)(deadline / 1000000000u);
+        ts.tv_nsec = (long)(deadline % 1000000000u);
+        tp = &ts;
+    }
+    /* FUTEX_WAIT_BITSET takes an absolute CLOCK_MONOTONIC time. */
+    long r = syscall(SYS_futex, &p->seq, FUTEX_WAIT_BITSET_PRIVATE, seq, tp, NULL, FUTEX_BITSET_MATCH_ANY);
+    return r != 0 && errno == ETIMEDOUT;
+#else
+    (void)p, (void)seq, (void)deadline;
+    return 1;
+#endif
+}
+
 /* ---- waiters ------------------------------------------------------------------- */
+
+int la_waiter_init_park(la_waiter_t *w, la_wpark_t *p) {
+    w->f = NULL;
+    w->park = p;
+    w->signalled = 0;
+    w->claim = &w->tclaim;
+    atomic_store(&w->tclaim, LA_W_WAITING);
+    if (atomic_load(&p->stop)) return ASYNC_E_CANCELLED;
+    return 0;
+}
 
 int la_waiter_init(la_waiter_t *w, int kind) {
     la_fiber_t *f = la_current_fiber();
     w->f = f;
+    w->park = NULL;
     w->signalled = 0;
     if (f) {
         w->claim = &f->claim;
@@ -44,6 +125,10 @@ int la_waiter_claim(la_waiter_t *w, int reason) {
 void la_waiter_signal(la_waiter_t *w) {
     if (w->f) {
         la_fiber_wake(w->f);
+        return;
+    }
+    if (w->park) {
+        wpark_kick(w->park);
         return;
     }
     pthread_mutex_lock(&w->mu);
@@ -68,6 +153,22 @@ int la_waiter_wait(la_waiter_t *w, uint64_t deadline) {
         if (deadline && r != LA_W_TIMEDOUT) la_timer_del(s, f);
         return r;
     }
+    if (w->park) {
+        la_wpark_t *p = w->park;
+        for (;;) {
+            uint32_t seq = atomic_load(&p->seq);
+            int c = atomic_load(w->claim);
+            if (c != LA_W_WAITING) return c;
+            if (atomic_load(&p->stop)) {
+                if (la_waiter_claim(w, LA_W_STOPPED)) return LA_W_STOPPED;
+                continue; /* a waker claimed it first: its wake-up counts */
+            }
+            if (wpark_sleep(p, seq, deadline)) {
+                if (la_waiter_claim(w, LA_W_TIMEDOUT)) return LA_W_TIMEDOUT;
+                deadline = 0; /* claimed by a waker meanwhile: the claim is read next */
+            }
+        }
+    }
     struct timespec ts;
     if (deadline) {
         ts.tv_sec = (time_t)(deadline / 1000000000u);
@@ -87,7 +188,7 @@ int la_waiter_wait(la_waiter_t *w, uint64_t deadline) {
 }
 
 void la_waiter_done(la_waiter_t *w) {
-    if (w->f) return;
+    if (w->f || w->park) return;
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->cv);
 }

@@ -8,7 +8,9 @@
  * signals anything unless someone actually sleeps:
  *   - plain threads sleep on two condition variables (readers, writers);
  *   - fibers park through la_waiter_t nodes kept in two FIFO lists, so a
- *     queue wait suspends the fiber, never its worker thread.
+ *     queue wait suspends the fiber, never its worker thread;
+ *   - async_worker threads wait in the same lists (la_waiter_init_park), so
+ *     that async_worker_signal_stop can end their wait and only theirs.
  * Condition variables are signalled after the mutex is released, so the
  * woken thread does not run straight into a held lock.
  *
@@ -181,6 +183,18 @@ enum { SIG_R = 1, SIG_W = 2 };
  * burst of messages costs the producer one signal, not one each. */
 static void wake_fibers(la_queue_t *q, int reader) { wake_fiber(reader ? &q->rfib : &q->wfib, LA_W_READY); }
 
+/* The same on the hot paths: a worker thread's waiter is woken only after
+ * the unlock (*kick, la_wpark_kick_unpin), like the threads on the
+ * condition variables (signal_after). */
+static void wake_fibers_later(la_queue_t *q, int reader, la_wpark_t **kick) {
+    la_qlist_t *l = reader ? &q->rfib : &q->wfib;
+    while (l->head) {
+        la_qnode_t *n = l->head;
+        list_remove(l, n);
+        if (la_waiter_wake_later(n->w, LA_W_READY, kick)) return;
+    }
+}
+
 /* Run before every unlock that may leave messages or room behind: if
  * threads sleep on a side that can go on, make sure one has been signalled.
  * Returns the SIG_* bits to signal after the unlock. */
@@ -230,10 +244,13 @@ typedef struct {
  * with the timeout is not lost. */
 static int wait_side(la_queue_t *q, uint64_t h, int reader, la_qwait_t *wt) {
     la_fiber_t *f = la_current_fiber();
+    /* An async_worker thread waits like a fiber (a node of its own), so that
+     * async_worker_signal_stop can end its wait and only its wait. */
+    la_wpark_t *wp = f ? NULL : la_wpark_self();
     if (!wt->started) {
         wt->started = 1;
         if (wt->timeout_ms > 0) {
-            if (f)
+            if (f || wp)
                 wt->ns = la_deadline(wt->timeout_ms);
             else
                 thread_deadline(&wt->ts, wt->timeout_ms);
@@ -241,12 +258,12 @@ static int wait_side(la_queue_t *q, uint64_t h, int reader, la_qwait_t *wt) {
     }
     int rc = 0;
     q->inside++;
-    if (f) {
+    if (f || wp) {
         la_waiter_t w;
-        rc = la_waiter_init(&w, LA_PK_NORMAL);
+        rc = wp ? la_waiter_init_park(&w, wp) : la_waiter_init(&w, LA_PK_NORMAL);
         if (rc) {
             q->inside--;
-            return rc; /* the scheduler is shutting down */
+            return rc; /* the scheduler is shutting down, or the worker was asked to stop */
         }
         la_qnode_t n = {.w = &w};
         la_qlist_t *l = reader ? &q->rfib : &q->wfib;
@@ -274,7 +291,10 @@ static int wait_side(la_queue_t *q, uint64_t h, int reader, la_qwait_t *wt) {
     }
     q->inside--;
     if (q->h != h) return ASYNC_E_CLOSED;
-    if (rc == ASYNC_E_TIMEDOUT && (reader ? q->count > 0 : q->count < q->cap)) rc = 0;
+    /* A message (or room) that is there now is taken even when the wait ended
+     * by its timeout or by a stop of the waiting worker. */
+    if ((rc == ASYNC_E_TIMEDOUT || (wp && rc == ASYNC_E_CANCELLED)) && (reader ? q->count > 0 : q->count < q->cap))
+        rc = 0;
     return rc;
 }
 
@@ -376,6 +396,7 @@ int la_q_enqueue(uint64_t h, const void *data, size_t size, int wait, int timeou
     la_queue_t *q = q_lock(h);
     if (!q) return ASYNC_E_BADHANDLE;
     int rc = 0, sig = 0;
+    la_wpark_t *kick = NULL; /* a worker thread to wake after the unlock */
     la_qwait_t wt = {.timeout_ms = timeout_ms};
     if (!data || size == 0 || timeout_ms < -1) {
         rc = ASYNC_E_INVAL;
@@ -431,11 +452,12 @@ int la_q_enqueue(uint64_t h, const void *data, size_t size, int wait, int timeou
      * capacity 1 a DROP_OLDEST enqueue into the full queue also ends with
      * count 1, but the queue was never empty. */
     if (((q->count == 1 && !dropped) || q->npend) && q->rt) notify(q);
-    wake_fibers(q, 1);
+    wake_fibers_later(q, 1, &kick);
 out:
     if (q->h == h) sig = settle(q);
     q_unlock(q);
     signal_after(q, sig);
+    if (kick) la_wpark_kick_unpin(kick);
     return rc;
 }
 
@@ -443,6 +465,7 @@ int la_q_dequeue(uint64_t h, void *buf, size_t size, size_t *out_size, int timeo
     la_queue_t *q = q_lock(h);
     if (!q) return ASYNC_E_BADHANDLE;
     int rc = 0, sig = 0;
+    la_wpark_t *kick = NULL; /* a worker thread to wake after the unlock */
     la_qwait_t wt = {.timeout_ms = timeout_ms};
     if ((!buf && size > 0) || timeout_ms < -1) {
         rc = ASYNC_E_INVAL;
@@ -467,11 +490,12 @@ int la_q_dequeue(uint64_t h, void *buf, size_t size, size_t *out_size, int timeo
     if (++q->head == q->cap) q->head = 0;
     q->count--;
     q->deq++;
-    wake_fibers(q, 0);
+    wake_fibers_later(q, 0, &kick);
 out:
     if (q->h == h) sig = settle(q);
     q_unlock(q);
     signal_after(q, sig);
+    if (kick) la_wpark_kick_unpin(kick);
     return rc;
 }
 

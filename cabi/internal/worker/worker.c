@@ -30,7 +30,7 @@ typedef struct la_worker {
     void *result;
     uint64_t handle;
     _Atomic int state; /* async_worker_state_t */
-    _Atomic int stop;
+    la_wpark_t park;   /* the stop flag, and what wakes the worker's own queue waits */
     _Atomic int refs; /* the handle + the running thread + joiners */
     int done;         /* under mu */
     pthread_mutex_t mu;
@@ -75,6 +75,8 @@ static la_worker_t *worker_get(const async_worker_t *h) {
  * goes. */
 static void worker_end(la_worker_t *w, void *r) {
     current_worker = NULL;
+    la_wpark_set_self(NULL);
+    la_wpark_drain(&w->park); /* a queue waker may still be about to kick it */
     pthread_mutex_lock(&w->mu);
     w->result = r;
     w->done = 1;
@@ -89,6 +91,7 @@ static void worker_unwound(void *arg) { worker_end(arg, NULL); }
 static void *worker_main(void *arg) {
     la_worker_t *w = arg;
     current_worker = w;
+    la_wpark_set_self(&w->park);
     void *r;
     pthread_cleanup_push(worker_unwound, w);
     r = w->proc(w->context);
@@ -208,10 +211,12 @@ void async_worker_destroy(async_worker_t *worker) {
     worker_unref(w);
 }
 
+/* The flag and the wake-up of the worker's own stoppable waits (queue waits,
+ * la_wpark_t) come first, then the stop descriptor. All lock-free. */
 static void signal_stop(la_worker_t *w) {
     int expect = ASYNC_WORKER_RUNNING;
     atomic_compare_exchange_strong(&w->state, &expect, ASYNC_WORKER_STOPPING);
-    if (atomic_exchange(&w->stop, 1) == 0) {
+    if (la_wpark_stop(&w->park)) {
 #if defined(_WIN32)
         int r = la_win_stop_signal(w->stop_wfd);
 #elif defined(__linux__)
@@ -310,14 +315,14 @@ bool async_worker_should_stop(async_worker_t *worker) {
     if (w && LA_H(worker) == w->handle) {
         /* The worker asking about itself: its record is alive (it holds a
          * reference), so no table lookup is needed. */
-        return atomic_load_explicit(&w->stop, memory_order_acquire) != 0;
+        return atomic_load_explicit(&w->park.stop, memory_order_acquire) != 0;
     }
     w = worker_get(worker);
     if (!w) {
         la_set_error(ASYNC_E_BADHANDLE);
         return true;
     }
-    bool r = atomic_load(&w->stop) != 0;
+    bool r = atomic_load(&w->park.stop) != 0;
     worker_unref(w);
     return r;
 }
