@@ -4,11 +4,18 @@
  * On a fiber a waiter parks the fiber (la_park_prepare/commit); on a plain
  * thread it sleeps on its own monotonic condition variable. */
 #include <errno.h>
+#include <stdint.h>
 #include <time.h>
 #if defined(__linux__)
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#elif defined(__APPLE__)
+/* darwin's futex: libSystem's __ulock calls (what libc++'s atomic wait uses
+ * since macOS 10.12); not in the SDK headers. */
+extern int __ulock_wait(uint32_t op, void *addr, uint64_t value, uint32_t timeout_us);
+extern int __ulock_wake(uint32_t op, void *addr, uint64_t wake_value);
+#define LA_UL_COMPARE_AND_WAIT 1
 #endif
 
 #include "fiber_int.h"
@@ -43,6 +50,8 @@ static void wpark_kick(la_wpark_t *p) {
     atomic_fetch_add(&p->seq, 1);
 #if defined(__linux__)
     syscall(SYS_futex, &p->seq, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+#elif defined(__APPLE__)
+    __ulock_wake(LA_UL_COMPARE_AND_WAIT, (void *)&p->seq, 0);
 #endif
 }
 
@@ -83,9 +92,24 @@ static int wpark_sleep(la_wpark_t *p, uint32_t seq, uint64_t deadline) {
     /* FUTEX_WAIT_BITSET takes an absolute CLOCK_MONOTONIC time. */
     long r = syscall(SYS_futex, &p->seq, FUTEX_WAIT_BITSET_PRIVATE, seq, tp, NULL, FUTEX_BITSET_MATCH_ANY);
     return r != 0 && errno == ETIMEDOUT;
+#elif defined(__APPLE__)
+    uint32_t us = 0; /* 0: no timeout */
+    if (deadline) {
+        uint64_t now = la_now_ns();
+        if (now >= deadline) return 1;
+        uint64_t left = (deadline - now + 999) / 1000;
+        us = left > UINT32_MAX ? UINT32_MAX : (uint32_t)left;
+    }
+    int r = __ulock_wait(LA_UL_COMPARE_AND_WAIT, (void *)&p->seq, seq, us);
+    return r < 0 && errno == ETIMEDOUT;
 #else
-    (void)p, (void)seq, (void)deadline;
-    return 1;
+    /* No futex: look again every millisecond (a kick or a stop is seen
+     * within one). */
+    (void)p, (void)seq;
+    if (deadline && la_now_ns() >= deadline) return 1;
+    struct timespec t = {0, 1000000};
+    nanosleep(&t, NULL);
+    return deadline && la_now_ns() >= deadline;
 #endif
 }
 
