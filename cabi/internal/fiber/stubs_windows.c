@@ -44,6 +44,8 @@ int la_reason_err(int reason) {
     return ASYNC_E_NOTSUP;
 }
 
+uint64_t la_coarse_ns(void) { return (uint64_t)GetTickCount64() * 1000000u; }
+
 /* ---- the public API ------------------------------------------------------ */
 
 static int notsup(void) {
@@ -176,5 +178,30 @@ void async_chan_destroy(async_chan_t *c) {
 
 int async_chan_select(async_chan_op_t *ops, size_t n, int timeout_ms) {
     (void)ops, (void)n, (void)timeout_ms;
+    return notsup();
+}
+
+int async_fiber_set_name(async_fiber_t *f, const char *name) {
+    (void)f, (void)name;
+    return notsup();
+}
+
+int async_fiber_get_name(async_fiber_t *f, char *buf, size_t size) {
+    (void)f, (void)buf, (void)size;
+    return notsup();
+}
+
+int async_sched_dump(async_sched_t *s, int fd) {
+    (void)s, (void)fd;
+    return notsup();
+}
+
+int async_sched_dump_on_signal(async_sched_t *s, int signo, int fd) {
+    (void)s, (void)signo, (void)fd;
+    return notsup();
+}
+
+int async_sched_set_stall_ms(async_sched_t *s, int ms) {
+    (void)s, (void)ms;
     return notsup();
 }
