@@ -747,9 +747,11 @@ int async_sched_dump_on_signal(async_sched_t *s, int signo, int fd);
  * thread exists only while ms > 0. ms 0 turns it off (the monitor thread is
  * joined). The environment variable ASYNC_FIBER_STALL_MS sets it for every
  * new scheduler. Errors: ASYNC_E_BADHANDLE, ASYNC_E_INVAL (ms < 0 or
- * > 3600000), ASYNC_E_SYS (no thread could be started). Thread-safe (also on
- * a fiber); never parks (turning it off waits for the monitor thread to
- * end). */
+ * > 3600000), ASYNC_E_NOMEM, ASYNC_E_SYS (no thread could be started),
+ * ASYNC_E_STATE (called from a log handler on the monitor thread; such a
+ * handler must not destroy the scheduler either: async_sched_destroy fails
+ * there with ASYNC_E_STATE). Thread-safe (also on a fiber); never parks
+ * (turning it off waits for the monitor thread to end). */
 int async_sched_set_stall_ms(async_sched_t *s, int ms);
 
 
