@@ -625,7 +625,8 @@ int async_sched_shutdown(async_sched_t *s, int timeout_ms);
  * other threads end (a join that was waiting returns 0 once its fiber
  * returned; a join of one of s's fibers that begins after (1) on a plain
  * thread or another scheduler's fiber fails with ASYNC_E_BADHANDLE); (5) the workers stop and the memory is freed. Must not
- * be called on a worker thread (ASYNC_E_STATE). Invalid handles, and a
+ * be called on a worker thread, nor from a log handler on the stall
+ * monitor's thread (async_sched_set_stall_ms) (ASYNC_E_STATE). Invalid handles, and a
  * second destroy racing the first, are ignored (ASYNC_E_BADHANDLE).
  * Thread-safe; blocks. */
 void async_sched_destroy(async_sched_t *s);
@@ -740,8 +741,10 @@ int async_sched_dump_on_signal(async_sched_t *s, int signo, int fd);
 /* The stall detector: once ms > 0, a monitor thread of s reports through the
  * log hook (ASYNC_LOG_WARN, async_set_log_handler) every fiber that runs
  * longer than ms milliseconds without parking, yielding or returning, once
- * per stall: its id, name, worker and how long it has run so far (at least
- * ms; the monitor samples every ms/4, 1 to 250 ms). When such a fiber
+ * per stall: its id, name, worker, how long it has run so far (at least
+ * ms; the monitor samples every ms/4, 1 to 250 ms) and how long of that its
+ * worker thread was on a CPU (much less: the OS kept the worker off the CPU,
+ * which is reported the same way). When such a fiber
  * finally switches out, an ASYNC_LOG_INFO message gives the stall's length
  * (at least). It costs the workers two stores per dispatch; the monitor
  * thread exists only while ms > 0. ms 0 turns it off (the monitor thread is

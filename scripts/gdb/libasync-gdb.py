@@ -151,6 +151,9 @@ class FiberBt(gdb.Command):
                                "and use bt" % (int(f["id"]), int(f["wk"]["idx"])))
         regs = _saved_regs(int(f["sp"]))
         print('fiber %d "%s" (%s):' % (int(f["id"]), _name(f), STATES.get(st, "?")))
+        if st in (3, 5):
+            print("(parking: the fiber may still be on its worker's thread, switching out; this backtrace may be "
+                  "from its previous switch)")
         gdb.execute("select-frame 0")
         saved = [(r, int(gdb.parse_and_eval("$" + r).cast(gdb.lookup_type("unsigned long")))) for r, _ in regs]
         try:

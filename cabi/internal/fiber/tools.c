@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -497,6 +498,9 @@ int async_sched_dump_on_signal(async_sched_t *sh, int signo, int fd) {
 
 typedef struct {
     uint64_t n, id, since;
+    uint64_t cpu_since; /* the worker thread's CPU time at since (0: unknown) */
+    clockid_t cpu;
+    int has_cpu;
     int reported;
 } la_wsample_t;
 
@@ -534,6 +538,13 @@ static void name_of(la_sched_t *s, uint64_t id, char out[ASYNC_FIBER_NAME_MAX]) 
     }
 }
 
+/* CPU time of worker sample p's thread in ns, or 0. */
+static uint64_t cpu_ns(la_wsample_t *p) {
+    struct timespec ts;
+    if (!p->has_cpu || clock_gettime(p->cpu, &ts) != 0) return 0;
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 static void stall_scan(struct la_stallmon *m, int ms) {
     la_sched_t *s = m->s;
     uint64_t now = la_now_ns();
@@ -544,12 +555,18 @@ static void stall_scan(struct la_stallmon *m, int ms) {
         uint64_t id = atomic_load_explicit(&w->run_id, memory_order_relaxed);
         if (id != 0 && id == p->id && n == p->n) {
             if (!p->reported && now - p->since >= (uint64_t)ms * 1000000u) {
-                char name[ASYNC_FIBER_NAME_MAX];
+                char name[ASYNC_FIBER_NAME_MAX], cpu[64] = "";
                 name_of(s, id, name);
+                uint64_t c = cpu_ns(p);
+                /* how much of it the worker thread was on a CPU: much less
+                 * means the OS kept it off (an overloaded machine) */
+                if (c && p->cpu_since && c >= p->cpu_since)
+                    snprintf(cpu, sizeof cpu, ", on a CPU for %llu ms of it",
+                             (unsigned long long)((c - p->cpu_since) / 1000000u));
                 la_log(ASYNC_LOG_WARN,
                        "stall: fiber %llu \"%s\" has run for %llu ms on worker %d without parking or yielding "
-                       "(threshold %d ms)",
-                       (unsigned long long)id, name, (unsigned long long)((now - p->since) / 1000000u), i, ms);
+                       "(threshold %d ms%s)",
+                       (unsigned long long)id, name, (unsigned long long)((now - p->since) / 1000000u), i, ms, cpu);
                 p->reported = 1;
             }
             continue;
@@ -560,6 +577,7 @@ static void stall_scan(struct la_stallmon *m, int ms) {
         p->n = n;
         p->id = id;
         p->since = now;
+        p->cpu_since = id ? cpu_ns(p) : 0; /* a syscall, only while a fiber runs */
         p->reported = 0;
     }
 }
@@ -567,6 +585,8 @@ static void stall_scan(struct la_stallmon *m, int ms) {
 static void *stall_main(void *arg) {
     struct la_stallmon *m = arg;
     tls_on_monitor = 1;
+    for (int i = 0; i < m->s->nw; i++)
+        m->w[i].has_cpu = pthread_getcpuclockid(m->s->wks[i].th, &m->w[i].cpu) == 0;
     sigset_t all;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, NULL);
