@@ -119,6 +119,20 @@ static void t_names(void) {
     CHECK_EQ(async_fiber_set_name(f, longn), 0);
     CHECK_EQ(async_fiber_get_name(f, buf, sizeof buf), 31);
     CHECK(memcmp(buf, longn, 31) == 0);
+    /* bytes that are not UTF-8 (continuation bytes only) are cut at 31 */
+    memset(longn, 0x80, 40);
+    longn[40] = 0;
+    CHECK_EQ(async_fiber_set_name(f, longn), 0);
+    CHECK_EQ(async_fiber_get_name(f, buf, sizeof buf), 28);
+    /* a 4-byte character across the cut goes whole */
+    memset(longn, 'b', 28);
+    strcpy(longn + 28, "\xf0\x9f\x98\x80");
+    CHECK_EQ(async_fiber_set_name(f, longn), 0);
+    CHECK_EQ(async_fiber_get_name(f, buf, sizeof buf), 28);
+    memset(longn, 'b', 27);
+    strcpy(longn + 27, "\xf0\x9f\x98\x80");
+    CHECK_EQ(async_fiber_set_name(f, longn), 0);
+    CHECK_EQ(async_fiber_get_name(f, buf, sizeof buf), 31);
     /* control bytes become '?': a dump line stays one line */
     CHECK_EQ(async_fiber_set_name(f, "a\nb\tc\x7f"), 0);
     CHECK_EQ(async_fiber_get_name(f, buf, sizeof buf), 6);

@@ -40,7 +40,10 @@ static int spin_trylock(la_spin_t *l) { return !atomic_exchange_explicit(&l->v, 
 __attribute__((used)) la_sched_t *la_dbg_sched_list;
 static pthread_mutex_t dbg_mu = PTHREAD_MUTEX_INITIALIZER;
 
-/* ---- names --------------------------------------------------------------------- */
+/* ---- names --------------------------------------------------------------------- *
+ * A name is cut at a UTF-8 character boundary: at most 3 bytes are dropped
+ * (a character has at most 3 continuation bytes), so bytes that are not
+ * UTF-8 are cut at 28 to 31 bytes. */
 
 /* The fiber of handle fh (NULL: the calling one), pinned in *slot (NULL
  * when it is the caller's own), or NULL with *rc. */
@@ -74,7 +77,7 @@ int async_fiber_set_name(async_fiber_t *fh, const char *name) {
             /* cut: never inside a UTF-8 sequence (name[n] is the first byte
              * left out: while it continues a character, drop that one) */
             n = ASYNC_FIBER_NAME_MAX - 1;
-            while (n > 0 && ((unsigned char)name[n] & 0xC0) == 0x80) n--;
+            for (int k = 0; k < 3 && n > 0 && ((unsigned char)name[n] & 0xC0) == 0x80; k++) n--;
         }
         for (size_t i = 0; i < n; i++) {
             unsigned char c = (unsigned char)name[i];
