@@ -47,10 +47,13 @@ la_ctx_switch:
         .type   la_ctx_trampoline, %function
         .p2align 4
 la_ctx_trampoline:
+        .cfi_startproc
+        .cfi_undefined x30      // the outermost frame of a fiber: debuggers stop here
         mov     x29, #0
         mov     x0, x19
         bl      la_fiber_main
         brk     #0
+        .cfi_endproc
         .size   la_ctx_trampoline, .-la_ctx_trampoline
 
         .section .note.GNU-stack,"",%progbits
