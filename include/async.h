@@ -765,7 +765,8 @@ int async_sched_shutdown(async_sched_t *s, int timeout_ms);
  * other threads end (a join that was waiting returns 0 once its fiber
  * returned; a join of one of s's fibers that begins after (1) on a plain
  * thread or another scheduler's fiber fails with ASYNC_E_BADHANDLE); (5) the workers stop and the memory is freed. Must not
- * be called on a worker thread (ASYNC_E_STATE). Invalid handles, and a
+ * be called on a worker thread, nor from a log handler on the stall
+ * monitor's thread (async_sched_set_stall_ms) (ASYNC_E_STATE). Invalid handles, and a
  * second destroy racing the first, are ignored (ASYNC_E_BADHANDLE).
  * Thread-safe; blocks. */
 void async_sched_destroy(async_sched_t *s);
@@ -815,6 +816,87 @@ int async_fiber_sleep(uint64_t ms);
 /* The calling fiber, or NULL on a plain thread (and in a child process
  * forked on a fiber: the child has no fibers). Never fails; sets no error. */
 async_fiber_t *async_fiber_current(void);
+
+/* ---- Fiber debugging: names, dumps, the stall detector (docs/DEBUGGING.md) ---- */
+
+/* Bytes of a fiber name, its terminating NUL included: a name is cut to
+ * ASYNC_FIBER_NAME_MAX - 1 bytes (never in the middle of a UTF-8 sequence:
+ * a character that does not fit goes whole). */
+#define ASYNC_FIBER_NAME_MAX 32
+
+/* Names fiber f (NULL: the calling fiber) for async_sched_dump, the stall
+ * report and the gdb helper. name is copied: cut to ASYNC_FIBER_NAME_MAX - 1
+ * bytes at a UTF-8 character boundary, and every control byte (< 0x20,
+ * 0x7f) replaced by '?', so a dump line stays one line. name NULL or ""
+ * removes the name. A fiber has no name until one is set; a name stays
+ * until the fiber's handle becomes invalid (a joinable fiber keeps it after
+ * it returned, until joined). Safe against f ending concurrently: a handle
+ * that is no longer valid gives ASYNC_E_BADHANDLE. Errors: ASYNC_E_BADHANDLE,
+ * ASYNC_E_STATE (f NULL on a plain thread). Thread-safe (also from fibers);
+ * never blocks or parks. */
+int async_fiber_set_name(async_fiber_t *f, const char *name);
+
+/* Copies the name of fiber f (NULL: the calling fiber) into buf (size bytes,
+ * always NUL-terminated when size > 0; cut when too small) and returns the
+ * name's length in bytes (0: no name), as snprintf does: a return >= size
+ * means buf holds a cut copy. buf may be NULL when size is 0. Errors:
+ * ASYNC_E_INVAL (buf NULL with size > 0), ASYNC_E_BADHANDLE, ASYNC_E_STATE
+ * (f NULL on a plain thread). Thread-safe; never blocks or parks. */
+int async_fiber_get_name(async_fiber_t *f, char *buf, size_t size);
+
+/* Writes one line per fiber of s that is live or returned but not joined
+ * (with a header line and a last line), to fd with write(2):
+ *   fiber <id> "<name>" <state> [<what it waits on>] [for <ms> ms]
+ * state: runnable, running on worker <n>, parked, done-unjoined. A parked
+ * fiber shows what it waits on (sleep, join of a fiber id, chan send/recv
+ * with the channel handle, select, fd <n> read/write, blocking call, queue
+ * read/write with the queue handle) and for how long (ms, measured with a
+ * coarse clock: a few ms of resolution). The dump is a snapshot taken
+ * without stopping the workers (each fiber's line is consistent, the set may
+ * be slightly stale); it is built in memory first, so no lock of s is held
+ * while writing. Returns the number of fiber lines written. Errors:
+ * ASYNC_E_BADHANDLE, ASYNC_E_INVAL (fd < 0), ASYNC_E_NOMEM, ASYNC_E_SYS
+ * (a write failed; async_last_os_error() tells why). Thread-safe (also from
+ * fibers of any scheduler: it does not park, but a write to a full pipe
+ * blocks the caller's thread); not async-signal-safe (see
+ * async_sched_dump_on_signal). */
+int async_sched_dump(async_sched_t *s, int fd);
+
+/* Makes signal signo dump s to fd (as async_sched_dump) from its handler;
+ * signo 0 removes s's registration. Several schedulers may share a signal
+ * (each is dumped); a scheduler has at most one registration (a new call
+ * replaces it; when that call fails, s has none). The handler is async-signal-safe: it formats by hand, writes
+ * with write(2), takes no lock the interrupted thread may hold (a fiber list
+ * whose lock is held at that moment is skipped and reported as skipped), and
+ * lists at most 4096 fibers of each scheduler (the rest are counted). The
+ * handler replaces signo's previous disposition (it does not chain to a
+ * previous handler); the previous one is restored when the last
+ * registration for signo goes (signo 0, or async_sched_destroy). Allowed:
+ * SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2, SIGTERM, SIGWINCH and the
+ * real-time signals. Errors: ASYNC_E_BADHANDLE, ASYNC_E_INVAL (another
+ * signal, fd < 0), ASYNC_E_NOMEM (also: 64 schedulers registered), ASYNC_E_SYS
+ * (sigaction). Thread-safe; never blocks (removal waits for a handler that
+ * is dumping s on another thread). */
+int async_sched_dump_on_signal(async_sched_t *s, int signo, int fd);
+
+/* The stall detector: once ms > 0, a monitor thread of s reports through the
+ * log hook (ASYNC_LOG_WARN, async_set_log_handler) every fiber that runs
+ * longer than ms milliseconds without parking, yielding or returning, once
+ * per stall: its id, name, worker, how long it has run so far (at least
+ * ms; the monitor samples every ms/4, 1 to 250 ms) and how long of that its
+ * worker thread was on a CPU (much less: the OS kept the worker off the CPU,
+ * which is reported the same way). When such a fiber
+ * finally switches out, an ASYNC_LOG_INFO message gives the stall's length
+ * (at least). It costs the workers two stores per dispatch; the monitor
+ * thread exists only while ms > 0. ms 0 turns it off (the monitor thread is
+ * joined). The environment variable ASYNC_FIBER_STALL_MS sets it for every
+ * new scheduler. Errors: ASYNC_E_BADHANDLE, ASYNC_E_INVAL (ms < 0 or
+ * > 3600000), ASYNC_E_NOMEM, ASYNC_E_SYS (no thread could be started),
+ * ASYNC_E_STATE (called from a log handler on the monitor thread; such a
+ * handler must not destroy the scheduler either: async_sched_destroy fails
+ * there with ASYNC_E_STATE). Thread-safe (also on a fiber); never parks
+ * (turning it off waits for the monitor thread to end). */
+int async_sched_set_stall_ms(async_sched_t *s, int ms);
 
 
 /* Waits until fd is ready for `events` (ASYNC_EVENT_READ and/or

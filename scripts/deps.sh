@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what building and testing libasync needs, when it is missing:
-# cmake, pkg-config (make test-install) and a C/C++ compiler from Debian's
+# cmake, pkg-config (make test-install) and a C/C++ compiler (and, as root, gdb for ctest fiber_tools.gdb) from Debian's
 # packages. Go must already be on PATH. CI runs as root; as another user,
 # this says what to install instead.
 set -euo pipefail
@@ -10,6 +10,10 @@ command -v gcc >/dev/null 2>&1 || need+=(gcc)
 command -v g++ >/dev/null 2>&1 || need+=(g++)
 command -v make >/dev/null 2>&1 || need+=(make)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
+# optional: installed when running as root, else only named. ctest
+# fiber_tools.gdb runs the gdb helper in a real gdb (skipped without it).
+opt=()
+command -v gdb >/dev/null 2>&1 || opt+=(gdb)
 for pkg in "$@"; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
@@ -21,6 +25,11 @@ if ! command -v go >/dev/null 2>&1; then
   fi
   exit 1
 fi
+if [ "$(id -u)" != 0 ] && [ ${#opt[@]} -gt 0 ]; then
+  echo "deps: optional, not installed: ${opt[*]} (ctest fiber_tools.gdb is skipped without gdb)" >&2
+  opt=()
+fi
+need+=(${opt[@]+"${opt[@]}"})
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" != 0 ]; then
   echo "deps: missing: ${need[*]}; install them with: sudo apt-get install -y ${need[*]}" >&2

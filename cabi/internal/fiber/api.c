@@ -131,6 +131,7 @@ async_sched_t *async_sched_create(const async_sched_config_t *cfg) {
         la_set_error_os(ASYNC_E_SYS, th_err);
         return NULL;
     }
+    la_tools_sched_created(s);
     return (async_sched_t *)(uintptr_t)s->handle;
 }
 
@@ -223,7 +224,7 @@ void async_sched_destroy(async_sched_t *sh) {
         la_set_error(ASYNC_E_BADHANDLE);
         return;
     }
-    if (la_current_worker()) {
+    if (la_current_worker() || la_on_stall_monitor()) {
         la_sched_put(s);
         la_set_error(ASYNC_E_STATE);
         return;
@@ -246,6 +247,7 @@ void async_sched_destroy(async_sched_t *sh) {
     la_handle_free(s->handle, LA_T_SCHED);
     la_sched_put(s);
     while (atomic_load(&s->refs) != 0) sched_yield();
+    la_tools_sched_gone(s);
     atomic_store(&s->stopping, 1);
     pthread_mutex_lock(&s->imu);
     pthread_cond_broadcast(&s->icv);
@@ -426,6 +428,7 @@ int async_fiber_sleep(uint64_t ms) {
 #endif
         return 0;
     }
+    la_fiber_note(f, LA_WAIT_SLEEP, deadline);
     if (la_park_prepare(f, LA_PK_NORMAL) != 0) {
         la_set_error(ASYNC_E_CANCELLED);
         return -1;
@@ -489,7 +492,8 @@ int async_fiber_join(async_fiber_t *fh, int timeout_ms) {
         if (!f->done) {
             if (timeout_ms == 0) {
                 rc = ASYNC_E_TIMEDOUT;
-            } else if ((rc = la_waiter_init(&w, LA_PK_NORMAL)) == 0) {
+            } else if ((la_fiber_note(la_current_fiber(), LA_WAIT_JOIN, f->id),
+                        rc = la_waiter_init(&w, LA_PK_NORMAL)) == 0) {
                 f->joiner = &w;
                 la_spin_unlock(&f->jlk);
                 int r = la_waiter_wait(&w, la_deadline(timeout_ms));

@@ -84,6 +84,7 @@ int async_fiber_blocking(void (*fn)(void *), void *arg) {
     }
     pthread_once(&cv_once, init_cv);
     la_waiter_t w;
+    la_fiber_note(f, LA_WAIT_BLOCKING, (uint64_t)(uintptr_t)fn);
     la_park_prepare(f, LA_PK_BLOCKING); /* never fails for this kind */
     w.f = f;
     w.claim = &f->claim;

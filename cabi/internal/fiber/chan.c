@@ -270,6 +270,7 @@ static int chan_op(async_chan_t *h, int dir, void *elem, int timeout_ms) {
         return status;
     }
     la_waiter_t w;
+    la_fiber_note(la_current_fiber(), dir == 0 ? LA_WAIT_CHAN_SEND : LA_WAIT_CHAN_RECV, LA_H(h));
     int rc = la_waiter_init(&w, LA_PK_NORMAL);
     if (rc) {
         la_spin_unlock(&c->lk);
@@ -392,6 +393,7 @@ int async_chan_select(async_chan_op_t *ops, size_t n, int timeout_ms) {
     la_waiter_t w;
     la_cnode_t nodes[LA_SELECT_MAX];
     int statuses[LA_SELECT_MAX];
+    la_fiber_note(la_current_fiber(), LA_WAIT_SELECT, n);
     rc = la_waiter_init(&w, LA_PK_NORMAL);
     if (!rc) {
         for (size_t i = 0; i < n; i++) {

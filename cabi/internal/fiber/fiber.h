@@ -124,6 +124,14 @@ struct la_fiber {
     /* fiber-local values (fls.c): NULL until the fiber sets one, NULL again
      * once la_fls_fiber_exit ran */
     struct la_fls *fls;
+    /* debugging (tools.c: async_fiber_set_name, async_sched_dump, gdb):
+     * what the fiber parks on (LA_WAIT_*) and since when (coarse monotonic
+     * ns), written by the fiber itself before it parks, read racily by
+     * dumps; the name is written and read under home->lk. */
+    _Atomic int wait_what;
+    _Atomic uint64_t wait_obj;
+    _Atomic uint64_t wait_since;
+    char name[32]; /* ASYNC_FIBER_NAME_MAX, NUL-terminated */
 };
 
 /* ---- worker parking (waiters.c) -------------------------------------------- */
@@ -148,6 +156,33 @@ int la_wpark_stop(la_wpark_t *p);
 /* The worker thread's last word: waits until no waker still holds p pinned
  * (la_waiter_wake_later), so that the record can be freed. */
 void la_wpark_drain(la_wpark_t *p);
+
+/* What a parked fiber waits on (async_sched_dump); the obj of each. */
+enum {
+    LA_WAIT_NONE = 0,
+    LA_WAIT_SLEEP,     /* obj: deadline (la_now_ns) */
+    LA_WAIT_JOIN,      /* obj: id of the joined fiber */
+    LA_WAIT_CHAN_SEND, /* obj: channel handle */
+    LA_WAIT_CHAN_RECV, /* obj: channel handle */
+    LA_WAIT_SELECT,    /* obj: number of operations */
+    LA_WAIT_FD,        /* obj: fd | directions (1 read, 2 write) << 32 */
+    LA_WAIT_BLOCKING,  /* obj: the function's address */
+    LA_WAIT_QUEUE_READ,  /* obj: queue handle */
+    LA_WAIT_QUEUE_WRITE, /* obj: queue handle */
+    LA_WAIT_KINDS
+};
+
+/* A coarse monotonic clock in ns (a few ms resolution, a few ns to read). */
+uint64_t la_coarse_ns(void);
+
+/* Records on f (the calling fiber; NULL: a plain thread, nothing to do) what
+ * it is about to park on and when. */
+static inline void la_fiber_note(la_fiber_t *f, int what, uint64_t obj) {
+    if (!f) return;
+    atomic_store_explicit(&f->wait_what, what, memory_order_relaxed);
+    atomic_store_explicit(&f->wait_obj, obj, memory_order_relaxed);
+    atomic_store_explicit(&f->wait_since, la_coarse_ns(), memory_order_relaxed);
+}
 
 /* ---- waiters (a fiber or a plain thread blocked on something) ------------- */
 typedef struct la_waiter {

@@ -34,6 +34,7 @@ struct la_wk {
     size_t stk_size;
     _Atomic uint64_t n_run, n_started, n_steal, n_park; /* written by this worker only */
     _Atomic uint64_t n_spawned, n_finished;
+    _Atomic uint64_t run_id; /* id of the fiber it runs, 0 in its loop (stall monitor) */
     /* Caches of this worker (touched by it only): finished fiber records
      * (each keeping its reserved handle slot), stacks, fiber ids. */
     la_fiber_t *fcache;
@@ -87,6 +88,9 @@ struct la_sched {
     la_flist_t fl;
     _Atomic int64_t live;
     _Atomic uint64_t spawned; /* by plain threads */
+    /* tools.c: the stall monitor (NULL: off), the list gdb walks */
+    struct la_stallmon *stall;
+    la_sched_t *dbg_next;
 };
 
 la_sched_t *la_sched_get(async_sched_t *h);
@@ -124,5 +128,13 @@ int la_io_init(la_sched_t *s);
 void la_io_free(la_sched_t *s);
 /* la_poller_wait's callback: an event (LA_PF_*) for rec; ctx is the la_sched_t. */
 void la_io_event(void *ctx, void *rec, unsigned got);
+
+/* tools.c */
+void la_tools_sched_created(la_sched_t *s);
+/* before s is freed: stops its stall monitor, drops its dump-on-signal
+ * registration (waits for a handler using s) */
+void la_tools_sched_gone(la_sched_t *s);
+/* 1 on a stall monitor thread (a log handler called from it) */
+int la_on_stall_monitor(void);
 
 #endif

@@ -333,6 +333,7 @@ static int fd_park(la_fiber_t *f, int fd, int dirs, uint64_t deadline) {
         la_spin_unlock(&r->lk);
         return e == -ENOMEM || e == -ENOSPC ? ASYNC_E_NOMEM : ASYNC_E_BADFD;
     }
+    la_fiber_note(f, LA_WAIT_FD, (uint64_t)(uint32_t)fd | (uint64_t)(dirs & 3) << 32);
     int rc = la_waiter_init(&w, LA_PK_NORMAL);
     if (rc) {
         la_spin_unlock(&r->lk);

@@ -293,6 +293,7 @@ int la_park_prepare(la_fiber_t *f, int kind) {
     if (kind != LA_PK_BLOCKING && atomic_load(&f->s->shutdown)) {
         atomic_store(&f->claim, LA_W_IDLE);
         atomic_store(&f->state, LA_FS_RUNNING);
+        atomic_store_explicit(&f->wait_what, LA_WAIT_NONE, memory_order_relaxed);
         return ASYNC_E_CANCELLED;
     }
     return 0;
@@ -319,7 +320,12 @@ void la_switch_out(la_fiber_t *f, int action) {
     asan_arrive(f);
 }
 
-void la_park_commit(la_fiber_t *f) { la_switch_out(f, LA_ACT_PARK); }
+void la_park_commit(la_fiber_t *f) {
+    la_switch_out(f, LA_ACT_PARK);
+    /* what it waited on is history now (a park that records nothing shows
+     * no stale kind in a dump) */
+    atomic_store_explicit(&f->wait_what, LA_WAIT_NONE, memory_order_relaxed);
+}
 
 void la_fiber_trap(void (*fn)(void *), void *arg) {
     la_fiber_t *f = la_current_fiber();
@@ -457,6 +463,8 @@ la_fiber_t *la_fiber_new(la_sched_t *s, la_wk_t *w, int *rc) {
         atomic_store_explicit(&f->park_kind, 0, memory_order_relaxed);
         f->joiner = NULL;
         f->wk = NULL;
+        f->name[0] = 0;
+        atomic_store_explicit(&f->wait_what, LA_WAIT_NONE, memory_order_relaxed);
     } else if (!(f = calloc(1, sizeof *f))) {
         *rc = ASYNC_E_NOMEM;
         return NULL;
@@ -515,6 +523,7 @@ static void run_fiber(la_wk_t *w, la_fiber_t *f) {
     f->wk = w;
     atomic_store_explicit(&f->state, LA_FS_RUNNING, memory_order_relaxed);
     LA_BUMP(w->n_run);
+    atomic_store_explicit(&w->run_id, f->id, memory_order_relaxed);
     /* canary mode: never resume a fiber on a stack something overwrote */
     la_stack_check(s->pool, &f->stack, f->id);
     for (;;) {
@@ -527,6 +536,7 @@ static void run_fiber(la_wk_t *w, la_fiber_t *f) {
         w->trap_fn(w->trap_arg);
         w->in_trap = 0;
     }
+    atomic_store_explicit(&w->run_id, 0, memory_order_relaxed);
     w->cur = NULL;
     switch (w->action) {
     case LA_ACT_YIELD:

@@ -125,6 +125,8 @@ int la_reason_err(int reason) {
     }
 }
 
+uint64_t la_coarse_ns(void) { return (uint64_t)GetTickCount64() * 1000000u; }
+
 /* ---- the public API ------------------------------------------------------ */
 
 static int notsup(void) {
@@ -331,4 +333,29 @@ void *async_fiber_getspecific(async_fiber_key_t key) {
     (void)key;
     notsup();
     return NULL;
+}
+
+int async_fiber_set_name(async_fiber_t *f, const char *name) {
+    (void)f, (void)name;
+    return notsup();
+}
+
+int async_fiber_get_name(async_fiber_t *f, char *buf, size_t size) {
+    (void)f, (void)buf, (void)size;
+    return notsup();
+}
+
+int async_sched_dump(async_sched_t *s, int fd) {
+    (void)s, (void)fd;
+    return notsup();
+}
+
+int async_sched_dump_on_signal(async_sched_t *s, int signo, int fd) {
+    (void)s, (void)signo, (void)fd;
+    return notsup();
+}
+
+int async_sched_set_stall_ms(async_sched_t *s, int ms) {
+    (void)s, (void)ms;
+    return notsup();
 }

@@ -62,10 +62,13 @@ LA_SYM(la_ctx_switch):
         LA_FUNC(la_ctx_trampoline)
         .p2align 4
 LA_SYM(la_ctx_trampoline):
+        .cfi_startproc
+        .cfi_undefined x30      // the outermost frame of a fiber: debuggers stop here
         mov     x29, #0
         mov     x0, x19
         bl      LA_SYM(la_fiber_main)
         brk     #0
+        .cfi_endproc
         LA_END(la_ctx_trampoline)
 
 #if defined(__ELF__)

@@ -260,6 +260,7 @@ static int wait_side(la_queue_t *q, uint64_t h, int reader, la_qwait_t *wt) {
     q->inside++;
     if (f || wp) {
         la_waiter_t w;
+        la_fiber_note(f, reader ? LA_WAIT_QUEUE_READ : LA_WAIT_QUEUE_WRITE, h);
         rc = wp ? la_waiter_init_park(&w, wp) : la_waiter_init(&w, LA_PK_NORMAL);
         if (rc) {
             q->inside--;

@@ -1,0 +1,728 @@
+//go:build !windows
+
+/* Fiber debugging tools (docs/DEBUGGING.md): fiber names, async_sched_dump
+ * (also from a signal handler), the stall detector, and the list of
+ * schedulers the gdb helper (scripts/gdb/libasync-gdb.py) walks.
+ *
+ * Nothing here is on the switch path except two relaxed stores per dispatch
+ * (w->run_id, sched.c) and what a park records (la_fiber_note: what, object,
+ * a coarse timestamp). Dumps read fibers under their list's spinlock (a
+ * signal handler only try-locks it), copy them out, and format and write
+ * with no lock held, by hand (no stdio: the same code runs in the handler). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fiber_int.h"
+
+uint64_t la_coarse_ns(void) {
+    struct timespec ts;
+#ifdef CLOCK_MONOTONIC_COARSE
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+#else
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+#endif
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static int spin_trylock(la_spin_t *l) { return !atomic_exchange_explicit(&l->v, 1, memory_order_acquire); }
+
+/* ---- the scheduler list (for gdb) ---------------------------------------------- */
+
+/* Every scheduler between create and destroy, through dbg_next. Read by the
+ * gdb helper (by name: keep it). */
+__attribute__((used)) la_sched_t *la_dbg_sched_list;
+static pthread_mutex_t dbg_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* ---- names --------------------------------------------------------------------- *
+ * A name is cut at a UTF-8 character boundary: at most 3 bytes are dropped
+ * (a character has at most 3 continuation bytes), so bytes that are not
+ * UTF-8 are cut at 28 to 31 bytes. */
+
+/* The fiber of handle fh (NULL: the calling one), pinned in *slot (NULL
+ * when it is the caller's own), or NULL with *rc. */
+static la_fiber_t *fiber_ref(async_fiber_t *fh, la_slot_t **slot, int *rc) {
+    *slot = NULL;
+    if (!fh) {
+        la_fiber_t *f = atomic_load_explicit(&la_forked, memory_order_relaxed) ? NULL : la_current_fiber();
+        if (!f) *rc = ASYNC_E_STATE;
+        return f;
+    }
+    la_fiber_t *f = la_handle_get(LA_H(fh), LA_T_FIBER, slot);
+    if (!f) *rc = ASYNC_E_BADHANDLE;
+    return f;
+}
+
+static void name_lock(la_fiber_t *f) {
+    if (f->home) la_spin_lock(&f->home->lk);
+}
+
+static void name_unlock(la_fiber_t *f) {
+    if (f->home) la_spin_unlock(&f->home->lk);
+}
+
+int async_fiber_set_name(async_fiber_t *fh, const char *name) {
+    LA_ENTRY(-1);
+    char buf[ASYNC_FIBER_NAME_MAX];
+    size_t n = 0;
+    if (name) {
+        while (n < ASYNC_FIBER_NAME_MAX && name[n]) n++;
+        if (n == ASYNC_FIBER_NAME_MAX) {
+            /* cut: never inside a UTF-8 sequence (name[n] is the first byte
+             * left out: while it continues a character, drop that one) */
+            n = ASYNC_FIBER_NAME_MAX - 1;
+            for (int k = 0; k < 3 && n > 0 && ((unsigned char)name[n] & 0xC0) == 0x80; k++) n--;
+        }
+        for (size_t i = 0; i < n; i++) {
+            unsigned char c = (unsigned char)name[i];
+            buf[i] = c < 0x20 || c == 0x7f ? '?' : (char)c;
+        }
+    }
+    buf[n] = 0;
+    la_slot_t *slot;
+    int rc = 0;
+    la_fiber_t *f = fiber_ref(fh, &slot, &rc);
+    if (!f) {
+        la_set_error(rc);
+        return -1;
+    }
+    name_lock(f);
+    memcpy(f->name, buf, n + 1);
+    name_unlock(f);
+    if (slot) la_handle_put(slot);
+    return 0;
+}
+
+int async_fiber_get_name(async_fiber_t *fh, char *buf, size_t size) {
+    LA_ENTRY(-1);
+    if (!buf && size) {
+        la_set_error(ASYNC_E_INVAL);
+        return -1;
+    }
+    la_slot_t *slot;
+    int rc = 0;
+    la_fiber_t *f = fiber_ref(fh, &slot, &rc);
+    if (!f) {
+        la_set_error(rc);
+        return -1;
+    }
+    char copy[ASYNC_FIBER_NAME_MAX];
+    name_lock(f);
+    memcpy(copy, f->name, sizeof copy);
+    name_unlock(f);
+    if (slot) la_handle_put(slot);
+    copy[sizeof copy - 1] = 0;
+    size_t len = strlen(copy);
+    if (size) {
+        size_t k = len < size - 1 ? len : size - 1;
+        memcpy(buf, copy, k);
+        buf[k] = 0;
+    }
+    return (int)len;
+}
+
+/* ---- snapshots --------------------------------------------------------------------- */
+
+typedef struct {
+    uint64_t id, obj, since;
+    int state, worker, what;
+    char name[ASYNC_FIBER_NAME_MAX];
+} la_drec_t;
+
+/* Copies up to cap fibers of s into r; returns how many there are. With
+ * try, a list whose lock is taken is skipped (counted in *skipped). */
+static size_t snap(la_sched_t *s, la_drec_t *r, size_t cap, int try, int *skipped) {
+    size_t n = 0;
+    for (int i = 0; i <= s->nw; i++) {
+        la_flist_t *l = la_flist_at(s, i);
+        if (try) {
+            if (!spin_trylock(&l->lk)) {
+                (*skipped)++;
+                continue;
+            }
+        } else {
+            la_spin_lock(&l->lk);
+        }
+        for (la_fiber_t *f = l->head; f; f = f->all_next, n++) {
+            if (n >= cap) continue;
+            la_drec_t *d = &r[n];
+            la_wk_t *wk = f->wk;
+            d->id = f->id;
+            d->state = atomic_load_explicit(&f->state, memory_order_relaxed);
+            d->worker = wk ? wk->idx : -1;
+            d->what = atomic_load_explicit(&f->wait_what, memory_order_relaxed);
+            d->obj = atomic_load_explicit(&f->wait_obj, memory_order_relaxed);
+            d->since = atomic_load_explicit(&f->wait_since, memory_order_relaxed);
+            memcpy(d->name, f->name, sizeof d->name);
+            d->name[sizeof d->name - 1] = 0;
+        }
+        la_spin_unlock(&l->lk);
+    }
+    return n;
+}
+
+/* ---- formatting (async-signal-safe: no stdio, no malloc, no lock) ------------------- */
+
+typedef struct {
+    int fd;
+    int err; /* errno of a failed write, or 0 */
+    size_t n;
+    char b[512];
+} la_out_t;
+
+static void out_flush(la_out_t *o) {
+    size_t off = 0;
+    while (off < o->n && !o->err) {
+        ssize_t w = write(o->fd, o->b + off, o->n - off);
+        if (w > 0)
+            off += (size_t)w;
+        else if (w < 0 && errno == EINTR)
+            continue;
+        else
+            o->err = w < 0 ? errno : EIO;
+    }
+    o->n = 0;
+}
+
+static void out_s(la_out_t *o, const char *s) {
+    for (; *s; s++) {
+        if (o->n == sizeof o->b) out_flush(o);
+        o->b[o->n++] = *s;
+    }
+}
+
+static void out_u(la_out_t *o, uint64_t v) {
+    char t[24];
+    int k = 0;
+    do {
+        t[k++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    char u[24];
+    for (int i = 0; i < k; i++) u[i] = t[k - 1 - i];
+    u[k] = 0;
+    out_s(o, u);
+}
+
+static void out_x(la_out_t *o, uint64_t v) {
+    char u[20] = "0x";
+    int k = 0;
+    char t[16];
+    do {
+        t[k++] = "0123456789abcdef"[v & 15];
+        v >>= 4;
+    } while (v);
+    for (int i = 0; i < k; i++) u[2 + i] = t[k - 1 - i];
+    u[2 + k] = 0;
+    out_s(o, u);
+}
+
+static const char *state_name(int st) {
+    switch (st) {
+    case LA_FS_NEW:
+    case LA_FS_RUNNABLE:
+    case LA_FS_NOTIFIED: return "runnable";
+    case LA_FS_RUNNING: return "running";
+    case LA_FS_PARKING:
+    case LA_FS_PARKED: return "parked";
+    case LA_FS_DONE: return "done-unjoined";
+    default: return "?";
+    }
+}
+
+static void out_wait(la_out_t *o, const la_drec_t *d, uint64_t now_ns) {
+    uint64_t obj = d->obj;
+    switch (d->what) {
+    case LA_WAIT_SLEEP:
+        out_s(o, ": sleep, wakes in ");
+        out_u(o, obj > now_ns ? (obj - now_ns) / 1000000u : 0);
+        out_s(o, " ms");
+        break;
+    case LA_WAIT_JOIN:
+        out_s(o, ": join of fiber ");
+        out_u(o, obj);
+        break;
+    case LA_WAIT_CHAN_SEND:
+    case LA_WAIT_CHAN_RECV:
+        out_s(o, d->what == LA_WAIT_CHAN_SEND ? ": chan send " : ": chan recv ");
+        out_x(o, obj);
+        break;
+    case LA_WAIT_SELECT:
+        out_s(o, ": select of ");
+        out_u(o, obj);
+        out_s(o, " operations");
+        break;
+    case LA_WAIT_FD: {
+        unsigned dirs = (unsigned)(obj >> 32);
+        out_s(o, ": fd ");
+        out_u(o, (uint32_t)obj);
+        out_s(o, dirs == 3 ? " read+write" : dirs == 2 ? " write" : " read");
+        break;
+    }
+    case LA_WAIT_BLOCKING:
+        out_s(o, ": blocking call ");
+        out_x(o, obj);
+        break;
+    case LA_WAIT_QUEUE_READ:
+    case LA_WAIT_QUEUE_WRITE:
+        out_s(o, d->what == LA_WAIT_QUEUE_READ ? ": queue read " : ": queue write ");
+        out_x(o, obj);
+        break;
+    default: break;
+    }
+}
+
+static void out_rec(la_out_t *o, const la_drec_t *d, uint64_t now_ns, uint64_t now_coarse) {
+    out_s(o, "fiber ");
+    out_u(o, d->id);
+    out_s(o, " \"");
+    out_s(o, d->name);
+    out_s(o, "\" ");
+    out_s(o, state_name(d->state));
+    if (d->state == LA_FS_RUNNING && d->worker >= 0) {
+        out_s(o, " on worker ");
+        out_u(o, (uint64_t)d->worker);
+    }
+    if (d->state == LA_FS_PARKING || d->state == LA_FS_PARKED) {
+        out_wait(o, d, now_ns);
+        if (d->what != LA_WAIT_NONE) {
+            out_s(o, ", for ");
+            out_u(o, now_coarse > d->since ? (now_coarse - d->since) / 1000000u : 0);
+            out_s(o, " ms");
+        }
+    }
+    out_s(o, "\n");
+}
+
+/* Writes the dump of the n records (of total fibers) to o. */
+static void out_dump(la_out_t *o, la_sched_t *s, const la_drec_t *r, size_t n, size_t total, int skipped,
+                     int signo) {
+    uint64_t now_ns = la_now_ns(), now_coarse = la_coarse_ns();
+    out_s(o, "libasync: sched ");
+    out_x(o, s->handle);
+    out_s(o, ": ");
+    out_u(o, (uint64_t)s->nw);
+    out_s(o, " workers, ");
+    out_u(o, total);
+    out_s(o, " fibers");
+    if (signo) {
+        out_s(o, " (signal ");
+        out_u(o, (uint64_t)signo);
+        out_s(o, ")");
+    }
+    out_s(o, "\n");
+    for (size_t i = 0; i < n; i++) out_rec(o, &r[i], now_ns, now_coarse);
+    out_s(o, "libasync: end of dump: ");
+    out_u(o, n);
+    out_s(o, " fibers listed");
+    if (total > n) {
+        out_s(o, ", ");
+        out_u(o, total - n);
+        out_s(o, " not listed");
+    }
+    if (skipped) {
+        out_s(o, ", ");
+        out_u(o, (uint64_t)skipped);
+        out_s(o, " fiber lists skipped (locked)");
+    }
+    out_s(o, "\n");
+    out_flush(o);
+}
+
+int async_sched_dump(async_sched_t *sh, int fd) {
+    LA_ENTRY(-1);
+    if (fd < 0) {
+        la_set_error(ASYNC_E_INVAL);
+        return -1;
+    }
+    la_sched_t *s = la_sched_get(sh);
+    if (!s) {
+        la_set_error(ASYNC_E_BADHANDLE);
+        return -1;
+    }
+    size_t cap = 256, total = 0;
+    la_drec_t *r = NULL;
+    for (int tries = 0; tries < 8; tries++) {
+        la_drec_t *nr = realloc(r, cap * sizeof *r);
+        if (!nr) {
+            free(r);
+            la_sched_put(s);
+            la_set_error(ASYNC_E_NOMEM);
+            return -1;
+        }
+        r = nr;
+        int skipped = 0;
+        total = snap(s, r, cap, 0, &skipped);
+        if (total <= cap) break;
+        cap = total + total / 4 + 16; /* grew meanwhile: a larger buffer */
+    }
+    size_t n = total < cap ? total : cap;
+    la_out_t o = {.fd = fd};
+    out_dump(&o, s, r, n, total, 0, 0);
+    free(r);
+    la_sched_put(s);
+    if (o.err) {
+        la_set_error_os(ASYNC_E_SYS, o.err);
+        return -1;
+    }
+    return (int)n;
+}
+
+/* ---- dump on a signal ---------------------------------------------------------------- */
+
+#define LA_SIGREG 64
+#define LA_SIGCAP 4096
+#define LA_NSIG 65
+
+typedef struct {
+    _Atomic(la_sched_t *) s; /* set last, cleared first */
+    _Atomic int signo, fd;
+    _Atomic int inuse; /* handlers looking at this entry */
+    _Atomic int busy;  /* a handler is using buf */
+    la_drec_t *buf;    /* LA_SIGCAP records */
+} la_sigreg_t;
+
+static la_sigreg_t sigreg[LA_SIGREG];
+static pthread_mutex_t sig_mu = PTHREAD_MUTEX_INITIALIZER; /* registrations */
+static int sig_users[LA_NSIG];
+static struct sigaction sig_prev[LA_NSIG];
+
+static void dump_signal(int signo) {
+    int saved = errno;
+    for (int i = 0; i < LA_SIGREG; i++) {
+        la_sigreg_t *g = &sigreg[i];
+        atomic_fetch_add(&g->inuse, 1);
+        la_sched_t *s = atomic_load(&g->s);
+        if (s && atomic_load(&g->signo) == signo) {
+            la_out_t o = {.fd = atomic_load(&g->fd)};
+            if (atomic_exchange(&g->busy, 1) == 0) {
+                int skipped = 0;
+                size_t total = snap(s, g->buf, LA_SIGCAP, 1, &skipped);
+                out_dump(&o, s, g->buf, total < LA_SIGCAP ? total : LA_SIGCAP, total, skipped, signo);
+                atomic_store(&g->busy, 0);
+            } else {
+                out_s(&o, "libasync: sched dump already running in another handler\n");
+                out_flush(&o);
+            }
+        }
+        atomic_fetch_sub(&g->inuse, 1);
+    }
+    errno = saved;
+}
+
+static int signo_ok(int signo) {
+    switch (signo) {
+    case SIGHUP:
+    case SIGINT:
+    case SIGQUIT:
+    case SIGUSR1:
+    case SIGUSR2:
+    case SIGTERM:
+    case SIGWINCH: return 1;
+    default: return signo >= SIGRTMIN && signo <= SIGRTMAX && signo < LA_NSIG;
+    }
+}
+
+/* Drops s's registration (under sig_mu); waits for handlers using it. */
+static void sig_unregister_locked(la_sched_t *s) {
+    for (int i = 0; i < LA_SIGREG; i++) {
+        la_sigreg_t *g = &sigreg[i];
+        if (atomic_load(&g->s) != s) continue;
+        atomic_store(&g->s, NULL);
+        while (atomic_load(&g->inuse) != 0) sched_yield();
+        int signo = atomic_load(&g->signo);
+        free(g->buf);
+        g->buf = NULL;
+        if (--sig_users[signo] == 0) sigaction(signo, &sig_prev[signo], NULL);
+    }
+}
+
+int async_sched_dump_on_signal(async_sched_t *sh, int signo, int fd) {
+    LA_ENTRY(-1);
+    if (signo != 0 && (!signo_ok(signo) || fd < 0)) {
+        la_set_error(ASYNC_E_INVAL);
+        return -1;
+    }
+    la_sched_t *s = la_sched_get(sh);
+    if (!s) {
+        la_set_error(ASYNC_E_BADHANDLE);
+        return -1;
+    }
+    int rc = 0, os = 0;
+    pthread_mutex_lock(&sig_mu);
+    sig_unregister_locked(s);
+    if (signo) {
+        la_sigreg_t *g = NULL;
+        for (int i = 0; i < LA_SIGREG && !g; i++)
+            if (!atomic_load(&sigreg[i].s) && atomic_load(&sigreg[i].inuse) == 0) g = &sigreg[i];
+        la_drec_t *buf = g ? malloc(LA_SIGCAP * sizeof *buf) : NULL;
+        if (!buf) {
+            rc = ASYNC_E_NOMEM;
+        } else {
+            if (sig_users[signo] == 0) {
+                struct sigaction sa;
+                memset(&sa, 0, sizeof sa);
+                sa.sa_handler = dump_signal;
+                sa.sa_flags = SA_ONSTACK | SA_RESTART;
+                sigemptyset(&sa.sa_mask);
+                if (sigaction(signo, &sa, &sig_prev[signo]) != 0) {
+                    os = errno;
+                    rc = ASYNC_E_SYS;
+                }
+            }
+            if (rc) {
+                free(buf);
+            } else {
+                sig_users[signo]++;
+                g->buf = buf;
+                atomic_store(&g->busy, 0);
+                atomic_store(&g->fd, fd);
+                atomic_store(&g->signo, signo);
+                atomic_store(&g->s, s);
+            }
+        }
+    }
+    pthread_mutex_unlock(&sig_mu);
+    la_sched_put(s);
+    if (rc) {
+        la_set_error_os(rc, os);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- the stall detector ------------------------------------------------------------ */
+
+typedef struct {
+    uint64_t n, id, since;
+    uint64_t cpu_since; /* the worker thread's CPU time at since (0: unknown) */
+    clockid_t cpu;
+    int has_cpu;
+    int reported;
+} la_wsample_t;
+
+struct la_stallmon {
+    la_sched_t *s;
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int ms;   /* threshold (under mu) */
+    int stop; /* under mu */
+    la_wsample_t *w; /* one per worker (the monitor thread's) */
+};
+
+static pthread_mutex_t stall_mu = PTHREAD_MUTEX_INITIALIZER; /* s->stall */
+static __thread int tls_on_monitor;
+
+int la_on_stall_monitor(void) { return tls_on_monitor; }
+
+/* The name of live fiber id of s (under its list's lock), "" if gone. */
+static void name_of(la_sched_t *s, uint64_t id, char out[ASYNC_FIBER_NAME_MAX]) {
+    out[0] = 0;
+    for (int i = 0; i <= s->nw; i++) {
+        la_flist_t *l = la_flist_at(s, i);
+        int found = 0;
+        la_spin_lock(&l->lk);
+        for (la_fiber_t *f = l->head; f; f = f->all_next)
+            if (f->id == id) {
+                memcpy(out, f->name, ASYNC_FIBER_NAME_MAX);
+                out[ASYNC_FIBER_NAME_MAX - 1] = 0;
+                found = 1;
+                break;
+            }
+        la_spin_unlock(&l->lk);
+        if (found) return;
+    }
+}
+
+/* CPU time of worker sample p's thread in ns, or 0. */
+static uint64_t cpu_ns(la_wsample_t *p) {
+    struct timespec ts;
+    if (!p->has_cpu || clock_gettime(p->cpu, &ts) != 0) return 0;
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void stall_scan(struct la_stallmon *m, int ms) {
+    la_sched_t *s = m->s;
+    uint64_t now = la_now_ns();
+    for (int i = 0; i < s->nw; i++) {
+        la_wk_t *w = &s->wks[i];
+        la_wsample_t *p = &m->w[i];
+        uint64_t n = atomic_load_explicit(&w->n_run, memory_order_relaxed);
+        uint64_t id = atomic_load_explicit(&w->run_id, memory_order_relaxed);
+        if (id != 0 && id == p->id && n == p->n) {
+            if (!p->reported && now - p->since >= (uint64_t)ms * 1000000u) {
+                char name[ASYNC_FIBER_NAME_MAX], cpu[64] = "";
+                name_of(s, id, name);
+                uint64_t c = cpu_ns(p);
+                /* how much of it the worker thread was on a CPU: much less
+                 * means the OS kept it off (an overloaded machine) */
+                if (c && p->cpu_since && c >= p->cpu_since)
+                    snprintf(cpu, sizeof cpu, ", on a CPU for %llu ms of it",
+                             (unsigned long long)((c - p->cpu_since) / 1000000u));
+                la_log(ASYNC_LOG_WARN,
+                       "stall: fiber %llu \"%s\" has run for %llu ms on worker %d without parking or yielding "
+                       "(threshold %d ms%s)",
+                       (unsigned long long)id, name, (unsigned long long)((now - p->since) / 1000000u), i, ms, cpu);
+                p->reported = 1;
+            }
+            continue;
+        }
+        if (p->reported)
+            la_log(ASYNC_LOG_INFO, "stall: fiber %llu switched out after at least %llu ms on worker %d",
+                   (unsigned long long)p->id, (unsigned long long)((now - p->since) / 1000000u), i);
+        p->n = n;
+        p->id = id;
+        p->since = now;
+        p->cpu_since = id ? cpu_ns(p) : 0; /* a syscall, only while a fiber runs */
+        p->reported = 0;
+    }
+}
+
+static void *stall_main(void *arg) {
+    struct la_stallmon *m = arg;
+    tls_on_monitor = 1;
+    for (int i = 0; i < m->s->nw; i++)
+        m->w[i].has_cpu = pthread_getcpuclockid(m->s->wks[i].th, &m->w[i].cpu) == 0;
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
+    pthread_mutex_lock(&m->mu);
+    while (!m->stop) {
+        int ms = m->ms;
+        int period = ms / 4;
+        if (period < 1) period = 1;
+        if (period > 250) period = 250;
+        uint64_t d = la_deadline(period);
+        struct timespec ts = {(time_t)(d / 1000000000u), (long)(d % 1000000000u)};
+        pthread_cond_timedwait(&m->cv, &m->mu, &ts);
+        if (m->stop) break;
+        ms = m->ms;
+        pthread_mutex_unlock(&m->mu);
+        stall_scan(m, ms);
+        pthread_mutex_lock(&m->mu);
+    }
+    pthread_mutex_unlock(&m->mu);
+    return NULL;
+}
+
+static void stall_stop(struct la_stallmon *m) {
+    pthread_mutex_lock(&m->mu);
+    m->stop = 1;
+    pthread_cond_signal(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+    pthread_join(m->th, NULL);
+    pthread_mutex_destroy(&m->mu);
+    pthread_cond_destroy(&m->cv);
+    free(m->w);
+    free(m);
+}
+
+/* Sets s's threshold (0: off). 0 or an async_err_t (*os: errno). */
+static int stall_set(la_sched_t *s, int ms, int *os) {
+    int rc = 0;
+    struct la_stallmon *old = NULL;
+    pthread_mutex_lock(&stall_mu);
+    struct la_stallmon *m = s->stall;
+    if (ms == 0) {
+        old = m;
+        s->stall = NULL;
+    } else if (m) {
+        pthread_mutex_lock(&m->mu);
+        m->ms = ms;
+        pthread_cond_signal(&m->cv);
+        pthread_mutex_unlock(&m->mu);
+    } else if (!(m = calloc(1, sizeof *m)) || !(m->w = calloc((size_t)s->nw, sizeof *m->w))) {
+        free(m);
+        rc = ASYNC_E_NOMEM;
+    } else {
+        m->s = s;
+        m->ms = ms;
+        pthread_mutex_init(&m->mu, NULL);
+        la_cond_init_mono(&m->cv);
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setstacksize(&attr, 256u * 1024u);
+        int err = pthread_create(&m->th, &attr, stall_main, m);
+        pthread_attr_destroy(&attr);
+        if (!err) pthread_setname_np(m->th, "la-stall");
+        if (err) {
+            pthread_mutex_destroy(&m->mu);
+            pthread_cond_destroy(&m->cv);
+            free(m->w);
+            free(m);
+            *os = err;
+            rc = ASYNC_E_SYS;
+        } else {
+            s->stall = m;
+        }
+    }
+    pthread_mutex_unlock(&stall_mu);
+    if (old) stall_stop(old);
+    return rc;
+}
+
+int async_sched_set_stall_ms(async_sched_t *sh, int ms) {
+    LA_ENTRY(-1);
+    if (ms < 0 || ms > 3600000) {
+        la_set_error(ASYNC_E_INVAL);
+        return -1;
+    }
+    if (tls_on_monitor) { /* a log handler on the monitor thread: it cannot join itself */
+        la_set_error(ASYNC_E_STATE);
+        return -1;
+    }
+    la_sched_t *s = la_sched_get(sh);
+    if (!s) {
+        la_set_error(ASYNC_E_BADHANDLE);
+        return -1;
+    }
+    int os = 0;
+    int rc = stall_set(s, ms, &os);
+    la_sched_put(s);
+    if (rc) {
+        la_set_error_os(rc, os);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- scheduler life ---------------------------------------------------------------- */
+
+void la_tools_sched_created(la_sched_t *s) {
+    pthread_mutex_lock(&dbg_mu);
+    s->dbg_next = la_dbg_sched_list;
+    la_dbg_sched_list = s;
+    pthread_mutex_unlock(&dbg_mu);
+    const char *e = getenv("ASYNC_FIBER_STALL_MS");
+    if (e && *e) {
+        char *end;
+        long ms = strtol(e, &end, 10);
+        int os = 0;
+        if (*end || ms < 0 || ms > 3600000)
+            la_log(ASYNC_LOG_WARN, "ASYNC_FIBER_STALL_MS=%s ignored (0 to 3600000)", e);
+        else if (ms > 0 && stall_set(s, (int)ms, &os) != 0)
+            la_log(ASYNC_LOG_WARN, "ASYNC_FIBER_STALL_MS: the stall monitor could not start");
+    }
+}
+
+void la_tools_sched_gone(la_sched_t *s) {
+    pthread_mutex_lock(&sig_mu);
+    sig_unregister_locked(s);
+    pthread_mutex_unlock(&sig_mu);
+    int os = 0;
+    stall_set(s, 0, &os);
+    pthread_mutex_lock(&dbg_mu);
+    for (la_sched_t **pp = &la_dbg_sched_list; *pp; pp = &(*pp)->dbg_next)
+        if (*pp == s) {
+            *pp = s->dbg_next;
+            break;
+        }
+    pthread_mutex_unlock(&dbg_mu);
+}
