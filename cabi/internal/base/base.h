@@ -10,6 +10,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "async.h"
 
@@ -122,6 +123,11 @@ uint64_t la_deadline(int timeout_ms);
 /* Initializes cv to time its waits on CLOCK_MONOTONIC (where the platform
  * allows: not macOS, not Windows), as la_now_ns and la_deadline count. */
 void la_cond_init_mono(pthread_cond_t *cv);
+/* The absolute time for pthread_cond_timedwait on a la_cond_init_mono cv
+ * that a la_now_ns deadline (ns) stands for: the deadline itself where the cv
+ * counts CLOCK_MONOTONIC; on macOS and Windows (system clock) now + what is
+ * left of it. */
+struct timespec la_cond_abstime(uint64_t deadline_ns);
 
 /* ---- the log hook (log.c) ------------------------------------------------- */
 /* Every message for the host goes through these (async_set_log_handler).

@@ -2,6 +2,7 @@
 #include <pthread.h>
 #include <time.h>
 #if defined(_WIN32)
+#include <winsock2.h> /* before windows.h (async.h includes it) */
 #include <windows.h>
 #endif
 
@@ -30,4 +31,19 @@ void la_cond_init_mono(pthread_cond_t *cv) {
 #endif
     pthread_cond_init(cv, &ca);
     pthread_condattr_destroy(&ca);
+}
+
+struct timespec la_cond_abstime(uint64_t deadline_ns) {
+    struct timespec ts;
+#if defined(__APPLE__) || defined(_WIN32)
+    uint64_t now = la_now_ns(), left = deadline_ns > now ? deadline_ns - now : 0;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t t = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec + left;
+    ts.tv_sec = (time_t)(t / 1000000000u);
+    ts.tv_nsec = (long)(t % 1000000000u);
+#else
+    ts.tv_sec = (time_t)(deadline_ns / 1000000000u);
+    ts.tv_nsec = (long)(deadline_ns % 1000000000u);
+#endif
+    return ts;
 }

@@ -1,5 +1,3 @@
-//go:build !windows
-
 /* A scheduler's defaults: ASYNC_WORKERS or the CPUs this process may use
  * (affinity, cgroup v2 quota); ASYNC_FIBER_STACK_KB or 64 KiB stacks. */
 #define _GNU_SOURCE
@@ -7,6 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(_WIN32)
+#include <winsock2.h> /* before windows.h (async.h includes it) */
+#include <windows.h>
+#endif
 
 #include "fiber_int.h"
 
@@ -19,6 +21,10 @@ int la_default_workers(void) {
         if (n > 0 && n <= LA_MAX_WORKERS) return n;
     }
     int n = 1;
+#if defined(_WIN32)
+    DWORD_PTR pm = 0, sm = 0;
+    if (GetProcessAffinityMask(GetCurrentProcess(), &pm, &sm) && pm) n = __builtin_popcountll((unsigned long long)pm);
+#else
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof set, &set) == 0) n = CPU_COUNT(&set);
     /* cgroup v2 quota */
@@ -43,6 +49,7 @@ int la_default_workers(void) {
         }
         fclose(fp);
     }
+#endif
     if (n < 1) n = 1;
     if (n > LA_MAX_WORKERS) n = LA_MAX_WORKERS;
     return n;

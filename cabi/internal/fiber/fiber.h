@@ -43,6 +43,11 @@ void la_ctx_trampoline(void);
 /* Prepares a fresh stack [lo, hi) so that switching to the returned sp runs
  * la_fiber_main(arg). */
 void *la_ctx_make(void *hi, void *arg);
+#if defined(_WIN32)
+/* Windows: la_ctx_make's frame for switch_windows_amd64.S (arg is the
+ * la_fiber_t whose stack hi tops), with its TIB stack fields. */
+void *la_ctx_make_win64(void *hi, void *arg);
+#endif
 
 /* ---- fiber states, park reasons ------------------------------------------- */
 enum {

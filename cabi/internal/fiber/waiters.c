@@ -1,5 +1,3 @@
-//go:build !windows
-
 /* Waiters: one parking protocol for fibers and plain threads (fiber.h).
  * On a fiber a waiter parks the fiber (la_park_prepare/commit); on a plain
  * thread it sleeps on its own monotonic condition variable. */
@@ -68,11 +66,8 @@ int la_waiter_wait(la_waiter_t *w, uint64_t deadline) {
         if (deadline && r != LA_W_TIMEDOUT) la_timer_del(s, f);
         return r;
     }
-    struct timespec ts;
-    if (deadline) {
-        ts.tv_sec = (time_t)(deadline / 1000000000u);
-        ts.tv_nsec = (long)(deadline % 1000000000u);
-    }
+    struct timespec ts = {0, 0};
+    if (deadline) ts = la_cond_abstime(deadline);
     pthread_mutex_lock(&w->mu);
     while (!w->signalled) {
         if (!deadline) {
