@@ -92,6 +92,11 @@ typedef struct {
 } la_stack_t;
 /* canary mode keeps its top canary there (stacks.c) */
 #define LA_STACK_TOP_RESERVE 64
+#if defined(_WIN32)
+/* stacks_windows.c: a fiber on st exited (its last frame saved at sp): st
+ * keeps what it committed so far for the next fiber's TIB StackLimit. */
+void la_stack_win_exit(la_stack_t *st, void *sp, size_t page);
+#endif
 
 struct la_fiber {
     void *sp; /* saved stack pointer while switched out */

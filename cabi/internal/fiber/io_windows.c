@@ -174,24 +174,27 @@ static int fd_park(la_fiber_t *f, SOCKET s, int dirs, uint64_t deadline) {
     if (e) return map_wsa(-e);
     la_wop_t *op = calloc(1, sizeof *op);
     if (!op) return ASYNC_E_NOMEM;
+    /* Under op's lock until the waiter is in: a packet that comes back at
+     * once waits for it (as io.c arms under its record's lock). */
+    la_spin_lock(&op->lk);
+    int st = la_poller_afd_submit(&sc->poller, &op->afd, (uintptr_t)base, afd_mask(dirs));
+    if (st) {
+        la_spin_unlock(&op->lk);
+        free(op);
+        if (st == ERROR_NOT_SUPPORTED) return ASYNC_E_NOTSUP;
+        la_note_os_error(st);
+        return ASYNC_E_BADFD;
+    }
     la_waiter_t w;
     int rc = la_waiter_init(&w, LA_PK_NORMAL);
-    if (rc) {
-        free(op);
+    if (rc) { /* shutting down */
+        la_spin_unlock(&op->lk);
+        la_poller_afd_cancel(&sc->poller, &op->afd);
+        la_afd_op_unref(&op->afd);
         return rc;
     }
     op->w = &w;
-    /* Submit after la_waiter_init: the packet may come back at once, and
-     * then finds the waiter claimable. */
-    int st = la_poller_afd_submit(&sc->poller, &op->afd, (uintptr_t)base, afd_mask(dirs));
-    if (st) {
-        free(op);
-        /* the waiter was never seen by a waker: undo the park preparation */
-        la_waiter_wake(&w, LA_W_READY);
-        la_waiter_done(&w);
-        la_note_os_error(st);
-        return st == ERROR_NOT_SUPPORTED ? ASYNC_E_NOTSUP : ASYNC_E_BADFD;
-    }
+    la_spin_unlock(&op->lk);
     atomic_fetch_add(&sc->nfdwait, 1);
     int why = la_waiter_wait(&w, deadline);
     atomic_fetch_sub(&sc->nfdwait, 1);
@@ -234,12 +237,15 @@ static int wait_dir(SOCKET s, int dir, uint64_t deadline, int timeout_ms) {
     return 0;
 }
 
-static uint32_t from_poll(int re) {
+/* WSAPoll's revents as async events. A hang-up is also READ when READ was
+ * asked (a read returns 0 then, as poll(2) reports POLLIN at end of file;
+ * WSAPoll may report POLLHUP alone). */
+static uint32_t from_poll(int re, uint32_t asked) {
     uint32_t ev = 0;
     if (re & (POLLRDNORM | POLLRDBAND)) ev |= ASYNC_EVENT_READ;
     if (re & POLLWRNORM) ev |= ASYNC_EVENT_WRITE;
     if (re & POLLERR) ev |= ASYNC_EVENT_ERROR;
-    if (re & POLLHUP) ev |= ASYNC_EVENT_CLOSE;
+    if (re & POLLHUP) ev |= ASYNC_EVENT_CLOSE | (asked & ASYNC_EVENT_READ);
     return ev;
 }
 
@@ -266,7 +272,7 @@ int async_fiber_wait_fd(async_fd_t fd, uint32_t events, int timeout_ms) {
             la_set_error(map_wsa(-r));
             return -1;
         }
-        if (r > 0) return (int)from_poll(r);
+        if (r > 0) return (int)from_poll(r, events);
         if (timeout_ms == 0 || !f) {
             la_set_error(ASYNC_E_TIMEDOUT);
             return -1;

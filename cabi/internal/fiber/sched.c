@@ -482,6 +482,9 @@ fail:
 static void fiber_finish(la_wk_t *w, la_fiber_t *f) {
     la_sched_t *s = w->s;
     la_stack_check(s->pool, &f->stack, f->id);
+#if defined(_WIN32)
+    la_stack_win_exit(&f->stack, f->sp, s->page); /* the stack's commit so far */
+#endif
     stack_release(s, w, &f->stack);
     LA_BUMP(w->n_finished);
     int joinable = (f->flags & ASYNC_FIBER_JOINABLE) != 0;

@@ -24,12 +24,17 @@ static LONG CALLBACK on_exception(EXCEPTION_POINTERS *ep) {
         code != EXCEPTION_GUARD_PAGE)
         return EXCEPTION_CONTINUE_SEARCH;
     uint64_t id = 0;
-    uintptr_t guard = la_sig_current_stack(&id);
+    uintptr_t guard = la_sig_current_stack(&id); /* the stack's base */
     if (!guard) return EXCEPTION_CONTINUE_SEARCH; /* not on a fiber */
     if (code == EXCEPTION_STACK_OVERFLOW) la_stack_overflow_abort(id, "guard page hit");
     if (ep->ExceptionRecord->NumberParameters >= 2) {
+        /* below the committed stack (TIB StackLimit, this fiber's: the
+         * handler runs on it) but inside its reservation: a frame that jumped
+         * the guard page, or the guard page itself */
         uintptr_t addr = (uintptr_t)ep->ExceptionRecord->ExceptionInformation[1];
-        if (addr >= la_stack_win_reserve(guard) && addr < guard + 4096)
+        uintptr_t limit;
+        __asm__("movq %%gs:0x10, %0" : "=r"(limit)); /* TIB StackLimit */
+        if (addr >= la_stack_win_reserve(guard) && addr < limit)
             la_stack_overflow_abort(id, code == EXCEPTION_GUARD_PAGE ? "guard page hit" : "fault below its stack");
     }
     return EXCEPTION_CONTINUE_SEARCH;

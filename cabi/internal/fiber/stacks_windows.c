@@ -1,26 +1,33 @@
 //go:build windows
 
 /* Fiber stacks on Windows: one VirtualAlloc reservation per stack, laid out
- * like a Windows thread stack, pooled per scheduler.
+ * and grown like a Windows thread stack, pooled per scheduler.
  *
- *   reservation base (TIB DeallocationStack)
- *   | LA_WIN_LOW pages reserved, not committed: the last page stays
- *   |   inaccessible; the LA_WIN_GUARANTEE pages above it are what the
- *   |   kernel commits to run the stack-overflow handler in
- *   | 1 page committed PAGE_GUARD               <- la_stack_t.base
- *   | stack_size bytes committed read/write     <- TIB StackLimit
- *   top                                         <- TIB StackBase
+ *   reservation (TIB DeallocationStack)
+ *   | 1 page never committed, then LA_WIN_GUARANTEE pages the kernel commits
+ *   |   to run the stack-overflow handler in (TIB GuaranteedStackBytes)
+ *   | stack_size bytes: reserved; the top LA_WIN_COMMIT pages committed
+ *   |   read/write, the page below them committed PAGE_GUARD
+ *   top (TIB StackBase)
  *
  * The context switch (switch_windows_amd64.S) puts the running fiber's
- * StackBase, StackLimit, DeallocationStack and GuaranteedStackBytes in the
- * thread's TIB, so Windows (and wine) treat a fiber stack the way they treat
- * a thread's: a touch of the guard page moves it down one page, and once the
- * guarantee is reached the kernel commits it and raises
- * EXCEPTION_STACK_OVERFLOW on the fiber's stack, with the guarantee left to
- * run handlers in. signals_windows.c's vectored handler turns that (or an
- * access violation in the reservation below the stack) into the
- * "fiber stack overflow in fiber <id>" report, then ends the process.
- * A frame can use up to one page below stack_size before the report.
+ * StackBase, StackLimit (the lowest committed read/write address),
+ * DeallocationStack and GuaranteedStackBytes in the thread's TIB, so Windows
+ * (and wine) treat a fiber stack the way they treat a thread's: a touch of the
+ * guard page commits it and moves the guard one page down (StackLimit
+ * follows), so a fiber commits only the stack it uses; once the guard would
+ * enter the guarantee, the kernel commits the guarantee and raises
+ * EXCEPTION_STACK_OVERFLOW on the fiber, with the guarantee left to run
+ * handlers in. signals_windows.c's vectored handler turns that (or an access
+ * violation in the reservation below the committed stack: a frame that
+ * jumped the guard page) into the "fiber stack overflow in fiber <id>" report,
+ * then ends the process. A stack keeps what it committed when it goes back to
+ * the pool; its StackLimit is read back from the exiting fiber's saved frame
+ * (la_stack_win_exit), so the next fiber starts with the right one.
+ *
+ * la_stack_t.base is the page below the stack_size bytes (the lowest page of
+ * the guarantee), so base + page and base + page + size bracket the stack as
+ * on the other platforms; .slot holds the committed bytes below the top.
  *
  * Guard modes: 0 and 2 both give this (reported as 2); 1 (madvise) and 3
  * (canaries) are Linux modes and fail with ASYNC_E_NOTSUP. */
@@ -33,7 +40,8 @@
 #include "fiber_int.h"
 
 #define LA_WIN_GUARANTEE 4 /* pages */
-#define LA_WIN_LOW (1 + LA_WIN_GUARANTEE)
+#define LA_WIN_LOW (1 + LA_WIN_GUARANTEE) /* pages below the stack */
+#define LA_WIN_COMMIT 2 /* pages committed up front */
 
 struct la_stackpool {
     pthread_mutex_t mu;
@@ -74,20 +82,22 @@ static int new_stack(la_stackpool_t *p, la_stack_t *out) {
         p->all = a;
         p->capall = n;
     }
-    size_t total = (LA_WIN_LOW + 1) * p->page + p->stack_size;
+    size_t total = LA_WIN_LOW * p->page + p->stack_size;
     char *r = VirtualAlloc(NULL, total, MEM_RESERVE, PAGE_READWRITE);
     if (!r) return ASYNC_E_NOMEM;
-    char *guard = r + LA_WIN_LOW * p->page;
-    if (!VirtualAlloc(guard, p->page, MEM_COMMIT, PAGE_READWRITE | PAGE_GUARD) ||
-        !VirtualAlloc(guard + p->page, p->stack_size, MEM_COMMIT, PAGE_READWRITE)) {
+    size_t commit = LA_WIN_COMMIT * p->page;
+    if (commit + p->page > p->stack_size) commit = p->stack_size - p->page;
+    char *top = r + total;
+    if (!VirtualAlloc(top - commit - p->page, p->page, MEM_COMMIT, PAGE_READWRITE | PAGE_GUARD) ||
+        !VirtualAlloc(top - commit, commit, MEM_COMMIT, PAGE_READWRITE)) {
         VirtualFree(r, 0, MEM_RELEASE);
         return ASYNC_E_NOMEM;
     }
     p->all[p->nall++] = r;
-    out->base = guard;
+    out->base = r + (LA_WIN_LOW - 1) * p->page;
     out->size = p->stack_size;
     out->arena = 0;
-    out->slot = 0;
+    out->slot = (uint32_t)commit;
     return 0;
 }
 
@@ -140,24 +150,37 @@ void la_stack_own(const la_stack_t *st, uint64_t fiber_id) { (void)st, (void)fib
 int la_stack_canary_ok(la_stackpool_t *p, const la_stack_t *st) { return (void)p, (void)st, 1; }
 void la_stack_check(la_stackpool_t *p, const la_stack_t *st, uint64_t id) { (void)p, (void)st, (void)id; }
 
-/* The lowest address of the reservation of the stack whose guard page is
- * at base. */
-uintptr_t la_stack_win_reserve(uintptr_t base) { return base - LA_WIN_LOW * page_size(); }
+/* The lowest address of the reservation of the stack whose base is base. */
+uintptr_t la_stack_win_reserve(uintptr_t base) { return base - (LA_WIN_LOW - 1) * page_size(); }
+
+/* Frame slots of switch_windows_amd64.S (in 8-byte words from the saved
+ * stack pointer): GuaranteedStackBytes, StackBase, StackLimit,
+ * DeallocationStack, r12, return address; 35 words down from the top. */
+enum { LA_F_GUAR = 1, LA_F_BASE = 2, LA_F_LIMIT = 3, LA_F_DEALLOC = 4, LA_F_R12 = 28, LA_F_RET = 33, LA_F_WORDS = 35 };
+
+/* A fiber on st exited, its frame saved at sp: keep the StackLimit it left
+ * (what the stack has committed now) for the next fiber. */
+void la_stack_win_exit(la_stack_t *st, void *sp, size_t page) {
+    uintptr_t top = (uintptr_t)(st->base + page + st->size);
+    uintptr_t limit = (uintptr_t)((uint64_t *)sp)[LA_F_LIMIT];
+    if (limit >= (uintptr_t)(st->base + page) && limit < top) st->slot = (uint32_t)(top - limit);
+}
 
 void *la_ctx_make_win64(void *hi, void *arg) {
     la_fiber_t *f = arg;
     size_t page = f->s->page;
+    char *top_of_stack = f->stack.base + page + f->stack.size;
     uintptr_t top = (uintptr_t)hi & ~(uintptr_t)15;
-    uint64_t *sp = (uint64_t *)(top - 280);
-    memset(sp, 0, 280);
-    ((uint32_t *)sp)[0] = 0x1F80;                                  /* MXCSR default */
-    ((uint16_t *)sp)[2] = 0x027F;                                  /* x87 CW default on Windows x64 */
-    sp[1] = LA_WIN_GUARANTEE * page;                               /* GuaranteedStackBytes */
-    sp[2] = (uint64_t)(uintptr_t)(f->stack.base + page + f->stack.size); /* StackBase */
-    sp[3] = (uint64_t)(uintptr_t)(f->stack.base + page);                 /* StackLimit */
-    sp[4] = (uint64_t)(uintptr_t)(f->stack.base - LA_WIN_LOW * page);    /* DeallocationStack */
-    sp[28] = (uint64_t)(uintptr_t)arg;                             /* r12 (offset 224) */
-    sp[33] = (uint64_t)(uintptr_t)la_ctx_trampoline;               /* return address (264) */
+    uint64_t *sp = (uint64_t *)(top - LA_F_WORDS * 8);
+    memset(sp, 0, LA_F_WORDS * 8);
+    ((uint32_t *)sp)[0] = 0x1F80;                                       /* MXCSR default */
+    ((uint16_t *)sp)[2] = 0x027F;                                       /* x87 CW default on Windows x64 */
+    sp[LA_F_GUAR] = LA_WIN_GUARANTEE * page;                            /* GuaranteedStackBytes */
+    sp[LA_F_BASE] = (uint64_t)(uintptr_t)top_of_stack;                  /* StackBase */
+    sp[LA_F_LIMIT] = (uint64_t)(uintptr_t)(top_of_stack - f->stack.slot); /* StackLimit */
+    sp[LA_F_DEALLOC] = (uint64_t)la_stack_win_reserve((uintptr_t)f->stack.base); /* DeallocationStack */
+    sp[LA_F_R12] = (uint64_t)(uintptr_t)arg;
+    sp[LA_F_RET] = (uint64_t)(uintptr_t)la_ctx_trampoline;
     /* sp[34] (top - 8): 0, the trampoline's fake return address */
     return sp;
 }
