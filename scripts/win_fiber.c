@@ -214,6 +214,53 @@ static void t_guard_modes(void) {
     async_sched_destroy(s);
 }
 
+/* ---- unwinding on a fiber stack --------------------------------------------------
+ * msvcrt's longjmp on x64 unwinds with RtlUnwindEx, which checks every frame
+ * against the TIB's StackLimit..StackBase; a stack walk must end at the
+ * fiber's first frame (la_ctx_trampoline's unwind data). */
+#include <setjmp.h>
+
+static jmp_buf jb;
+static volatile int jump_value = 7;
+
+__attribute__((noinline)) static void jump_back(int depth) {
+    volatile char pad[256];
+    pad[0] = (char)depth;
+    if (depth > 0) {
+        jump_back(depth - 1);
+    } else {
+        async_fiber_yield(); /* resume, then unwind across the switch */
+        if (jump_value) longjmp(jb, jump_value);
+    }
+    pad[1] = pad[0];
+}
+
+static void unwind_fiber(void *arg) {
+    int *out = arg;
+    volatile int jumped = 0;
+    int r = setjmp(jb);
+    if (r == 0) {
+        jump_back(20);
+    } else {
+        jumped = r;
+    }
+    void *frames[64];
+    USHORT n = RtlCaptureStackBackTrace(0, 64, frames, NULL);
+    out[0] = jumped;
+    out[1] = n;
+}
+
+static void t_unwind(void) {
+    async_sched_t *s = mk(1);
+    int out[2] = {0, 0};
+    CHECK(async_fiber_spawn(s, unwind_fiber, out, 0));
+    CHECK_EQ(async_sched_run(s), 0);
+    printf("longjmp returned %d; a stack walk on the fiber saw %d frames\n", out[0], out[1]);
+    CHECK_EQ(out[0], 7);
+    CHECK(out[1] >= 2 && out[1] < 64);
+    async_sched_destroy(s);
+}
+
 /* ---- xmm6-xmm15 across a switch ---------------------------------------------------
  * xmm_roundtrip(in, out, fn): loads xmm6..xmm15 from in[0..159], calls fn
  * (a yield), stores them to out; keeps its caller's xmm6-15 (Win64 ABI). */
@@ -612,6 +659,7 @@ static const test_case_t cases[] = {
     T(overflow_child),
     T(guard_modes),
     T(xmm_preserved),
+    T(unwind),
     T(chan_thread_buffered),
     T(chan_thread_rendezvous),
     T(sleep_order),
