@@ -93,6 +93,10 @@ typedef struct {
 /* canary mode keeps its top canary there (stacks.c) */
 #define LA_STACK_TOP_RESERVE 64
 #if defined(_WIN32)
+/* stacks_windows.c writes it in the first word of the top reserve of every
+ * fiber stack: the overflow handler reads it at TIB StackBase - 64 to tell a
+ * fiber stack from a thread's before it looks at thread-local data. */
+#define LA_WIN_STACK_MAGIC 0x6c61666962657221ULL
 /* stacks_windows.c: a fiber on st exited (its last frame saved at sp): st
  * keeps what it committed so far for the next fiber's TIB StackLimit. */
 void la_stack_win_exit(la_stack_t *st, void *sp, size_t page);

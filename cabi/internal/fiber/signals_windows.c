@@ -23,6 +23,13 @@ static LONG CALLBACK on_exception(EXCEPTION_POINTERS *ep) {
     if (code != EXCEPTION_STACK_OVERFLOW && code != EXCEPTION_ACCESS_VIOLATION &&
         code != EXCEPTION_GUARD_PAGE)
         return EXCEPTION_CONTINUE_SEARCH;
+    /* Not a fiber stack (a thread's, Go's): no thread-local lookup, which may
+     * allocate on a thread that never made one. The top of the stack the TIB
+     * names is committed (a thread's starts there; a fiber's has the mark). */
+    uintptr_t stack_base;
+    __asm__("movq %%gs:0x08, %0" : "=r"(stack_base)); /* TIB StackBase */
+    if (*(volatile uint64_t *)(stack_base - LA_STACK_TOP_RESERVE) != LA_WIN_STACK_MAGIC)
+        return EXCEPTION_CONTINUE_SEARCH;
     uint64_t id = 0;
     uintptr_t guard = la_sig_current_stack(&id); /* the stack's base */
     if (!guard) return EXCEPTION_CONTINUE_SEARCH; /* not on a fiber */

@@ -93,6 +93,7 @@ static int new_stack(la_stackpool_t *p, la_stack_t *out) {
         VirtualFree(r, 0, MEM_RELEASE);
         return ASYNC_E_NOMEM;
     }
+    *(uint64_t *)(top - LA_STACK_TOP_RESERVE) = LA_WIN_STACK_MAGIC; /* no frame goes there */
     p->all[p->nall++] = r;
     out->base = r + (LA_WIN_LOW - 1) * p->page;
     out->size = p->stack_size;
