@@ -9,7 +9,22 @@
 #include "base.h"
 
 #if defined(_WIN32)
-uint64_t la_now_ns(void) { return (uint64_t)GetTickCount64() * 1000000u; }
+/* QueryPerformanceCounter: GetTickCount64 moves in 15.6 ms steps, so a
+ * deadline counted from it could end a wait (a fiber's sleep) up to a step
+ * before its time. */
+uint64_t la_now_ns(void) {
+    static volatile LONGLONG freq;
+    LONGLONG f = freq;
+    if (!f) {
+        LARGE_INTEGER q;
+        QueryPerformanceFrequency(&q);
+        freq = f = q.QuadPart;
+    }
+    LARGE_INTEGER c;
+    QueryPerformanceCounter(&c);
+    uint64_t t = (uint64_t)c.QuadPart, uf = (uint64_t)f;
+    return t / uf * 1000000000u + t % uf * 1000000000u / uf;
+}
 #else
 uint64_t la_now_ns(void) {
     struct timespec ts;

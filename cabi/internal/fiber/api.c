@@ -160,6 +160,10 @@ static int wait_idle(la_sched_t *s, uint64_t deadline) {
         if (!deadline) {
             pthread_cond_wait(&s->fcv, &s->fmu);
         } else if (pthread_cond_timedwait(&s->fcv, &s->fmu, &ts) == ETIMEDOUT && atomic_load(&s->live) > 0) {
+            if (la_now_ns() < deadline) { /* the cv's clock is not la_now_ns's (la_cond_abstime) */
+                ts = la_cond_abstime(deadline);
+                continue;
+            }
             rc = ASYNC_E_TIMEDOUT;
             break;
         }

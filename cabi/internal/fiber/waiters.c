@@ -73,6 +73,10 @@ int la_waiter_wait(la_waiter_t *w, uint64_t deadline) {
         if (!deadline) {
             pthread_cond_wait(&w->cv, &w->mu);
         } else if (pthread_cond_timedwait(&w->cv, &w->mu, &ts) == ETIMEDOUT && !w->signalled) {
+            if (la_now_ns() < deadline) { /* the cv's clock is not la_now_ns's (la_cond_abstime) */
+                ts = la_cond_abstime(deadline);
+                continue;
+            }
             if (la_waiter_claim(w, LA_W_TIMEDOUT)) break;
             deadline = 0; /* claimed by a waker: its signal comes soon */
         }
