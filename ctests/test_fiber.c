@@ -1,14 +1,19 @@
 /* Fiber scheduler tests: one case per ctest test (see CMakeLists.txt).
- * ASYNC_TEST_FULL=1 runs the full-size echo test (10k connections). */
+ * ASYNC_TEST_FULL=1 runs the full-size echo test (10k connections).
+ * scripts/cross.sh also builds this file for Windows (mingw-w64) and runs
+ * there, under wine, the cases outside the #if !defined(_WIN32) blocks (those
+ * use pipes, int fds, fork; scripts/win_fiber.c has the Windows versions). */
+#include <pthread.h>
+#include <stdatomic.h>
+#if !defined(_WIN32)
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <pthread.h>
 #include <signal.h>
-#include <stdatomic.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#endif
 
 #include "check.h"
 
@@ -572,6 +577,7 @@ static void t_chan_select_stress(void) {
     async_sched_destroy(s);
 }
 
+#if !defined(_WIN32) /* pipes, socketpair, int fds */
 /* ---- fds ------------------------------------------------------------------------- */
 
 typedef struct {
@@ -965,6 +971,8 @@ static void t_net_errors(void) {
     async_sched_destroy(s);
 }
 
+#endif /* !_WIN32 */
+
 /* ---- blocking offload ------------------------------------------------------------ */
 
 typedef struct {
@@ -1235,6 +1243,7 @@ static void t_migration(void) {
     async_sched_destroy(s);
 }
 
+#if !defined(_WIN32) /* pipes, socketpair */
 /* shutdown: one fiber parked in each kind of wait */
 enum { W_SLEEP, W_RECV, W_SEND, W_SELECT, W_WAITFD, W_READ, W_WRITE, W_ACCEPT, W_JOIN, W_QDEQ, W_QENQ, W_NKINDS };
 static const char *wait_names[W_NKINDS] = {"sleep", "recv", "send", "select", "wait_fd", "read",
@@ -1367,6 +1376,8 @@ static void t_shutdown_waits(void) {
     async_queue_destroy(sdw.qfull);
 }
 
+#endif /* !_WIN32 */
+
 /* a fiber that never parks: shutdown times out, then it finishes */
 static atomic_int spin_stop;
 static void spinner(void *arg) {
@@ -1384,6 +1395,7 @@ static void t_shutdown_timeout(void) {
     async_sched_destroy(s);
 }
 
+#if !defined(_WIN32) /* fork, signals */
 /* ---- stack overflow (in a child process) -------------------------------------------- */
 
 static char self_exe[4096];
@@ -1465,6 +1477,8 @@ static void t_overflow(void) {
     }
 }
 
+#endif /* !_WIN32 */
+
 static const test_case_t cases[] = {
     T(yield_100x1000),
     T(fib_100k),
@@ -1478,21 +1492,27 @@ static const test_case_t cases[] = {
     T(chan_close),
     T(chan_select),
     T(chan_select_stress),
+#if !defined(_WIN32)
     T(pipes),
     T(wait_fd),
     T(fd_reuse),
     T(echo),
     T(net_errors),
+#endif
     T(blocking),
     T(queue_park),
     T(api_stress),
     T(parked_100k),
     T(migration),
+#if !defined(_WIN32)
     T(shutdown_waits),
+#endif
     T(shutdown_timeout),
+#if !defined(_WIN32)
     T(overflow),
     /* run by t_overflow in a child process, not a test of its own */
     {"overflow_child", t_overflow_child},
+#endif
 };
 
 TEST_MAIN(cases)

@@ -698,7 +698,14 @@ typedef struct async_chan_s async_chan_t;
  *              stderr and aborts (SIGABRT); a broken canary does the same
  *              when it is found. A frame larger than the guard page that
  *              lands in another stack without faulting is not caught in any
- *              mode: build with -fstack-clash-protection. */
+ *              mode: build with -fstack-clash-protection.
+ *              Windows: every stack is reserved and committed on demand like
+ *              a thread's stack, behind a guard page the kernel moves down;
+ *              modes 0 and 2 give that (reported as 2), 1 and 3 fail with
+ *              ASYNC_E_NOTSUP. An overflow (the kernel's stack overflow
+ *              exception, or a fault below the fiber's committed stack)
+ *              prints the same message through the log hook and ends the
+ *              process with exit code 3. */
 typedef struct {
     int workers;
     size_t stack_size;
@@ -898,6 +905,13 @@ int async_sched_dump_on_signal(async_sched_t *s, int signo, int fd);
  * (turning it off waits for the monitor thread to end). */
 int async_sched_set_stall_ms(async_sched_t *s, int ms);
 
+
+/* Windows: the fd of the five calls below is a SOCKET (anything else is
+ * ASYNC_E_BADFD: pipes and files have no readiness there); read, write,
+ * accept and connect switch it to non-blocking mode (FIONBIO) and there is no
+ * SIGPIPE to avoid; a plain thread waits with WSAPoll; ASYNC_E_BUSY is never
+ * returned (every waiting fiber has its own poll, so several may wait on one
+ * socket in one direction); a hang-up is READ|CLOSE when READ was asked. */
 
 /* Waits until fd is ready for `events` (ASYNC_EVENT_READ and/or
  * ASYNC_EVENT_WRITE) and returns the ready events (READ, WRITE, ERROR, CLOSE

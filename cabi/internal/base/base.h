@@ -118,7 +118,7 @@ static inline int la_ok(int rc) {
 
 
 /* ---- monotonic clock and deadlines (clock.c) ------------------------------ */
-/* Nanoseconds of CLOCK_MONOTONIC (GetTickCount64 on Windows). */
+/* Nanoseconds of CLOCK_MONOTONIC (QueryPerformanceCounter on Windows). */
 uint64_t la_now_ns(void);
 /* The deadline timeout_ms from now, 0 for "forever" (timeout_ms < 0). */
 uint64_t la_deadline(int timeout_ms);
@@ -144,6 +144,12 @@ static inline int la_cond_timedwait_mono(pthread_cond_t *cv, pthread_mutex_t *mu
     return pthread_cond_timedwait(cv, mu, abs);
 #endif
 }
+/* The absolute time for pthread_cond_timedwait on a la_cond_init_mono cv
+ * that a la_now_ns deadline (ns) stands for: the deadline itself where the cv
+ * counts CLOCK_MONOTONIC; on macOS and Windows (system clock) now + what is
+ * left of it, and then a wait that times out must check la_now_ns: the two
+ * clocks drift (a wait may end a little before the deadline). */
+struct timespec la_cond_abstime(uint64_t deadline_ns);
 
 /* ---- the log hook (log.c) ------------------------------------------------- */
 /* Every message for the host goes through these (async_set_log_handler).

@@ -2,13 +2,29 @@
 #include <pthread.h>
 #include <time.h>
 #if defined(_WIN32)
+#include <winsock2.h> /* before windows.h (async.h includes it) */
 #include <windows.h>
 #endif
 
 #include "base.h"
 
 #if defined(_WIN32)
-uint64_t la_now_ns(void) { return (uint64_t)GetTickCount64() * 1000000u; }
+/* QueryPerformanceCounter: GetTickCount64 moves in 15.6 ms steps, so a
+ * deadline counted from it could end a wait (a fiber's sleep) up to a step
+ * before its time. */
+uint64_t la_now_ns(void) {
+    static volatile LONGLONG freq;
+    LONGLONG f = freq;
+    if (!f) {
+        LARGE_INTEGER q;
+        QueryPerformanceFrequency(&q);
+        freq = f = q.QuadPart;
+    }
+    LARGE_INTEGER c;
+    QueryPerformanceCounter(&c);
+    uint64_t t = (uint64_t)c.QuadPart, uf = (uint64_t)f;
+    return t / uf * 1000000000u + t % uf * 1000000000u / uf;
+}
 #else
 uint64_t la_now_ns(void) {
     struct timespec ts;
@@ -30,4 +46,19 @@ void la_cond_init_mono(pthread_cond_t *cv) {
 #endif
     pthread_cond_init(cv, &ca);
     pthread_condattr_destroy(&ca);
+}
+
+struct timespec la_cond_abstime(uint64_t deadline_ns) {
+    struct timespec ts;
+#if defined(__APPLE__) || defined(_WIN32)
+    uint64_t now = la_now_ns(), left = deadline_ns > now ? deadline_ns - now : 0;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t t = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec + left;
+    ts.tv_sec = (time_t)(t / 1000000000u);
+    ts.tv_nsec = (long)(t % 1000000000u);
+#else
+    ts.tv_sec = (time_t)(deadline_ns / 1000000000u);
+    ts.tv_nsec = (long)(deadline_ns % 1000000000u);
+#endif
+    return ts;
 }

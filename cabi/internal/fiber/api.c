@@ -1,5 +1,3 @@
-//go:build !windows
-
 /* The public scheduler and fiber functions of include/async.h: create, run,
  * shutdown, destroy and stats of a scheduler; spawn, current, yield, sleep
  * and join of fibers. The machinery they drive is sched.c's. */
@@ -9,6 +7,10 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(_WIN32)
+#include <winsock2.h> /* before windows.h (async.h includes it) */
+#include <windows.h>
+#endif
 
 #include "fiber_int.h"
 
@@ -38,7 +40,11 @@ static void sched_free(la_sched_t *s) {
     pthread_mutex_destroy(&s->tmu);
     pthread_mutex_destroy(&s->fmu);
     pthread_cond_destroy(&s->fcv);
+#if defined(_WIN32)
+    _aligned_free(s->wks);
+#else
     free(s->wks);
+#endif
     free(s);
 }
 
@@ -64,7 +70,13 @@ async_sched_t *async_sched_create(const async_sched_config_t *cfg) {
     }
     s->poller.fd = s->poller.bell = -1;
     s->nw = nw;
+#if defined(_WIN32)
+    SYSTEM_INFO si;
+    GetSystemInfo(&si);
+    s->page = si.dwPageSize;
+#else
     s->page = (size_t)sysconf(_SC_PAGESIZE);
+#endif
     pthread_mutex_init(&s->gmu, NULL);
     pthread_mutex_init(&s->imu, NULL);
     pthread_cond_init(&s->icv, NULL);
@@ -72,7 +84,11 @@ async_sched_t *async_sched_create(const async_sched_config_t *cfg) {
     pthread_mutex_init(&s->fmu, NULL);
     la_cond_init_mono(&s->fcv);
     atomic_store(&s->next_deadline, UINT64_MAX);
+#if defined(_WIN32) /* no aligned_alloc in msvcrt */
+    s->wks = _aligned_malloc(sizeof(la_wk_t) * (size_t)nw, 64);
+#else
     s->wks = aligned_alloc(64, sizeof(la_wk_t) * (size_t)nw);
+#endif
     s->pool = la_stackpool_new(ss, gm);
     if (!s->wks || !s->pool || la_io_init(s) != 0) {
         sched_free(s);
@@ -139,15 +155,16 @@ async_sched_t *async_sched_create(const async_sched_config_t *cfg) {
 static int wait_idle(la_sched_t *s, uint64_t deadline) {
     int rc = 0;
     struct timespec ts = {0, 0};
-    if (deadline) {
-        ts.tv_sec = (time_t)(deadline / 1000000000u);
-        ts.tv_nsec = (long)(deadline % 1000000000u);
-    }
+    if (deadline) ts = la_cond_abstime(deadline);
     pthread_mutex_lock(&s->fmu);
     while (atomic_load(&s->live) > 0) {
         if (!deadline) {
             pthread_cond_wait(&s->fcv, &s->fmu);
-        } else if (la_cond_timedwait_mono(&s->fcv, &s->fmu, &ts) == ETIMEDOUT && atomic_load(&s->live) > 0) {
+        } else if (pthread_cond_timedwait(&s->fcv, &s->fmu, &ts) == ETIMEDOUT && atomic_load(&s->live) > 0) {
+            if (la_now_ns() < deadline) { /* the cv's clock is not la_now_ns's (la_cond_abstime) */
+                ts = la_cond_abstime(deadline);
+                continue;
+            }
             rc = ASYNC_E_TIMEDOUT;
             break;
         }
@@ -414,7 +431,12 @@ int async_fiber_sleep(uint64_t ms) {
     if (ms > (uint64_t)INT32_MAX * 1000u) ms = (uint64_t)INT32_MAX * 1000u;
     uint64_t deadline = la_now_ns() + ms * 1000000u;
     if (!f) {
-#if defined(__APPLE__)
+#if defined(_WIN32)
+        for (uint64_t now; (now = la_now_ns()) < deadline;) {
+            uint64_t left = (deadline - now + 999999) / 1000000;
+            Sleep(left > 0x7FFFFFFFu ? 0x7FFFFFFFu : (DWORD)left);
+        }
+#elif defined(__APPLE__)
         /* no clock_nanosleep: relative sleeps until the monotonic deadline */
         for (uint64_t now; (now = la_now_ns()) < deadline;) {
             uint64_t left = deadline - now;

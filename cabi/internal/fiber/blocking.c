@@ -1,5 +1,3 @@
-//go:build !windows
-
 /* async_fiber_blocking: runs a function on a pool of plain threads while the
  * calling fiber parks. The pool is process-wide, grows on demand up to
  * LA_BLOCKING_MAX threads, and a thread idle for LA_BLOCKING_IDLE_S seconds
@@ -41,16 +39,16 @@ static void init_cv(void) {
 
 static void *pool_main(void *unused) {
     (void)unused;
+#if !defined(_WIN32) /* no SIGPIPE there */
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGPIPE);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
+#endif
     pthread_mutex_lock(&mu);
     for (;;) {
         while (!head) {
-            struct timespec ts;
-            clock_gettime(CLOCK_MONOTONIC, &ts);
-            ts.tv_sec += LA_BLOCKING_IDLE_S;
+            struct timespec ts = la_cond_abstime(la_now_ns() + (uint64_t)LA_BLOCKING_IDLE_S * 1000000000u);
             nidle++;
             int r = la_cond_timedwait_mono(&cv, &mu, &ts);
             nidle--;

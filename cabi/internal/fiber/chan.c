@@ -1,5 +1,3 @@
-//go:build !windows
-
 /* Channels: bounded FIFOs of fixed-size elements (capacity 0: rendezvous),
  * usable from fibers (they park) and plain threads (they block), with select.
  *

@@ -1,5 +1,3 @@
-//go:build !windows
-
 /* A scheduler's defaults: ASYNC_WORKERS or the CPUs this process may use
  * (affinity, cgroup v2 quota); ASYNC_FIBER_STACK_KB or 64 KiB stacks. */
 #define _GNU_SOURCE
@@ -8,6 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#if defined(_WIN32)
+#include <winsock2.h> /* before windows.h (async.h includes it) */
+#include <windows.h>
+#endif
 
 #include "fiber_int.h"
 
@@ -20,14 +22,18 @@ int la_default_workers(void) {
         if (n > 0 && n <= LA_MAX_WORKERS) return n;
     }
     int n = 1;
-#if defined(__linux__)
+#if defined(_WIN32)
+    DWORD_PTR pm = 0, sm = 0;
+    if (GetProcessAffinityMask(GetCurrentProcess(), &pm, &sm) && pm) n = __builtin_popcountll((unsigned long long)pm);
+#elif defined(__linux__)
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof set, &set) == 0) n = CPU_COUNT(&set);
 #else
     long on = sysconf(_SC_NPROCESSORS_ONLN); /* no affinity masks to read */
     if (on > 0) n = on > LA_MAX_WORKERS ? LA_MAX_WORKERS : (int)on;
 #endif
-    /* cgroup v2 quota */
+#if !defined(_WIN32)
+    /* cgroup v2 quota (Linux; elsewhere the file is not there) */
     FILE *fp = fopen("/proc/self/cgroup", "r");
     if (fp) {
         char line[512], path[600];
@@ -49,6 +55,7 @@ int la_default_workers(void) {
         }
         fclose(fp);
     }
+#endif
     if (n < 1) n = 1;
     if (n > LA_MAX_WORKERS) n = LA_MAX_WORKERS;
     return n;

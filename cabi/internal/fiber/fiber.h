@@ -47,6 +47,11 @@ void la_ctx_trampoline(void);
 /* Prepares a fresh stack [lo, hi) so that switching to the returned sp runs
  * la_fiber_main(arg). */
 void *la_ctx_make(void *hi, void *arg);
+#if defined(_WIN32)
+/* Windows: la_ctx_make's frame for switch_windows_amd64.S (arg is the
+ * la_fiber_t whose stack hi tops), with its TIB stack fields. */
+void *la_ctx_make_win64(void *hi, void *arg);
+#endif
 
 /* ---- fiber states, park reasons ------------------------------------------- */
 enum {
@@ -92,6 +97,15 @@ typedef struct {
 } la_stack_t;
 /* canary mode keeps its top canary there (stacks.c) */
 #define LA_STACK_TOP_RESERVE 64
+#if defined(_WIN32)
+/* stacks_windows.c writes it in the first word of the top reserve of every
+ * fiber stack: the overflow handler reads it at TIB StackBase - 64 to tell a
+ * fiber stack from a thread's before it looks at thread-local data. */
+#define LA_WIN_STACK_MAGIC 0x6c61666962657221ULL
+/* stacks_windows.c: a fiber on st exited (its last frame saved at sp): st
+ * keeps what it committed so far for the next fiber's TIB StackLimit. */
+void la_stack_win_exit(la_stack_t *st, void *sp, size_t page);
+#endif
 
 struct la_fiber {
     void *sp; /* saved stack pointer while switched out */

@@ -1,5 +1,3 @@
-//go:build !windows
-
 /* Fiber-local storage: values per key and per fiber that follow the fiber
  * across worker threads. Off a fiber a plain thread has its own values
  * (kept under a pthread key), so code that runs on either sees "its own".

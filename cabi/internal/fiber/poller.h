@@ -11,10 +11,24 @@
  * or a hang-up reports both). */
 enum { LA_PF_IN = 1, LA_PF_OUT = 2 };
 
-#if !defined(__linux__) || defined(LA_FIBER_KQUEUE)
+#if !defined(__linux__) && !defined(_WIN32) || defined(LA_FIBER_KQUEUE)
 #define LA_POLLER_KQUEUE 1
 #endif
 
+#if defined(_WIN32)
+#include <stdatomic.h>
+#include <stdint.h>
+/* Windows (poller_windows.c): an I/O completion port that the idle worker
+ * sleeps in, woken by a posted packet; fd waits are one-shot AFD polls
+ * (la_afd_op_t below) on one \Device\Afd handle bound to the port. */
+typedef struct {
+    int fd, bell;           /* unused (api.c sets them to -1) */
+    void *port;             /* HANDLE of the completion port */
+    void *afd;              /* HANDLE of \Device\Afd */
+    _Atomic int kicked;     /* a doorbell packet is queued */
+    _Atomic int64_t nops;   /* AFD polls whose packet has not come back */
+} la_poller_t;
+#else
 /* The backend's state, embedded in the scheduler. */
 typedef struct {
     int fd;   /* the kernel poller (epoll, kqueue) */
@@ -23,6 +37,7 @@ typedef struct {
     int bell_w; /* kqueue without EVFILT_USER: the pipe's write end */
 #endif
 } la_poller_t;
+#endif
 
 /* 0, or -1 with errno (nothing left open). */
 int la_poller_open(la_poller_t *p);
@@ -39,5 +54,47 @@ int la_poller_arm(la_poller_t *p, int fd, unsigned want, void *rec, int *added);
  * fd event; a kick is consumed, not reported. Returns the number of fd
  * events. */
 int la_poller_wait(la_poller_t *p, int timeout_ms, void (*fn)(void *ctx, void *rec, unsigned got), void *ctx);
+
+#if defined(_WIN32)
+/* Windows replaces la_poller_arm with one-shot AFD polls that io_windows.c
+ * allocates (malloc) per parked wait: an op starts with this header (the
+ * IO_STATUS_BLOCK and AFD_POLL_INFO the kernel writes). la_poller_wait calls
+ * fn(ctx, op, afd_events) when its packet comes back (events 0: cancelled or
+ * failed) and then drops the poller's reference; the last of the two
+ * references (the waiter's, la_afd_op_unref) frees it. la_poller_close
+ * cancels what is outstanding and drains it. */
+typedef struct {
+    struct {
+        uintptr_t status; /* NTSTATUS (union with a pointer) */
+        uintptr_t information;
+    } iosb;
+    struct {
+        int64_t timeout;
+        uint32_t nhandles, exclusive;
+        struct {
+            uintptr_t handle;
+            uint32_t events;
+            int32_t status;
+        } h;
+    } info;
+    _Atomic int refs;
+} la_afd_op_t;
+
+enum {
+    LA_AFD_RECEIVE = 0x0001,
+    LA_AFD_SEND = 0x0004,
+    LA_AFD_DISCONNECT = 0x0008,
+    LA_AFD_ABORT = 0x0010,
+    LA_AFD_LOCAL_CLOSE = 0x0020,
+    LA_AFD_ACCEPT = 0x0080,
+    LA_AFD_CONNECT_FAIL = 0x0100
+};
+/* Issues op's poll of base_socket (a base provider SOCKET) for afd_events;
+ * sets op->refs to 2. 0, or a Win32/NT error code (no packet will come). */
+int la_poller_afd_submit(la_poller_t *p, la_afd_op_t *op, uintptr_t base_socket, uint32_t afd_events);
+/* Asks for op's packet now (it comes back cancelled, or with its result). */
+void la_poller_afd_cancel(la_poller_t *p, la_afd_op_t *op);
+void la_afd_op_unref(la_afd_op_t *op);
+#endif
 
 #endif

@@ -1,5 +1,3 @@
-//go:build !windows
-
 /* The M:N fiber scheduler: worker pthreads, run queues with work stealing,
  * parking, timers, the per-scheduler fd poller, shutdown, stats. See fiber.h for
  * the parking protocol.
@@ -492,6 +490,9 @@ fail:
 static void fiber_finish(la_wk_t *w, la_fiber_t *f) {
     la_sched_t *s = w->s;
     la_stack_check(s->pool, &f->stack, f->id);
+#if defined(_WIN32)
+    la_stack_win_exit(&f->stack, f->sp, s->page); /* the stack's commit so far */
+#endif
     stack_release(s, w, &f->stack);
     LA_BUMP(w->n_finished);
     int joinable = (f->flags & ASYNC_FIBER_JOINABLE) != 0;
@@ -672,10 +673,12 @@ static la_fiber_t *find_work(la_wk_t *w) {
 void *la_worker_main(void *arg) {
     la_wk_t *w = arg;
     tls_wk = w;
+#if !defined(_WIN32) /* no SIGPIPE there */
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGPIPE);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
+#endif
     void *alt = NULL;
     la_sig_thread_init(&alt);
     la_fiber_t *f;
@@ -698,7 +701,10 @@ void la_fiber_main(la_fiber_t *f) {
 
 void *la_ctx_make(void *hi, void *arg) {
     uintptr_t top = (uintptr_t)hi & ~(uintptr_t)15;
-#if defined(__x86_64__)
+#if defined(_WIN32) && defined(__x86_64__)
+    (void)top;
+    return la_ctx_make_win64(hi, arg); /* stacks_windows.c: the TIB fields too */
+#elif defined(__x86_64__)
     /* [mxcsr|fpucw] r15 r14 r13 r12 rbx rbp ret, see switch_amd64.S */
     uint64_t *sp = (uint64_t *)top - 8;
     memset(sp, 0, 8 * sizeof *sp);

@@ -1,5 +1,3 @@
-//go:build !windows
-
 /* Fiber mutexes and condition variables: they park a fiber and block a
  * plain thread, through the same waiters as channels (waiters.c), so fibers
  * of any scheduler and plain threads may share one.

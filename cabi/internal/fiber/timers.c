@@ -1,5 +1,3 @@
-//go:build !windows
-
 /* Fiber timers: a min-heap of parked fibers by deadline, per scheduler.
  * The worker that polls sleeps until the earliest deadline (next_deadline);
  * adding an earlier one kicks it. */

@@ -1,5 +1,3 @@
-//go:build !windows
-
 /* Fiber debugging tools (docs/DEBUGGING.md): fiber names, async_sched_dump
  * (also from a signal handler), the stall detector, and the list of
  * schedulers the gdb helper (scripts/gdb/libasync-gdb.py) walks.
@@ -374,6 +372,7 @@ int async_sched_dump(async_sched_t *sh, int fd) {
     return (int)n;
 }
 
+#if !defined(_WIN32)
 /* ---- dump on a signal ---------------------------------------------------------------- */
 
 #define LA_SIGREG 64
@@ -497,6 +496,19 @@ int async_sched_dump_on_signal(async_sched_t *sh, int signo, int fd) {
     return 0;
 }
 
+#else /* _WIN32: no POSIX signals */
+
+static pthread_mutex_t sig_mu = PTHREAD_MUTEX_INITIALIZER;
+static void sig_unregister_locked(la_sched_t *s) { (void)s; }
+
+int async_sched_dump_on_signal(async_sched_t *sh, int signo, int fd) {
+    LA_ENTRY(-1);
+    (void)sh, (void)signo, (void)fd;
+    la_set_error(ASYNC_E_NOTSUP);
+    return -1;
+}
+#endif
+
 /* ---- the stall detector ------------------------------------------------------------ */
 
 typedef struct {
@@ -590,9 +602,11 @@ static void *stall_main(void *arg) {
     tls_on_monitor = 1;
     for (int i = 0; i < m->s->nw; i++)
         m->w[i].has_cpu = pthread_getcpuclockid(m->s->wks[i].th, &m->w[i].cpu) == 0;
+#if !defined(_WIN32)
     sigset_t all;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, NULL);
+#endif
     pthread_mutex_lock(&m->mu);
     while (!m->stop) {
         int ms = m->ms;

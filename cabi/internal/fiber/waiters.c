@@ -1,5 +1,3 @@
-//go:build !windows
-
 /* Waiters: one parking protocol for fibers and plain threads (fiber.h).
  * On a fiber a waiter parks the fiber (la_park_prepare/commit); on a plain
  * thread it sleeps on its own monotonic condition variable. */
@@ -10,6 +8,9 @@
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#elif defined(_WIN32)
+#include <winsock2.h> /* before windows.h */
+#include <windows.h>  /* WaitOnAddress (-lsynchronization) */
 #elif defined(__APPLE__)
 /* darwin's futex: libSystem's __ulock calls (what libc++'s atomic wait uses
  * since macOS 10.12); not in the SDK headers. */
@@ -50,6 +51,8 @@ static void wpark_kick(la_wpark_t *p) {
     atomic_fetch_add(&p->seq, 1);
 #if defined(__linux__)
     syscall(SYS_futex, &p->seq, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+#elif defined(_WIN32)
+    WakeByAddressAll((void *)&p->seq);
 #elif defined(__APPLE__)
     __ulock_wake(LA_UL_COMPARE_AND_WAIT, (void *)&p->seq, 0);
 #endif
@@ -92,6 +95,16 @@ static int wpark_sleep(la_wpark_t *p, uint32_t seq, uint64_t deadline) {
     /* FUTEX_WAIT_BITSET takes an absolute CLOCK_MONOTONIC time. */
     long r = syscall(SYS_futex, &p->seq, FUTEX_WAIT_BITSET_PRIVATE, seq, tp, NULL, FUTEX_BITSET_MATCH_ANY);
     return r != 0 && errno == ETIMEDOUT;
+#elif defined(_WIN32)
+    DWORD ms = INFINITE;
+    if (deadline) {
+        uint64_t now = la_now_ns();
+        if (now >= deadline) return 1;
+        uint64_t left = (deadline - now + 999999u) / 1000000u;
+        ms = left >= INFINITE ? INFINITE - 1 : (DWORD)left;
+    }
+    WaitOnAddress((volatile void *)&p->seq, &seq, sizeof seq, ms);
+    return deadline && la_now_ns() >= deadline;
 #elif defined(__APPLE__)
     uint32_t us = 0; /* 0: no timeout */
     if (deadline) {
@@ -193,16 +206,17 @@ int la_waiter_wait(la_waiter_t *w, uint64_t deadline) {
             }
         }
     }
-    struct timespec ts;
-    if (deadline) {
-        ts.tv_sec = (time_t)(deadline / 1000000000u);
-        ts.tv_nsec = (long)(deadline % 1000000000u);
-    }
+    struct timespec ts = {0, 0};
+    if (deadline) ts = la_cond_abstime(deadline);
     pthread_mutex_lock(&w->mu);
     while (!w->signalled) {
         if (!deadline) {
             pthread_cond_wait(&w->cv, &w->mu);
-        } else if (la_cond_timedwait_mono(&w->cv, &w->mu, &ts) == ETIMEDOUT && !w->signalled) {
+        } else if (pthread_cond_timedwait(&w->cv, &w->mu, &ts) == ETIMEDOUT && !w->signalled) {
+            if (la_now_ns() < deadline) { /* the cv's clock is not la_now_ns's (la_cond_abstime) */
+                ts = la_cond_abstime(deadline);
+                continue;
+            }
             if (la_waiter_claim(w, LA_W_TIMEDOUT)) break;
             deadline = 0; /* claimed by a waker: its signal comes soon */
         }

@@ -1,0 +1,418 @@
+//go:build windows
+
+/* Fiber socket I/O on Windows: async_fiber_wait_fd, read, write, accept and
+ * connect on SOCKETs (winsock has no readiness for pipes or files).
+ *
+ * Like io.c, a call tries first (a non-blocking recv/send/accept/connect, or
+ * WSAPoll with timeout 0 for wait_fd) and parks only when that would block.
+ * A park issues one AFD poll of the socket's base provider handle for its
+ * direction (poller_windows.c) and sleeps until the poll's packet comes back,
+ * the deadline passes or the scheduler shuts down; then it retries. The poll
+ * is one shot and belongs to this park alone (a heap record shared by the
+ * waiter and the poller, freed by whichever lets go last), so nothing is
+ * registered across parks: a socket closed and its handle value reused
+ * meanwhile cannot be confused with the old one, and several fibers may wait
+ * on one socket in the same direction (Windows never reports ASYNC_E_BUSY).
+ * A park that ends before its packet (timeout, shutdown) cancels the poll.
+ *
+ * Sockets are switched to non-blocking mode (FIONBIO): winsock has no
+ * per-call MSG_DONTWAIT, and no SIGPIPE either. WSAGetLastError is read only
+ * inside the noinline sys_* helpers (a park may move the fiber to another
+ * thread). Plain threads wait in WSAPoll. */
+#include <winsock2.h>
+#include <ws2tcpip.h>
+#include <windows.h>
+#include <mswsock.h>
+
+#include <stdlib.h>
+
+#include "fiber_int.h"
+
+#ifndef SIO_BASE_HANDLE
+#define SIO_BASE_HANDLE _WSAIOR(IOC_WS2, 34)
+#endif
+
+typedef struct {
+    la_afd_op_t afd; /* first: the poller hands this back */
+    la_spin_t lk;
+    la_waiter_t *w; /* the parked waiter, NULL once it or the event let go */
+} la_wop_t;
+
+int la_io_init(la_sched_t *s) {
+    (void)s;
+    return 0;
+}
+
+void la_io_free(la_sched_t *s) { (void)s; }
+
+/* A poll's packet came back (any worker, in la_poller_wait). */
+void la_io_event(void *ctx, void *rec, unsigned got) {
+    (void)ctx, (void)got;
+    la_wop_t *op = rec;
+    la_waiter_t *wake = NULL;
+    la_spin_lock(&op->lk);
+    if (op->w && la_waiter_claim(op->w, LA_W_READY)) wake = op->w;
+    op->w = NULL;
+    la_spin_unlock(&op->lk);
+    /* a claimed fiber cannot run before this: its waiter is alive */
+    if (wake) la_waiter_signal(wake);
+}
+
+/* ---- winsock calls: 0/n or -WSA error ------------------------------------- */
+
+LA_NOINLINE static int sys_nonblock(SOCKET s) {
+    u_long one = 1;
+    return ioctlsocket(s, FIONBIO, &one) == 0 ? 0 : -WSAGetLastError();
+}
+
+LA_NOINLINE static int sys_base(SOCKET s, SOCKET *base) {
+    DWORD n = 0;
+    *base = INVALID_SOCKET;
+    if (WSAIoctl(s, SIO_BASE_HANDLE, NULL, 0, base, sizeof *base, &n, NULL, NULL) != 0) return -WSAGetLastError();
+    return 0;
+}
+
+/* WSAPoll of one socket: revents, 0 on timeout, or -WSA error. */
+LA_NOINLINE static int sys_poll1(SOCKET s, short events, int timeout) {
+    WSAPOLLFD p = {.fd = s, .events = events, .revents = 0};
+    int r = WSAPoll(&p, 1, timeout);
+    if (r < 0) return -WSAGetLastError();
+    if (r == 0) return 0;
+    if (p.revents & POLLNVAL) return -WSAENOTSOCK;
+    return p.revents ? p.revents : 0;
+}
+
+LA_NOINLINE static ssize_t sys_read(SOCKET s, void *buf, size_t n) {
+    int e = sys_nonblock(s);
+    if (e) return e;
+    int r = recv(s, buf, n > INT32_MAX ? INT32_MAX : (int)n, 0);
+    return r >= 0 ? r : -WSAGetLastError();
+}
+
+LA_NOINLINE static ssize_t sys_write(SOCKET s, const void *buf, size_t n) {
+    int e = sys_nonblock(s);
+    if (e) return e;
+    int r = send(s, buf, n > INT32_MAX ? INT32_MAX : (int)n, 0);
+    return r >= 0 ? r : -WSAGetLastError();
+}
+
+LA_NOINLINE static SOCKET sys_accept(SOCKET s, struct sockaddr *a, socklen_t *l, int *err) {
+    int e = sys_nonblock(s);
+    if (e) {
+        *err = -e;
+        return INVALID_SOCKET;
+    }
+    SOCKET c = accept(s, a, l);
+    if (c == INVALID_SOCKET) {
+        *err = WSAGetLastError();
+        return c;
+    }
+    u_long one = 1;
+    ioctlsocket(c, FIONBIO, &one);
+    SetHandleInformation((HANDLE)c, HANDLE_FLAG_INHERIT, 0);
+    *err = 0;
+    return c;
+}
+
+LA_NOINLINE static int sys_connect(SOCKET s, const struct sockaddr *a, socklen_t l) {
+    int e = sys_nonblock(s);
+    if (e) return e;
+    return connect(s, a, l) == 0 ? 0 : -WSAGetLastError();
+}
+
+LA_NOINLINE static int sys_sockerr(SOCKET s) {
+    int err = 0;
+    int len = sizeof err;
+    if (getsockopt(s, SOL_SOCKET, SO_ERROR, (char *)&err, &len) != 0) return -WSAGetLastError();
+    return -err;
+}
+
+/* 0 if s is an open socket, else -WSA error. */
+LA_NOINLINE static int sys_is_socket(SOCKET s) {
+    int type = 0;
+    int len = sizeof type;
+    return getsockopt(s, SOL_SOCKET, SO_TYPE, (char *)&type, &len) == 0 ? 0 : -WSAGetLastError();
+}
+
+static int map_wsa(int e) {
+    switch (e) {
+    case WSAENOTSOCK:
+    case WSAEBADF:
+    case WSANOTINITIALISED:
+    case WSA_INVALID_HANDLE: return ASYNC_E_BADFD;
+    case WSAENOBUFS:
+    case WSA_NOT_ENOUGH_MEMORY:
+    case WSAEMFILE: return ASYNC_E_NOMEM;
+    case WSAEINVAL:
+    case WSAEFAULT: return ASYNC_E_INVAL;
+    case WSAETIMEDOUT: return ASYNC_E_TIMEDOUT;
+    case WSAECONNRESET:
+    case WSAECONNABORTED:
+    case WSAECONNREFUSED:
+    case WSAESHUTDOWN:
+    case WSAENETRESET: return ASYNC_E_CLOSED;
+    default: la_note_os_error(e); return ASYNC_E_SYS;
+    }
+}
+
+/* ---- parking on a socket ----------------------------------------------------- */
+
+static uint32_t afd_mask(int dirs) {
+    uint32_t m = LA_AFD_ABORT | LA_AFD_LOCAL_CLOSE | LA_AFD_CONNECT_FAIL;
+    if (dirs & 1) m |= LA_AFD_RECEIVE | LA_AFD_ACCEPT | LA_AFD_DISCONNECT;
+    if (dirs & 2) m |= LA_AFD_SEND;
+    return m;
+}
+
+/* Parks the current fiber until s may be ready for dirs (1 read, 2 write,
+ * 3 either) or the deadline. 0 (retry the call) or an async_err_t. */
+static int fd_park(la_fiber_t *f, SOCKET s, int dirs, uint64_t deadline) {
+    la_sched_t *sc = f->s;
+    if (deadline && la_now_ns() >= deadline) return ASYNC_E_TIMEDOUT;
+    SOCKET base;
+    int e = sys_base(s, &base);
+    if (e) return map_wsa(-e);
+    la_wop_t *op = calloc(1, sizeof *op);
+    if (!op) return ASYNC_E_NOMEM;
+    /* Under op's lock until the waiter is in: a packet that comes back at
+     * once waits for it (as io.c arms under its record's lock). */
+    la_spin_lock(&op->lk);
+    int st = la_poller_afd_submit(&sc->poller, &op->afd, (uintptr_t)base, afd_mask(dirs));
+    if (st) {
+        la_spin_unlock(&op->lk);
+        free(op);
+        if (st == ERROR_NOT_SUPPORTED) return ASYNC_E_NOTSUP;
+        la_note_os_error(st);
+        return ASYNC_E_BADFD;
+    }
+    la_waiter_t w;
+    int rc = la_waiter_init(&w, LA_PK_NORMAL);
+    if (rc) { /* shutting down */
+        la_spin_unlock(&op->lk);
+        la_poller_afd_cancel(&sc->poller, &op->afd);
+        la_afd_op_unref(&op->afd);
+        return rc;
+    }
+    op->w = &w;
+    la_spin_unlock(&op->lk);
+    atomic_fetch_add(&sc->nfdwait, 1);
+    int why = la_waiter_wait(&w, deadline);
+    atomic_fetch_sub(&sc->nfdwait, 1);
+    la_spin_lock(&op->lk);
+    int pending = op->w != NULL;
+    op->w = NULL;
+    la_spin_unlock(&op->lk);
+    if (pending) la_poller_afd_cancel(&sc->poller, &op->afd);
+    la_afd_op_unref(&op->afd);
+    la_waiter_done(&w);
+    return la_reason_err(why);
+}
+
+static int check_timeout(int timeout_ms) {
+    if (timeout_ms < -1) {
+        la_set_error(ASYNC_E_INVAL);
+        return -1;
+    }
+    return 0;
+}
+
+static int ms_left(uint64_t deadline) {
+    if (!deadline) return -1;
+    uint64_t now = la_now_ns();
+    if (now >= deadline) return 0;
+    uint64_t ms = (deadline - now + 999999) / 1000000;
+    return ms > INT32_MAX ? INT32_MAX : (int)ms;
+}
+
+static int bad_sock(async_fd_t fd) { return fd == (async_fd_t)INVALID_SOCKET; }
+
+/* Waits (thread or fiber) until s may be ready for dir; 0 or an async_err_t. */
+static int wait_dir(SOCKET s, int dir, uint64_t deadline, int timeout_ms) {
+    if (timeout_ms == 0) return ASYNC_E_TIMEDOUT;
+    la_fiber_t *f = la_current_fiber();
+    if (f) return fd_park(f, s, dir ? 2 : 1, deadline);
+    int r = sys_poll1(s, dir ? POLLWRNORM : POLLRDNORM, ms_left(deadline));
+    if (r < 0) return map_wsa(-r);
+    if (r == 0) return ASYNC_E_TIMEDOUT;
+    return 0;
+}
+
+/* WSAPoll's revents as async events. A hang-up is also READ when READ was
+ * asked (a read returns 0 then, as poll(2) reports POLLIN at end of file;
+ * WSAPoll may report POLLHUP alone). */
+static uint32_t from_poll(int re, uint32_t asked) {
+    uint32_t ev = 0;
+    if (re & (POLLRDNORM | POLLRDBAND)) ev |= ASYNC_EVENT_READ;
+    if (re & POLLWRNORM) ev |= ASYNC_EVENT_WRITE;
+    if (re & POLLERR) ev |= ASYNC_EVENT_ERROR;
+    if (re & POLLHUP) ev |= ASYNC_EVENT_CLOSE | (asked & ASYNC_EVENT_READ);
+    return ev;
+}
+
+/* ---- public API ------------------------------------------------------------- */
+
+int async_fiber_wait_fd(async_fd_t fd, uint32_t events, int timeout_ms) {
+    LA_ENTRY(-1);
+    if (check_timeout(timeout_ms)) return -1;
+    if (events == 0 || (events & ~(ASYNC_EVENT_READ | ASYNC_EVENT_WRITE))) {
+        la_set_error(ASYNC_E_INVAL);
+        return -1;
+    }
+    if (bad_sock(fd)) {
+        la_set_error(ASYNC_E_BADFD);
+        return -1;
+    }
+    SOCKET s = (SOCKET)fd;
+    short pev = (short)(((events & ASYNC_EVENT_READ) ? POLLRDNORM : 0) | ((events & ASYNC_EVENT_WRITE) ? POLLWRNORM : 0));
+    la_fiber_t *f = la_current_fiber();
+    uint64_t deadline = la_deadline(timeout_ms);
+    for (;;) {
+        int r = sys_poll1(s, pev, f ? 0 : ms_left(deadline));
+        if (r < 0) {
+            la_set_error(map_wsa(-r));
+            return -1;
+        }
+        if (r > 0) return (int)from_poll(r, events);
+        if (timeout_ms == 0 || !f) {
+            la_set_error(ASYNC_E_TIMEDOUT);
+            return -1;
+        }
+        int rc = fd_park(f, s, (int)(events & (ASYNC_EVENT_READ | ASYNC_EVENT_WRITE)), deadline);
+        if (rc) {
+            la_set_error(rc);
+            return -1;
+        }
+    }
+}
+
+static int io_args(async_fd_t fd, const void *buf, size_t n, int timeout_ms, ssize_t *early) {
+    *early = -1;
+    if (check_timeout(timeout_ms)) return 1;
+    if (!buf && n > 0) {
+        la_set_error(ASYNC_E_INVAL);
+        return 1;
+    }
+    if (bad_sock(fd)) {
+        la_set_error(ASYNC_E_BADFD);
+        return 1;
+    }
+    if (n == 0) {
+        int e = sys_is_socket((SOCKET)fd);
+        if (e) la_set_error(map_wsa(-e));
+        *early = e ? -1 : 0;
+        return 1;
+    }
+    return 0;
+}
+
+ssize_t async_fiber_read(async_fd_t fd, void *buf, size_t n, int timeout_ms) {
+    LA_ENTRY(-1);
+    ssize_t early;
+    if (io_args(fd, buf, n, timeout_ms, &early)) return early;
+    uint64_t deadline = la_deadline(timeout_ms);
+    for (;;) {
+        ssize_t r = sys_read((SOCKET)fd, buf, n);
+        if (r >= 0) return r;
+        if (r == -WSAEINTR) continue;
+        if (r != -WSAEWOULDBLOCK) {
+            la_set_error(map_wsa((int)-r));
+            return -1;
+        }
+        int rc = wait_dir((SOCKET)fd, 0, deadline, timeout_ms);
+        if (rc) {
+            la_set_error(rc);
+            return -1;
+        }
+    }
+}
+
+ssize_t async_fiber_write(async_fd_t fd, const void *buf, size_t n, int timeout_ms) {
+    LA_ENTRY(-1);
+    ssize_t early;
+    if (io_args(fd, buf, n, timeout_ms, &early)) return early;
+    uint64_t deadline = la_deadline(timeout_ms);
+    size_t done = 0;
+    while (done < n) {
+        ssize_t r = sys_write((SOCKET)fd, (const char *)buf + done, n - done);
+        if (r >= 0) {
+            done += (size_t)r;
+            continue;
+        }
+        if (r == -WSAEINTR) continue;
+        if (r != -WSAEWOULDBLOCK) {
+            la_set_error(map_wsa((int)-r));
+            return -1;
+        }
+        int rc = wait_dir((SOCKET)fd, 1, deadline, timeout_ms);
+        if (rc) {
+            la_set_error(rc);
+            return -1;
+        }
+    }
+    return (ssize_t)n;
+}
+
+async_fd_t async_fiber_accept(async_fd_t lfd, struct sockaddr *addr, socklen_t *len, int timeout_ms) {
+    LA_ENTRY((async_fd_t)INVALID_SOCKET);
+    if (check_timeout(timeout_ms)) return (async_fd_t)INVALID_SOCKET;
+    if ((addr && !len) || bad_sock(lfd)) {
+        la_set_error(bad_sock(lfd) ? ASYNC_E_BADFD : ASYNC_E_INVAL);
+        return (async_fd_t)INVALID_SOCKET;
+    }
+    uint64_t deadline = la_deadline(timeout_ms);
+    for (;;) {
+        int err = 0;
+        SOCKET c = sys_accept((SOCKET)lfd, addr, len, &err);
+        if (c != INVALID_SOCKET) return (async_fd_t)c;
+        if (err == WSAEINTR || err == WSAECONNRESET) continue;
+        if (err != WSAEWOULDBLOCK) {
+            la_set_error(map_wsa(err));
+            return (async_fd_t)INVALID_SOCKET;
+        }
+        int rc = wait_dir((SOCKET)lfd, 0, deadline, timeout_ms);
+        if (rc) {
+            la_set_error(rc);
+            return (async_fd_t)INVALID_SOCKET;
+        }
+    }
+}
+
+int async_fiber_connect(async_fd_t fd, const struct sockaddr *addr, socklen_t len, int timeout_ms) {
+    LA_ENTRY(-1);
+    if (check_timeout(timeout_ms)) return -1;
+    if (!addr) {
+        la_set_error(ASYNC_E_INVAL);
+        return -1;
+    }
+    if (bad_sock(fd)) {
+        la_set_error(ASYNC_E_BADFD);
+        return -1;
+    }
+    SOCKET s = (SOCKET)fd;
+    int r = sys_connect(s, addr, len);
+    if (r == 0) return 0;
+    if (r != -WSAEWOULDBLOCK && r != -WSAEINPROGRESS && r != -WSAEINTR) {
+        la_set_error(map_wsa(-r));
+        return -1;
+    }
+    uint64_t deadline = la_deadline(timeout_ms);
+    for (;;) {
+        /* a failed connect shows as POLLERR|POLLHUP, not POLLWRNORM */
+        int pr = sys_poll1(s, POLLWRNORM, 0);
+        if (pr < 0) {
+            la_set_error(map_wsa(-pr));
+            return -1;
+        }
+        if (pr > 0) {
+            int e = sys_sockerr(s);
+            if (e == 0 && (pr & POLLWRNORM)) return 0;
+            la_set_error(e ? map_wsa(-e) : ASYNC_E_CLOSED);
+            return -1;
+        }
+        int rc = wait_dir(s, 1, deadline, timeout_ms);
+        if (rc) {
+            la_set_error(rc);
+            return -1;
+        }
+    }
+}
