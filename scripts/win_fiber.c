@@ -651,6 +651,63 @@ static void t_plain_thread(void) {
     async_fiber_yield();
 }
 
+/* Mutex, condition variable, fiber-local storage and names on Windows (the
+ * same sync.c, fls.c and tools.c as on Linux): 32 fibers on 2 workers add to a
+ * plain counter under the mutex, each with its own fiber-local value that must
+ * survive its yields; a consumer fiber waits on the condition variable for
+ * the total. */
+static async_mutex_t *sy_mu;
+static async_cond_t *sy_cv;
+static async_fiber_key_t sy_key;
+static long sy_count;
+static atomic_int sy_dtors;
+
+static void sy_dtor(void *v) {
+    (void)v;
+    atomic_fetch_add(&sy_dtors, 1);
+}
+
+static void sy_adder(void *arg) {
+    CHECK_EQ(async_fiber_setspecific(sy_key, arg), 0);
+    CHECK_EQ(async_fiber_set_name(NULL, "adder"), 0);
+    for (int i = 0; i < 200; i++) {
+        CHECK_EQ(async_mutex_lock(sy_mu, -1), 0);
+        long c = sy_count;
+        async_fiber_yield(); /* another fiber may run here: it must not get in */
+        sy_count = c + 1;
+        CHECK_EQ(async_cond_signal(sy_cv), 0);
+        CHECK_EQ(async_mutex_unlock(sy_mu), 0);
+        CHECK(async_fiber_getspecific(sy_key) == arg);
+    }
+    char name[ASYNC_FIBER_NAME_MAX];
+    CHECK(async_fiber_get_name(NULL, name, sizeof name) >= 0);
+    CHECK(strcmp(name, "adder") == 0);
+}
+
+static void sy_waiter(void *arg) {
+    (void)arg;
+    CHECK_EQ(async_mutex_lock(sy_mu, -1), 0);
+    while (sy_count < 32 * 200) CHECK_EQ(async_cond_wait(sy_cv, sy_mu, 60000), 0);
+    CHECK_EQ(async_mutex_unlock(sy_mu), 0);
+}
+
+static void t_sync_fls(void) {
+    async_sched_t *s = mk(2);
+    CHECK((sy_mu = async_mutex_create()) != NULL);
+    CHECK((sy_cv = async_cond_create()) != NULL);
+    CHECK_EQ(async_fiber_key_create(&sy_key, sy_dtor), 0);
+    CHECK(async_fiber_spawn(s, sy_waiter, NULL, 0));
+    for (intptr_t i = 1; i <= 32; i++) CHECK(async_fiber_spawn(s, sy_adder, (void *)i, 0));
+    CHECK_EQ(async_sched_run(s), 0);
+    CHECK_EQ(sy_count, 32 * 200);
+    CHECK_EQ(atomic_load(&sy_dtors), 32);
+    CHECK_FAIL(async_sched_dump_on_signal(s, 3, 1) == -1, ASYNC_E_NOTSUP);
+    async_sched_destroy(s);
+    async_cond_destroy(sy_cv);
+    async_mutex_destroy(sy_mu);
+    CHECK_EQ(async_fiber_key_delete(sy_key), 0);
+}
+
 static const test_case_t cases[] = {
     T(spawn_yield_join),
     T(many_fibers),
@@ -669,6 +726,7 @@ static const test_case_t cases[] = {
     T(wait_fd_wake),
     T(zero_len),
     T(plain_thread),
+    T(sync_fls),
 };
 
 int main(int argc, char **argv) {
