@@ -882,8 +882,9 @@ int async_sched_dump(async_sched_t *s, int fd);
  * SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2, SIGTERM, SIGWINCH and the
  * real-time signals. Errors: ASYNC_E_BADHANDLE, ASYNC_E_INVAL (another
  * signal, fd < 0), ASYNC_E_NOMEM (also: 64 schedulers registered), ASYNC_E_SYS
- * (sigaction). Thread-safe; never blocks (removal waits for a handler that
- * is dumping s on another thread). */
+ * (sigaction), ASYNC_E_NOTSUP (Windows: no POSIX signals). Thread-safe;
+ * never blocks (removal waits for a handler that is dumping s on another
+ * thread). */
 int async_sched_dump_on_signal(async_sched_t *s, int signo, int fd);
 
 /* The stall detector: once ms > 0, a monitor thread of s reports through the
