@@ -500,6 +500,58 @@ static void t_drop_nomem(void)
     CHECK_EQ(WEXITSTATUS(st), 0);
 }
 
+/* --- nofile_kept ------------------------------------------------------------- */
+
+/* Go's runtime raises the soft RLIMIT_NOFILE to the hard limit while it
+ * initializes, concurrently with the host's main (a select(2) host at 1024
+ * found itself at hard - 1, and fds above FD_SETSIZE). The host's limit must
+ * stay: the one it started with, or the one it sets at the top of main. */
+static void t_nofile_kept_child(void)
+{
+    struct rlimit at_start, now;
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &at_start), 0);
+    async_runtime_t *rt = async_runtime_init(); /* Go's initialization is done once this returns */
+    CHECK(rt != NULL);
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &now), 0);
+    CHECK_EQ(now.rlim_cur, at_start.rlim_cur);
+    CHECK_EQ(now.rlim_max, at_start.rlim_max);
+    async_runtime_deinit(rt);
+    exit(0);
+}
+
+static void t_nofile_host_child(void)
+{
+    struct rlimit rl, now;
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    rl.rlim_cur = 100; /* the host's own choice, while Go may still be initializing */
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &rl), 0);
+    sleep_ms(50);
+    async_runtime_t *rt = async_runtime_init();
+    CHECK(rt != NULL);
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &now), 0);
+    CHECK_EQ(now.rlim_cur, 100);
+    async_runtime_deinit(rt);
+    exit(0);
+}
+
+static void t_nofile_kept(void)
+{
+    struct rlimit saved, low;
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+    if (saved.rlim_max != RLIM_INFINITY && saved.rlim_max < 300) {
+        printf("skipped: hard limit %lu too low\n", (unsigned long)saved.rlim_max);
+        return;
+    }
+    low = saved;
+    low.rlim_cur = 256; /* the children start with it (well below hard - 1) */
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+    int st1 = run_self_case("nofile_kept_child", NULL);
+    int st2 = run_self_case("nofile_host_child", NULL);
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);
+    CHECK(WIFEXITED(st1) && WEXITSTATUS(st1) == 0);
+    CHECK(WIFEXITED(st2) && WEXITSTATUS(st2) == 0);
+}
+
 static const test_case_t cases[] = {
     T(nofile_load),
     T(poller_first_create),
@@ -511,9 +563,12 @@ static const test_case_t cases[] = {
     T(drop_signal),
     T(ghost_remove),
     T(drop_nomem),
+    T(nofile_kept),
     {"nofile_load_child", t_nofile_load_child}, /* run by nofile_load; not a ctest case */
     {"poller_first_create_child", t_poller_first_create_child}, /* run by poller_first_create */
     {"drop_nomem_child", t_drop_nomem_child},                   /* run by drop_nomem */
+    {"nofile_kept_child", t_nofile_kept_child},                 /* run by nofile_kept */
+    {"nofile_host_child", t_nofile_host_child},                 /* run by nofile_kept */
 };
 
 TEST_MAIN(cases)

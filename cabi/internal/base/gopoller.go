@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"time"
 	"unsafe"
+
+	"github.com/libasync/libasync/internal/nofile"
 )
 
 // Go's runtime starts its own network poller (on Linux an epoll descriptor
@@ -78,3 +80,8 @@ func la_go_start_poller() (rc C.int) {
 	}
 	return 0
 }
+
+// Go's syscall package raised RLIMIT_NOFILE while it initialized, unless
+// internal/nofile kept it from doing so: put the host's limit back (this
+// package is initialized after syscall).
+func init() { nofile.Restore() }
