@@ -552,6 +552,39 @@ static void t_nofile_kept(void)
     CHECK(WIFEXITED(st2) && WEXITSTATUS(st2) == 0);
 }
 
+/* --- worker_huge_stack --------------------------------------------------------- */
+
+static void *huge_proc(void *arg)
+{
+    return arg;
+}
+
+/* async_worker_create with absurd stack sizes: INVAL only when rounding up
+ * to the page size overflows, NOMEM for any other stack the system cannot
+ * provide (SIZE_MAX - 4096 gave ASYNC_E_SYS with EINVAL from pthread_create,
+ * while its page-rounded value gave INVAL). */
+static void t_worker_huge_stack(void)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t inval[] = {SIZE_MAX, SIZE_MAX - 1, SIZE_MAX - (page - 2)};
+    size_t nomem[] = {SIZE_MAX - (page - 1), SIZE_MAX - page, SIZE_MAX - 65535, (size_t)1 << 62, (size_t)1 << 50};
+    for (size_t i = 0; i < sizeof inval / sizeof inval[0]; i++)
+        CHECK_FAIL(async_worker_create(huge_proc, NULL, inval[i]) == NULL, ASYNC_E_INVAL);
+    for (size_t i = 0; i < sizeof nomem / sizeof nomem[0]; i++) {
+        async_clear_error();
+        async_worker_t *w = async_worker_create(huge_proc, NULL, nomem[i]);
+        if (w) { /* a system that could (overcommit): fine, it must work */
+            CHECK(async_worker_join(w, 10000));
+            async_worker_destroy(w);
+            continue;
+        }
+        if (async_last_error() != ASYNC_E_NOMEM)
+            fprintf(stderr, "stack_size %#zx: error %d, os error %d\n", nomem[i], async_last_error(),
+                    async_last_os_error());
+        CHECK_ERR(ASYNC_E_NOMEM);
+    }
+}
+
 static const test_case_t cases[] = {
     T(nofile_load),
     T(poller_first_create),
@@ -564,6 +597,7 @@ static const test_case_t cases[] = {
     T(ghost_remove),
     T(drop_nomem),
     T(nofile_kept),
+    T(worker_huge_stack),
     {"nofile_load_child", t_nofile_load_child}, /* run by nofile_load; not a ctest case */
     {"poller_first_create_child", t_poller_first_create_child}, /* run by poller_first_create */
     {"drop_nomem_child", t_drop_nomem_child},                   /* run by drop_nomem */

@@ -34,6 +34,11 @@
  *    (sched_yield).
  *  - Timeouts are in milliseconds: -1 waits forever, 0 does not wait, n > 0
  *    waits at least n ms. Other negative values fail with ASYNC_E_INVAL.
+ *  - Signal handlers the host installs must use SA_ONSTACK (sigaction). The
+ *    library runs a Go runtime whose threads (and the host's threads while
+ *    they are inside a libasync call) run on small stacks; a handler without
+ *    SA_ONSTACK that lands there can crash the process ("traceback did not
+ *    unwind completely", SIGSEGV). See docs/EMBEDDING.md, "Signals".
  */
 #ifndef ASYNC_H
 #define ASYNC_H
@@ -295,8 +300,9 @@ typedef enum {
  * default; other values are honoured (rounded up to the page size and to the
  * platform minimum). The worker is RUNNING when this returns.
  * Errors: ASYNC_E_INVAL (proc NULL, or a stack_size so large that rounding
- * it up overflows, e.g. SIZE_MAX), ASYNC_E_NOMEM (also for a stack the system
- * cannot provide), ASYNC_E_SYS (the thread could not be created).
+ * it up to the page size overflows, e.g. SIZE_MAX), ASYNC_E_NOMEM (also for
+ * any other stack the system cannot provide, e.g. SIZE_MAX - 4096),
+ * ASYNC_E_SYS (the thread could not be created for another reason).
  * Thread-safe; never blocks. */
 async_worker_t *async_worker_create(async_worker_proc_t proc, void *context, size_t stack_size);
 

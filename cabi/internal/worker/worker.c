@@ -166,7 +166,7 @@ async_worker_t *async_worker_create(async_worker_proc_t proc, void *context, siz
 #endif
         size_t sz = stack_size < LA_MIN_WORKER_STACK ? LA_MIN_WORKER_STACK : stack_size;
         if (sz < (size_t)PTHREAD_STACK_MIN) sz = PTHREAD_STACK_MIN;
-        if (sz > SIZE_MAX - page) {
+        if (sz > SIZE_MAX - (page - 1)) { /* rounding up would overflow */
             pthread_attr_destroy(&attr);
             la_handle_free(w->handle, LA_T_WORKER);
             atomic_store(&w->refs, 1);
@@ -192,7 +192,11 @@ async_worker_t *async_worker_create(async_worker_proc_t proc, void *context, siz
         la_handle_free(w->handle, LA_T_WORKER);
         atomic_store(&w->refs, 1);
         worker_unref(w);
-        la_set_error_os(err == EAGAIN ? ASYNC_E_NOMEM : ASYNC_E_SYS, err);
+        /* EINVAL for a stack size asked for: one the system cannot provide
+         * (glibc refuses a size whose guard and TLS do not fit), as EAGAIN
+         * is for memory or threads: NOMEM (async.h). */
+        int code = err == EAGAIN || (err == EINVAL && stack_size > 0) ? ASYNC_E_NOMEM : ASYNC_E_SYS;
+        la_set_error_os(code, err);
         return NULL;
     }
     return (async_worker_t *)(uintptr_t)w->handle;
