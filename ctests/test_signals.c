@@ -484,6 +484,14 @@ static void noop_fiber(void *arg) {
 }
 
 static void t_rt_every_thread(void) {
+    if (getenv("ASYNC_TEST_EMULATOR")) {
+        /* qemu-user lists its own threads in /proc/self/task and lets
+         * process-directed signals land on them: there they are lost
+         * (rt_every_thread) or end the process with "uncaught target signal
+         * 11" (rt_race_add_remove), every run; natively both pass. */
+        printf("skipped under an emulator (qemu-user signal delivery)\n");
+        return;
+    }
     int sig = SIGRTMIN + 3;
     set_ign(sig);
     async_sched_config_t cfg;
@@ -533,6 +541,14 @@ static void *race_sender(void *arg) {
 }
 
 static void t_rt_race_add_remove(void) {
+    if (getenv("ASYNC_TEST_EMULATOR")) {
+        /* qemu-user lists its own threads in /proc/self/task and lets
+         * process-directed signals land on them: there they are lost
+         * (rt_every_thread) or end the process with "uncaught target signal
+         * 11" (rt_race_add_remove), every run; natively both pass. */
+        printf("skipped under an emulator (qemu-user signal delivery)\n");
+        return;
+    }
     set_ign(SIGUSR2);
     pthread_t th;
     start_thread(&th, race_sender, NULL);

@@ -375,7 +375,7 @@ darwin_c_build() { # <goarch>
     [ "$1" = arm64 ] && t=aarch64
     # darwin_shim.h: stand-ins for the glibc calls the tests use (it says which)
     local cc=("$ZIG" cc -target "$t-macos" -std=c11 -D_GNU_SOURCE -Wall -Wextra -O1 -Iinclude -Ictests
-        -Ictests/darwin_shim -include darwin_shim.h)
+        -Ictests/darwin_shim -include darwin_shim.h "-DASYNC_SOURCE_DIR=\"$ROOT\"")
     local lib=$d/libasync.dylib cw=examples/console_worker dns=examples/async_dns
     mkdir -p "$d/bin"
     n=$(ls ctests/test_*.c | wc -l)

@@ -424,7 +424,11 @@ static int signo_ok(int signo) {
     case SIGUSR2:
     case SIGTERM:
     case SIGWINCH: return 1;
+#if defined(SIGRTMIN) && defined(SIGRTMAX)
     default: return signo >= SIGRTMIN && signo <= SIGRTMAX && signo < LA_NSIG;
+#else
+    default: return 0; /* no real-time signals (macOS) */
+#endif
     }
 }
 
@@ -601,7 +605,11 @@ static void *stall_main(void *arg) {
     struct la_stallmon *m = arg;
     tls_on_monitor = 1;
     for (int i = 0; i < m->s->nw; i++)
+#if defined(__APPLE__)
+        m->w[i].has_cpu = 0; /* no pthread_getcpuclockid: the report shows no CPU time */
+#else
         m->w[i].has_cpu = pthread_getcpuclockid(m->s->wks[i].th, &m->w[i].cpu) == 0;
+#endif
 #if !defined(_WIN32)
     sigset_t all;
     sigfillset(&all);
@@ -613,8 +621,10 @@ static void *stall_main(void *arg) {
         int period = ms / 4;
         if (period < 1) period = 1;
         if (period > 250) period = 250;
-        uint64_t d = la_deadline(period);
-        struct timespec ts = {(time_t)(d / 1000000000u), (long)(d % 1000000000u)};
+        /* in the cv's clock (la_cond_abstime: monotonic on Linux, the
+         * system clock on macOS and Windows); a wake-up a little early only
+         * scans early */
+        struct timespec ts = la_cond_abstime(la_deadline(period));
         pthread_cond_timedwait(&m->cv, &m->mu, &ts);
         if (m->stop) break;
         ms = m->ms;
@@ -665,7 +675,9 @@ static int stall_set(la_sched_t *s, int ms, int *os) {
         pthread_attr_setstacksize(&attr, 256u * 1024u);
         int err = pthread_create(&m->th, &attr, stall_main, m);
         pthread_attr_destroy(&attr);
+#if !defined(__APPLE__) /* darwin names only the calling thread */
         if (!err) pthread_setname_np(m->th, "la-stall");
+#endif
         if (err) {
             pthread_mutex_destroy(&m->mu);
             pthread_cond_destroy(&m->cv);
