@@ -208,7 +208,11 @@ if want win; then
     # Each step needs the ones before it.
     step win-dll win_dll && step win-exports win_exports && step win-c-build win_c_build &&
         step wine-prefix wine_prefix && { step wine-go-tests wine_go_tests; step wine-c-tests wine_c_tests; }
+    # Stop the wineserver and wait until it is gone: a wine client started
+    # while it is still exiting fails with "wine client error:0: recvmsg:
+    # Connection reset by peer" (seen once in CI on the first case of 3b).
     timeout 60 /usr/lib/wine/wineserver -k >/dev/null 2>&1 || true
+    timeout 60 /usr/lib/wine/wineserver -w >/dev/null 2>&1 || true
 fi
 
 # ---- 3b. fibers on Windows, under wine ------------------------------------------------
