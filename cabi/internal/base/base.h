@@ -1,7 +1,7 @@
 /* What every subsystem of cabi's C half shares (package base). Not installed.
  * Handles (handles.c), the last-error slot, the fork flag and the entry check
- * LA_ENTRY (errors.c), the monotonic clock and deadlines (clock.c), and a
- * spinlock. Nothing here calls into another subsystem. */
+ * LA_ENTRY (errors.c), the monotonic clock and deadlines (clock.c), the log
+ * hook (log.c), intrusive lists and a spinlock. Nothing here calls into another subsystem. */
 #ifndef LA_BASE_H
 #define LA_BASE_H
 
@@ -159,6 +159,37 @@ struct timespec la_cond_abstime(uint64_t deadline_ns);
 void la_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void la_log_str(int level, const char *msg);
 int la_log_enabled(int level);
+
+/* ---- intrusive lists ---------------------------------------------------------- */
+/* Doubly-linked FIFO lists of waiter nodes that live on the waiters' stacks
+ * (channels, fiber mutexes and condition variables, queue waits): a list
+ * type with `head` and `tail`, a node type with `prev`, `next` and `listed`.
+ * LA_LIST_DEFINE(name, list_t, node_t) defines name_push (append; the node
+ * is then listed) and name_remove (unlink, if listed). No locking: the
+ * owner's lock is held. */
+#define LA_LIST_DEFINE(name, list_t, node_t)                                                                 \
+    static inline void name##_push(list_t *l, node_t *n) {                                                   \
+        n->next = NULL;                                                                                      \
+        n->prev = l->tail;                                                                                   \
+        if (l->tail)                                                                                         \
+            l->tail->next = n;                                                                               \
+        else                                                                                                 \
+            l->head = n;                                                                                     \
+        l->tail = n;                                                                                         \
+        n->listed = 1;                                                                                       \
+    }                                                                                                        \
+    static inline void name##_remove(list_t *l, node_t *n) {                                                 \
+        if (!n->listed) return;                                                                              \
+        if (n->prev)                                                                                         \
+            n->prev->next = n->next;                                                                         \
+        else                                                                                                 \
+            l->head = n->next;                                                                               \
+        if (n->next)                                                                                         \
+            n->next->prev = n->prev;                                                                         \
+        else                                                                                                 \
+            l->tail = n->prev;                                                                               \
+        n->listed = 0;                                                                                       \
+    }
 
 /* ---- spinlock (held for a few instructions only; never across a switch) --- */
 typedef struct {

@@ -49,29 +49,7 @@ struct la_chan {
     la_cq_t sendq, recvq;
 };
 
-static void cq_push(la_cq_t *q, la_cnode_t *n) {
-    n->next = NULL;
-    n->prev = q->tail;
-    if (q->tail)
-        q->tail->next = n;
-    else
-        q->head = n;
-    q->tail = n;
-    n->listed = 1;
-}
-
-static void cq_remove(la_cq_t *q, la_cnode_t *n) {
-    if (!n->listed) return;
-    if (n->prev)
-        n->prev->next = n->next;
-    else
-        q->head = n->next;
-    if (n->next)
-        n->next->prev = n->prev;
-    else
-        q->tail = n->prev;
-    n->listed = 0;
-}
+LA_LIST_DEFINE(cq, la_cq_t, la_cnode_t)
 
 /* Pops the first waiter of q whose claim we win (others are unlinked: they
  * were already woken by something else, and uncount themselves). c->lk held. */

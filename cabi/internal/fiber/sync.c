@@ -53,29 +53,7 @@ typedef struct {
     la_sq_t q;
 } la_cond_t;
 
-static void sq_push(la_sq_t *q, la_snode_t *n) {
-    n->next = NULL;
-    n->prev = q->tail;
-    if (q->tail)
-        q->tail->next = n;
-    else
-        q->head = n;
-    q->tail = n;
-    n->listed = 1;
-}
-
-static void sq_remove(la_sq_t *q, la_snode_t *n) {
-    if (!n->listed) return;
-    if (n->prev)
-        n->prev->next = n->next;
-    else
-        q->head = n->next;
-    if (n->next)
-        n->next->prev = n->prev;
-    else
-        q->tail = n->prev;
-    n->listed = 0;
-}
+LA_LIST_DEFINE(sq, la_sq_t, la_snode_t)
 
 /* Pops the first node whose claim we win (the others were woken by a timeout
  * or a shutdown and uncount themselves); *nparked counts the taken one out.

@@ -55,7 +55,7 @@ typedef struct {
 typedef struct la_qnode {
     la_waiter_t *w;
     struct la_qnode *prev, *next;
-    int linked;
+    int listed;
 } la_qnode_t;
 
 typedef struct {
@@ -139,29 +139,7 @@ static la_queue_t *q_lock(uint64_t h) {
 
 /* ---- waiting ----------------------------------------------------------------- */
 
-static void list_push(la_qlist_t *l, la_qnode_t *n) {
-    n->next = NULL;
-    n->prev = l->tail;
-    if (l->tail)
-        l->tail->next = n;
-    else
-        l->head = n;
-    l->tail = n;
-    n->linked = 1;
-}
-
-static void list_remove(la_qlist_t *l, la_qnode_t *n) {
-    if (!n->linked) return;
-    if (n->prev)
-        n->prev->next = n->next;
-    else
-        l->head = n->next;
-    if (n->next)
-        n->next->prev = n->prev;
-    else
-        l->tail = n->prev;
-    n->linked = 0;
-}
+LA_LIST_DEFINE(list, la_qlist_t, la_qnode_t)
 
 /* Wakes one parked fiber of l (under q->mu); 1 if one was woken. Fibers that
  * already woke for another reason (timeout, shutdown) are skipped. */
