@@ -246,8 +246,8 @@ static int chan_op(async_chan_t *h, int dir, void *elem, int timeout_ms) {
         return status;
     }
     la_waiter_t w;
-    la_fiber_note(la_current_fiber(), dir == 0 ? LA_WAIT_CHAN_SEND : LA_WAIT_CHAN_RECV, LA_H(h));
     int rc = la_waiter_init(&w, LA_PK_NORMAL);
+    la_fiber_note(w.f, dir == 0 ? LA_WAIT_CHAN_SEND : LA_WAIT_CHAN_RECV, LA_H(h)); /* w.f: no second TLS read */
     if (rc) {
         la_spin_unlock(&c->lk);
         la_handle_put(slot);
@@ -369,8 +369,8 @@ int async_chan_select(async_chan_op_t *ops, size_t n, int timeout_ms) {
     la_waiter_t w;
     la_cnode_t nodes[LA_SELECT_MAX];
     int statuses[LA_SELECT_MAX];
-    la_fiber_note(la_current_fiber(), LA_WAIT_SELECT, n);
     rc = la_waiter_init(&w, LA_PK_NORMAL);
+    la_fiber_note(w.f, LA_WAIT_SELECT, n);
     if (!rc) {
         for (size_t i = 0; i < n; i++) {
             nodes[i] = (la_cnode_t){.w = &w, .elem = ops[i].elem, .idx = (int)i, .won = &won,

@@ -188,6 +188,10 @@ enum {
 
 /* A coarse monotonic clock in ns (a few ms resolution, a few ns to read). */
 uint64_t la_coarse_ns(void);
+/* la_coarse_ns as the worker running f last read it (sched.c): behind by
+ * at most the worker's last 16 dispatches, and no clock read (a read per
+ * park cost 10% of a channel round trip). */
+uint64_t la_fiber_coarse_now(la_fiber_t *f);
 
 /* Records on f (the calling fiber; NULL: a plain thread, nothing to do) what
  * it is about to park on and when. */
@@ -195,7 +199,7 @@ static inline void la_fiber_note(la_fiber_t *f, int what, uint64_t obj) {
     if (!f) return;
     atomic_store_explicit(&f->wait_what, what, memory_order_relaxed);
     atomic_store_explicit(&f->wait_obj, obj, memory_order_relaxed);
-    atomic_store_explicit(&f->wait_since, la_coarse_ns(), memory_order_relaxed);
+    atomic_store_explicit(&f->wait_since, la_fiber_coarse_now(f), memory_order_relaxed);
 }
 
 /* ---- waiters (a fiber or a plain thread blocked on something) ------------- */

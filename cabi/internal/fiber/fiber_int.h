@@ -35,6 +35,11 @@ struct la_wk {
     _Atomic uint64_t n_run, n_started, n_steal, n_park; /* written by this worker only */
     _Atomic uint64_t n_spawned, n_finished;
     _Atomic uint64_t run_id; /* id of the fiber it runs, 0 in its loop (stall monitor) */
+    /* A coarse clock of this worker (la_coarse_ns), read every 16th dispatch
+     * and after an idle sleep, so that a park can note when it began
+     * (async_sched_dump) without a clock read of its own: worker-only. */
+    uint64_t coarse;
+    uint32_t coarse_tick;
     /* Caches of this worker (touched by it only): finished fiber records
      * (each keeping its reserved handle slot), stacks, fiber ids. */
     la_fiber_t *fcache;

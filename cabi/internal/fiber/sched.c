@@ -518,10 +518,16 @@ static void fiber_finish(la_wk_t *w, la_fiber_t *f) {
     if (++w->lease > 2 * LA_LEASE) live_sub(s, w, LA_LEASE);
 }
 
+uint64_t la_fiber_coarse_now(la_fiber_t *f) {
+    la_wk_t *w = f->wk;
+    return w && w->coarse ? w->coarse : la_coarse_ns();
+}
+
 static void run_fiber(la_wk_t *w, la_fiber_t *f) {
     la_sched_t *s = w->s;
     w->cur = f;
     f->wk = w;
+    if ((++w->coarse_tick & 15) == 0) w->coarse = la_coarse_ns();
     atomic_store_explicit(&f->state, LA_FS_RUNNING, memory_order_relaxed);
     LA_BUMP(w->n_run);
     atomic_store_explicit(&w->run_id, f->id, memory_order_relaxed);
@@ -586,6 +592,7 @@ static void idle_park(la_wk_t *w) {
             timeout = d <= now ? 0 : (int)((d - now + 999999) / 1000000);
         }
         poll_events(s, timeout);
+        w->coarse = la_coarse_ns();
         pthread_mutex_lock(&s->imu);
         s->poller_active = 0;
         s->poll_kicked = 0;
@@ -600,6 +607,7 @@ static void idle_park(la_wk_t *w) {
     if (s->wakeups) s->wakeups--;
     atomic_fetch_sub(&s->nidle, 1);
     pthread_mutex_unlock(&s->imu);
+    w->coarse = la_coarse_ns();
 }
 
 static la_fiber_t *take_next(la_wk_t *w) {
