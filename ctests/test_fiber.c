@@ -1471,6 +1471,8 @@ static void t_overflow(void) {
         if (WIFEXITED(status) && WEXITSTATUS(status) == 127)
             fprintf(stderr, "could not re-execute %s (emulated? set ASYNC_TEST_EMULATOR)\n", self_exe);
         CHECK(strstr(out, "libasync: fiber stack overflow in fiber ") != NULL);
+        /* the whole line: id, how, and the advice (stack_report.c) */
+        CHECK(strstr(out, "; raise async_sched_config_t.stack_size or ASYNC_FIBER_STACK_KB)\n") != NULL);
         /* every mode aborts after the report (the SIGSEGV after a canary
          * report seen before is gone: docs/RELIABILITY.md) */
         CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);

@@ -194,6 +194,7 @@ static void t_overflow(void) {
     DWORD code = run_child("overflow_child", out, sizeof out);
     printf("child exit %lu, output:\n%s", (unsigned long)code, out);
     CHECK(strstr(out, "fiber stack overflow in fiber") != NULL);
+    CHECK(strstr(out, "; raise async_sched_config_t.stack_size or ASYNC_FIBER_STACK_KB)") != NULL);
     CHECK_EQ(code, 3);
 }
 

@@ -273,8 +273,12 @@ void la_stack_check(la_stackpool_t *p, const la_stack_t *st, uint64_t id);
 /* signal handler helper (canary mode): a live fiber whose lowest canary is
  * broken, or 0; *top_broken: one whose top canary is broken, or 0 */
 uint64_t la_stack_canary_scan(uint64_t *top_broken);
-/* prints "libasync: fiber stack overflow" + what + id + how, aborts */
+/* prints "libasync: fiber stack overflow" + what + id + how, aborts
+ * (stacks.c, stacks_windows.c: each platform dies its own way) */
 void la_stack_report_abort(const char *what, uint64_t fiber_id, const char *how);
+/* formats that report into buf (size >= 128; async-signal-safe;
+ * stack_report.c); returns its length */
+size_t la_stack_report_format(char *buf, size_t size, const char *what, uint64_t fiber_id, const char *how);
 /* signal handler helper: fiber id whose guard page holds addr, or 0 */
 uint64_t la_stack_guard_hit(uintptr_t addr, int *is_guard);
 void la_stack_overflow_abort(uint64_t fiber_id, const char *how);

@@ -388,35 +388,9 @@ uint64_t la_stack_guard_hit(uintptr_t addr, int *is_guard) {
     return 0;
 }
 
-static size_t fmt_u64(char *p, uint64_t v, int base) {
-    char t[24];
-    size_t n = 0;
-    do {
-        t[n++] = "0123456789abcdef"[v % (uint64_t)base];
-        v /= (uint64_t)base;
-    } while (v);
-    for (size_t i = 0; i < n; i++) p[i] = t[n - 1 - i];
-    return n;
-}
-
-/* Async-signal-safe: prints the overflow message and aborts. */
-void la_stack_overflow_abort(uint64_t fiber_id, const char *how) {
-    la_stack_report_abort(" in fiber ", fiber_id, how);
-}
-
 void la_stack_report_abort(const char *what, uint64_t fiber_id, const char *how) {
     char buf[512];
-    size_t n = 0;
-    const char *a = "fiber stack overflow";
-    while (*a) buf[n++] = *a++;
-    while (*what && n < 128) buf[n++] = *what++;
-    n += fmt_u64(buf + n, fiber_id, 10);
-    buf[n++] = ' ';
-    buf[n++] = '(';
-    while (*how && n < sizeof buf - 80) buf[n++] = *how++;
-    a = "; raise async_sched_config_t.stack_size or ASYNC_FIBER_STACK_KB)";
-    while (*a) buf[n++] = *a++;
-    buf[n] = 0;
+    la_stack_report_format(buf, sizeof buf, what, fiber_id, how);
     /* through the log hook: the default writes "libasync: " and this */
     la_log_str(ASYNC_LOG_FATAL, buf);
     /* die of SIGABRT even if someone (Go) handles or blocks it */

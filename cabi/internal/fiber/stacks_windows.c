@@ -186,35 +186,10 @@ void *la_ctx_make_win64(void *hi, void *arg) {
     return sp;
 }
 
-static size_t fmt_u64(char *p, uint64_t v) {
-    char t[24];
-    size_t n = 0;
-    do {
-        t[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    for (size_t i = 0; i < n; i++) p[i] = t[n - 1 - i];
-    return n;
-}
-
-void la_stack_overflow_abort(uint64_t fiber_id, const char *how) {
-    la_stack_report_abort(" in fiber ", fiber_id, how);
-}
-
 /* Runs on what is left of the overflowed stack (the guarantee): small. */
 void la_stack_report_abort(const char *what, uint64_t fiber_id, const char *how) {
     char buf[384];
-    size_t n = 0;
-    const char *a = "fiber stack overflow";
-    while (*a) buf[n++] = *a++;
-    while (*what && n < 128) buf[n++] = *what++;
-    n += fmt_u64(buf + n, fiber_id);
-    buf[n++] = ' ';
-    buf[n++] = '(';
-    while (*how && n < sizeof buf - 80) buf[n++] = *how++;
-    a = "; raise async_sched_config_t.stack_size or ASYNC_FIBER_STACK_KB)";
-    while (*a) buf[n++] = *a++;
-    buf[n] = 0;
+    la_stack_report_format(buf, sizeof buf, what, fiber_id, how);
     la_log_str(ASYNC_LOG_FATAL, buf);
     /* like abort(): exit code 3, no handler of the host runs on this stack */
     TerminateProcess(GetCurrentProcess(), 3);
