@@ -90,6 +90,35 @@ typedef struct {
     void (*fn)(void);
 } test_case_t;
 
+#ifdef ASYNC_VERSION_MAJOR /* the modern header (not test_classic.c) */
+/* A fiber scheduler with `workers` workers and defaults otherwise. */
+static inline async_sched_t *sched_new(int workers)
+{
+    async_sched_config_t cfg = {workers, 0, 0};
+    async_sched_t *s = async_sched_create(&cfg);
+    CHECK(s != NULL);
+    return s;
+}
+
+/* Waits until exactly n fibers of s are parked (polling its stats; fails
+ * after 60 s instead of hanging). */
+static inline void sched_wait_parked(async_sched_t *s, size_t n)
+{
+    async_sched_stats_t st;
+    double t0 = now_ms();
+    for (;;) {
+        CHECK_EQ(async_sched_get_stats(s, &st, NULL, 0), 0);
+        if (st.fibers_parked == n)
+            return;
+        if (now_ms() - t0 > 60000) {
+            fprintf(stderr, "%zu fibers parked after 60 s, expected %zu\n", st.fibers_parked, n);
+            CHECK(st.fibers_parked == n);
+        }
+        sleep_ms(1);
+    }
+}
+#endif
+
 /* One table line per case: T(name) runs void t_name(void). CMake reads
  * these lines to register one ctest test per case. */
 #define T(name) {#name, t_##name}

@@ -10,12 +10,6 @@
 
 #include "check.h"
 
-static async_sched_t *mk(int workers) {
-    async_sched_config_t cfg = {workers, 0, 0};
-    async_sched_t *s = async_sched_create(&cfg);
-    CHECK(s != NULL);
-    return s;
-}
 
 /* Waits (on the calling thread) until *flag is set; fails after `ms`. */
 static void wait_flag(atomic_int *flag, int ms, const char *what) {
@@ -73,7 +67,7 @@ static void t_blocking_grow(void) {
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&meet_cv, &ca);
-    async_sched_t *s = mk(2);
+    async_sched_t *s = sched_new(2);
     CHECK(async_fiber_spawn(s, warm_fiber, NULL, 0));
     CHECK_EQ(async_sched_run(s), 0);
     sleep_ms(50); /* the warm-up thread is idle now */
@@ -173,7 +167,7 @@ static void zero_teardown(zero_t *z) {
 static void t_read_zero_fiber(void) {
     static zero_t z;
     zero_setup(&z);
-    async_sched_t *s = mk(1);
+    async_sched_t *s = sched_new(1);
     CHECK(async_fiber_spawn(s, zero_fiber, &z, 0));
     wait_flag(&z.done, 10000, "zero-length reads and writes on a fiber");
     CHECK_EQ(async_sched_run(s), 0);
@@ -225,7 +219,7 @@ static void t_wait_fd_busy(void) {
     int sv[2];
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
     b.fd = sv[0];
-    async_sched_t *s = mk(1);
+    async_sched_t *s = sched_new(1);
     CHECK(async_fiber_spawn(s, busy_a, &b, 0));
     async_sched_stats_t st;
     double t0 = now_ms();

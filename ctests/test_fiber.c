@@ -17,29 +17,10 @@
 
 #include "check.h"
 
-static async_sched_t *mk(int workers) {
-    async_sched_config_t cfg = {workers, 0, 0};
-    async_sched_t *s = async_sched_create(&cfg);
-    CHECK(s != NULL);
-    return s;
-}
 
 /* Waits until n fibers of s are parked (the stats count a fiber once it has
  * registered its wait and switched away): a test that must act on a parked
  * fiber waits for this instead of sleeping and hoping. Fails after 60 s. */
-static void wait_parked(async_sched_t *s, size_t n) {
-    async_sched_stats_t st;
-    double t0 = now_ms();
-    for (;;) {
-        CHECK_EQ(async_sched_get_stats(s, &st, NULL, 0), 0);
-        if (st.fibers_parked == n) return;
-        if (now_ms() - t0 > 60000) {
-            fprintf(stderr, "%zu fibers parked after 60 s, expected %zu\n", st.fibers_parked, n);
-            CHECK(st.fibers_parked == n);
-        }
-        sleep_ms(2);
-    }
-}
 
 /* ---- basics ------------------------------------------------------------------ */
 
@@ -56,7 +37,7 @@ static void yielder(void *arg) {
 }
 
 static void t_yield_100x1000(void) {
-    async_sched_t *s = mk(0);
+    async_sched_t *s = sched_new(0);
     for (int i = 0; i < 100; i++) CHECK(async_fiber_spawn(s, yielder, NULL, 0) != NULL);
     CHECK_EQ(async_sched_run(s), 0);
     CHECK_EQ(atomic_load(&yields_counted), 100000);
@@ -89,7 +70,7 @@ static void fib_fiber(void *arg) {
 
 static void t_fib_100k(void) {
     enum { N = 100000 };
-    async_sched_t *s = mk(0);
+    async_sched_t *s = sched_new(0);
     fib_job_t *jobs = calloc(N, sizeof *jobs);
     async_fiber_t **fs = calloc(N, sizeof *fs);
     CHECK(jobs && fs);
@@ -136,7 +117,7 @@ static void sleeper(void *arg) {
 }
 
 static void t_sleep(void) {
-    async_sched_t *s = mk(2);
+    async_sched_t *s = sched_new(2);
     double el[20];
     for (int i = 0; i < 20; i++) CHECK(async_fiber_spawn(s, sleeper, &el[i], 0));
     double t0 = now_ms();
@@ -200,7 +181,7 @@ static void parent(void *arg) {
 static void t_spawn_join_current(void) {
     CHECK(async_fiber_current() == NULL);
     ctx_t c = {0};
-    c.s = mk(2);
+    c.s = sched_new(2);
     async_fiber_t *p = async_fiber_spawn(c.s, parent, &c, ASYNC_FIBER_JOINABLE);
     CHECK(p);
     CHECK_EQ(async_fiber_join(p, 10000), 0);
@@ -222,7 +203,7 @@ static void t_badinput(void) {
     CHECK_FAIL(async_sched_create(&bad2) == NULL, ASYNC_E_INVAL);
     async_sched_config_t bad3 = {1, 0, 9};
     CHECK_FAIL(async_sched_create(&bad3) == NULL, ASYNC_E_INVAL);
-    async_sched_t *s = mk(1);
+    async_sched_t *s = sched_new(1);
     CHECK_FAIL(async_fiber_spawn(s, NULL, NULL, 0) == NULL, ASYNC_E_INVAL);
     CHECK_FAIL(async_fiber_spawn(s, nop, NULL, 0x80) == NULL, ASYNC_E_INVAL);
     CHECK_FAIL(async_fiber_join(NULL, 0) == -1, ASYNC_E_BADHANDLE);
@@ -287,7 +268,7 @@ static void t_several_scheds(void) {
     atomic_int counters[K];
     cross_t cx[K];
     for (int i = 0; i < K; i++) {
-        s[i] = mk(2);
+        s[i] = sched_new(2);
         atomic_init(&counters[i], 0);
     }
     for (int i = 0; i < K; i++) {
@@ -333,7 +314,7 @@ static void int_consumer(void *arg) {
 }
 
 static void exchange(size_t cap, long n) {
-    async_sched_t *s = mk(2);
+    async_sched_t *s = sched_new(2);
     pipe_ctx_t p = {async_chan_create(cap, sizeof(long)), n, 0};
     CHECK(p.c);
     double t0 = now_ms();
@@ -370,11 +351,11 @@ static void recv_until_closed(void *arg) {
 }
 
 static void t_chan_close(void) {
-    async_sched_t *s = mk(2);
+    async_sched_t *s = sched_new(2);
     /* parked receivers on a rendezvous channel all wake with CLOSED */
     close_ctx_t x = {async_chan_create(0, sizeof(int)), 0, 0};
     for (int i = 0; i < 50; i++) CHECK(async_fiber_spawn(s, recv_until_closed, &x, 0));
-    wait_parked(s, 50);
+    sched_wait_parked(s, 50);
     int v = 7;
     CHECK_EQ(async_chan_send(x.c, &v, 1000), 0); /* a plain thread sends to a fiber */
     async_chan_close(x.c);
@@ -410,7 +391,7 @@ static void t_chan_close(void) {
     x.c = async_chan_create(2, sizeof(int));
     atomic_store(&x.closed_seen, 0);
     CHECK(async_fiber_spawn(s, recv_until_closed, &x, 0));
-    wait_parked(s, 1); /* a recv that began after the destroy would see BADHANDLE */
+    sched_wait_parked(s, 1); /* a recv that began after the destroy would see BADHANDLE */
     async_chan_destroy(x.c);
     CHECK_EQ(async_sched_run(s), 0);
     CHECK_EQ(atomic_load(&x.closed_seen), 1);
@@ -458,7 +439,7 @@ static void sel_sender(void *arg) {
 }
 
 static void t_chan_select(void) {
-    async_sched_t *s = mk(2);
+    async_sched_t *s = sched_new(2);
     sel_ctx_t x = {async_chan_create(0, sizeof(long)), async_chan_create(3, sizeof(long)),
                    async_chan_create(0, 1), 0, 0, 0};
     async_fiber_t *sf = async_fiber_spawn(s, selector, &x, ASYNC_FIBER_JOINABLE);
@@ -551,7 +532,7 @@ static void fan_send(void *arg) {
 }
 
 static void t_chan_select_stress(void) {
-    async_sched_t *s = mk(0);
+    async_sched_t *s = sched_new(0);
     fan_t x;
     for (int i = 0; i < 4; i++) x.c[i] = async_chan_create(i, sizeof(long)); /* capacities 0..3 */
     x.done = async_chan_create(0, 1);
@@ -625,7 +606,7 @@ static void pipe_reader(void *arg) {
 }
 
 static void t_pipes(void) {
-    async_sched_t *s = mk(2);
+    async_sched_t *s = sched_new(2);
     pipe_end_t r[2], w[2];
     for (int i = 0; i < 2; i++) {
         int p[2];
@@ -663,7 +644,7 @@ static void wait_short(void *arg) {
 }
 
 static void t_wait_fd(void) {
-    async_sched_t *s = mk(2);
+    async_sched_t *s = sched_new(2);
     int p[2];
     CHECK_EQ(pipe(p), 0);
     /* timeout */
@@ -675,7 +656,7 @@ static void t_wait_fd(void) {
     /* a parked reader wakes on data; a second reader of the same fd is BUSY */
     a.result = 0;
     f = async_fiber_spawn(s, wait_reader, &a, ASYNC_FIBER_JOINABLE);
-    wait_parked(s, 1); /* the first reader holds the fd before the second one asks */
+    sched_wait_parked(s, 1); /* the first reader holds the fd before the second one asks */
     wait_ctx_t b = {p[0], 0, 0};
     async_fiber_t *g = async_fiber_spawn(s, wait_short, &b, ASYNC_FIBER_JOINABLE);
     CHECK_EQ(async_fiber_join(g, -1), 0);
@@ -786,7 +767,7 @@ fail:
 }
 
 static void t_fd_reuse(void) {
-    async_sched_t *s = mk(1);
+    async_sched_t *s = sched_new(1);
     reuse_t x = {-1, -1, 0, 0};
     CHECK(async_fiber_spawn(s, reuse_fiber, &x, 0));
     CHECK_EQ(async_sched_run(s), 0);
@@ -915,7 +896,7 @@ static void t_echo(void) {
     e.nconn = nconn;
     e.msgs = 100;
     e.lfd = listen_loopback(&e.addr, 4096);
-    e.s = mk(0);
+    e.s = sched_new(0);
     echo_g = &e;
     double t0 = now_ms();
     CHECK(async_fiber_spawn(e.s, echo_acceptor, &e, 0));
@@ -965,7 +946,7 @@ static void net_errors_fiber(void *arg) {
 }
 
 static void t_net_errors(void) {
-    async_sched_t *s = mk(2);
+    async_sched_t *s = sched_new(2);
     async_fiber_t *f = async_fiber_spawn(s, net_errors_fiber, NULL, ASYNC_FIBER_JOINABLE);
     CHECK_EQ(async_fiber_join(f, -1), 0);
     async_sched_destroy(s);
@@ -1013,7 +994,7 @@ static void blocking_fiber(void *arg) {
 
 static void t_blocking(void) {
     enum { N = 20 };
-    async_sched_t *s = mk(2);
+    async_sched_t *s = sched_new(2);
     CHECK(async_fiber_spawn(s, ticker, NULL, 0));
     blk_t b[N];
     memset(b, 0, sizeof b);
@@ -1086,7 +1067,7 @@ static void q_timeout(void *arg) {
 
 static void t_queue_park(void) {
     /* one worker: a fiber blocked in the queue would deadlock the producer */
-    async_sched_t *s = mk(1);
+    async_sched_t *s = sched_new(1);
     qctx_t x = {async_queue_create(1, sizeof(int), ASYNC_QUEUE_BLOCK_WRITER), 20000, 0};
     CHECK(x.q);
     CHECK(async_fiber_spawn(s, q_consumer, &x, 0));
@@ -1102,7 +1083,7 @@ static void t_queue_park(void) {
     /* enqueue only once the fiber is parked in its last wait: earlier, the
      * message would end its 30 ms wait that must time out */
     for (double t0 = now_ms(); !atomic_load(&q_timeout_phase); sleep_ms(2)) CHECK(now_ms() - t0 < 60000);
-    wait_parked(s, 1);
+    sched_wait_parked(s, 1);
     int v = 99;
     CHECK(async_queue_enqueue(q, &v, sizeof v));
     CHECK_EQ(async_fiber_join(f, -1), 0);
@@ -1142,7 +1123,7 @@ static void api_fiber(void *arg) {
 
 static void t_api_stress(void) {
     enum { F = 200 };
-    async_sched_t *s = mk(4);
+    async_sched_t *s = sched_new(4);
     api_ctx_t x;
     x.q = async_queue_create(64, sizeof(int), 0);
     x.rt = async_runtime_init();
@@ -1189,7 +1170,7 @@ static void t_parked_100k(void) {
     CHECK(s);
     async_chan_t *c = async_chan_create(0, sizeof(int));
     for (int i = 0; i < N; i++) CHECK(async_fiber_spawn(s, park_on_chan, c, 0));
-    wait_parked(s, N);
+    sched_wait_parked(s, N);
     async_chan_close(c);
     async_sched_stats_t st;
     CHECK_EQ(async_sched_run(s), 0);
@@ -1227,7 +1208,7 @@ static void migrant(void *arg) {
 
 static void t_migration(void) {
     enum { F = 64 };
-    async_sched_t *s = mk(4);
+    async_sched_t *s = sched_new(4);
     mig_t m[F];
     memset(m, 0, sizeof m);
     for (int i = 0; i < F; i++) CHECK(async_fiber_spawn(s, migrant, &m[i], 0));
@@ -1315,7 +1296,7 @@ static void sd_blocking(void *arg) {
 }
 
 static void t_shutdown_waits(void) {
-    async_sched_t *s = mk(2);
+    async_sched_t *s = sched_new(2);
     sdw.empty = async_chan_create(1, sizeof(int));
     sdw.full = async_chan_create(1, sizeof(int));
     int one = 1;
@@ -1343,7 +1324,7 @@ static void t_shutdown_waits(void) {
     }
     int bdone = 0;
     CHECK(async_fiber_spawn(s, sd_blocking, &bdone, 0));
-    wait_parked(s, W_NKINDS + 2);
+    sched_wait_parked(s, W_NKINDS + 2);
     for (int k = 0; k < W_NKINDS; k++) {
         if (atomic_load(&x[k].returned)) fprintf(stderr, "wait %s returned early: rc %d err %d\n", wait_names[k], x[k].rc, x[k].err);
         CHECK_EQ(atomic_load(&x[k].returned), 0);
@@ -1386,7 +1367,7 @@ static void spinner(void *arg) {
 }
 
 static void t_shutdown_timeout(void) {
-    async_sched_t *s = mk(2);
+    async_sched_t *s = sched_new(2);
     CHECK(async_fiber_spawn(s, spinner, NULL, 0));
     sleep_ms(20);
     CHECK_FAIL(async_sched_shutdown(s, 50) == -1, ASYNC_E_TIMEDOUT);

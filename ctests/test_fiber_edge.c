@@ -14,27 +14,8 @@
 
 #include "check.h"
 
-static async_sched_t *mk(int workers) {
-    async_sched_config_t cfg = {workers, 0, 0};
-    async_sched_t *s = async_sched_create(&cfg);
-    CHECK(s != NULL);
-    return s;
-}
 
 /* Waits until n fibers of s are parked; fails after 30 s. */
-static void wait_parked(async_sched_t *s, size_t n) {
-    async_sched_stats_t st;
-    double t0 = now_ms();
-    for (;;) {
-        CHECK_EQ(async_sched_get_stats(s, &st, NULL, 0), 0);
-        if (st.fibers_parked == n) return;
-        if (now_ms() - t0 > 30000) {
-            fprintf(stderr, "%zu fibers parked after 30 s, expected %zu\n", st.fibers_parked, n);
-            CHECK(st.fibers_parked == n);
-        }
-        sleep_ms(2);
-    }
-}
 
 /* Waits (on the main thread) until *flag is set; a fiber that spins on its
  * worker never sets it, and the case fails after `ms` instead of hanging. */
@@ -128,13 +109,13 @@ out:
 }
 
 static void t_hup_reuse(void) {
-    async_sched_t *s = mk(1); /* one worker: a spinning fiber starves the others */
+    async_sched_t *s = sched_new(1); /* one worker: a spinning fiber starves the others */
     static hup_t x;
     x.s = s;
     x.num = x.peer = -1;
     CHECK(async_fiber_spawn(s, counter_fiber, &x.cnt, 0));
     CHECK(async_fiber_spawn(s, hup_reader, &x, 0));
-    wait_parked(s, 2); /* the reader is parked in its first read */
+    sched_wait_parked(s, 2); /* the reader is parked in its first read */
     CHECK_EQ(close(x.peer), 0);
     wait_flag(&x.done, 20000, "hup_reuse");
     if (x.step != 5) fprintf(stderr, "stopped after step %d: %s\n", x.step, async_strerror(x.err));
@@ -204,10 +185,10 @@ static void udp_run(int recverr) {
      * the socket reporting EPOLLERR while recv() says EAGAIN */
     if (recverr) CHECK_EQ(setsockopt(x.fd, IPPROTO_IP, IP_RECVERR, &recverr, sizeof recverr), 0);
 
-    async_sched_t *s = mk(1);
+    async_sched_t *s = sched_new(1);
     CHECK(async_fiber_spawn(s, counter_fiber, &x.cnt, 0));
     CHECK(async_fiber_spawn(s, udp_reader, &x, 0));
-    wait_parked(s, 2);
+    sched_wait_parked(s, 2);
     CHECK_EQ(send(x.fd, "ping", 4, 0), 4); /* -> ICMP port unreachable */
     wait_flag(&x.done, 20000, "udp_icmp");
     if (x.step != 3)
@@ -339,7 +320,7 @@ static void t_pipe_epipe_fiber(void) {
     CHECK_EQ(pipe(p), 0);
     CHECK_EQ(close(p[0]), 0);
     x.wfd = p[1];
-    async_sched_t *s = mk(1);
+    async_sched_t *s = sched_new(1);
     CHECK(async_fiber_spawn(s, pipe_fiber, &x, 0));
     wait_flag(&x.done, 20000, "pipe_fiber");
     CHECK_EQ(x.r1, -1);
@@ -353,7 +334,7 @@ static void t_pipe_epipe_fiber(void) {
     x.wfd = p[1];
     atomic_store(&x.done, 0);
     CHECK(async_fiber_spawn(s, pipe_fiber_parked, &x, 0));
-    wait_parked(s, 1);
+    sched_wait_parked(s, 1);
     close(p[0]);
     wait_flag(&x.done, 20000, "pipe_fiber_parked");
     CHECK_EQ(x.r2, -1);
@@ -392,7 +373,7 @@ static void fork_fiber(void *arg) {
 
 static void t_fork_current(void) {
     static fork_t x;
-    async_sched_t *s = mk(1);
+    async_sched_t *s = sched_new(1);
     CHECK(async_fiber_spawn(s, fork_fiber, &x, 0));
     CHECK_EQ(async_sched_run(s), 0);
     CHECK(x.pid > 0);
@@ -463,7 +444,7 @@ static void t_block_on_fiber(void) {
     CHECK(x.rt != NULL);
     x.wk = async_worker_create(wk_proc, NULL, 0);
     CHECK(x.wk != NULL);
-    async_sched_t *s = mk(1);
+    async_sched_t *s = sched_new(1);
     CHECK(async_fiber_spawn(s, counter_fiber, &x.cnt, 0));
     CHECK(async_fiber_spawn(s, blk_fiber, &x, 0));
     wait_flag(&x.done, 20000, "block_on_fiber");

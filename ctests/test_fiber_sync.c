@@ -10,27 +10,8 @@
 
 #define LONG_MS 20000 /* "forever" for a wait that a correct library ends */
 
-static async_sched_t *mk(int workers) {
-    async_sched_config_t cfg = {workers, 0, 0};
-    async_sched_t *s = async_sched_create(&cfg);
-    CHECK(s != NULL);
-    return s;
-}
 
 /* Waits until n fibers of s are parked; fails after 30 s. */
-static void wait_parked(async_sched_t *s, size_t n) {
-    async_sched_stats_t st;
-    double t0 = now_ms();
-    for (;;) {
-        CHECK_EQ(async_sched_get_stats(s, &st, NULL, 0), 0);
-        if (st.fibers_parked == n) return;
-        if (now_ms() - t0 > 30000) {
-            fprintf(stderr, "%zu fibers parked after 30 s, expected %zu\n", st.fibers_parked, n);
-            CHECK(st.fibers_parked == n);
-        }
-        sleep_ms(1);
-    }
-}
 
 /* Waits until *v >= n; fails after 30 s. */
 static void wait_at_least(atomic_int *v, int n, const char *what) {
@@ -146,7 +127,7 @@ static void other_fiber(void *arg) {
 }
 
 static void t_mutex_owner_fiber(void) {
-    async_sched_t *s = mk(4);
+    async_sched_t *s = sched_new(4);
     g_m = async_mutex_create();
     CHECK(g_m != NULL);
     CHECK(async_fiber_spawn(s, owner_fiber, NULL, 0) != NULL);
@@ -221,7 +202,7 @@ static void *cont_thread(void *arg) {
 }
 
 static void t_mutex_contention(void) {
-    async_sched_t *s = mk(4);
+    async_sched_t *s = sched_new(4);
     g_m = async_mutex_create();
     CHECK(g_m != NULL);
     pthread_t th[CONT_THREADS];
@@ -249,12 +230,12 @@ static void fifo_fiber(void *arg) {
 
 /* Lockers queued one after the other get the mutex in that order. */
 static void t_mutex_fifo(void) {
-    async_sched_t *s = mk(4);
+    async_sched_t *s = sched_new(4);
     g_m = async_mutex_create();
     CHECK_EQ(async_mutex_lock(g_m, -1), 0);
     for (int i = 0; i < FIFO_N; i++) {
         CHECK(async_fiber_spawn(s, fifo_fiber, (void *)(intptr_t)i, 0) != NULL);
-        wait_parked(s, (size_t)i + 1);
+        sched_wait_parked(s, (size_t)i + 1);
     }
     CHECK_EQ(async_mutex_unlock(g_m), 0);
     CHECK_EQ(async_sched_run(s), 0);
@@ -297,7 +278,7 @@ static void barger_b(void *arg) {
 }
 
 static void t_mutex_no_starvation(void) {
-    async_sched_t *s = mk(1);
+    async_sched_t *s = sched_new(1);
     g_m = async_mutex_create();
     atomic_store(&g_flag, 0);
     CHECK(async_fiber_spawn(s, barger_a, s, 0) != NULL);
@@ -338,7 +319,7 @@ static void race_fiber(void *arg) {
 }
 
 static void t_mutex_timeout(void) {
-    async_sched_t *s = mk(2);
+    async_sched_t *s = sched_new(2);
     g_m = async_mutex_create();
     CHECK_EQ(async_mutex_lock(g_m, -1), 0);
     async_fiber_t *f = async_fiber_spawn(s, timeout_fiber, NULL, ASYNC_FIBER_JOINABLE);
@@ -423,7 +404,7 @@ static void *cons_thread(void *arg) {
 }
 
 static void t_cond_prodcons(void) {
-    async_sched_t *s = mk(4);
+    async_sched_t *s = sched_new(4);
     g_m = async_mutex_create();
     g_not_empty = async_cond_create();
     g_not_full = async_cond_create();
@@ -497,7 +478,7 @@ static void lock_when_waiting(int n) {
 }
 
 static void t_cond_broadcast(void) {
-    async_sched_t *s = mk(4);
+    async_sched_t *s = sched_new(4);
     g_m = async_mutex_create();
     g_c = async_cond_create();
     pthread_t th[BC_THREADS];
@@ -553,7 +534,7 @@ static void long_waiter(void *arg) {
 }
 
 static void t_cond_timeout(void) {
-    async_sched_t *s = mk(2);
+    async_sched_t *s = sched_new(2);
     g_m = async_mutex_create();
     g_c = async_cond_create();
     /* a plain timeout; m is owned again on return */
@@ -620,7 +601,7 @@ static void relock_fiber(void *arg) {
 }
 
 static void t_cond_relock(void) {
-    async_sched_t *s = mk(2);
+    async_sched_t *s = sched_new(2);
     g_m = async_mutex_create();
     g_c = async_cond_create();
     atomic_store(&g_flag, 0);
@@ -686,14 +667,14 @@ static void gone_waiter(void *arg) {
 }
 
 static void t_destroy_waiters(void) {
-    async_sched_t *s = mk(4);
+    async_sched_t *s = sched_new(4);
     /* a locked mutex with parked fibers and blocked threads */
     g_m = async_mutex_create();
     CHECK_EQ(async_mutex_lock(g_m, -1), 0);
     pthread_t th[2];
     for (int i = 0; i < 8; i++) CHECK(async_fiber_spawn(s, mw_fiber, NULL, 0) != NULL);
     for (int i = 0; i < 2; i++) start_thread(&th[i], mw_thread, NULL);
-    wait_parked(s, 8);
+    sched_wait_parked(s, 8);
     sleep_ms(20); /* the threads block (not observable; either way they fail) */
     async_mutex_destroy(g_m);
     CHECK_FAIL(async_mutex_unlock(g_m) == -1, ASYNC_E_BADHANDLE); /* the owner's unlock */
@@ -759,7 +740,7 @@ static void churn_fiber(void *arg) {
 }
 
 static void t_destroy_race(void) {
-    async_sched_t *s = mk(4);
+    async_sched_t *s = sched_new(4);
     for (int r = 0; r < 100; r++) {
         g_m = async_mutex_create();
         g_c = async_cond_create();
@@ -799,14 +780,14 @@ static void sd_waiter(void *arg) {
 }
 
 static void t_shutdown(void) {
-    async_sched_t *s = mk(2);
+    async_sched_t *s = sched_new(2);
     g_m = async_mutex_create();
     g_c = async_cond_create();
     g_nwait = 0;
     CHECK(async_fiber_spawn(s, sd_waiter, NULL, 0) != NULL);
     lock_when_waiting(1); /* the main thread holds m; sd_waiter parks on c */
     CHECK(async_fiber_spawn(s, sd_locker, NULL, 0) != NULL);
-    wait_parked(s, 2);
+    sched_wait_parked(s, 2);
     CHECK_FAIL(async_sched_shutdown(s, 0) == -1, ASYNC_E_TIMEDOUT);
     double t0 = now_ms();
     while (!atomic_load(&g_lock_rc)) {
@@ -858,7 +839,7 @@ static void count_dtor(void *v) {
 
 static void t_fls_migrate(void) {
     CHECK_EQ(async_fiber_key_create(&g_key, count_dtor), 0);
-    async_sched_t *s = mk(4);
+    async_sched_t *s = sched_new(4);
     CHECK_EQ(async_fiber_setspecific(g_key, (void *)&g_key), 0); /* the main thread's */
     for (intptr_t i = 0; i < FLS_FIBERS; i++) CHECK(async_fiber_spawn(s, fls_fiber, (void *)i, 0) != NULL);
     pthread_t t;
@@ -936,7 +917,7 @@ static void t_fls_destructors(void) {
     CHECK_EQ(async_fiber_key_create(&g_key, dt_dtor), 0);
     CHECK_EQ(async_fiber_key_create(&g_key2, k2_dtor), 0);
     CHECK_EQ(async_fiber_key_create(&g_dead_key, dead_dtor), 0);
-    async_sched_t *s = mk(4);
+    async_sched_t *s = sched_new(4);
     async_fiber_t *f[DT_FIBERS];
     /* the dead key is deleted while fibers hold values of it */
     for (int i = 0; i < DT_FIBERS; i++) {

@@ -15,12 +15,6 @@
 
 #define ROUNDS 60
 
-static async_sched_t *mk(int workers) {
-    async_sched_config_t cfg = {workers, 0, 0};
-    async_sched_t *s = async_sched_create(&cfg);
-    CHECK(s != NULL);
-    return s;
-}
 
 /* Waits (bounded) until *v >= n. */
 static void wait_at_least(atomic_long *v, long n) {
@@ -80,7 +74,7 @@ static void t_spawn_vs_destroy(void) {
     long total = 0;
     for (int round = 0; round < ROUNDS; round++) {
         spawn_race_t r = {0};
-        r.s = mk(round % 2 ? 2 : 1);
+        r.s = sched_new(round % 2 ? 2 : 1);
         pthread_t th[NT];
         for (int i = 0; i < NT; i++) CHECK_EQ(pthread_create(&th[i], NULL, plain_spawner, &r), 0);
         wait_at_least(&r.accepted, 50 + 10 * (round % 7));
@@ -126,10 +120,10 @@ static void fiber_spawner(void *arg) {
 
 static void t_fiber_spawn_vs_destroy(void) {
     enum { NF = 3, NF2 = 2 };
-    async_sched_t *s2 = mk(1);
+    async_sched_t *s2 = sched_new(1);
     for (int round = 0; round < ROUNDS; round++) {
         fiber_race_t r = {0};
-        r.s = mk(round % 2 ? 2 : 1);
+        r.s = sched_new(round % 2 ? 2 : 1);
         r.s2 = s2;
         /* spawners on s itself (they are live: destroy waits for them) and
          * on s2 (they pin s for each spawn) */
@@ -194,7 +188,7 @@ static void t_join_vs_destroy(void) {
     long joined = 0, bad = 0;
     for (int round = 0; round < ROUNDS; round++) {
         join_race_t r = {0};
-        r.s = mk(round % 2 ? 2 : 1);
+        r.s = sched_new(round % 2 ? 2 : 1);
         for (int i = 0; i < JF; i++) CHECK((r.f[i] = async_fiber_spawn(r.s, join_target, &r, ASYNC_FIBER_JOINABLE)));
         wait_at_least(&r.ran, JF);
         pthread_t th[JT];
@@ -260,7 +254,7 @@ static void *other_caller(void *arg) {
 
 static void t_shutdown_vs_destroy(void) {
     for (int round = 0; round < ROUNDS; round++) {
-        async_sched_t *s = mk(round % 2 ? 2 : 1);
+        async_sched_t *s = sched_new(round % 2 ? 2 : 1);
         for (int i = 0; i < 16; i++) CHECK(async_fiber_spawn(s, sleeper, NULL, i % 2 ? ASYNC_FIBER_JOINABLE : 0));
         atomic_long started = 0;
         pthread_t th[4];
@@ -312,7 +306,7 @@ static void t_wake_vs_destroy(void) {
     enum { NR = 8, NS = 3 };
     for (int round = 0; round < ROUNDS; round++) {
         wake_race_t r = {0};
-        r.s = mk(round % 2 ? 2 : 1);
+        r.s = sched_new(round % 2 ? 2 : 1);
         CHECK((r.c = async_chan_create(0, sizeof(long))));
         for (int i = 0; i < NR; i++) CHECK(async_fiber_spawn(r.s, chan_receiver, &r, 0));
         pthread_t th[NS];
@@ -343,7 +337,7 @@ static void spawn_after_shutdown(void *arg) {
 }
 
 static void t_spawn_cancelled(void) {
-    async_sched_t *s = mk(2);
+    async_sched_t *s = sched_new(2);
     CHECK(async_fiber_spawn(s, spawn_after_shutdown, s, 0));
     CHECK_EQ(async_sched_shutdown(s, 30000), 0);
     CHECK_EQ(atomic_load(&cancel_seen), 1);

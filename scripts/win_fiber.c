@@ -15,24 +15,8 @@
 
 #include "check.h"
 
-static async_sched_t *mk(int workers) {
-    async_sched_config_t cfg = {workers, 0, 0};
-    async_sched_t *s = async_sched_create(&cfg);
-    CHECK(s != NULL);
-    return s;
-}
 
 /* Waits until n fibers of s are parked; fails after 60 s. */
-static void wait_parked(async_sched_t *s, size_t n) {
-    async_sched_stats_t st;
-    double t0 = now_ms();
-    for (;;) {
-        CHECK_EQ(async_sched_get_stats(s, &st, NULL, 0), 0);
-        if (st.fibers_parked == n) return;
-        if (now_ms() - t0 > 60000) CHECK_EQ(st.fibers_parked, n);
-        sleep_ms(2);
-    }
-}
 
 /* ---- spawn, yield, join, current ----------------------------------------------- */
 
@@ -65,7 +49,7 @@ static void parent_fiber(void *arg) {
 
 static void t_spawn_yield_join(void) {
     CHECK(async_fiber_current() == NULL);
-    parent_t p = {mk(2), NULL, 0};
+    parent_t p = {sched_new(2), NULL, 0};
     async_fiber_t *f = async_fiber_spawn(p.s, parent_fiber, &p, ASYNC_FIBER_JOINABLE);
     CHECK(f);
     for (int i = 0; i < 10; i++) CHECK(async_fiber_spawn(p.s, yielder, NULL, 0));
@@ -91,7 +75,7 @@ static void add_one(void *arg) {
  * stacks are reused). */
 static void t_many_fibers(void) {
     enum { N = 20000 };
-    async_sched_t *s = mk(4);
+    async_sched_t *s = sched_new(4);
     atomic_int n = 0;
     for (int round = 0; round < 2; round++) {
         for (int i = 0; i < N; i++) CHECK(async_fiber_spawn(s, add_one, &n, 0));
@@ -129,7 +113,7 @@ static void deep_fiber(void *arg) {
 static void t_deep_recursion(void) {
     ULONG_PTR lo0, hi0, lo1, hi1;
     GetCurrentThreadStackLimits(&lo0, &hi0);
-    async_sched_t *s = mk(1);
+    async_sched_t *s = sched_new(1);
     int r = -1;
     CHECK(async_fiber_spawn(s, deep_fiber, &r, 0));
     CHECK_EQ(async_sched_run(s), 0);
@@ -148,7 +132,7 @@ static void unbounded(void *arg) {
 
 /* Child of t_overflow: a fiber recursing without end. */
 static void t_overflow_child(void) {
-    async_sched_t *s = mk(1);
+    async_sched_t *s = sched_new(1);
     CHECK(async_fiber_spawn(s, unbounded, s, 0));
     async_sched_run(s);
     printf("the overflow was not caught\n");
@@ -252,7 +236,7 @@ static void unwind_fiber(void *arg) {
 }
 
 static void t_unwind(void) {
-    async_sched_t *s = mk(1);
+    async_sched_t *s = sched_new(1);
     int out[2] = {0, 0};
     CHECK(async_fiber_spawn(s, unwind_fiber, out, 0));
     CHECK_EQ(async_sched_run(s), 0);
@@ -309,7 +293,7 @@ static void xmm_fiber(void *arg) {
 
 static void t_xmm_preserved(void) {
     /* one worker: every yield switches to another fiber with other values */
-    async_sched_t *s = mk(1);
+    async_sched_t *s = sched_new(1);
     for (uintptr_t i = 1; i <= 4; i++) CHECK(async_fiber_spawn(s, xmm_fiber, (void *)i, 0));
     CHECK_EQ(async_sched_run(s), 0);
     CHECK_EQ(atomic_load(&xmm_bad), 0);
@@ -345,7 +329,7 @@ static void *feeder(void *arg) {
 }
 
 static void chan_case(size_t cap) {
-    async_sched_t *s = mk(2);
+    async_sched_t *s = sched_new(2);
     /* wine's emulated thread wake-ups make each rendezvous slow: fewer */
     relay_t r = {async_chan_create(cap, sizeof(long)), async_chan_create(cap, sizeof(long)), cap ? 20000 : 2000};
     CHECK(r.in && r.out);
@@ -380,7 +364,7 @@ static void sleep_fiber(void *arg) {
 
 static void t_sleep_order(void) {
     /* one worker: timers fire in deadline order and wake in that order */
-    async_sched_t *s = mk(1);
+    async_sched_t *s = sched_new(1);
     int slots[5][2] = {{80, -1}, {10, -1}, {160, -1}, {40, -1}, {0, -1}};
     for (int i = 0; i < 5; i++) CHECK(async_fiber_spawn(s, sleep_fiber, slots[i], 0));
     double t0 = now_ms();
@@ -427,7 +411,7 @@ static void setter_fiber(void *arg) {
 }
 
 static void t_blocking(void) {
-    async_sched_t *s = mk(1);
+    async_sched_t *s = sched_new(1);
     blk_t b = {CreateEventA(NULL, TRUE, FALSE, NULL), 0, 0, 0};
     CHECK(b.ev);
     CHECK(async_fiber_spawn(s, blocker_fiber, &b, 0));
@@ -483,7 +467,7 @@ static void tcp_pair(SOCKET *a, SOCKET *b) {
 }
 
 static void t_shutdown_parked(void) {
-    async_sched_t *s = mk(2);
+    async_sched_t *s = sched_new(2);
     async_chan_t *c = async_chan_create(0, sizeof(long));
     SOCKET a, b;
     tcp_pair(&a, &b);
@@ -492,7 +476,7 @@ static void t_shutdown_parked(void) {
         CHECK(async_fiber_spawn(s, park_sleep, NULL, 0));
     }
     CHECK(async_fiber_spawn(s, park_fd, (void *)(uintptr_t)a, 0));
-    wait_parked(s, 11);
+    sched_wait_parked(s, 11);
     CHECK_EQ(async_sched_shutdown(s, 30000), 0);
     CHECK_EQ(atomic_load(&cancelled), 11);
     CHECK_FAIL(async_fiber_spawn(s, nop_fiber, NULL, 0) == NULL, ASYNC_E_CANCELLED);
@@ -556,7 +540,7 @@ static void echo_client(void *arg) {
 }
 
 static void t_sockets(void) {
-    async_sched_t *s = mk(2);
+    async_sched_t *s = sched_new(2);
     srv_t sv = {socket(AF_INET, SOCK_STREAM, IPPROTO_TCP), {0}, 0};
     CHECK(sv.l != INVALID_SOCKET);
     int len = sizeof sv.addr;
@@ -589,12 +573,12 @@ static void fd_waiter(void *arg) {
 /* A fiber parked on a socket is woken by data a plain thread sends, and a
  * closed peer is reported. */
 static void t_wait_fd_wake(void) {
-    async_sched_t *s = mk(1);
+    async_sched_t *s = sched_new(1);
     SOCKET a, b;
     tcp_pair(&a, &b);
     fdw_t w = {a, -2, 0};
     CHECK(async_fiber_spawn(s, fd_waiter, &w, 0));
-    wait_parked(s, 1);
+    sched_wait_parked(s, 1);
     CHECK_EQ(send(b, "x", 1, 0), 1);
     CHECK_EQ(async_sched_run(s), 0);
     printf("wait_fd after a send: %d (error %d)\n", w.ev, w.err);
@@ -603,7 +587,7 @@ static void t_wait_fd_wake(void) {
     CHECK_EQ(async_fiber_read((async_fd_t)a, &c, 1, 1000), 1); /* plain thread */
     w.ev = -2;
     CHECK(async_fiber_spawn(s, fd_waiter, &w, 0));
-    wait_parked(s, 1);
+    sched_wait_parked(s, 1);
     closesocket(b);
     CHECK_EQ(async_sched_run(s), 0);
     printf("wait_fd after the peer closed: %d (error %d)\n", w.ev, w.err);
@@ -629,7 +613,7 @@ static void zero_fiber(void *arg) {
 }
 
 static void t_zero_len(void) {
-    async_sched_t *s = mk(1);
+    async_sched_t *s = sched_new(1);
     SOCKET a, b;
     tcp_pair(&a, &b);
     CHECK(async_fiber_spawn(s, zero_fiber, &a, 0));
@@ -693,7 +677,7 @@ static void sy_waiter(void *arg) {
 }
 
 static void t_sync_fls(void) {
-    async_sched_t *s = mk(2);
+    async_sched_t *s = sched_new(2);
     CHECK((sy_mu = async_mutex_create()) != NULL);
     CHECK((sy_cv = async_cond_create()) != NULL);
     CHECK_EQ(async_fiber_key_create(&sy_key, sy_dtor), 0);
