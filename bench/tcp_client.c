@@ -1,6 +1,6 @@
 /*
  * TCP echo client for the echo rows: starts a server program (echo_async,
- * echo_epoll, echo_uv or go_echo, from this program's directory), opens
+ * echo_epoll, echo_uring, echo_uv or go_echo, from this program's directory), opens
  * `conns` loopback connections to it and makes every connection do
  * `round_trips` round trips of one `msg_size`-byte message at a time (send,
  * wait for the whole echo, check it, send the next), all connections at once
