@@ -1,5 +1,5 @@
 /*
- * Shared by the TCP echo servers in bench/ (echo_async.c, echo_epoll.c,
+ * Shared by the TCP echo servers in bench/ (echo_async.c, echo_epoll.c, echo_uring.c,
  * echo_uv.c; go/echo does the same in Go): a server listens on 127.0.0.1 on a
  * port the kernel picks, prints "port=N" on stdout and echoes every byte it
  * reads until it is killed (tcp_client sends SIGTERM when it is done).

@@ -3,6 +3,11 @@
  * async_fiber_read / async_fiber_write with a 4 KiB buffer on its stack, one
  * acceptor fiber (the server of docs/FIBERS.md).
  *
+ * The I/O path is the library's choice: ASYNC_FIBER_IO=uring in the
+ * environment asks for the io_uring one (the echo_*_uring rows). The library
+ * does not say which path it took, so tcp_client reports it from outside
+ * (server_io=, from the server's descriptors).
+ *
  * usage: echo_async [workers=1]   (see echo.h)
  */
 #include "echo.h"

@@ -68,6 +68,7 @@ done
 for p in latency_efd fdlatency_epoll queue_ring echo_epoll tcp_client; do
   gcc "${CFLAGS[@]}" -o "$OUT/$p" "$B/$p.c" -lpthread
 done
+gcc "${CFLAGS[@]}" -o "$OUT/echo_uring" "$B/echo_uring.c" -luring
 g++ -O2 -Wall -Wextra -o "$OUT/fibers_boost" "$B/fibers_boost.cpp" -lboost_fiber -lboost_context -lpthread
 (cd "$B/go" && go build -o "$OUT/go_timers" ./timers && go build -o "$OUT/go_chanqueue" ./chanqueue &&
   go build -o "$OUT/go_fibers" ./fibers && go build -o "$OUT/go_echo" ./echo && go build -o "$OUT/report" ./report)
@@ -87,12 +88,17 @@ g++ -O2 -Wall -Wextra -o "$OUT/fibers_boost" "$B/fibers_boost.cpp" -lboost_fiber
 } >"$OUT/machine.txt"
 
 # ---------------------------------------------------------------- run
-# "row impl program args". The impls of one row run back to back, and their
+# "row impl [NAME=value ...] program args" (the assignments go into the
+# program's environment). The impls of one row run back to back, and their
 # order alternates between rounds (A B, then B A) so neither side always goes
 # first. Fiber rows: 1 libasync worker against Boost.Fiber's single thread and
-# Go with GOMAXPROCS=1 (the headline), then 2 workers against GOMAXPROCS=2
-# (context). Echo rows: bench/tcp_client starts the server named after its
-# sizes (conns, round trips per connection, message bytes).
+# Go with GOMAXPROCS=1, then 2 workers against GOMAXPROCS=2 (targets too for
+# spawn and ping-pong). Echo rows: bench/tcp_client starts the server named
+# after its sizes (conns, round trips per connection, message bytes); the
+# tcp_client process passes its environment on to the server. Per size:
+# 1 worker on the default path against the 1-thread peers, 2 workers (against
+# the 1-worker run in the report), and ASYNC_FIBER_IO=uring against the
+# io_uring peer (tcp_client reports which path the server really used).
 n() { echo $(($1 / SCALE)); }
 BENCHES=(
   "completions libasync completions_async 4 $(n 1000000)"
@@ -136,12 +142,16 @@ BENCHES=(
   "echo_1k go1 tcp_client $(n 1000) 30 64 go_echo 1"
   "echo_1k_2w libasync tcp_client $(n 1000) 30 64 echo_async 2"
   "echo_1k_2w go2 tcp_client $(n 1000) 30 64 go_echo 2"
+  "echo_1k_uring libasync ASYNC_FIBER_IO=uring tcp_client $(n 1000) 30 64 echo_async 1"
+  "echo_1k_uring uring tcp_client $(n 1000) 30 64 echo_uring"
   "echo_10k libasync tcp_client $(n 10000) 5 64 echo_async 1"
   "echo_10k epoll tcp_client $(n 10000) 5 64 echo_epoll"
   "echo_10k libuv tcp_client $(n 10000) 5 64 echo_uv"
   "echo_10k go1 tcp_client $(n 10000) 5 64 go_echo 1"
   "echo_10k_2w libasync tcp_client $(n 10000) 5 64 echo_async 2"
   "echo_10k_2w go2 tcp_client $(n 10000) 5 64 go_echo 2"
+  "echo_10k_uring libasync ASYNC_FIBER_IO=uring tcp_client $(n 10000) 5 64 echo_async 1"
+  "echo_10k_uring uring tcp_client $(n 10000) 5 64 echo_uring"
 )
 # Run once, after the rounds (too slow to repeat: most of the time goes to
 # first-touch page faults): the full-size parked-fibers row.
@@ -152,11 +162,17 @@ ONCE=(
 RESULTS=$OUT/results.txt
 : >"$RESULTS"
 
-run_one() { # round row impl prog args...
-  local round=$1 row=$2 impl=$3 prog=$4
-  shift 4
-  local line rc=0
-  line=$(timeout 120 "$OUT/$prog" "$@" 2>>"$OUT/stderr.txt" | tail -n1) || rc=$?
+run_one() { # round row impl [NAME=value ...] prog args...
+  local round=$1 row=$2 impl=$3
+  shift 3
+  local vars=() prog line rc=0
+  while [[ $1 =~ ^[A-Za-z_][A-Za-z0-9_]*= ]]; do
+    vars+=("$1")
+    shift
+  done
+  prog=$1
+  shift
+  line=$(env ${vars[@]+"${vars[@]}"} timeout 120 "$OUT/$prog" "$@" 2>>"$OUT/stderr.txt" | tail -n1) || rc=$?
   if [[ $rc != 0 && $line != ok=0* ]]; then
     line="ok=0 error=\"$prog exited with status $rc\""
   fi

@@ -1,6 +1,6 @@
 /*
  * TCP echo client for the echo rows: starts a server program (echo_async,
- * echo_epoll, echo_uv or go_echo, from this program's directory), opens
+ * echo_epoll, echo_uring, echo_uv or go_echo, from this program's directory), opens
  * `conns` loopback connections to it and makes every connection do
  * `round_trips` round trips of one `msg_size`-byte message at a time (send,
  * wait for the whole echo, check it, send the next), all connections at once
@@ -17,7 +17,14 @@
  *                  ticks) as a cross-check;
  *   p50_us, p99_us: round-trip latency seen by the client (send to last byte
  *                  of the echo), over every round trip;
- *   rt_per_s:      round trips per second.
+ *   rt_per_s:      round trips per second;
+ *   server_io:     which kernel interface the server waited with, seen from
+ *                  outside at the end of the timed phase: "uring" if it holds
+ *                  an io_uring instance (an anon_inode:[io_uring] descriptor in
+ *                  /proc/<pid>/fd), else "epoll" if it holds an epoll
+ *                  descriptor, else "other" (uring_fds=, epoll_fds= count
+ *                  them). This tells which I/O path a server that can use
+ *                  either really took, without asking the server.
  * Every echo is compared byte for byte with what was sent (content depends on
  * connection and sequence number); any mismatch, stall (10 s without
  * progress) or early server exit prints ok=0. Connections are closed with
@@ -164,6 +171,27 @@ static uint64_t server_cpu_ns(uint64_t *stat_ns) {
     return total;
 }
 
+/* How many io_uring and epoll descriptors the server holds. */
+static void server_pollers(int *uring, int *epoll) {
+    char path[64];
+    *uring = *epoll = 0;
+    snprintf(path, sizeof path, "/proc/%d/fd", (int)server);
+    DIR *d = opendir(path);
+    if (!d) DIE("cannot read %s", path);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char p[PATH_MAX], target[128];
+        snprintf(p, sizeof p, "%s/%s", path, e->d_name);
+        ssize_t n = readlink(p, target, sizeof target - 1);
+        if (n <= 0) continue;
+        target[n] = '\0';
+        if (strcmp(target, "anon_inode:[io_uring]") == 0) ++*uring;
+        if (strcmp(target, "anon_inode:[eventpoll]") == 0) ++*epoll;
+    }
+    closedir(d);
+}
+
 static void start_server(char **argv, int *port) {
     char self[PATH_MAX], prog[PATH_MAX + 64];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -262,6 +290,8 @@ int main(int argc, char **argv) {
     run_phase(0, (uint32_t)conns, rts, 1);
     uint64_t t1 = now_ns();
     uint64_t cpu1 = server_cpu_ns(&stat1);
+    int uring_fds, epoll_fds;
+    server_pollers(&uring_fds, &epoll_fds);
 
     if (waitpid(server, NULL, WNOHANG) != 0) {
         server = 0;
@@ -277,8 +307,10 @@ int main(int argc, char **argv) {
     double n = (double)nsamples, secs = (double)(t1 - t0) / 1e9;
     uint64_t p50 = percentile(samples, nsamples, 50), p99 = percentile(samples, nsamples, 99);
     printf("ok=1 conns=%ld round_trips=%.0f msg=%zu secs=%.4f rt_per_s=%.0f cpu_us_per_rt=%.3f "
-           "cpu_stat_us_per_rt=%.3f server_cpu_s=%.3f p50_us=%.1f p99_us=%.1f\n",
+           "cpu_stat_us_per_rt=%.3f server_cpu_s=%.3f p50_us=%.1f p99_us=%.1f server_io=%s uring_fds=%d "
+           "epoll_fds=%d\n",
            conns, n, msg, secs, n / secs, (double)(cpu1 - cpu0) / 1e3 / n, (double)(stat1 - stat0) / 1e3 / n,
-           (double)(cpu1 - cpu0) / 1e9, (double)p50 / 1e3, (double)p99 / 1e3);
+           (double)(cpu1 - cpu0) / 1e9, (double)p50 / 1e3, (double)p99 / 1e3,
+           uring_fds ? "uring" : epoll_fds ? "epoll" : "other", uring_fds, epoll_fds);
     return 0;
 }

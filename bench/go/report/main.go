@@ -32,104 +32,128 @@ type line struct {
 	target      string  // "ratio>=", "ratio<=", "abs<=" or "" (context only)
 	limit       float64 // the target's number
 	peerRow     string  // the row whose results hold the peer ("" = row)
+	io          string  // if set, the server_io our runs must report ("epoll", "uring"); else the target is n/a
 }
 
 const ours = "libasync"
 
 // The table, in display order. A row's lines may compare ours with a peer
 // measured in another row (peerRow), e.g. 2 workers against the 1-thread
-// raw epoll server.
+// raw epoll server, or 2 of our workers against 1 of ours (peer "libasync"
+// in another row).
 var table = []line{
 	{"completions", "msgs_per_s", "completions: 4 producer threads post, main thread drains", "M msg/s", 1e-6,
-		"libuv", "libuv: lock-free stack + uv_async_send", "ratio>=", 1.0, ""},
+		"libuv", "libuv: lock-free stack + uv_async_send", "ratio>=", 1.0, "", ""},
 	{"completions", "wakes_per_msg", "completions: wake syscalls (write) per msg, in-process count", "syscalls/msg", 1,
-		"libuv", "libuv: lock-free stack + uv_async_send", "abs<=", 0.01, ""},
+		"libuv", "libuv: lock-free stack + uv_async_send", "abs<=", 0.01, "", ""},
 	{"completions", "ok", "completions: every payload delivered once, in order per producer", "rounds ok", 1,
-		"", "", "all-ok", 0, ""},
+		"", "", "all-ok", 0, "", ""},
 	{"completions_strace", "writes_per_msg", "completions under strace -f: write per msg", "syscalls/msg", 1,
-		"libuv", "libuv", "", 0, ""},
+		"libuv", "libuv", "", 0, "", ""},
 	{"completions_strace", "futex_per_msg", "completions under strace -f: futex per msg", "syscalls/msg", 1,
-		"libuv", "libuv", "", 0, ""},
+		"libuv", "libuv", "", 0, "", ""},
 	{"latency", "p50_us", "completion wake latency, idle loop: p50", "µs", 1,
-		"eventfd", "raw eventfd + epoll_wait", "ratio<=", 1.1, ""},
+		"eventfd", "raw eventfd + epoll_wait", "ratio<=", 1.1, "", ""},
 	{"latency", "p50_us", "completion wake latency, idle loop: p50", "µs", 1,
-		"libuv", "libuv uv_async_send", "", 0, ""},
+		"libuv", "libuv uv_async_send", "", 0, "", ""},
 	{"latency", "p99_us", "completion wake latency, idle loop: p99", "µs", 1,
-		"libuv", "libuv uv_async_send", "ratio<=", 1.0, ""},
+		"libuv", "libuv uv_async_send", "ratio<=", 1.0, "", ""},
 	{"latency", "p99_us", "completion wake latency, idle loop: p99", "µs", 1,
-		"eventfd", "raw eventfd + epoll_wait", "", 0, ""},
+		"eventfd", "raw eventfd + epoll_wait", "", 0, "", ""},
 	{"fdlatency", "p50_us", "fd readiness wake latency (pipe byte -> wait returns), idle loop: p50", "µs", 1,
-		"epoll", "raw epoll_wait on the pipe", "ratio<=", 1.2, ""},
+		"epoll", "raw epoll_wait on the pipe", "ratio<=", 1.2, "", ""},
 	{"fdlatency", "p99_us", "fd readiness wake latency (pipe byte -> wait returns), idle loop: p99", "µs", 1,
-		"epoll", "raw epoll_wait on the pipe", "", 0, ""},
+		"epoll", "raw epoll_wait on the pipe", "", 0, "", ""},
 	{"queue_1p1c", "msgs_per_s", "queue enqueue+dequeue, 1P1C, 16 B msgs, capacity 1024", "M msg/s", 1e-6,
-		"ring", "C ring: mutex + 2 condvars", "ratio>=", 1.0, ""},
+		"ring", "C ring: mutex + 2 condvars", "ratio>=", 1.0, "", ""},
 	{"queue_1p1c", "msgs_per_s", "queue enqueue+dequeue, 1P1C, 16 B msgs, capacity 1024", "M msg/s", 1e-6,
-		"gochan", "Go buffered channel", "", 0, ""},
+		"gochan", "Go buffered channel", "", 0, "", ""},
 	{"queue_4p1c", "msgs_per_s", "queue enqueue+dequeue, 4P1C, 16 B msgs, capacity 1024", "M msg/s", 1e-6,
-		"ring", "C ring: mutex + 2 condvars", "ratio>=", 1.0, ""},
+		"ring", "C ring: mutex + 2 condvars", "ratio>=", 1.0, "", ""},
 	{"queue_4p1c", "msgs_per_s", "queue enqueue+dequeue, 4P1C, 16 B msgs, capacity 1024", "M msg/s", 1e-6,
-		"gochan", "Go buffered channel", "", 0, ""},
+		"gochan", "Go buffered channel", "", 0, "", ""},
 	{"timers", "ns_per_op", "timers: start 1M then cancel 1M (warm pass), per op", "ns/op", 1,
-		"libuv", "libuv uv_timer_start/stop", "ratio<=", 0.25, ""},
+		"libuv", "libuv uv_timer_start/stop", "ratio<=", 0.25, "", ""},
 	{"timers", "ns_per_op", "timers: start 1M then cancel 1M (warm pass), per op", "ns/op", 1,
-		"gotimers", "Go time.AfterFunc/Stop", "", 0, ""},
-	{"timers", "start_ns", "timers: start only (warm)", "ns/op", 1, "libuv", "libuv uv_timer_init+start", "", 0, ""},
-	{"timers", "cancel_ns", "timers: cancel only (warm)", "ns/op", 1, "libuv", "libuv uv_timer_stop", "", 0, ""},
+		"gotimers", "Go time.AfterFunc/Stop", "", 0, "", ""},
+	{"timers", "start_ns", "timers: start only (warm)", "ns/op", 1, "libuv", "libuv uv_timer_init+start", "", 0, "", ""},
+	{"timers", "cancel_ns", "timers: cancel only (warm)", "ns/op", 1, "libuv", "libuv uv_timer_stop", "", 0, "", ""},
 	{"timers", "cold_ns_per_op", "timers: first pass on fresh memory, per op", "ns/op", 1,
-		"libuv", "libuv uv_timer_start/stop", "", 0, ""},
-	{"cgo", "c_call_ns", "C boundary: a call the C half answers (async_last_error)", "ns", 1, "", "", "", 0, ""},
-	{"cgo", "go_call_ns", "C boundary: a trivial call into Go (a handle lookup: async_runtime_cancel_timer, dead runtime)", "ns", 1, "", "", "", 0, ""},
-	{"cgo", "first_call_us", "C boundary: first call into Go from a new thread", "µs", 1, "", "", "", 0, ""},
-	{"cgo", "post_ns", "post_completion, one thread, no waiter", "ns", 1, "", "", "", 0, ""},
+		"libuv", "libuv uv_timer_start/stop", "", 0, "", ""},
+	{"cgo", "c_call_ns", "C boundary: a call the C half answers (async_last_error)", "ns", 1, "", "", "", 0, "", ""},
+	{"cgo", "go_call_ns", "C boundary: a trivial call into Go (a handle lookup: async_runtime_cancel_timer, dead runtime)", "ns", 1, "", "", "", 0, "", ""},
+	{"cgo", "first_call_us", "C boundary: first call into Go from a new thread", "µs", 1, "", "", "", 0, "", ""},
+	{"cgo", "post_ns", "post_completion, one thread, no waiter", "ns", 1, "", "", "", 0, "", ""},
 
 	{"fiber_yield", "ns_per_yield", "fiber yield, 2 fibers on 1 thread", "ns/yield", 1,
-		"boostfiber", "Boost.Fiber this_fiber::yield", "ratio<=", 1.0, ""},
+		"boostfiber", "Boost.Fiber this_fiber::yield", "ratio<=", 1.0, "", ""},
 	{"fiber_yield", "ns_per_yield", "fiber yield, 2 fibers on 1 thread", "ns/yield", 1,
-		"go1", "Go runtime.Gosched, GOMAXPROCS=1", "ratio<=", 0.6, ""},
+		"go1", "Go runtime.Gosched, GOMAXPROCS=1", "ratio<=", 0.6, "", ""},
 	{"fiber_yield_2w", "ns_per_yield", "fiber yield, 4 fibers on 2 workers", "ns/yield", 1,
-		"go2", "Go runtime.Gosched, GOMAXPROCS=2", "", 0, ""},
+		"go2", "Go runtime.Gosched, GOMAXPROCS=2", "", 0, "", ""},
 	{"fiber_spawn", "ns_per_fiber", "fiber spawn+complete, batches of 100 joined, 1 thread", "ns/fiber", 1,
-		"go1", "Go goroutine + WaitGroup, GOMAXPROCS=1", "ratio<=", 0.3, ""},
+		"go1", "Go goroutine + WaitGroup, GOMAXPROCS=1", "ratio<=", 0.3, "", ""},
 	{"fiber_spawn", "ns_per_fiber", "fiber spawn+complete, batches of 100 joined, 1 thread", "ns/fiber", 1,
-		"boostfiber", "Boost.Fiber fiber + join (pooled stacks)", "", 0, ""},
+		"boostfiber", "Boost.Fiber fiber + join (pooled stacks)", "", 0, "", ""},
 	{"fiber_spawn_2w", "ns_per_fiber", "fiber spawn+complete, 2 workers", "ns/fiber", 1,
-		"go2", "Go goroutine + WaitGroup, GOMAXPROCS=2", "", 0, ""},
+		"go2", "Go goroutine + WaitGroup, GOMAXPROCS=2", "ratio<=", 1.0, "", ""},
 	{"fiber_pingpong", "ns_per_rt", "channel ping-pong, capacity 0, 1 thread, 1M round trips", "ns/round trip", 1,
-		"go1", "Go unbuffered channel, GOMAXPROCS=1", "ratio<=", 0.8, ""},
+		"go1", "Go unbuffered channel, GOMAXPROCS=1", "ratio<=", 0.8, "", ""},
 	{"fiber_pingpong", "ns_per_rt", "channel ping-pong, capacity 0, 1 thread, 1M round trips", "ns/round trip", 1,
-		"boostfiber", "Boost.Fiber unbuffered_channel", "", 0, ""},
+		"boostfiber", "Boost.Fiber unbuffered_channel", "", 0, "", ""},
 	{"fiber_pingpong_timed", "ns_per_rt", "channel ping-pong, 1 thread, every op with a 10 s timeout", "ns/round trip", 1,
-		"go1", "Go unbuffered channel, GOMAXPROCS=1", "", 0, "fiber_pingpong"},
+		"go1", "Go unbuffered channel, GOMAXPROCS=1", "", 0, "fiber_pingpong", ""},
 	{"fiber_pingpong_2w", "ns_per_rt", "channel ping-pong, 2 workers, 200k round trips", "ns/round trip", 1,
-		"go2", "Go unbuffered channel, GOMAXPROCS=2", "", 0, ""},
+		"go2", "Go unbuffered channel, GOMAXPROCS=2", "ratio<=", 1.0, "", ""},
 	{"fiber_parked", "rss_per_fiber_b", "parked fibers (100k, 16 KiB stacks): RSS per fiber", "KiB", 1.0 / 1024,
-		"go1", "Go goroutines blocked on a channel", "abs<=", 8, ""},
+		"go1", "Go goroutines blocked on a channel", "abs<=", 8, "", ""},
 	{"fiber_parked", "create_ns", "parked fibers (100k): creation time per fiber", "µs", 1e-3,
-		"go1", "Go goroutines", "", 0, ""},
+		"go1", "Go goroutines", "", 0, "", ""},
 	{"fiber_parked_1m", "rss_per_fiber_b", "1M parked fibers (one run): RSS per fiber", "KiB", 1.0 / 1024,
-		"go1", "Go goroutines blocked on a channel", "abs<=", 8, ""},
+		"go1", "Go goroutines blocked on a channel", "abs<=", 8, "", ""},
 	{"fiber_parked_1m", "create_ns", "1M parked fibers (one run): creation time per fiber", "µs", 1e-3,
-		"go1", "Go goroutines", "", 0, ""},
+		"go1", "Go goroutines", "", 0, "", ""},
 }
 
-// The TCP echo lines, the same for 1k and 10k connections.
+// The TCP echo lines, the same for 1k and 10k connections. Three rows each:
+// ours with 1 worker on the default (epoll) path against the 1-thread peers;
+// ours with 2 workers against ours with 1 (and the Go and epoll context);
+// ours with ASYNC_FIBER_IO=uring against the io_uring peer. Our lines name
+// the I/O path they stand for (io): tcp_client reports the path the server
+// really used (server_io), and a line whose runs took another one gets no
+// verdict.
 func init() {
+	const (
+		epoll = "raw epoll server, 1 thread"
+		uring = "io_uring server (liburing), 1 thread"
+		uv    = "libuv server (static buffer, uv_try_write)"
+	)
 	for _, c := range []struct{ row, what string }{{"echo_1k", "1k conns x 30"}, {"echo_10k", "10k conns x 5"}} {
 		w := "TCP echo " + c.what + " round trips, 64 B: "
 		w2 := "TCP echo " + c.what + ", 2 workers: "
+		wu := "TCP echo " + c.what + ", ASYNC_FIBER_IO=uring: "
+		r2, ru := c.row+"_2w", c.row+"_uring"
 		table = append(table,
-			line{c.row, "cpu_us_per_rt", w + "server CPU per round trip", "µs", 1, "epoll", "raw epoll server, 1 thread", "ratio<=", 1.0, ""},
-			line{c.row, "cpu_us_per_rt", w + "server CPU per round trip", "µs", 1, "libuv", "libuv server (static buffer, uv_try_write)", "", 0, ""},
-			line{c.row, "cpu_us_per_rt", w + "server CPU per round trip", "µs", 1, "go1", "Go net, GOMAXPROCS=1", "", 0, ""},
-			line{c.row, "p99_us", w + "p99 round trip", "ms", 1e-3, "epoll", "raw epoll server, 1 thread", "ratio<=", 1.0, ""},
-			line{c.row, "p99_us", w + "p99 round trip", "ms", 1e-3, "libuv", "libuv server (static buffer, uv_try_write)", "", 0, ""},
-			line{c.row, "p99_us", w + "p99 round trip", "ms", 1e-3, "go1", "Go net, GOMAXPROCS=1", "", 0, ""},
-			line{c.row, "rt_per_s", w + "round trips per second", "k/s", 1e-3, "epoll", "raw epoll server, 1 thread", "", 0, ""},
-			line{c.row + "_2w", "cpu_us_per_rt", w2 + "server CPU per round trip", "µs", 1, "epoll", "raw epoll server, 1 thread", "", 0, c.row},
-			line{c.row + "_2w", "cpu_us_per_rt", w2 + "server CPU per round trip", "µs", 1, "go2", "Go net, GOMAXPROCS=2", "", 0, ""},
-			line{c.row + "_2w", "p99_us", w2 + "p99 round trip", "ms", 1e-3, "epoll", "raw epoll server, 1 thread", "", 0, c.row},
-			line{c.row + "_2w", "p99_us", w2 + "p99 round trip", "ms", 1e-3, "go2", "Go net, GOMAXPROCS=2", "", 0, ""},
+			line{c.row, "cpu_us_per_rt", w + "server CPU per round trip", "µs", 1, "epoll", epoll, "ratio<=", 1.0, "", "epoll"},
+			line{c.row, "cpu_us_per_rt", w + "server CPU per round trip", "µs", 1, "uring", uring, "", 0, ru, "epoll"},
+			line{c.row, "cpu_us_per_rt", w + "server CPU per round trip", "µs", 1, "libuv", uv, "", 0, "", "epoll"},
+			line{c.row, "cpu_us_per_rt", w + "server CPU per round trip", "µs", 1, "go1", "Go net, GOMAXPROCS=1", "", 0, "", "epoll"},
+			line{c.row, "p99_us", w + "p99 round trip", "ms", 1e-3, "epoll", epoll, "ratio<=", 1.0, "", "epoll"},
+			line{c.row, "p99_us", w + "p99 round trip", "ms", 1e-3, "uring", uring, "", 0, ru, "epoll"},
+			line{c.row, "p99_us", w + "p99 round trip", "ms", 1e-3, "libuv", uv, "", 0, "", "epoll"},
+			line{c.row, "p99_us", w + "p99 round trip", "ms", 1e-3, "go1", "Go net, GOMAXPROCS=1", "", 0, "", "epoll"},
+			line{c.row, "rt_per_s", w + "round trips per second", "k/s", 1e-3, "epoll", epoll, "", 0, "", "epoll"},
+			line{r2, "cpu_us_per_rt", w2 + "server CPU per round trip", "µs", 1, ours, "libasync, 1 worker", "ratio<=", 1.0, c.row, "epoll"},
+			line{r2, "cpu_us_per_rt", w2 + "server CPU per round trip", "µs", 1, "epoll", epoll, "", 0, c.row, "epoll"},
+			line{r2, "cpu_us_per_rt", w2 + "server CPU per round trip", "µs", 1, "go2", "Go net, GOMAXPROCS=2", "", 0, "", "epoll"},
+			line{r2, "p99_us", w2 + "p99 round trip", "ms", 1e-3, ours, "libasync, 1 worker", "", 0, c.row, "epoll"},
+			line{r2, "p99_us", w2 + "p99 round trip", "ms", 1e-3, "epoll", epoll, "", 0, c.row, "epoll"},
+			line{r2, "p99_us", w2 + "p99 round trip", "ms", 1e-3, "go2", "Go net, GOMAXPROCS=2", "", 0, "", "epoll"},
+			line{ru, "cpu_us_per_rt", wu + "server CPU per round trip", "µs", 1, "uring", uring, "ratio<=", 1.0, "", "uring"},
+			line{ru, "cpu_us_per_rt", wu + "server CPU per round trip", "µs", 1, "epoll", epoll, "", 0, c.row, "uring"},
+			line{ru, "p99_us", wu + "p99 round trip", "ms", 1e-3, "epoll", epoll, "ratio<=", 1.0, c.row, "uring"},
+			line{ru, "p99_us", wu + "p99 round trip", "ms", 1e-3, "uring", uring, "", 0, "", "uring"},
+			line{ru, "rt_per_s", wu + "round trips per second", "k/s", 1e-3, "uring", uring, "", 0, "", "uring"},
 		)
 	}
 }
@@ -257,6 +281,21 @@ func cell(rs []result, l line) (string, float64, bool) {
 	return s, m, failed == 0
 }
 
+// ioPaths is the sorted set of server_io values reported by the rounds that
+// passed, e.g. "epoll" or "epoll,uring"; "" when none reported one.
+func ioPaths(rs []result) string {
+	seen := map[string]bool{}
+	var v []string
+	for _, r := range rs {
+		if io := r.fields["server_io"]; r.ok && io != "" && !seen[io] {
+			seen[io] = true
+			v = append(v, io)
+		}
+	}
+	sort.Strings(v)
+	return strings.Join(v, ",")
+}
+
 func render(res results, machine, command string) (string, bool) {
 	var b strings.Builder
 	allOK := true
@@ -302,6 +341,13 @@ func render(res results, machine, command string) (string, bool) {
 		}
 		oursCell, ov, oursOK = cell(byImpl[ours], l)
 		peerCell, ratioCell, targetCell, met := "", "", "", ""
+		// Our runs took another I/O path than the line stands for (e.g.
+		// ASYNC_FIBER_IO=uring asked, epoll ran): numbers shown, no verdict.
+		wrongIO := ""
+		if got := ioPaths(byImpl[ours]); l.io != "" && got != "" && got != l.io {
+			wrongIO = got
+			oursCell += " [ran the " + got + " path]"
+		}
 		var pv float64
 		peerOK := false
 		if l.peer != "" {
@@ -341,6 +387,9 @@ func render(res results, machine, command string) (string, bool) {
 			}
 		default:
 			targetCell = "(context)"
+		}
+		if wrongIO != "" && l.target != "" {
+			met = "n/a (" + wrongIO + " path ran, not " + l.io + ")"
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", l.what, l.unit, oursCell, l.peerLabel, peerCell,
 			ratioCell, targetCell, met)
