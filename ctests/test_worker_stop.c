@@ -96,6 +96,16 @@ static void wait_entered(job_t *j) {
     }
 }
 
+/* Starts a worker running j and returns once it is about to make its call,
+ * plus 20 ms: most likely asleep in the wait by then (either way the wait
+ * must end when it is stopped). */
+static async_worker_t *start_waiting(job_t *j) {
+    async_worker_t *w = start_job(j);
+    wait_entered(j);
+    sleep_ms(20);
+    return w;
+}
+
 static void enq_int(async_queue_t *q, int v) { CHECK(async_queue_enqueue(q, &v, sizeof v)); }
 
 static size_t qsize(async_queue_t *q) {
@@ -114,9 +124,7 @@ static void t_dequeue_wakes(void) {
     CHECK(q);
     for (int k = 0; k < 2; k++) {
         job_t j = {.q = q, .op = OP_DEQ, .timeout_ms = k == 0 ? -1 : 600000};
-        async_worker_t *w = start_job(&j);
-        wait_entered(&j);
-        sleep_ms(20); /* most likely asleep in the wait by now; either way it must end */
+        async_worker_t *w = start_waiting(&j);
         async_worker_signal_stop(w);
         join_job(w);
         CHECK_EQ(j.ok_calls, 0);
@@ -362,9 +370,7 @@ static void t_queue_destroyed(void) {
     async_queue_t *q = async_queue_create(2, sizeof(int), 0);
     CHECK(q);
     job_t j = {.q = q, .op = OP_DEQ, .timeout_ms = -1};
-    async_worker_t *w = start_job(&j);
-    wait_entered(&j);
-    sleep_ms(20);
+    async_worker_t *w = start_waiting(&j);
     async_queue_destroy(q);
     join_job(w);
     CHECK_EQ(j.err, ASYNC_E_CLOSED);
@@ -396,9 +402,7 @@ static void t_destroy_running(void) {
     async_queue_t *q = async_queue_create(2, sizeof(int), 0);
     CHECK(q);
     job_t j = {.q = q, .op = OP_DEQ, .timeout_ms = -1};
-    async_worker_t *w = start_job(&j);
-    wait_entered(&j);
-    sleep_ms(20);
+    async_worker_t *w = start_waiting(&j);
     async_worker_destroy(w);
     double t0 = now_ms();
     while (!atomic_load(&j.done)) {
@@ -478,17 +482,10 @@ static void t_fiber_unaffected(void) {
     async_queue_t *q = async_queue_create(4, sizeof(int), 0);
     CHECK(q);
     CHECK(async_fiber_spawn(s, fiber_reader, q, 0));
+    sched_wait_parked(s, 1);
     async_sched_stats_t st;
-    double t0 = now_ms();
-    do {
-        CHECK_EQ(async_sched_get_stats(s, &st, NULL, 0), 0);
-        CHECK(now_ms() - t0 < JOIN_MS);
-        if (st.fibers_parked != 1) sleep_ms(2);
-    } while (st.fibers_parked != 1);
     job_t j = {.q = q, .op = OP_DEQ, .timeout_ms = -1};
-    async_worker_t *w = start_job(&j);
-    wait_entered(&j);
-    sleep_ms(20);
+    async_worker_t *w = start_waiting(&j);
     async_worker_signal_stop(w);
     join_job(w);
     CHECK_EQ(j.err, ASYNC_E_CANCELLED);
