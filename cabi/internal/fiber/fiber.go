@@ -1,5 +1,6 @@
 // Package fiber is the C fiber layer of cabi: the M:N scheduler (sched.c),
-// its context switch (switch_<arch>.S), stacks (stacks.c), fault signals
+// its context switch (switch_<arch>.S), stacks (stacks.c; the overflow report's
+// text in stack_report.c), fault signals
 // (signals.c), fiber fds (io.c), channels (chan.c), mutexes and condition
 // variables (sync.c), fiber-local storage (fls.c), debugging tools (tools.c)
 // and the blocking pool (blocking.c). Every public async_sched_*, async_fiber_*,
