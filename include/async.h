@@ -985,7 +985,9 @@ ssize_t async_fiber_read(async_fd_t fd, void *buf, size_t n, int timeout_ms);
 ssize_t async_fiber_write(async_fd_t fd, const void *buf, size_t n, int timeout_ms);
 
 /* Accepts a connection on a listening socket (switched to O_NONBLOCK). The
- * new fd is O_NONBLOCK and close-on-exec. addr/len as for accept(2) (both
+ * new fd is O_NONBLOCK and close-on-exec; owned by the calling fiber's
+ * scheduler when listen_fd is (see "Owned descriptors" below: close it with
+ * async_fiber_close). addr/len as for accept(2) (both
  * NULL or both set). Errors: ASYNC_E_INVAL, ASYNC_E_BADFD, ASYNC_E_NOMEM
  * (also: out of fds), ASYNC_E_TIMEDOUT, ASYNC_E_BUSY, ASYNC_E_CANCELLED,
  * ASYNC_E_SYS. Thread-safe; parks. */
@@ -1003,11 +1005,13 @@ int async_fiber_connect(async_fd_t fd, const struct sockaddr *addr, socklen_t le
  * registered once, edge-triggered, for both directions, and its waits
  * park and wake without touching the poller again; it must then be closed
  * with async_fiber_close, which wakes the fibers parked on it.
- * async_fiber_accept called on a fiber returns a descriptor owned by that
- * fiber's scheduler (if its registration fails, e.g. out of memory, the
- * descriptor is returned unowned: it works the same, one system call per
- * park). async_fiber_connect leaves ownership as it is (an owned fd stays
- * owned, a plain one stays plain).
+ * async_fiber_accept called on a fiber, on a listening socket owned by that
+ * fiber's scheduler, returns a descriptor owned by that scheduler (if its
+ * registration fails, e.g. out of memory, it is returned unowned: it works
+ * the same, one system call per park); on a plain listening socket, or on
+ * a plain thread, it returns a plain descriptor as it always did.
+ * async_fiber_connect leaves ownership as it is (an owned fd stays owned, a
+ * plain one stays plain).
  *
  * Rules: an fd is owned by at most one scheduler. Its fibers use the
  * registration; fibers of other schedulers and plain threads may use the fd

@@ -28,7 +28,8 @@
  * meanwhile. An event disarms the fd; if a waiter of the other direction
  * remains, the poller re-arms it.
  *
- * Owned fds (async_fiber_fd_open, async_fiber_accept on a fiber): the fd is
+ * Owned fds (async_fiber_fd_open; async_fiber_accept on a fiber, on a
+ * listening socket its scheduler owns): the fd is
  * registered once, edge-triggered for both directions (la_poller_own), and
  * no park touches the poller again. The record counts the events dispatched
  * per direction (sin, sout): a call reads the count before its syscall, and
@@ -851,9 +852,10 @@ async_fd_t async_fiber_accept(async_fd_t lfd, struct sockaddr *addr, socklen_t *
         fd_snap(rec, &sn);
         int r = sys_accept(lfd, addr, len);
         if (r >= 0) {
-            /* a number the kernel just handed out: a stale owner goes; if
-             * it cannot be registered it stays a plain descriptor */
-            if (f) own_fd(f->s, r, 1);
+            /* accepted on a socket this scheduler owns: owned too (the
+             * kernel just handed the number out, so a stale owner goes);
+             * if it cannot be registered it stays a plain descriptor */
+            if (sn.owned) own_fd(f->s, r, 1);
             return r;
         }
         if (r == -EINTR || r == -ECONNABORTED) continue;
