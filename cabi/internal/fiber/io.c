@@ -454,10 +454,14 @@ static int owned_park(la_fiber_t *f, int fd, int dirs, const la_fdsnap_t *sn, ui
     atomic_fetch_add(&s->nfdwait, 1);
     int why = la_waiter_wait(&w, deadline);
     atomic_fetch_sub(&s->nfdwait, 1);
-    la_spin_lock(&r->lk);
-    if (r->rw == &w) r->rw = NULL;
-    if (r->ww == &w) r->ww = NULL;
-    la_spin_unlock(&r->lk);
+    /* an event or a close claimed w and unlinked it under the lock; a
+     * timeout or a cancellation did not */
+    if (why != LA_W_READY && why != LA_W_CLOSED) {
+        la_spin_lock(&r->lk);
+        if (r->rw == &w) r->rw = NULL;
+        if (r->ww == &w) r->ww = NULL;
+        la_spin_unlock(&r->lk);
+    }
     return la_reason_err(why);
 }
 
@@ -533,9 +537,9 @@ LA_NOINLINE static int sys_is_tcp(int fd) {
 
 LA_NOINLINE static int sys_close(int fd) { return close(fd) == 0 || errno == EINTR ? 0 : -errno; }
 
-/* Ends the ownership of r (s's record of fd), if any: the registration goes
- * (del), later calls that began before fail with ASYNC_E_CLOSED, and so do
- * the fibers parked on it. 1 if it was owned. */
+/* Ends the ownership of r (under its lock): calls that began before fail
+ * with ASYNC_E_CLOSED instead of parking (gen), and the fibers parked on it
+ * are claimed into wake[] for wake_closed. */
 static void disown_locked(la_fdrec_t *r, la_waiter_t *wake[2]) {
     atomic_store(&r->owned, 0);
     atomic_store(&r->gen, atomic_load_explicit(&r->gen, memory_order_relaxed) + 1);
@@ -552,6 +556,8 @@ static void wake_closed(la_waiter_t *wake[2]) {
     if (wake[1]) la_waiter_signal(wake[1]);
 }
 
+/* Ends the ownership of r (s's record of fd), if any: the registration goes
+ * (del), and what waits wakes with ASYNC_E_CLOSED. 1 if it was owned. */
 static int disown_rec(la_sched_t *s, la_fdrec_t *r, int fd, int del) {
     la_waiter_t *wake[2];
     la_spin_lock(&r->lk);
