@@ -1,7 +1,10 @@
 /*
  * TCP echo server, libasync: one fiber per connection doing blocking-style
  * async_fiber_read / async_fiber_write with a 4 KiB buffer on its stack, one
- * acceptor fiber (the server of docs/FIBERS.md).
+ * acceptor fiber (the server of docs/FIBERS.md). The descriptors are owned
+ * by the scheduler (async_fiber_accept on a fiber returns owned ones; the
+ * listening socket is made owned): registered once, no poller call per
+ * park, closed with async_fiber_close.
  *
  * The I/O path is the library's choice: ASYNC_FIBER_IO=uring in the
  * environment asks for the io_uring one (the echo_*_uring rows). The library
@@ -23,13 +26,14 @@ static void conn(void *arg) {
     echo_nodelay(fd);
     while ((n = async_fiber_read(fd, b, sizeof b, -1)) > 0)
         if (async_fiber_write(fd, b, (size_t)n, -1) < 0) break;
-    close(fd);
+    async_fiber_close(fd);
 }
 
 static void acceptor(void *arg) {
     int lfd = (int)(intptr_t)arg, fd;
+    async_fiber_fd_open(NULL, lfd);
     while ((fd = async_fiber_accept(lfd, NULL, NULL, -1)) >= 0)
-        if (!async_fiber_spawn(sched, conn, (void *)(intptr_t)fd, 0)) close(fd);
+        if (!async_fiber_spawn(sched, conn, (void *)(intptr_t)fd, 0)) async_fiber_close(fd);
     fprintf(stderr, "echo_async: accept: %s\n", async_strerror(async_last_error()));
 }
 

@@ -985,7 +985,9 @@ ssize_t async_fiber_read(async_fd_t fd, void *buf, size_t n, int timeout_ms);
 ssize_t async_fiber_write(async_fd_t fd, const void *buf, size_t n, int timeout_ms);
 
 /* Accepts a connection on a listening socket (switched to O_NONBLOCK). The
- * new fd is O_NONBLOCK and close-on-exec. addr/len as for accept(2) (both
+ * new fd is O_NONBLOCK and close-on-exec; owned by the calling fiber's
+ * scheduler when listen_fd is (see "Owned descriptors" below: close it with
+ * async_fiber_close). addr/len as for accept(2) (both
  * NULL or both set). Errors: ASYNC_E_INVAL, ASYNC_E_BADFD, ASYNC_E_NOMEM
  * (also: out of fds), ASYNC_E_TIMEDOUT, ASYNC_E_BUSY, ASYNC_E_CANCELLED,
  * ASYNC_E_SYS. Thread-safe; parks. */
@@ -996,6 +998,60 @@ async_fd_t async_fiber_accept(async_fd_t listen_fd, struct sockaddr *addr, sockl
  * ASYNC_E_TIMEDOUT (the attempt may still complete later: close the fd),
  * ASYNC_E_CANCELLED, ASYNC_E_SYS. Thread-safe; parks. */
 int async_fiber_connect(async_fd_t fd, const struct sockaddr *addr, socklen_t len, int timeout_ms);
+
+/* Owned descriptors (docs/FIBERS.md "Owned descriptors"). A descriptor
+ * the calls above get without ownership is registered with the scheduler's
+ * poller anew for every wait (one system call per park). An owned one is
+ * registered once, edge-triggered, for both directions, and its waits
+ * park and wake without touching the poller again; it must then be closed
+ * with async_fiber_close, which wakes the fibers parked on it.
+ * async_fiber_accept called on a fiber, on a listening socket owned by that
+ * fiber's scheduler, returns a descriptor owned by that scheduler (if its
+ * registration fails, e.g. out of memory, it is returned unowned: it works
+ * the same, one system call per park); on a plain listening socket, or on
+ * a plain thread, it returns a plain descriptor as it always did.
+ * async_fiber_connect leaves ownership as it is (an owned fd stays owned, a
+ * plain one stays plain).
+ *
+ * Rules: an fd is owned by at most one scheduler. Its fibers use the
+ * registration; fibers of other schedulers and plain threads may use the fd
+ * too, as a plain descriptor (they are not woken by async_fiber_close).
+ * The one-reader one-writer rule of async_fiber_wait_fd holds (a concurrent
+ * read and write from two fibers is fine). Closing an owned fd with close(2)
+ * (or replacing it with dup2) is a bug: the fibers parked on it are not
+ * woken, and until its number is owned again (async_fiber_fd_open, or
+ * async_fiber_accept returning it, which detect that the old file is gone
+ * and wake the old waiters with ASYNC_E_CLOSED), a fiber of the owning
+ * scheduler that waits on a new file with that number may wait until its
+ * timeout. async_sched_destroy leaves the fds its scheduler owned open and
+ * owned by nobody (close them with close(2) or async_fiber_close). Not in a
+ * forked child (ASYNC_E_FORKED, also for async_fiber_close: use close(2)
+ * there). Windows: async_fiber_fd_open fails with ASYNC_E_NOTSUP, accept
+ * returns plain sockets, async_fiber_close is closesocket. */
+
+/* Makes fd owned by scheduler s (NULL: the calling fiber's scheduler):
+ * switches it to O_NONBLOCK and registers it with s's poller for good.
+ * Any descriptor the poller takes (sockets, pipes, terminals, eventfds; not
+ * regular files). Errors: ASYNC_E_BADHANDLE (s invalid), ASYNC_E_STATE (s
+ * NULL on a plain thread), ASYNC_E_BADFD (fd not open, or not pollable),
+ * ASYNC_E_EXISTS (fd is owned already, by s or another scheduler),
+ * ASYNC_E_NOMEM, ASYNC_E_SYS, ASYNC_E_NOTSUP (Windows). Thread-safe (also
+ * from fibers of any scheduler); never parks (a few system calls). */
+int async_fiber_fd_open(async_sched_t *s, async_fd_t fd);
+
+/* Closes fd. If a scheduler owns it: its registration goes, every fiber of
+ * that scheduler parked on fd (async_fiber_read, write, accept, connect,
+ * wait_fd) wakes and fails with ASYNC_E_CLOSED, and so does such a call
+ * that began before and parks after; then close(2). Any other fd is just
+ * closed (close(2); closesocket on Windows), so this call may close every
+ * descriptor the fiber calls use. The number may be handed out again as
+ * soon as this call returns; a call on fd that starts after it is a call on
+ * whatever the number names then (as with close(2)). An EINTR from close(2)
+ * counts as closed (Linux). Errors: ASYNC_E_BADFD (not an open descriptor),
+ * ASYNC_E_SYS (close(2) failed otherwise, e.g. EIO: the fd is closed all
+ * the same). Thread-safe; never parks (close(2) itself may block, e.g. a
+ * socket with SO_LINGER). */
+int async_fiber_close(async_fd_t fd);
 
 
 /* Runs fn(arg) on a thread of a process-wide pool of blocking threads (it

@@ -28,6 +28,33 @@
  * meanwhile. An event disarms the fd; if a waiter of the other direction
  * remains, the poller re-arms it.
  *
+ * Owned fds (async_fiber_fd_open; async_fiber_accept on a fiber, on a
+ * listening socket its scheduler owns): the fd is
+ * registered once, edge-triggered for both directions (la_poller_own), and
+ * no park touches the poller again. The record counts the events dispatched
+ * per direction (sin, sout): a call reads the count before its syscall, and
+ * when the syscall says EAGAIN it parks only if the count is unchanged
+ * (under the record's lock, where the event bumps it and claims the
+ * waiter), so an edge that came between the syscall and the park is not
+ * lost: every arrival after the syscall's check makes a later event. The
+ * read hint is kept as "the last short read saw count n": while the count
+ * is still n nothing came since (or its event is on its way and wakes the
+ * park), so the read parks at once; only for TCP, where a short read means
+ * the queue was empty (a Unix socket stops at ancillary data, a packet pipe
+ * at a packet), and off for good once urgent data (EPOLLPRI) was seen (a
+ * read stops at its mark). Ownership ends only through the library
+ * (async_fiber_close, or the scheduler's end): the registration goes, gen
+ * is bumped and the parked fibers wake with ASYNC_E_CLOSED; a call that
+ * began before (its gen is older) fails with ASYNC_E_CLOSED instead of
+ * parking. A number closed with close(2) behind the library's back keeps a
+ * stale "owned" record: async_fiber_fd_open (the poller then says the
+ * number is not registered) and async_fiber_accept (a number the kernel
+ * just handed out) take such a record over. The owner of each number is
+ * also kept process-wide (owner_slot: the scheduler's handle), so that
+ * async_fiber_close finds it from any thread, and two schedulers cannot
+ * own one number. Fibers of other schedulers and plain threads use the
+ * one-shot path (their records are not owned) or poll(2).
+ *
  * errno is read only inside the small noinline sys_* helpers: after a park
  * the fiber may run on another thread, and gcc may cache errno's address. */
 #define _GNU_SOURCE
@@ -38,6 +65,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -59,7 +87,29 @@ struct la_fdrec {
     la_waiter_t *rw, *ww;  /* parked reader / writer */
     _Atomic char drained;  /* hint: the last fiber read returned less than asked */
     _Atomic char stream;   /* read hint usable: stream socket or pipe (at ADD) */
+    /* owned fds (see the top); owned, gen, sin and sout change under lk */
+    _Atomic char owned;         /* registered edge-triggered for good */
+    _Atomic char tcp;           /* owned: the read hint is usable */
+    _Atomic unsigned gen;       /* bumped when an ownership ends */
+    _Atomic unsigned sin, sout; /* owned: events dispatched per direction */
+    _Atomic unsigned dseq;      /* owned: sin before the last short read */
 };
+
+/* What a call saw of its fd's record before its syscall (owned fds). */
+typedef struct {
+    la_fdrec_t *r;
+    int owned;
+    unsigned gen, sin, sout;
+} la_fdsnap_t;
+
+static void fd_snap(la_fdrec_t *r, la_fdsnap_t *sn) {
+    sn->r = r;
+    sn->owned = r && atomic_load(&r->owned);
+    if (!sn->owned) return;
+    sn->gen = atomic_load(&r->gen);
+    sn->sin = atomic_load(&r->sin);
+    sn->sout = atomic_load(&r->sout);
+}
 
 
 int la_io_init(la_sched_t *s) {
@@ -68,8 +118,11 @@ int la_io_init(la_sched_t *s) {
     return s->fdchunks ? 0 : -1;
 }
 
+static void owners_drop(la_sched_t *s);
+
 void la_io_free(la_sched_t *s) {
     if (!s->fdchunks) return;
+    owners_drop(s);
     for (size_t i = 0; i < LA_FD_CHUNKS; i++) free(atomic_load(&s->fdchunks[i]));
     free(s->fdchunks);
     s->fdchunks = NULL;
@@ -103,6 +156,12 @@ void la_io_event(void *ctx, void *p, unsigned ev) {
     la_fdrec_t *r = p;
     la_waiter_t *wake[2] = {NULL, NULL};
     la_spin_lock(&r->lk);
+    int owned = atomic_load_explicit(&r->owned, memory_order_relaxed);
+    if (owned) {
+        if (ev & LA_PF_IN) atomic_store(&r->sin, atomic_load_explicit(&r->sin, memory_order_relaxed) + 1);
+        if (ev & LA_PF_OUT) atomic_store(&r->sout, atomic_load_explicit(&r->sout, memory_order_relaxed) + 1);
+        if (ev & LA_PF_PRI) atomic_store_explicit(&r->tcp, 0, memory_order_relaxed);
+    }
     if (r->rw && (ev & LA_PF_IN) && la_waiter_claim(r->rw, LA_W_READY)) {
         wake[0] = r->rw;
         if (r->ww == r->rw) r->ww = NULL;
@@ -113,8 +172,8 @@ void la_io_event(void *ctx, void *p, unsigned ev) {
         if (r->rw == r->ww) r->rw = NULL;
         r->ww = NULL;
     }
-    /* the event disarmed the fd: re-arm for a waiter still there (rare) */
-    if (r->rw || r->ww) sys_arm(s, r, arm_mask(r));
+    /* the event disarmed a one-shot fd: re-arm for a waiter still there (rare) */
+    if (!owned && (r->rw || r->ww)) sys_arm(s, r, arm_mask(r));
     la_spin_unlock(&r->lk);
     /* claimed fibers cannot run before these calls: they are still alive */
     if (wake[0]) la_waiter_signal(wake[0]);
@@ -324,6 +383,11 @@ static int fd_park(la_fiber_t *f, int fd, int dirs, uint64_t deadline) {
         la_spin_unlock(&r->lk);
         return ASYNC_E_BUSY;
     }
+    if (atomic_load_explicit(&r->owned, memory_order_relaxed)) {
+        /* owned since the caller looked: retry, it takes the owned path */
+        la_spin_unlock(&r->lk);
+        return 0;
+    }
     /* Arm for our directions and those of a waiter already parked (under
      * the lock: the kernel's mask follows the record's waiters). */
     r->fd = fd;
@@ -352,6 +416,55 @@ static int fd_park(la_fiber_t *f, int fd, int dirs, uint64_t deadline) {
     return la_reason_err(why);
 }
 
+/* Parks the current fiber on its scheduler's owned record sn->r until an
+ * event for dirs newer than sn's counts, the end of the ownership or the
+ * deadline; no poller call. Returns 0 (retry the syscall: maybe ready, or
+ * the fd is no longer owned and the retry takes the other path) or an
+ * async_err_t (ASYNC_E_CLOSED: the fd was closed through the library since
+ * sn was taken). */
+static int owned_park(la_fiber_t *f, int fd, int dirs, const la_fdsnap_t *sn, uint64_t deadline) {
+    la_sched_t *s = f->s;
+    la_fdrec_t *r = sn->r;
+    if (deadline && la_now_ns() >= deadline) return ASYNC_E_TIMEDOUT;
+    la_waiter_t w;
+    la_spin_lock(&r->lk);
+    if (atomic_load_explicit(&r->gen, memory_order_relaxed) != sn->gen) {
+        la_spin_unlock(&r->lk);
+        return ASYNC_E_CLOSED;
+    }
+    if (!atomic_load_explicit(&r->owned, memory_order_relaxed) ||
+        ((dirs & 1) && atomic_load_explicit(&r->sin, memory_order_relaxed) != sn->sin) ||
+        ((dirs & 2) && atomic_load_explicit(&r->sout, memory_order_relaxed) != sn->sout)) {
+        la_spin_unlock(&r->lk);
+        return 0;
+    }
+    if (((dirs & 1) && r->rw) || ((dirs & 2) && r->ww)) {
+        la_spin_unlock(&r->lk);
+        return ASYNC_E_BUSY;
+    }
+    la_fiber_note(f, LA_WAIT_FD, (uint64_t)(uint32_t)fd | (uint64_t)(dirs & 3) << 32);
+    int rc = la_waiter_init(&w, LA_PK_NORMAL);
+    if (rc) {
+        la_spin_unlock(&r->lk);
+        return rc;
+    }
+    if (dirs & 1) r->rw = &w;
+    if (dirs & 2) r->ww = &w;
+    la_spin_unlock(&r->lk);
+    atomic_fetch_add(&s->nfdwait, 1);
+    int why = la_waiter_wait(&w, deadline);
+    atomic_fetch_sub(&s->nfdwait, 1);
+    /* an event or a close claimed w and unlinked it under the lock; a
+     * timeout or a cancellation did not */
+    if (why != LA_W_READY && why != LA_W_CLOSED) {
+        la_spin_lock(&r->lk);
+        if (r->rw == &w) r->rw = NULL;
+        if (r->ww == &w) r->ww = NULL;
+        la_spin_unlock(&r->lk);
+    }
+    return la_reason_err(why);
+}
+
 static int check_timeout(int timeout_ms) {
     if (timeout_ms < -1) {
         la_set_error(ASYNC_E_INVAL);
@@ -368,10 +481,12 @@ static int ms_left(uint64_t deadline) {
     return ms > INT32_MAX ? INT32_MAX : (int)ms;
 }
 
-/* Waits (thread or fiber) until fd is ready for dir; 0 or an async_err_t. */
-static int wait_dir(int fd, int dir, uint64_t deadline, int timeout_ms) {
+/* Waits (thread or fiber) until fd is ready for dir; sn: what the caller
+ * saw of the fd's record before its syscall. 0 or an async_err_t. */
+static int wait_dir(int fd, int dir, uint64_t deadline, int timeout_ms, const la_fdsnap_t *sn) {
     if (timeout_ms == 0) return ASYNC_E_TIMEDOUT;
     la_fiber_t *f = la_current_fiber();
+    if (f && sn->owned) return owned_park(f, fd, dir ? 2 : 1, sn, deadline);
     if (f) return fd_park(f, fd, dir ? 2 : 1, deadline);
     int r = sys_poll1(fd, dir ? POLLOUT : POLLIN, ms_left(deadline));
     if (r == -EINTR) return 0;
@@ -389,7 +504,215 @@ static uint32_t from_poll(int re) {
     return ev;
 }
 
+/* ---- owned fds ------------------------------------------------------------ */
+
+/* The owner of every fd number (the handle of the scheduler that owns it,
+ * 0: none), process-wide: changed under own_mu, which is taken before any
+ * record's lock. */
+static pthread_mutex_t own_mu = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic(uint64_t *) own_chunks[LA_FD_CHUNKS];
+
+static uint64_t *owner_slot(int fd, int create) {
+    if (fd < 0 || fd >= LA_FD_CHUNK * LA_FD_CHUNKS) return NULL;
+    size_t ci = (size_t)fd / LA_FD_CHUNK;
+    uint64_t *c = atomic_load_explicit(&own_chunks[ci], memory_order_acquire);
+    if (!c && create) {
+        c = calloc(LA_FD_CHUNK, sizeof *c); /* under own_mu */
+        if (c) atomic_store_explicit(&own_chunks[ci], c, memory_order_release);
+    }
+    return c ? &c[(size_t)fd % LA_FD_CHUNK] : NULL;
+}
+
+/* 1 if fd is a TCP socket (the owned read hint, see the top). */
+LA_NOINLINE static int sys_is_tcp(int fd) {
+#if defined(__linux__) && defined(SO_PROTOCOL)
+    int proto = 0;
+    socklen_t len = sizeof proto;
+    return getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &len) == 0 && proto == IPPROTO_TCP;
+#else
+    (void)fd;
+    return 0; /* no EPOLLPRI to tell urgent data: no hint */
+#endif
+}
+
+LA_NOINLINE static int sys_close(int fd) { return close(fd) == 0 || errno == EINTR ? 0 : -errno; }
+
+/* Ends the ownership of r (under its lock): calls that began before fail
+ * with ASYNC_E_CLOSED instead of parking (gen), and the fibers parked on it
+ * are claimed into wake[] for wake_closed. */
+static void disown_locked(la_fdrec_t *r, la_waiter_t *wake[2]) {
+    atomic_store(&r->owned, 0);
+    atomic_store(&r->gen, atomic_load_explicit(&r->gen, memory_order_relaxed) + 1);
+    atomic_store_explicit(&r->drained, 0, memory_order_relaxed);
+    wake[0] = wake[1] = NULL;
+    if (r->rw && la_waiter_claim(r->rw, LA_W_CLOSED)) wake[0] = r->rw;
+    if (r->ww && r->ww != r->rw && la_waiter_claim(r->ww, LA_W_CLOSED)) wake[1] = r->ww;
+    r->rw = r->ww = NULL;
+}
+
+/* Signals the waiters disown_locked claimed (after the record's lock). */
+static void wake_closed(la_waiter_t *wake[2]) {
+    if (wake[0]) la_waiter_signal(wake[0]);
+    if (wake[1]) la_waiter_signal(wake[1]);
+}
+
+/* Ends the ownership of r (s's record of fd), if any: the registration goes
+ * (del), and what waits wakes with ASYNC_E_CLOSED. 1 if it was owned. */
+static int disown_rec(la_sched_t *s, la_fdrec_t *r, int fd, int del) {
+    la_waiter_t *wake[2];
+    la_spin_lock(&r->lk);
+    if (!atomic_load_explicit(&r->owned, memory_order_relaxed)) {
+        la_spin_unlock(&r->lk);
+        return 0;
+    }
+    if (del) la_poller_disown(&s->poller, fd);
+    disown_locked(r, wake);
+    la_spin_unlock(&r->lk);
+    wake_closed(wake);
+    return 1;
+}
+
+static int own_err(int e) {
+    switch (e) {
+    case -ENOMEM:
+    case -ENOSPC: return ASYNC_E_NOMEM;
+    case -EBADF:
+    case -EPERM:
+    case -EINVAL: return ASYNC_E_BADFD;
+    default: la_note_os_error(-e); return ASYNC_E_SYS;
+    }
+}
+
+/* Makes fd owned by s (see the top). fresh: the kernel just handed the
+ * number out (accept), so an owner it still has is stale. 0 or an
+ * async_err_t. */
+static int own_fd(la_sched_t *s, int fd, int fresh) {
+    la_fdrec_t *r = fdrec(s, fd);
+    if (!r) return fd < 0 ? ASYNC_E_BADFD : ASYNC_E_NOMEM;
+    int e = fresh ? 0 : sys_nonblock(fd); /* accept made it non-blocking */
+    if (e) return map_errno(-e);
+    int tcp = sys_is_tcp(fd);
+    int rc = 0;
+    pthread_mutex_lock(&own_mu);
+    uint64_t *slot = owner_slot(fd, 1);
+    if (!slot) {
+        pthread_mutex_unlock(&own_mu);
+        return ASYNC_E_NOMEM;
+    }
+    uint64_t cur = *slot;
+    if (cur && cur != s->handle) {
+        la_sched_t *o = la_sched_get((async_sched_t *)(uintptr_t)cur);
+        if (o) {
+            la_fdrec_t *orec = fresh ? fdrec(o, fd) : NULL;
+            /* closed with close(2) behind o's back: its parked fibers (if
+             * any) wait for a file that is gone */
+            if (orec) disown_rec(o, orec, fd, 0);
+            la_sched_put(o);
+            if (!fresh) {
+                pthread_mutex_unlock(&own_mu);
+                return ASYNC_E_EXISTS;
+            }
+        }
+    }
+    la_waiter_t *wake[2] = {NULL, NULL};
+    la_spin_lock(&r->lk);
+    e = la_poller_own(&s->poller, fd, r, fresh || !atomic_load_explicit(&r->owned, memory_order_relaxed));
+    if (e == -EEXIST) {
+        /* still registered: truly owned */
+        la_spin_unlock(&r->lk);
+        pthread_mutex_unlock(&own_mu);
+        return ASYNC_E_EXISTS;
+    }
+    /* Owned but not registered (or fresh): the file behind the number was
+     * closed with close(2) and its registration went with it. What waits
+     * for the old file wakes with ASYNC_E_CLOSED. */
+    if (atomic_load_explicit(&r->owned, memory_order_relaxed)) disown_locked(r, wake);
+    if (e == 0) {
+        r->fd = fd;
+        atomic_store_explicit(&r->tcp, (char)tcp, memory_order_relaxed);
+        atomic_store_explicit(&r->drained, 0, memory_order_relaxed);
+        atomic_store(&r->owned, 1);
+        *slot = s->handle;
+    } else {
+        rc = own_err(e);
+        *slot = 0;
+    }
+    la_spin_unlock(&r->lk);
+    pthread_mutex_unlock(&own_mu);
+    wake_closed(wake);
+    return rc;
+}
+
 /* ---- public API ------------------------------------------------------------- */
+
+/* The scheduler's end: the fds it owns stay open, owned by nobody (their
+ * registrations go with the poller). */
+static void owners_drop(la_sched_t *s) {
+    pthread_mutex_lock(&own_mu);
+    for (size_t ci = 0; ci < LA_FD_CHUNKS; ci++) {
+        la_fdrec_t *c = atomic_load(&s->fdchunks[ci]);
+        if (!c) continue;
+        for (size_t i = 0; i < LA_FD_CHUNK; i++) {
+            if (!atomic_load_explicit(&c[i].owned, memory_order_relaxed)) continue;
+            uint64_t *slot = owner_slot((int)(ci * LA_FD_CHUNK + i), 0);
+            if (slot && *slot == s->handle) *slot = 0;
+        }
+    }
+    pthread_mutex_unlock(&own_mu);
+}
+
+int async_fiber_fd_open(async_sched_t *sh, async_fd_t fd) {
+    LA_ENTRY(-1);
+    la_sched_t *s;
+    if (sh) {
+        s = la_sched_get(sh);
+        if (!s) {
+            la_set_error(ASYNC_E_BADHANDLE);
+            return -1;
+        }
+    } else {
+        la_fiber_t *f = la_current_fiber();
+        if (!f) {
+            la_set_error(ASYNC_E_STATE);
+            return -1;
+        }
+        s = f->s;
+        atomic_fetch_add(&s->refs, 1);
+    }
+    int rc = fd < 0 ? ASYNC_E_BADFD : own_fd(s, fd, 0);
+    la_sched_put(s);
+    if (rc) {
+        la_set_error(rc);
+        return -1;
+    }
+    return 0;
+}
+
+int async_fiber_close(async_fd_t fd) {
+    LA_ENTRY(-1);
+    if (fd < 0) {
+        la_set_error(ASYNC_E_BADFD);
+        return -1;
+    }
+    pthread_mutex_lock(&own_mu);
+    uint64_t *slot = owner_slot(fd, 0);
+    if (slot && *slot) {
+        la_sched_t *o = la_sched_get((async_sched_t *)(uintptr_t)*slot);
+        *slot = 0;
+        if (o) {
+            la_fdrec_t *r = fdrec(o, fd);
+            if (r) disown_rec(o, r, fd, 1);
+            la_sched_put(o);
+        }
+    }
+    pthread_mutex_unlock(&own_mu);
+    int e = sys_close(fd);
+    if (e) {
+        la_set_error(map_errno(-e));
+        return -1;
+    }
+    return 0;
+}
 
 int async_fiber_wait_fd(async_fd_t fd, uint32_t events, int timeout_ms) {
     LA_ENTRY(-1);
@@ -420,7 +743,10 @@ int async_fiber_wait_fd(async_fd_t fd, uint32_t events, int timeout_ms) {
         }
         return (int)from_poll(r);
     }
+    la_fdrec_t *rec = fdrec(f->s, fd);
     for (;;) {
+        la_fdsnap_t sn;
+        fd_snap(rec, &sn);
         int r = sys_poll1(fd, pev, 0);
         if (r < 0) {
             la_set_error(map_errno(-r));
@@ -431,7 +757,8 @@ int async_fiber_wait_fd(async_fd_t fd, uint32_t events, int timeout_ms) {
             la_set_error(ASYNC_E_TIMEDOUT);
             return -1;
         }
-        int rc = fd_park(f, fd, (int)(events & (ASYNC_EVENT_READ | ASYNC_EVENT_WRITE)), deadline);
+        int dirs = (int)(events & (ASYNC_EVENT_READ | ASYNC_EVENT_WRITE));
+        int rc = sn.owned ? owned_park(f, fd, dirs, &sn, deadline) : fd_park(f, fd, dirs, deadline);
         if (rc) {
             la_set_error(rc);
             return -1;
@@ -446,21 +773,30 @@ ssize_t async_fiber_read(async_fd_t fd, void *buf, size_t n, int timeout_ms) {
     uint64_t deadline = la_deadline(timeout_ms);
     la_fiber_t *f = la_current_fiber();
     la_fdrec_t *rec = f ? fdrec(f->s, fd) : NULL;
+    la_fdsnap_t sn;
+    fd_snap(rec, &sn);
     /* The last read drained this stream: wait first (see the top). */
-    if (rec && timeout_ms != 0 && atomic_load_explicit(&rec->stream, memory_order_relaxed) &&
-        atomic_load_explicit(&rec->drained, memory_order_relaxed)) {
-        int rc = wait_dir(fd, 0, deadline, timeout_ms);
+    if (rec && timeout_ms != 0 && atomic_load_explicit(&rec->drained, memory_order_relaxed) &&
+        (sn.owned ? atomic_load_explicit(&rec->tcp, memory_order_relaxed) &&
+                        atomic_load_explicit(&rec->dseq, memory_order_relaxed) == sn.sin
+                  : atomic_load_explicit(&rec->stream, memory_order_relaxed))) {
+        int rc = wait_dir(fd, 0, deadline, timeout_ms, &sn);
         /* Other errors (the number now names another kind of file, say):
          * the read below reports what applies. */
-        if (rc == ASYNC_E_TIMEDOUT || rc == ASYNC_E_CANCELLED || rc == ASYNC_E_BUSY) {
+        if (rc == ASYNC_E_TIMEDOUT || rc == ASYNC_E_CANCELLED || rc == ASYNC_E_BUSY || rc == ASYNC_E_CLOSED) {
             la_set_error(rc);
             return -1;
         }
+        fd_snap(rec, &sn);
     }
     for (;;) {
         ssize_t r = sys_read(fd, buf, n);
         if (r >= 0) {
-            if (rec) atomic_store_explicit(&rec->drained, (char)(r > 0 && (size_t)r < n), memory_order_relaxed);
+            if (rec) {
+                int drained = r > 0 && (size_t)r < n;
+                if (drained && sn.owned) atomic_store_explicit(&rec->dseq, sn.sin, memory_order_relaxed);
+                atomic_store_explicit(&rec->drained, (char)drained, memory_order_relaxed);
+            }
             return r;
         }
         if (r == -EINTR) continue;
@@ -468,11 +804,12 @@ ssize_t async_fiber_read(async_fd_t fd, void *buf, size_t n, int timeout_ms) {
             la_set_error(map_errno((int)-r));
             return -1;
         }
-        int rc = wait_dir(fd, 0, deadline, timeout_ms);
+        int rc = wait_dir(fd, 0, deadline, timeout_ms, &sn);
         if (rc) {
             la_set_error(rc);
             return -1;
         }
+        fd_snap(rec, &sn);
     }
 }
 
@@ -481,8 +818,12 @@ ssize_t async_fiber_write(async_fd_t fd, const void *buf, size_t n, int timeout_
     ssize_t early;
     if (io_args(fd, buf, n, timeout_ms, &early)) return early;
     uint64_t deadline = la_deadline(timeout_ms);
+    la_fiber_t *f = la_current_fiber();
+    la_fdrec_t *rec = f ? fdrec(f->s, fd) : NULL;
     size_t done = 0;
     while (done < n) {
+        la_fdsnap_t sn;
+        fd_snap(rec, &sn);
         ssize_t r = sys_write(fd, (const char *)buf + done, n - done);
         if (r >= 0) {
             done += (size_t)r;
@@ -493,7 +834,7 @@ ssize_t async_fiber_write(async_fd_t fd, const void *buf, size_t n, int timeout_
             la_set_error(map_errno((int)-r));
             return -1;
         }
-        int rc = wait_dir(fd, 1, deadline, timeout_ms);
+        int rc = wait_dir(fd, 1, deadline, timeout_ms, &sn);
         if (rc) {
             la_set_error(rc);
             return -1;
@@ -510,15 +851,25 @@ async_fd_t async_fiber_accept(async_fd_t lfd, struct sockaddr *addr, socklen_t *
         return -1;
     }
     uint64_t deadline = la_deadline(timeout_ms);
+    la_fiber_t *f = la_current_fiber();
+    la_fdrec_t *rec = f ? fdrec(f->s, lfd) : NULL;
     for (;;) {
+        la_fdsnap_t sn;
+        fd_snap(rec, &sn);
         int r = sys_accept(lfd, addr, len);
-        if (r >= 0) return r;
+        if (r >= 0) {
+            /* accepted on a socket this scheduler owns: owned too (the
+             * kernel just handed the number out, so a stale owner goes);
+             * if it cannot be registered it stays a plain descriptor */
+            if (sn.owned) own_fd(f->s, r, 1);
+            return r;
+        }
         if (r == -EINTR || r == -ECONNABORTED) continue;
         if (r != -EAGAIN && r != -EWOULDBLOCK) {
             la_set_error(r == -EMFILE || r == -ENFILE ? ASYNC_E_NOMEM : map_errno(-r));
             return -1;
         }
-        int rc = wait_dir(lfd, 0, deadline, timeout_ms);
+        int rc = wait_dir(lfd, 0, deadline, timeout_ms, &sn);
         if (rc) {
             la_set_error(rc);
             return -1;
@@ -537,6 +888,10 @@ int async_fiber_connect(async_fd_t fd, const struct sockaddr *addr, socklen_t le
         la_set_error(ASYNC_E_BADFD);
         return -1;
     }
+    la_fiber_t *f = la_current_fiber();
+    la_fdrec_t *rec = f ? fdrec(f->s, fd) : NULL;
+    la_fdsnap_t sn;
+    fd_snap(rec, &sn);
     int r = sys_connect(fd, addr, len);
     if (r == 0) return 0;
     if (r != -EINPROGRESS && r != -EINTR) {
@@ -545,11 +900,12 @@ int async_fiber_connect(async_fd_t fd, const struct sockaddr *addr, socklen_t le
     }
     uint64_t deadline = la_deadline(timeout_ms);
     for (;;) {
-        int rc = wait_dir(fd, 1, deadline, timeout_ms);
+        int rc = wait_dir(fd, 1, deadline, timeout_ms, &sn);
         if (rc) {
             la_set_error(rc);
             return -1;
         }
+        fd_snap(rec, &sn);
         int pr = sys_poll1(fd, POLLOUT, 0);
         if (pr < 0) {
             la_set_error(map_errno(-pr));

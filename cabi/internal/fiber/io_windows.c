@@ -377,6 +377,32 @@ async_fd_t async_fiber_accept(async_fd_t lfd, struct sockaddr *addr, socklen_t *
     }
 }
 
+/* Owned fds (include/async.h) are not implemented here: every wait keeps
+ * its own AFD poll, so there is no registration to keep. */
+int async_fiber_fd_open(async_sched_t *sh, async_fd_t fd) {
+    LA_ENTRY(-1);
+    (void)sh;
+    (void)fd;
+    la_set_error(ASYNC_E_NOTSUP);
+    return -1;
+}
+
+LA_NOINLINE static int sys_closesocket(SOCKET s) { return closesocket(s) == 0 ? 0 : -WSAGetLastError(); }
+
+int async_fiber_close(async_fd_t fd) {
+    LA_ENTRY(-1);
+    if (bad_sock(fd)) {
+        la_set_error(ASYNC_E_BADFD);
+        return -1;
+    }
+    int e = sys_closesocket((SOCKET)fd);
+    if (e) {
+        la_set_error(map_wsa(-e));
+        return -1;
+    }
+    return 0;
+}
+
 int async_fiber_connect(async_fd_t fd, const struct sockaddr *addr, socklen_t len, int timeout_ms) {
     LA_ENTRY(-1);
     if (check_timeout(timeout_ms)) return -1;

@@ -9,7 +9,7 @@
 
 /* Directions, in what a waiter wants and in what an event reports (an error
  * or a hang-up reports both). */
-enum { LA_PF_IN = 1, LA_PF_OUT = 2 };
+enum { LA_PF_IN = 1, LA_PF_OUT = 2, LA_PF_PRI = 4 /* epoll: urgent data (EPOLLPRI), with IN */ };
 
 #if !defined(__linux__) && !defined(_WIN32) || defined(LA_FIBER_KQUEUE)
 #define LA_POLLER_KQUEUE 1
@@ -50,6 +50,15 @@ void la_poller_kick(la_poller_t *p);
  * it and comes back with rec. Sets *added to 1 when fd was not registered
  * (first arm, or its number was closed and reused). 0 or -errno. */
 int la_poller_arm(la_poller_t *p, int fd, unsigned want, void *rec, int *added);
+/* Registers fd for good, edge-triggered, for both directions (an owned fd,
+ * io.c): every later change of its readiness comes back once with rec, and
+ * nothing is re-armed. replace 0: -EEXIST when fd is registered already
+ * (nothing changes); replace 1: a registration of fd (a one-shot one of
+ * la_poller_arm) is turned into this one. 0 or -errno. */
+int la_poller_own(la_poller_t *p, int fd, void *rec, int replace);
+/* Removes fd's registration (before it is closed, or when its ownership
+ * ends). 0 or -errno (-ENOENT: not registered). */
+int la_poller_disown(la_poller_t *p, int fd);
 /* Waits up to timeout_ms (-1 forever) and calls fn(ctx, rec, got) for each
  * fd event; a kick is consumed, not reported. Returns the number of fd
  * events. */

@@ -1,7 +1,7 @@
 //go:build linux && !la_kqueue
 
 /* The fiber poller on Linux (poller.h): epoll with EPOLLONESHOT
- * registrations, an eventfd as the doorbell. */
+ * registrations (EPOLLET ones for owned fds), an eventfd as the doorbell. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdint.h>
@@ -51,6 +51,18 @@ int la_poller_arm(la_poller_t *p, int fd, unsigned want, void *rec, int *added) 
     return 0;
 }
 
+int la_poller_own(la_poller_t *p, int fd, void *rec, int replace) {
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLPRI | EPOLLET, .data.ptr = rec};
+    if (epoll_ctl(p->fd, EPOLL_CTL_ADD, fd, &ev) == 0) return 0;
+    if (errno != EEXIST || !replace) return -errno;
+    return epoll_ctl(p->fd, EPOLL_CTL_MOD, fd, &ev) == 0 ? 0 : -errno;
+}
+
+int la_poller_disown(la_poller_t *p, int fd) {
+    struct epoll_event ev = {0};
+    return epoll_ctl(p->fd, EPOLL_CTL_DEL, fd, &ev) == 0 ? 0 : -errno;
+}
+
 int la_poller_wait(la_poller_t *p, int timeout_ms, void (*fn)(void *ctx, void *rec, unsigned got), void *ctx) {
     struct epoll_event evs[128];
     int n = epoll_wait(p->fd, evs, 128, timeout_ms);
@@ -63,7 +75,9 @@ int la_poller_wait(la_poller_t *p, int timeout_ms, void (*fn)(void *ctx, void *r
             continue;
         }
         uint32_t e = evs[i].events;
-        fn(ctx, evs[i].data.ptr, ((e & LA_IN_BITS) ? LA_PF_IN : 0u) | ((e & LA_OUT_BITS) ? LA_PF_OUT : 0u));
+        fn(ctx, evs[i].data.ptr,
+           ((e & (LA_IN_BITS | EPOLLPRI)) ? LA_PF_IN : 0u) | ((e & LA_OUT_BITS) ? LA_PF_OUT : 0u) |
+               ((e & EPOLLPRI) ? LA_PF_PRI : 0u));
         nfd++;
     }
     return nfd;

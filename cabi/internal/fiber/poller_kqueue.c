@@ -142,6 +142,38 @@ int la_poller_arm(la_poller_t *p, int fd, unsigned want, void *rec, int *added) 
     return 0;
 }
 
+/* An owned fd (poller.h): EV_CLEAR knotes for both directions, which
+ * report each change of readiness once and stay enabled. A knote left by
+ * la_poller_arm (EV_DISPATCH) is deleted first, so that its flags go. */
+int la_poller_own(la_poller_t *p, int fd, void *rec, int replace) {
+    static const short filt[2] = {EVFILT_READ, EVFILT_WRITE};
+    struct kevent ch[2];
+    int errs[2];
+    int e;
+    if (!replace) {
+        EV_SET(&ch[0], (uintptr_t)fd, EVFILT_READ, EV_ENABLE, 0, 0, rec);
+        if ((e = apply(p->fd, ch, 1, errs))) return e;
+        if (errs[0] == 0) return -EEXIST;
+    }
+    for (int i = 0; i < 2; i++) EV_SET(&ch[i], (uintptr_t)fd, filt[i], EV_DELETE, 0, 0, NULL);
+    if ((e = apply(p->fd, ch, 2, errs))) return e;
+    for (int i = 0; i < 2; i++) EV_SET(&ch[i], (uintptr_t)fd, filt[i], EV_ADD | EV_ENABLE | EV_CLEAR, 0, 0, rec);
+    if ((e = apply(p->fd, ch, 2, errs))) return e;
+    for (int i = 0; i < 2; i++)
+        if (errs[i]) return -errs[i];
+    return 0;
+}
+
+int la_poller_disown(la_poller_t *p, int fd) {
+    static const short filt[2] = {EVFILT_READ, EVFILT_WRITE};
+    struct kevent ch[2];
+    int errs[2];
+    for (int i = 0; i < 2; i++) EV_SET(&ch[i], (uintptr_t)fd, filt[i], EV_DELETE, 0, 0, NULL);
+    int e = apply(p->fd, ch, 2, errs);
+    if (e) return e;
+    return errs[0] && errs[1] ? -errs[0] : 0;
+}
+
 int la_poller_wait(la_poller_t *p, int timeout_ms, void (*fn)(void *ctx, void *rec, unsigned got), void *ctx) {
     struct kevent evs[128];
     struct timespec ts, *tp = NULL;
