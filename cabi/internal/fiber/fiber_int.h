@@ -64,15 +64,20 @@ struct la_sched {
     size_t page;
     la_wk_t *wks;
     la_stackpool_t *pool;
-    /* global run queue */
+    /* global run queue: overflow of the workers' rings (under gmu) */
     pthread_mutex_t gmu;
     la_fiber_t *ghead, *gtail;
     _Atomic size_t glen;
-    /* idle workers */
+    /* fibers readied by threads outside s: a lock-free stack (push: CAS;
+     * a worker takes all with one exchange) */
+    _Alignas(64) _Atomic(la_fiber_t *) inbox;
+    /* idle workers: nspinning counts the workers looking for work plus the
+     * sleepers woken to look (a sleeper that takes one of `wakeups`, or the
+     * poller woken while poll_spin is set, inherits the waker's unit) */
+    _Alignas(64) _Atomic int nidle, nspinning;
     pthread_mutex_t imu;
     pthread_cond_t icv;
-    _Atomic int nidle, nspinning;
-    int nsleep, wakeups, poller_active, poll_kicked;
+    int nsleep, wakeups, poller_active, poll_kicked, poll_spin;
     _Atomic int stopping; /* destroy: workers exit */
     _Atomic int shutdown; /* parks are cancelled */
     _Atomic int destroying; /* async_sched_destroy began (joins refuse to pin s) */
