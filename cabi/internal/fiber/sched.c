@@ -733,7 +733,7 @@ static inline void cpu_relax(void) {
  * still running the same fiber, so a pair keeps its worker (and caches)
  * and no hand-off bounces between threads. */
 #define LA_NEXT_STALE_NS 4000
-#define LA_SPIN_SEEN 64
+#define LA_SPIN_SEEN 32 /* victims (the first ones) whose LIFO slot is watched */
 
 /* Becomes a spinning worker unless half of the busy workers already spin. */
 static int spin_begin(la_sched_t *s) {
@@ -753,7 +753,7 @@ static la_fiber_t *spin(la_wk_t *w, int bounded) {
     int nseen = s->nw < LA_SPIN_SEEN ? s->nw : LA_SPIN_SEEN;
     for (int i = 0; i < nseen; i++) seen[i] = NULL;
     uint64_t t0 = 0;
-    unsigned stale = 0; /* bit per victim (of the first 32): take its LIFO slot */
+    uint32_t stale = 0; /* bit per watched victim: take its LIFO slot */
     for (uint32_t round = 0;; round++) {
         la_fiber_t *f = NULL;
         uint32_t start = rnd(w);
@@ -761,7 +761,7 @@ static la_fiber_t *spin(la_wk_t *w, int bounded) {
             uint32_t vi = (start + (uint32_t)i) % (uint32_t)s->nw;
             la_wk_t *v = &s->wks[vi];
             if (v == w) continue;
-            f = runq_steal(w, v, !bounded || (vi < 32 && (stale >> vi & 1)));
+            f = runq_steal(w, v, !bounded || (vi < LA_SPIN_SEEN && (stale >> vi & 1)));
         }
         if (!f) f = global_get(s, w, LA_RUNQ / 2);
         if (!f) f = inbox_get(s, w);
@@ -772,7 +772,7 @@ static la_fiber_t *spin(la_wk_t *w, int bounded) {
             if (!t0) t0 = now;
             if (now - t0 >= LA_SPIN_NS) bounded = 0; /* the final sweep */
             stale = 0;
-            for (int i = 0; i < nseen && i < 32; i++) {
+            for (int i = 0; i < nseen; i++) {
                 la_wk_t *v = &s->wks[i];
                 if (v == w) continue;
                 la_fiber_t *nx = atomic_load_explicit(&v->runnext, memory_order_relaxed);
@@ -782,7 +782,7 @@ static la_fiber_t *spin(la_wk_t *w, int bounded) {
                     seen_run[i] = nr;
                     seen_t[i] = now;
                 } else if (now - seen_t[i] >= LA_NEXT_STALE_NS) {
-                    stale |= 1u << i;
+                    stale |= (uint32_t)1 << i;
                 }
             }
         }
