@@ -170,6 +170,8 @@ static la_fiber_t *runq_steal(la_wk_t *w, la_wk_t *v, int take_next) {
     }
 }
 
+static void wake_idle(la_sched_t *s);
+
 /* Takes up to a fair share of the global queue: one to run, the rest into
  * w's ring. */
 static la_fiber_t *global_get(la_sched_t *s, la_wk_t *w, int max) {
@@ -195,6 +197,9 @@ static la_fiber_t *global_get(la_sched_t *s, la_wk_t *w, int max) {
         runq_put(w, rest);
         rest = nx;
     }
+    /* The fibers were out of sight (off the global queue, not in the ring
+     * yet): a worker that looked meanwhile may have gone to sleep. */
+    if (n > 1) wake_idle(s);
     return f;
 }
 
@@ -232,6 +237,8 @@ static la_fiber_t *inbox_get(la_sched_t *s, la_wk_t *w) {
         }
         global_put_list(s, r, last, k);
     }
+    /* as in global_get: the batch was out of sight while it moved */
+    if (fifo->next && s->nw > 1) wake_idle(s);
     return fifo;
 }
 
@@ -821,6 +828,10 @@ static la_fiber_t *find_work(la_wk_t *w) {
                 atomic_fetch_sub(&s->nspinning, 1);
                 spinning = 0;
             }
+        }
+        if (spinning) { /* (one worker: a wake_one's unit) */
+            atomic_fetch_sub(&s->nspinning, 1);
+            spinning = 0;
         }
         spinning = idle_park(w);
     }
