@@ -51,8 +51,10 @@ struct la_wk {
     la_flist_t fl;
     _Alignas(64) _Atomic uint32_t head;
     _Atomic uint32_t tail;
-    _Atomic(la_fiber_t *) runnext;
-    _Atomic(la_fiber_t *) ring[LA_RUNQ];
+    /* apart from head and tail: a spinning worker's sweeps read those, and
+     * must not take the line its owner writes on every wake-up */
+    _Alignas(64) _Atomic(la_fiber_t *) runnext;
+    _Alignas(64) _Atomic(la_fiber_t *) ring[LA_RUNQ];
 } __attribute__((aligned(64)));
 
 typedef struct la_fdrec la_fdrec_t;
