@@ -199,7 +199,7 @@ static la_fiber_t *global_get(la_sched_t *s, la_wk_t *w, int max) {
     }
     /* The fibers were out of sight (off the global queue, not in the ring
      * yet): a worker that looked meanwhile may have gone to sleep. */
-    if (n > 1) wake_idle(s);
+    if (n > 1 && s->nw > 1) wake_idle(s);
     return f;
 }
 
@@ -643,7 +643,7 @@ static int poll_events(la_sched_t *s, int timeout_ms) { return la_poller_wait(&s
 /* Sleeps until woken (or, as the poller, until an fd event or the next
  * timer). Returns 1 if a waker handed this worker a unit of nspinning
  * (wake_one): it then looks for work as a spinning worker. */
-static int idle_park(la_wk_t *w) {
+LA_NOINLINE static int idle_park(la_wk_t *w) {
     la_sched_t *s = w->s;
     pthread_mutex_lock(&s->imu);
     atomic_fetch_add(&s->nidle, 1);
@@ -753,7 +753,7 @@ static int spin_begin(la_sched_t *s) {
 /* Looks for work in the other workers' rings, the global queue and the inbox.
  * bounded == 0: one sweep that also takes LIFO slots (before sleeping);
  * else repeated sweeps for up to LA_SPIN_NS, then that final sweep. */
-static la_fiber_t *spin(la_wk_t *w, int bounded) {
+LA_NOINLINE static la_fiber_t *spin(la_wk_t *w, int bounded) {
     la_sched_t *s = w->s;
     la_fiber_t *seen[LA_SPIN_SEEN]; /* a LIFO slot's fiber when first seen */
     uint64_t seen_run[LA_SPIN_SEEN], seen_t[LA_SPIN_SEEN];
