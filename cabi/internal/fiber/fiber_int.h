@@ -51,8 +51,10 @@ struct la_wk {
     la_flist_t fl;
     _Alignas(64) _Atomic uint32_t head;
     _Atomic uint32_t tail;
-    _Atomic(la_fiber_t *) runnext;
-    _Atomic(la_fiber_t *) ring[LA_RUNQ];
+    /* apart from head and tail: a spinning worker's sweeps read those, and
+     * must not take the line its owner writes on every wake-up */
+    _Alignas(64) _Atomic(la_fiber_t *) runnext;
+    _Alignas(64) _Atomic(la_fiber_t *) ring[LA_RUNQ];
 } __attribute__((aligned(64)));
 
 typedef struct la_fdrec la_fdrec_t;
@@ -64,15 +66,20 @@ struct la_sched {
     size_t page;
     la_wk_t *wks;
     la_stackpool_t *pool;
-    /* global run queue */
+    /* global run queue: overflow of the workers' rings (under gmu) */
     pthread_mutex_t gmu;
     la_fiber_t *ghead, *gtail;
     _Atomic size_t glen;
-    /* idle workers */
+    /* fibers readied by threads outside s: a lock-free stack (push: CAS;
+     * a worker takes all with one exchange) */
+    _Alignas(64) _Atomic(la_fiber_t *) inbox;
+    /* idle workers: nspinning counts the workers looking for work plus the
+     * sleepers woken to look (a sleeper that takes one of `wakeups`, or the
+     * poller woken while poll_spin is set, inherits the waker's unit) */
+    _Alignas(64) _Atomic int nidle, nspinning;
     pthread_mutex_t imu;
     pthread_cond_t icv;
-    _Atomic int nidle, nspinning;
-    int nsleep, wakeups, poller_active, poll_kicked;
+    int nsleep, wakeups, poller_active, poll_kicked, poll_spin;
     _Atomic int stopping; /* destroy: workers exit */
     _Atomic int shutdown; /* parks are cancelled */
     _Atomic int destroying; /* async_sched_destroy began (joins refuse to pin s) */

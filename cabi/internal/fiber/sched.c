@@ -5,12 +5,19 @@
  * Run queues: each worker owns a bounded ring (owner pushes at the tail,
  * owner and thieves take at the head with a CAS), plus a LIFO slot
  * ("runnext") for the fiber it just readied, taken at most 3 times in a row.
- * Overflow and wake-ups from other threads go to a global mutex-protected
- * list, checked every 61 dispatches and whenever the local queue is empty.
- * An idle worker spins a few stealing rounds, then parks: the first idle
- * worker blocks in the fd poller (poller.h; timeout = next timer), the others on a
- * condvar. Work made runnable while some worker is idle and none is spinning
- * wakes one of them.
+ * Overflow goes to a global mutex-protected list; wake-ups from threads
+ * outside the scheduler to a lock-free inbox (a stack taken whole by one
+ * exchange); both are checked every 61 dispatches and whenever the local
+ * queue is empty.
+ * An idle worker spins (looks for work with pauses) for up to LA_SPIN_NS if
+ * fewer than half of the busy workers already do, then parks: the first idle
+ * worker blocks in the fd poller (poller.h; timeout = next timer), the others
+ * on a condvar. Work made runnable while some worker is idle and none is
+ * spinning wakes one of them (wake_one), which counts as spinning until it
+ * has looked: so a hand-off to a worker that spins costs no system call, and
+ * a burst of readies costs one wake-up. A spinner leaves another worker's
+ * LIFO slot alone until it has sat there LA_NEXT_STALE_NS (a pair of fibers
+ * handing off to each other stays on one worker).
  *
  * TLS is read only through the noinline accessors below: a fiber may resume
  * on another thread after any switch. */
@@ -79,8 +86,6 @@ static void global_put_list(la_sched_t *s, la_fiber_t *first, la_fiber_t *last, 
     atomic_fetch_add(&s->glen, n);
     pthread_mutex_unlock(&s->gmu);
 }
-
-static void global_put(la_sched_t *s, la_fiber_t *f) { global_put_list(s, f, f, 1); }
 
 /* Moves half of the ring plus f to the global queue (ring full). */
 static int runq_put_slow(la_wk_t *w, la_fiber_t *f, uint32_t h, uint32_t t) {
@@ -165,6 +170,8 @@ static la_fiber_t *runq_steal(la_wk_t *w, la_wk_t *v, int take_next) {
     }
 }
 
+static void wake_idle(la_sched_t *s);
+
 /* Takes up to a fair share of the global queue: one to run, the rest into
  * w's ring. */
 static la_fiber_t *global_get(la_sched_t *s, la_wk_t *w, int max) {
@@ -190,33 +197,92 @@ static la_fiber_t *global_get(la_sched_t *s, la_wk_t *w, int max) {
         runq_put(w, rest);
         rest = nx;
     }
+    /* The fibers were out of sight (off the global queue, not in the ring
+     * yet): a worker that looked meanwhile may have gone to sleep. */
+    if (n > 1 && s->nw > 1) wake_idle(s);
     return f;
+}
+
+/* Takes every fiber readied from outside s (la_ready_on) with one exchange,
+ * oldest first: one to run, a fair share (as global_get) into w's ring, and
+ * the rest, if any, to the global queue (one lock per batch), where the
+ * other workers find them. */
+static la_fiber_t *inbox_get(la_sched_t *s, la_wk_t *w) {
+    if (!atomic_load_explicit(&s->inbox, memory_order_relaxed)) return NULL;
+    la_fiber_t *l = atomic_exchange_explicit(&s->inbox, NULL, memory_order_acquire);
+    la_fiber_t *fifo = NULL;
+    size_t n = 0;
+    while (l) {
+        la_fiber_t *nx = l->next;
+        l->next = fifo;
+        fifo = l;
+        l = nx;
+        n++;
+    }
+    if (!fifo) return NULL;
+    size_t share = n / (size_t)s->nw + 1;
+    if (share > LA_RUNQ / 2) share = LA_RUNQ / 2;
+    la_fiber_t *r = fifo->next;
+    for (size_t i = 1; i < share && r; i++) {
+        la_fiber_t *nx = r->next; /* runq_put may relink r (overflow) */
+        runq_put(w, r);
+        r = nx;
+    }
+    if (r) {
+        la_fiber_t *last = r;
+        size_t k = 1;
+        while (last->next) {
+            last = last->next;
+            k++;
+        }
+        global_put_list(s, r, last, k);
+    }
+    /* as in global_get: the batch was out of sight while it moved */
+    if (fifo->next && s->nw > 1) wake_idle(s);
+    return fifo;
 }
 
 /* ---- idle workers ------------------------------------------------------------ */
 
 void la_kick_poller(la_sched_t *s) { la_poller_kick(&s->poller); }
 
+/* Wakes one sleeping worker to look for work. The waker takes a unit of
+ * nspinning for it (only if nobody is spinning), which the woken worker
+ * inherits: until it has looked, further readies wake nobody (one wake-up,
+ * not one per readied fiber, while a sleeper is on its way). */
 static void wake_one(la_sched_t *s) {
+    int zero = 0;
+    if (!atomic_compare_exchange_strong(&s->nspinning, &zero, 1)) return;
     pthread_mutex_lock(&s->imu);
     if (s->nsleep > s->wakeups) {
         s->wakeups++;
         pthread_cond_signal(&s->icv);
-    } else if (s->poller_active && !s->poll_kicked) {
-        s->poll_kicked = 1;
-        la_kick_poller(s);
+    } else if (s->poller_active && !s->poll_spin) {
+        s->poll_spin = 1;
+        if (!s->poll_kicked) {
+            s->poll_kicked = 1;
+            la_kick_poller(s);
+        }
+    } else {
+        /* every idle worker is already woken (or leaving idle_park under
+         * imu, where it checks for work after nidle++) */
+        atomic_fetch_sub(&s->nspinning, 1);
     }
     pthread_mutex_unlock(&s->imu);
 }
 
-/* Called after work was made runnable. */
+/* Called after work was made runnable (the work is published before the
+ * fence; a worker that stops spinning or goes idle publishes that before its
+ * fence and then looks at every queue: one of the two sees the other). */
 static void wake_idle(la_sched_t *s) {
     atomic_thread_fence(memory_order_seq_cst);
-    if (atomic_load(&s->nspinning) == 0 && atomic_load(&s->nidle) > 0) wake_one(s);
+    if (atomic_load_explicit(&s->nspinning, memory_order_relaxed) == 0 &&
+        atomic_load_explicit(&s->nidle, memory_order_relaxed) > 0)
+        wake_one(s);
 }
 
 static int has_work(la_sched_t *s) {
-    if (atomic_load(&s->glen) > 0) return 1;
+    if (atomic_load(&s->glen) > 0 || atomic_load(&s->inbox)) return 1;
     for (int i = 0; i < s->nw; i++)
         if (!runq_empty(&s->wks[i])) return 1;
     return la_timers_due(s);
@@ -248,7 +314,9 @@ void la_ready_on(la_wk_t *w, la_fiber_t *f, int lifo) {
          * proceed; it waits for refs before it frees s. f, readied but not
          * queued yet, keeps live > 0 (so s alive) until the pin is taken. */
         atomic_fetch_add(&s->refs, 1);
-        global_put(s, f);
+        la_fiber_t *h = atomic_load_explicit(&s->inbox, memory_order_relaxed);
+        do f->next = h;
+        while (!atomic_compare_exchange_weak_explicit(&s->inbox, &h, f, memory_order_release, memory_order_relaxed));
     }
     wake_idle(s);
     if (!(w && w->s == s)) atomic_fetch_sub(&s->refs, 1);
@@ -572,7 +640,10 @@ static void run_fiber(la_wk_t *w, la_fiber_t *f) {
  * number of fd events. */
 static int poll_events(la_sched_t *s, int timeout_ms) { return la_poller_wait(&s->poller, timeout_ms, la_io_event, s); }
 
-static void idle_park(la_wk_t *w) {
+/* Sleeps until woken (or, as the poller, until an fd event or the next
+ * timer). Returns 1 if a waker handed this worker a unit of nspinning
+ * (wake_one): it then looks for work as a spinning worker. */
+LA_NOINLINE static int idle_park(la_wk_t *w) {
     la_sched_t *s = w->s;
     pthread_mutex_lock(&s->imu);
     atomic_fetch_add(&s->nidle, 1);
@@ -580,7 +651,7 @@ static void idle_park(la_wk_t *w) {
     if (has_work(s) || atomic_load(&s->stopping)) {
         atomic_fetch_sub(&s->nidle, 1);
         pthread_mutex_unlock(&s->imu);
-        return;
+        return 0;
     }
     if (!s->poller_active) {
         s->poller_active = 1;
@@ -596,18 +667,25 @@ static void idle_park(la_wk_t *w) {
         pthread_mutex_lock(&s->imu);
         s->poller_active = 0;
         s->poll_kicked = 0;
+        int spin = s->poll_spin;
+        s->poll_spin = 0;
         atomic_fetch_sub(&s->nidle, 1);
         pthread_mutex_unlock(&s->imu);
         timers_run(s);
-        return;
+        return spin;
     }
     s->nsleep++;
     while (!s->wakeups && !atomic_load(&s->stopping)) pthread_cond_wait(&s->icv, &s->imu);
     s->nsleep--;
-    if (s->wakeups) s->wakeups--;
+    int spin = 0;
+    if (s->wakeups) {
+        s->wakeups--;
+        spin = 1;
+    }
     atomic_fetch_sub(&s->nidle, 1);
     pthread_mutex_unlock(&s->imu);
     w->coarse = la_coarse_ns();
+    return spin;
 }
 
 static la_fiber_t *take_next(la_wk_t *w) {
@@ -641,41 +719,125 @@ static uint32_t rnd(la_wk_t *w) {
     return (uint32_t)w->rng;
 }
 
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ volatile("yield" ::: "memory");
+#else
+    __asm__ volatile("" ::: "memory");
+#endif
+}
+
+/* How long an idle worker keeps looking for work before it sleeps: while it
+ * looks (nspinning > 0) readying a fiber wakes nobody, so a hand-off to a
+ * busy scheduler costs no system call. Bounded: with no work the CPU goes
+ * back to ~0 after this long. */
+#define LA_SPIN_NS 50000
+/* A fiber in another worker's LIFO slot is that worker's next fiber (often
+ * the partner of the fiber it runs, which is about to park): a spinning
+ * worker takes it only once it has sat there this long with that worker
+ * still running the same fiber, so a pair keeps its worker (and caches)
+ * and no hand-off bounces between threads. */
+#define LA_NEXT_STALE_NS 4000
+#define LA_SPIN_SEEN 32 /* victims (the first ones) whose LIFO slot is watched */
+
+/* Becomes a spinning worker unless half of the busy workers already spin. */
+static int spin_begin(la_sched_t *s) {
+    int busy = s->nw - atomic_load_explicit(&s->nidle, memory_order_relaxed);
+    if (2 * atomic_load_explicit(&s->nspinning, memory_order_relaxed) >= busy) return 0;
+    atomic_fetch_add(&s->nspinning, 1);
+    return 1;
+}
+
+/* Looks for work in the other workers' rings, the global queue and the inbox.
+ * bounded == 0: one sweep that also takes LIFO slots (before sleeping);
+ * else repeated sweeps for up to LA_SPIN_NS, then that final sweep. */
+LA_NOINLINE static la_fiber_t *spin(la_wk_t *w, int bounded) {
+    la_sched_t *s = w->s;
+    la_fiber_t *seen[LA_SPIN_SEEN]; /* a LIFO slot's fiber when first seen */
+    uint64_t seen_run[LA_SPIN_SEEN], seen_t[LA_SPIN_SEEN];
+    int nseen = s->nw < LA_SPIN_SEEN ? s->nw : LA_SPIN_SEEN;
+    for (int i = 0; i < nseen; i++) seen[i] = NULL;
+    uint64_t t0 = 0;
+    uint32_t stale = 0; /* bit per watched victim: take its LIFO slot */
+    for (uint32_t round = 0;; round++) {
+        la_fiber_t *f = NULL;
+        uint32_t start = rnd(w);
+        for (int i = 0; i < s->nw && !f; i++) {
+            uint32_t vi = (start + (uint32_t)i) % (uint32_t)s->nw;
+            la_wk_t *v = &s->wks[vi];
+            if (v == w) continue;
+            f = runq_steal(w, v, !bounded || (vi < LA_SPIN_SEEN && (stale >> vi & 1)));
+        }
+        if (!f) f = global_get(s, w, LA_RUNQ / 2);
+        if (!f) f = inbox_get(s, w);
+        if (!f && la_timers_due(s) && timers_run(s) > 0) f = local_get(w);
+        if (f || !bounded || atomic_load_explicit(&s->stopping, memory_order_relaxed)) return f;
+        if ((round & 3) == 3) {
+            uint64_t now = la_now_ns();
+            if (!t0) t0 = now;
+            if (now - t0 >= LA_SPIN_NS) bounded = 0; /* the final sweep */
+            stale = 0;
+            for (int i = 0; i < nseen; i++) {
+                la_wk_t *v = &s->wks[i];
+                if (v == w) continue;
+                la_fiber_t *nx = atomic_load_explicit(&v->runnext, memory_order_relaxed);
+                uint64_t nr = atomic_load_explicit(&v->n_run, memory_order_relaxed);
+                if (!nx || nx != seen[i] || nr != seen_run[i]) {
+                    seen[i] = nx;
+                    seen_run[i] = nr;
+                    seen_t[i] = now;
+                } else if (now - seen_t[i] >= LA_NEXT_STALE_NS) {
+                    stale |= (uint32_t)1 << i;
+                }
+            }
+        }
+        for (int k = 0; k < 32; k++) cpu_relax();
+    }
+}
+
 static la_fiber_t *find_work(la_wk_t *w) {
     la_sched_t *s = w->s;
+    la_fiber_t *f = NULL;
+    int spinning = 0; /* this worker holds a unit of s->nspinning */
     for (;;) {
-        if (atomic_load_explicit(&s->stopping, memory_order_relaxed)) return NULL;
-        la_fiber_t *f;
+        if (atomic_load_explicit(&s->stopping, memory_order_relaxed)) {
+            f = NULL;
+            break;
+        }
         if (++w->tick % 61 == 0) {
-            if ((f = global_get(s, w, 1))) return f;
+            if ((f = global_get(s, w, 1)) || (f = inbox_get(s, w))) break;
             timers_run(s);
             if (atomic_load(&s->nfdwait) > 0 && !s->poller_active) poll_events(s, 0);
         }
-        if ((f = local_get(w))) return f;
+        if ((f = local_get(w))) break;
         if (w->lease) live_sub(s, w, w->lease);
-        if ((f = global_get(s, w, LA_RUNQ / 2))) return f;
+        if ((f = global_get(s, w, LA_RUNQ / 2)) || (f = inbox_get(s, w))) break;
         if (timers_run(s) > 0) continue;
         if (atomic_load(&s->nfdwait) > 0 && !s->poller_active && poll_events(s, 0) > 0) continue;
         if (s->nw > 1) {
-            atomic_fetch_add(&s->nspinning, 1);
-            for (int round = 0; round < 4 && !f; round++) {
-                uint32_t start = rnd(w);
-                for (int i = 0; i < s->nw && !f; i++) {
-                    la_wk_t *v = &s->wks[(start + (uint32_t)i) % (uint32_t)s->nw];
-                    if (v == w) continue;
-                    f = runq_steal(w, v, round == 3);
-                }
-                if (!f && atomic_load(&s->glen)) f = global_get(s, w, LA_RUNQ / 2);
-            }
-            atomic_fetch_sub(&s->nspinning, 1);
-            if (f) {
+            if (!spinning) spinning = spin_begin(s);
+            if ((f = spin(w, spinning))) {
                 LA_BUMP(w->n_steal);
-                wake_idle(s);
-                return f;
+                if (!spinning) wake_idle(s); /* (a spinner: below) */
+                break;
+            }
+            if (spinning) {
+                /* then idle_park's nidle++, fence, has_work() */
+                atomic_fetch_sub(&s->nspinning, 1);
+                spinning = 0;
             }
         }
-        idle_park(w);
+        if (spinning) { /* (one worker: a wake_one's unit) */
+            atomic_fetch_sub(&s->nspinning, 1);
+            spinning = 0;
+        }
+        spinning = idle_park(w);
     }
+    /* The last spinner found work: there may be more, let another look. */
+    if (spinning && atomic_fetch_sub(&s->nspinning, 1) == 1 && f) wake_idle(s);
+    return f;
 }
 
 void *la_worker_main(void *arg) {

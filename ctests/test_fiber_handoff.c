@@ -1,0 +1,384 @@
+/* Cross-worker hand-offs (issue 13 item 1, docs/FIBERS.md "Idle workers and
+ * hand-offs"): idle workers spin for a bounded time before they sleep, a
+ * waker wakes a sleeper only when nobody spins (and hands the woken one its
+ * spinning unit), fibers readied by threads outside the scheduler go through
+ * a lock-free inbox, and a fiber in another worker's LIFO slot is stolen only
+ * once it has waited there. What must hold whatever the timing:
+ *   - no work: the workers sleep (CPU near zero once the spin bound passed);
+ *   - no lost wake-up: work readied at any moment of a worker's
+ *     spin -> sleep transition runs, from a worker, a plain thread or
+ *     another scheduler's worker;
+ *   - a fiber left in a busy worker's LIFO slot is run by another worker;
+ *   - destroy and shutdown while workers spin.
+ * Every wait is bounded; no case asserts a speed. */
+#include <stdatomic.h>
+#include <sys/resource.h>
+
+#include "check.h"
+
+static async_sched_t *mk(int workers) {
+    async_sched_config_t cfg = {workers, 0, 0};
+    async_sched_t *s = async_sched_create(&cfg);
+    CHECK(s != NULL);
+    return s;
+}
+
+static double cpu_ms(void) {
+    struct rusage ru;
+    CHECK_EQ(getrusage(RUSAGE_SELF, &ru), 0);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3 +
+           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3;
+}
+
+/* ---- ping-pong across workers ------------------------------------------------ */
+
+typedef struct {
+    async_chan_t *a, *b;
+    long n;
+    atomic_long done; /* round trips checked by ping */
+    atomic_int bad;
+} pp_t;
+
+static void pp_ping(void *arg) {
+    pp_t *p = arg;
+    for (long i = 0; i < p->n; i++) {
+        uint64_t x = (uint64_t)i;
+        if (async_chan_send(p->a, &x, 30000) != 0 || async_chan_recv(p->b, &x, 30000) != 0 || x != (uint64_t)i + 1) {
+            atomic_store(&p->bad, 1);
+            return;
+        }
+        atomic_store(&p->done, i + 1);
+    }
+}
+
+static void pp_pong(void *arg) {
+    pp_t *p = arg;
+    for (long i = 0; i < p->n; i++) {
+        uint64_t x;
+        if (async_chan_recv(p->a, &x, 30000) != 0) {
+            atomic_store(&p->bad, 1);
+            return;
+        }
+        x++;
+        if (async_chan_send(p->b, &x, 30000) != 0) {
+            atomic_store(&p->bad, 1);
+            return;
+        }
+    }
+}
+
+static void run_pingpong(async_sched_t *s, long n) {
+    pp_t p = {async_chan_create(0, sizeof(uint64_t)), async_chan_create(0, sizeof(uint64_t)), n, 0, 0};
+    CHECK(p.a && p.b);
+    CHECK(async_fiber_spawn(s, pp_pong, &p, 0));
+    CHECK(async_fiber_spawn(s, pp_ping, &p, 0));
+    CHECK_EQ(async_sched_run(s), 0);
+    CHECK_EQ(atomic_load(&p.bad), 0);
+    CHECK_EQ(atomic_load(&p.done), n);
+    async_chan_destroy(p.a);
+    async_chan_destroy(p.b);
+}
+
+/* Many rendezvous round trips between two fibers on 2 and 4 workers: every
+ * value arrives (each park is woken, wherever the partner runs). */
+static void t_pingpong(void) {
+    for (int workers = 2; workers <= 4; workers += 2) {
+        async_sched_t *s = mk(workers);
+        run_pingpong(s, 200000);
+        async_sched_destroy(s);
+    }
+}
+
+/* ---- idle CPU ---------------------------------------------------------------- */
+
+/* CPU the process uses over `ms` of wall time, in ms. */
+static double cpu_over(int ms) {
+    double c0 = cpu_ms();
+    sleep_ms(ms);
+    return cpu_ms() - c0;
+}
+
+/* Spinning is bounded: a scheduler without work (fresh, and just after a
+ * burst of hand-offs left every worker spinning) uses well under a core.
+ * Generous bound (30% of one core over 1 s): the spin lasts microseconds. */
+static void t_idle_cpu(void) {
+    for (int workers = 2; workers <= 4; workers += 2) {
+        async_sched_t *s = mk(workers);
+        sleep_ms(50);
+        double fresh = cpu_over(1000);
+        run_pingpong(s, 20000);
+        double after = cpu_over(1000);
+        printf("workers %d: idle cpu %.1f ms per s (fresh), %.1f ms per s (after work)\n", workers, fresh, after);
+        CHECK(fresh < 300);
+        CHECK(after < 300);
+        async_sched_destroy(s);
+    }
+}
+
+/* ---- wake-ups around the spin -> sleep transition --------------------------- */
+
+typedef struct {
+    async_chan_t *c;
+    long rounds;
+    atomic_long got;
+} rx_t;
+
+static void rx_fiber(void *arg) {
+    rx_t *r = arg;
+    for (long i = 0; i < r->rounds; i++) {
+        long v;
+        if (async_chan_recv(r->c, &v, 30000) != 0 || v != i) return;
+        atomic_fetch_add(&r->got, 1);
+    }
+}
+
+static void spin_us(double us) {
+    double t0 = now_ms();
+    while ((now_ms() - t0) * 1e3 < us) {
+    }
+}
+
+/* A plain thread readies a parked fiber after delays spread over the
+ * workers' spin window (0 to ~200 us, then a few ms: asleep): each send
+ * (a hand-off to the fiber, through the inbox) must be taken, or the
+ * bounded send fails. */
+static void t_wake_after_spin(void) {
+    async_sched_t *s = mk(2);
+    rx_t r = {async_chan_create(0, sizeof(long)), 400, 0};
+    CHECK(r.c);
+    CHECK(async_fiber_spawn(s, rx_fiber, &r, 0));
+    for (long i = 0; i < r.rounds; i++) {
+        if (i % 50 == 49)
+            sleep_ms(3);
+        else
+            spin_us((double)(i % 50) * 4);
+        CHECK_EQ(async_chan_send(r.c, &i, 30000), 0);
+    }
+    CHECK_EQ(async_sched_run(s), 0);
+    CHECK_EQ(atomic_load(&r.got), r.rounds);
+    async_chan_destroy(r.c);
+    async_sched_destroy(s);
+}
+
+/* ---- readies from outside the scheduler -------------------------------------- */
+
+enum { RT_THREADS = 4, RT_FIBERS = 16, RT_PER = 2000 };
+
+typedef struct {
+    async_chan_t *c[RT_FIBERS];
+    rx_t rx[RT_FIBERS];
+    atomic_int bad;
+} remote_t;
+
+typedef struct {
+    remote_t *r;
+    int first; /* the fibers t, t + RT_THREADS, ... get this thread's values */
+} remote_arg_t;
+
+static void *remote_sender(void *arg) {
+    remote_arg_t *a = arg;
+    for (long i = 0; i < RT_PER; i++)
+        for (int k = a->first; k < RT_FIBERS; k += RT_THREADS)
+            if (async_chan_send(a->r->c[k], &i, 30000) != 0) atomic_store(&a->r->bad, 1);
+    return NULL;
+}
+
+/* Plain threads send to fibers parked on rendezvous channels: every wake-up
+ * is a remote ready (the inbox, with its exchange-all consumers racing the
+ * pushes); 4 threads x 16 fibers x 2000 values all arrive. */
+static void t_remote_ready(void) {
+    async_sched_t *s = mk(2);
+    remote_t *r = calloc(1, sizeof *r);
+    CHECK(r);
+    for (int k = 0; k < RT_FIBERS; k++) {
+        r->c[k] = async_chan_create(0, sizeof(long));
+        CHECK(r->c[k]);
+        r->rx[k] = (rx_t){r->c[k], RT_PER, 0};
+        CHECK(async_fiber_spawn(s, rx_fiber, &r->rx[k], 0));
+    }
+    pthread_t th[RT_THREADS];
+    remote_arg_t args[RT_THREADS];
+    for (int t = 0; t < RT_THREADS; t++) {
+        args[t] = (remote_arg_t){r, t};
+        start_thread(&th[t], remote_sender, &args[t]);
+    }
+    for (int t = 0; t < RT_THREADS; t++) join_within(th[t], 120000, "remote sender");
+    CHECK_EQ(atomic_load(&r->bad), 0);
+    CHECK_EQ(async_sched_run(s), 0);
+    for (int k = 0; k < RT_FIBERS; k++) {
+        CHECK_EQ(atomic_load(&r->rx[k].got), RT_PER);
+        async_chan_destroy(r->c[k]);
+    }
+    free(r);
+    async_sched_destroy(s);
+}
+
+/* ---- another scheduler's worker readies ------------------------------------ */
+
+static void xs_sender(void *arg) {
+    rx_t *r = arg;
+    for (long i = 0; i < r->rounds; i++)
+        if (async_chan_send(r->c, &i, 30000) != 0) return;
+}
+
+/* Fibers of scheduler A wake fibers of scheduler B (and back, through the
+ * rendezvous): readies from a foreign worker go through B's inbox. */
+static void t_cross_sched(void) {
+    async_sched_t *a = mk(2), *b = mk(2);
+    enum { PAIRS = 8 };
+    rx_t rx[PAIRS];
+    for (int k = 0; k < PAIRS; k++) {
+        rx[k] = (rx_t){async_chan_create(0, sizeof(long)), 20000, 0};
+        CHECK(rx[k].c);
+        CHECK(async_fiber_spawn(b, rx_fiber, &rx[k], 0));
+        CHECK(async_fiber_spawn(a, xs_sender, &rx[k], 0));
+    }
+    CHECK_EQ(async_sched_run(a), 0);
+    CHECK_EQ(async_sched_run(b), 0);
+    for (int k = 0; k < PAIRS; k++) {
+        CHECK_EQ(atomic_load(&rx[k].got), rx[k].rounds);
+        async_chan_destroy(rx[k].c);
+    }
+    async_sched_destroy(a);
+    async_sched_destroy(b);
+}
+
+/* ---- a fiber left in a busy worker's LIFO slot -------------------------------- */
+
+typedef struct {
+    async_chan_t *c;
+    atomic_int arrived;
+    atomic_int timed_out;
+} meet_t;
+
+/* After the hand-off both fibers wait for each other WITHOUT parking: the
+ * one that goes on running keeps its worker busy, so the other (in that
+ * worker's LIFO slot, or its queue) must be taken by the other worker. */
+static void meet_wait(meet_t *m) {
+    atomic_fetch_add(&m->arrived, 1);
+    double t0 = now_ms();
+    while (atomic_load(&m->arrived) < 2)
+        if (now_ms() - t0 > 20000) {
+            atomic_store(&m->timed_out, 1);
+            return;
+        }
+}
+
+static void meet_send(void *arg) {
+    meet_t *m = arg;
+    long v = 1;
+    if (async_chan_send(m->c, &v, 30000) == 0) meet_wait(m);
+}
+
+static void meet_recv(void *arg) {
+    meet_t *m = arg;
+    long v;
+    if (async_chan_recv(m->c, &v, 30000) == 0) meet_wait(m);
+}
+
+static void t_busy_lifo_slot(void) {
+    async_sched_t *s = mk(2);
+    for (int round = 0; round < 200; round++) {
+        meet_t m = {async_chan_create(0, sizeof(long)), 0, 0};
+        CHECK(m.c);
+        CHECK(async_fiber_spawn(s, round & 1 ? meet_send : meet_recv, &m, 0));
+        CHECK(async_fiber_spawn(s, round & 1 ? meet_recv : meet_send, &m, 0));
+        CHECK_EQ(async_sched_run(s), 0);
+        CHECK_EQ(atomic_load(&m.timed_out), 0);
+        CHECK_EQ(atomic_load(&m.arrived), 2);
+        async_chan_destroy(m.c);
+    }
+    async_sched_destroy(s);
+}
+
+/* ---- fan-out: one fiber wakes many --------------------------------------------- */
+
+enum { FAN = 64, FAN_ROUNDS = 500 };
+
+typedef struct {
+    async_chan_t *c[FAN];
+    rx_t rx[FAN];
+} fan_t;
+
+static void fan_producer(void *arg) {
+    fan_t *f = arg;
+    for (long i = 0; i < FAN_ROUNDS; i++)
+        for (int k = 0; k < FAN; k++)
+            if (async_chan_send(f->c[k], &i, 30000) != 0) return;
+}
+
+/* One fiber readies 64 others over and over (each wake lands on its worker,
+ * the other workers spin and steal): every value arrives. */
+static void t_fan_out(void) {
+    async_sched_t *s = mk(4);
+    fan_t *f = calloc(1, sizeof *f);
+    CHECK(f);
+    for (int k = 0; k < FAN; k++) {
+        f->c[k] = async_chan_create(1, sizeof(long));
+        CHECK(f->c[k]);
+        f->rx[k] = (rx_t){f->c[k], FAN_ROUNDS, 0};
+        CHECK(async_fiber_spawn(s, rx_fiber, &f->rx[k], 0));
+    }
+    CHECK(async_fiber_spawn(s, fan_producer, f, 0));
+    CHECK_EQ(async_sched_run(s), 0);
+    for (int k = 0; k < FAN; k++) {
+        CHECK_EQ(atomic_load(&f->rx[k].got), FAN_ROUNDS);
+        async_chan_destroy(f->c[k]);
+    }
+    free(f);
+    async_sched_destroy(s);
+}
+
+/* ---- destroy and shutdown while workers spin ------------------------------------ */
+
+static void short_fiber(void *arg) {
+    atomic_long *n = arg;
+    async_fiber_yield();
+    atomic_fetch_add(n, 1);
+}
+
+/* Right after async_sched_run returns the workers are still spinning
+ * (looking for work for up to the spin bound): destroy must stop them. */
+static void t_destroy_spinning(void) {
+    for (int round = 0; round < 200; round++) {
+        async_sched_t *s = mk(round % 2 ? 2 : 4);
+        atomic_long n = 0;
+        for (int i = 0; i < 8; i++) CHECK(async_fiber_spawn(s, short_fiber, &n, 0));
+        CHECK_EQ(async_sched_run(s), 0);
+        CHECK_EQ(atomic_load(&n), 8);
+        async_sched_destroy(s);
+    }
+}
+
+static void sleep_fiber(void *arg) {
+    atomic_long *n = arg;
+    if (async_fiber_sleep(60000) == -1 && async_last_error() == ASYNC_E_CANCELLED) atomic_fetch_add(n, 1);
+}
+
+/* Shutdown while one fiber is parked and the other workers spin. */
+static void t_shutdown_spinning(void) {
+    for (int round = 0; round < 100; round++) {
+        async_sched_t *s = mk(2);
+        atomic_long n = 0, cancelled = 0;
+        CHECK(async_fiber_spawn(s, sleep_fiber, &cancelled, 0));
+        for (int i = 0; i < 4; i++) CHECK(async_fiber_spawn(s, short_fiber, &n, 0));
+        CHECK_EQ(async_sched_shutdown(s, 30000), 0);
+        CHECK_EQ(atomic_load(&cancelled), 1);
+        CHECK_EQ(atomic_load(&n), 4);
+        async_sched_destroy(s);
+    }
+}
+
+static const test_case_t cases[] = {
+    T(pingpong),
+    T(idle_cpu),
+    T(wake_after_spin),
+    T(remote_ready),
+    T(cross_sched),
+    T(busy_lifo_slot),
+    T(fan_out),
+    T(destroy_spinning),
+    T(shutdown_spinning),
+};
+
+TEST_MAIN(cases)
