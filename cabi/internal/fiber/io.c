@@ -443,6 +443,9 @@ ssize_t async_fiber_read(async_fd_t fd, void *buf, size_t n, int timeout_ms) {
     LA_ENTRY(-1);
     ssize_t early;
     if (io_args(fd, buf, n, timeout_ms, &early)) return early;
+#if defined(LA_URING)
+    if (la_uring_read(fd, buf, n, timeout_ms, &early)) return early; /* io_uring.c */
+#endif
     uint64_t deadline = la_deadline(timeout_ms);
     la_fiber_t *f = la_current_fiber();
     la_fdrec_t *rec = f ? fdrec(f->s, fd) : NULL;
@@ -480,8 +483,11 @@ ssize_t async_fiber_write(async_fd_t fd, const void *buf, size_t n, int timeout_
     LA_ENTRY(-1);
     ssize_t early;
     if (io_args(fd, buf, n, timeout_ms, &early)) return early;
-    uint64_t deadline = la_deadline(timeout_ms);
     size_t done = 0;
+#if defined(LA_URING)
+    if (la_uring_write(fd, buf, n, timeout_ms, &early, &done)) return early; /* io_uring.c */
+#endif
+    uint64_t deadline = la_deadline(timeout_ms);
     while (done < n) {
         ssize_t r = sys_write(fd, (const char *)buf + done, n - done);
         if (r >= 0) {
@@ -509,6 +515,10 @@ async_fd_t async_fiber_accept(async_fd_t lfd, struct sockaddr *addr, socklen_t *
         la_set_error(lfd < 0 ? ASYNC_E_BADFD : ASYNC_E_INVAL);
         return -1;
     }
+#if defined(LA_URING)
+    int ur;
+    if (la_uring_accept(lfd, addr, len, timeout_ms, &ur)) return ur; /* io_uring.c */
+#endif
     uint64_t deadline = la_deadline(timeout_ms);
     for (;;) {
         int r = sys_accept(lfd, addr, len);
@@ -537,6 +547,10 @@ int async_fiber_connect(async_fd_t fd, const struct sockaddr *addr, socklen_t le
         la_set_error(ASYNC_E_BADFD);
         return -1;
     }
+#if defined(LA_URING)
+    int ur;
+    if (la_uring_connect(fd, addr, len, timeout_ms, &ur)) return ur; /* io_uring.c */
+#endif
     int r = sys_connect(fd, addr, len);
     if (r == 0) return 0;
     if (r != -EINPROGRESS && r != -EINTR) {

@@ -570,7 +570,12 @@ static void run_fiber(la_wk_t *w, la_fiber_t *f) {
 
 /* Dispatches fd events (io.c) after a kick or a timeout; returns the
  * number of fd events. */
-static int poll_events(la_sched_t *s, int timeout_ms) { return la_poller_wait(&s->poller, timeout_ms, la_io_event, s); }
+static int poll_events(la_sched_t *s, int timeout_ms) {
+#if defined(LA_URING)
+    if (s->uring) return la_poller_wait(&s->poller, timeout_ms, la_uring_event, s);
+#endif
+    return la_poller_wait(&s->poller, timeout_ms, la_io_event, s);
+}
 
 static void idle_park(la_wk_t *w) {
     la_sched_t *s = w->s;
@@ -647,11 +652,18 @@ static la_fiber_t *find_work(la_wk_t *w) {
         if (atomic_load_explicit(&s->stopping, memory_order_relaxed)) return NULL;
         la_fiber_t *f;
         if (++w->tick % 61 == 0) {
+#if defined(LA_URING)
+            if (w->ur) la_uring_flush(w->ur); /* a busy worker submits too */
+#endif
             if ((f = global_get(s, w, 1))) return f;
             timers_run(s);
             if (atomic_load(&s->nfdwait) > 0 && !s->poller_active) poll_events(s, 0);
         }
         if ((f = local_get(w))) return f;
+#if defined(LA_URING)
+        /* out of local work: submit the SQEs its fibers wrote, reap */
+        if (w->ur && la_uring_flush(w->ur) > 0) continue;
+#endif
         if (w->lease) live_sub(s, w, w->lease);
         if ((f = global_get(s, w, LA_RUNQ / 2))) return f;
         if (timers_run(s) > 0) continue;
