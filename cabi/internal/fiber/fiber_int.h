@@ -157,9 +157,11 @@ int la_default_fiber_io_uring(void);
  * INFO) when io_uring is unavailable. */
 int la_uring_open(la_sched_t *s);
 void la_uring_close(la_sched_t *s);
-/* The worker's turn: submits its pending SQEs, reaps its CQEs (readies their
- * fibers); returns the number of CQEs. */
-int la_uring_flush(la_uring_t *r);
+/* The worker's turn: submits its pending SQEs, reaps up to max of its CQEs
+ * (readies their fibers; 0: all); returns the number of CQEs reaped. A
+ * share at a time keeps the run queue from overflowing into the global
+ * queue, where fibers would wait behind every later completion. */
+int la_uring_flush(la_uring_t *r, int max);
 /* la_poller_wait's callback for a scheduler with rings. */
 void la_uring_event(void *ctx, void *rec, unsigned got);
 int la_uring_read(int fd, void *buf, size_t n, int timeout_ms, ssize_t *ret);

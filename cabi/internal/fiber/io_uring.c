@@ -312,8 +312,8 @@ static void complete(la_uring_t *r, struct io_uring_cqe *c) {
     if (wake) la_waiter_signal(wake);
 }
 
-/* Reaps r's CQ; returns the number of CQEs. */
-static int reap(la_uring_t *r) {
+/* Reaps up to max CQEs of r (0: all); returns how many. */
+static int reap(la_uring_t *r, int max) {
     unsigned tail = atomic_load_explicit(r->cq_tail, memory_order_acquire);
     if (atomic_load_explicit(r->cq_head, memory_order_relaxed) == tail) return 0;
     int n = 0;
@@ -321,8 +321,8 @@ static int reap(la_uring_t *r) {
     unsigned head = atomic_load_explicit(r->cq_head, memory_order_relaxed);
     for (;;) {
         tail = atomic_load_explicit(r->cq_tail, memory_order_acquire);
-        if (head == tail) break;
-        while (head != tail) {
+        if (head == tail || (max && n >= max)) break;
+        while (head != tail && (max == 0 || n < max)) {
             struct io_uring_cqe c = r->cqes[head & r->cq_mask];
             head++;
             /* give the slot back before the op's fiber can run */
@@ -335,7 +335,7 @@ static int reap(la_uring_t *r) {
     return n;
 }
 
-int la_uring_flush(la_uring_t *r) {
+int la_uring_flush(la_uring_t *r, int max) {
     unsigned fl = atomic_load_explicit(r->sq_flags, memory_order_relaxed);
     unsigned get = (fl & (IORING_SQ_CQ_OVERFLOW | IORING_SQ_TASKRUN)) ? IORING_ENTER_GETEVENTS : 0;
     if (atomic_load_explicit(&r->pending, memory_order_relaxed) || get) {
@@ -343,7 +343,7 @@ int la_uring_flush(la_uring_t *r) {
         submit_locked(r, get);
         la_spin_unlock(&r->sqlk);
     }
-    return reap(r);
+    return reap(r, max);
 }
 
 /* la_poller_wait's callback when s has rings: a ring's fd reports CQEs, or
@@ -352,7 +352,11 @@ void la_uring_event(void *ctx, void *rec, unsigned got) {
     la_sched_t *s = ctx;
     la_uring_t *r = rec;
     if (s->uring && r >= s->uring && r < s->uring + s->nw) {
-        reap(r);
+        /* Its own ring: a share, like an epoll_wait's 128 events (the rest
+         * is reaped by its next flush, before it idles again). Another
+         * worker's ring: all, for its owner may be asleep. */
+        la_wk_t *w = la_current_worker();
+        reap(r, w && w->ur == r ? LA_RUNQ / 2 : 0);
         return;
     }
     la_io_event(ctx, rec, got);
@@ -368,7 +372,7 @@ static struct io_uring_sqe *sqe_get(la_uring_t *r) {
         if (e == -EBUSY || e == -EAGAIN) {
             /* the CQ backlog is full: make room there first */
             la_spin_unlock(&r->sqlk);
-            reap(r);
+            reap(r, 0);
             sched_yield();
             la_spin_lock(&r->sqlk);
         }
