@@ -471,10 +471,10 @@ static la_uring_t *my_ring(la_fiber_t **fp, int timeout_ms) {
  * parks until its CQE, cancelling it at the deadline or at shutdown.
  * Returns the CQE's result; *why: LA_W_READY, or why the park ended early
  * (LA_W_TIMEDOUT, LA_W_CANCELLED), whatever the result. */
-static int op_wait(la_fiber_t *f, la_uring_t *r, la_uop_t *op, uint64_t deadline, int *why) {
+static int op_wait(la_fiber_t *f, la_uring_t *r, la_uop_t *op, uint64_t deadline, int fd, int dir, int *why) {
     la_spin_unlock(&r->sqlk);
     int kind = LA_PK_NORMAL, cancelled = 0, reason = LA_W_READY;
-    la_fiber_note(f, LA_WAIT_FD, 0);
+    la_fiber_note(f, LA_WAIT_FD, (uint64_t)(uint32_t)fd | (uint64_t)dir << 32);
     for (;;) {
         la_waiter_t w;
         la_spin_lock(&op->lk);
@@ -545,7 +545,7 @@ int la_uring_read(int fd, void *buf, size_t n, int timeout_ms, ssize_t *ret) {
         q->len = n > 0x7ffff000u ? 0x7ffff000u : (unsigned)n;
         q->user_data = (uint64_t)(uintptr_t)&op;
         sqe_push(r);
-        res = op_wait(f, r, &op, deadline, &why);
+        res = op_wait(f, r, &op, deadline, fd, 1, &why);
     } while (res == -EINTR && why == LA_W_READY);
     busy_drop(b, 1);
     if (res >= 0) {
@@ -584,7 +584,7 @@ int la_uring_write(int fd, const void *buf, size_t n, int timeout_ms, ssize_t *r
         q->msg_flags = MSG_NOSIGNAL;
         q->user_data = (uint64_t)(uintptr_t)&op;
         sqe_push(r);
-        res = op_wait(f, r, &op, deadline, &why);
+        res = op_wait(f, r, &op, deadline, fd, 2, &why);
         if (res > 0) *done += (size_t)res;
         if (why != LA_W_READY) break;
         if (res < 0 && res != -EINTR) break;
@@ -630,7 +630,7 @@ int la_uring_accept(int lfd, struct sockaddr *addr, socklen_t *len, int timeout_
         q->accept_flags = SOCK_NONBLOCK | SOCK_CLOEXEC;
         q->user_data = (uint64_t)(uintptr_t)&op;
         sqe_push(r);
-        res = op_wait(f, r, &op, deadline, &why);
+        res = op_wait(f, r, &op, deadline, lfd, 1, &why);
     } while ((res == -EINTR || res == -ECONNABORTED) && why == LA_W_READY);
     busy_drop(b, 1);
     if (res >= 0) {
@@ -676,7 +676,7 @@ int la_uring_connect(int fd, const struct sockaddr *addr, socklen_t alen, int ti
         q->poll32_events = POLLOUT;
         q->user_data = (uint64_t)(uintptr_t)&op;
         sqe_push(r);
-        res = op_wait(f, r, &op, deadline, &why);
+        res = op_wait(f, r, &op, deadline, fd, 2, &why);
         if (why != LA_W_READY || res != 0) break;
     }
     busy_drop(b, 2);
