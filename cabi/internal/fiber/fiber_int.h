@@ -162,6 +162,10 @@ void la_uring_close(la_sched_t *s);
  * share at a time keeps the run queue from overflowing into the global
  * queue, where fibers would wait behind every later completion. */
 int la_uring_flush(la_uring_t *r, int max);
+/* Reaps the CQEs waiting in the other workers' rings (their owners may
+ * sleep on the condition variable, where a completion does not wake them);
+ * a memory read per ring when they are empty. Returns the number reaped. */
+int la_uring_reap_others(la_sched_t *s, la_uring_t *own);
 /* la_poller_wait's callback for a scheduler with rings. */
 void la_uring_event(void *ctx, void *rec, unsigned got);
 int la_uring_read(int fd, void *buf, size_t n, int timeout_ms, ssize_t *ret);

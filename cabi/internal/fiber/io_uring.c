@@ -367,6 +367,15 @@ int la_uring_flush(la_uring_t *r, int max) {
     return reap(r, max);
 }
 
+int la_uring_reap_others(la_sched_t *s, la_uring_t *own) {
+    int n = 0;
+    for (int i = 0; i < s->nw; i++) {
+        la_uring_t *r = &s->uring[i];
+        if (r != own) n += reap(r, LA_RUNQ / 2);
+    }
+    return n;
+}
+
 /* la_poller_wait's callback when s has rings: a ring's fd reports CQEs, or
  * an fd event for io.c. */
 void la_uring_event(void *ctx, void *rec, unsigned got) {

@@ -653,7 +653,10 @@ static la_fiber_t *find_work(la_wk_t *w) {
         la_fiber_t *f;
         if (++w->tick % 61 == 0) {
 #if defined(LA_URING)
-            if (w->ur) la_uring_flush(w->ur, 16); /* a busy worker submits too */
+            if (w->ur) { /* a busy worker submits too, and reaps what sleeping workers' rings got */
+                la_uring_flush(w->ur, 16);
+                if (s->nw > 1) la_uring_reap_others(s, w->ur);
+            }
 #endif
             if ((f = global_get(s, w, 1))) return f;
             timers_run(s);
@@ -662,7 +665,8 @@ static la_fiber_t *find_work(la_wk_t *w) {
         if ((f = local_get(w))) return f;
 #if defined(LA_URING)
         /* out of local work: submit the SQEs its fibers wrote, reap */
-        if (w->ur && la_uring_flush(w->ur, LA_RUNQ / 2) > 0) continue;
+        if (w->ur && (la_uring_flush(w->ur, LA_RUNQ / 2) > 0 || (s->nw > 1 && la_uring_reap_others(s, w->ur) > 0)))
+            continue;
 #endif
         if (w->lease) live_sub(s, w, w->lease);
         if ((f = global_get(s, w, LA_RUNQ / 2))) return f;
