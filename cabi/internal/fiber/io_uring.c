@@ -76,7 +76,8 @@
 #endif
 
 #define LA_UR_SQ 256
-#define LA_UR_CQ 16384
+#define LA_UR_CQ 16384      /* up to 8 workers (256 KiB of CQ each) */
+#define LA_UR_CQ_MANY 4096  /* more workers */
 
 struct la_uring {
     la_spin_t sqlk; /* SQ writes and submits (the owner, and cancels from any worker) */
@@ -183,7 +184,7 @@ static int kernel_at_least(int major, int minor) {
 }
 
 /* 0, or a reason (static string) why the ring could not be made. */
-static const char *ring_open(la_uring_t *r, int solo) {
+static const char *ring_open(la_uring_t *r, int solo, unsigned ncq) {
     memset(r, 0, sizeof *r);
     r->fd = -1;
     struct io_uring_params p;
@@ -195,12 +196,12 @@ static const char *ring_open(la_uring_t *r, int solo) {
     if (solo) want |= IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG;
     memset(&p, 0, sizeof p);
     p.flags = want;
-    p.cq_entries = LA_UR_CQ;
+    p.cq_entries = ncq;
     int fd = ur_setup(LA_UR_SQ, &p);
     if (fd == -EINVAL && solo) {
         memset(&p, 0, sizeof p);
         p.flags = IORING_SETUP_CQSIZE | IORING_SETUP_SUBMIT_ALL;
-        p.cq_entries = LA_UR_CQ;
+        p.cq_entries = ncq;
         fd = ur_setup(LA_UR_SQ, &p);
     }
     if (fd < 0) return fd == -ENOSYS ? "io_uring_setup: not implemented"
@@ -276,7 +277,7 @@ int la_uring_open(la_sched_t *s) {
     const char *why = NULL;
     int i;
     for (i = 0; i < s->nw && !why; i++) {
-        why = ring_open(&rings[i], s->nw == 1);
+        why = ring_open(&rings[i], s->nw == 1, s->nw <= 8 ? LA_UR_CQ : LA_UR_CQ_MANY);
         if (!why) {
             struct epoll_event ev = {.events = EPOLLIN | EPOLLET, .data.ptr = &rings[i]};
             if (epoll_ctl(s->poller.fd, EPOLL_CTL_ADD, rings[i].fd, &ev) != 0) why = "epoll_ctl of a ring failed";
@@ -334,7 +335,7 @@ static void complete(la_uring_t *r, struct io_uring_cqe *c) {
 }
 
 /* Reaps up to max CQEs of r (0: all); returns how many. */
-static int reap(la_uring_t *r, int max) {
+static int reap_cq(la_uring_t *r, int max) {
     unsigned tail = atomic_load_explicit(r->cq_tail, memory_order_acquire);
     if (atomic_load_explicit(r->cq_head, memory_order_relaxed) == tail) return 0;
     int n = 0;
@@ -353,6 +354,19 @@ static int reap(la_uring_t *r, int max) {
         }
     }
     la_spin_unlock(&r->cqlk);
+    return n;
+}
+
+/* reap_cq, and the completions the kernel kept aside when the CQ was full
+ * (IORING_FEAT_NODROP): they come into the CQ only with an io_uring_enter
+ * with GETEVENTS, which any thread may make. */
+static int reap(la_uring_t *r, int max) {
+    int n = reap_cq(r, max);
+    if ((max == 0 || n < max) &&
+        (atomic_load_explicit(r->sq_flags, memory_order_relaxed) & IORING_SQ_CQ_OVERFLOW)) {
+        ur_enter(r->fd, 0, 0, IORING_ENTER_GETEVENTS);
+        n += reap_cq(r, max ? max - n : 0);
+    }
     return n;
 }
 
