@@ -622,6 +622,76 @@ static void t_big_write(void) {
     close(sv[1]);
 }
 
+/* ---- large writes on 4 workers: a write's next send is submitted where the fiber
+ * runs now (it may have moved; the worker it left may sleep) -------------------- */
+
+#define MW_N 4
+#define MW_BYTES (4u << 20)
+
+typedef struct {
+    int fd;
+    ssize_t r;
+    int err;
+    atomic_int *done;
+} mw_t;
+
+static void mw_writer(void *arg) {
+    mw_t *m = arg;
+    unsigned char *b = malloc(MW_BYTES);
+    for (size_t i = 0; i < MW_BYTES; i++) b[i] = (unsigned char)(i * 13);
+    m->r = async_fiber_write(m->fd, b, MW_BYTES, 20000);
+    m->err = m->r < 0 ? async_last_error() : 0;
+    free(b);
+    atomic_fetch_add(m->done, 1);
+}
+
+typedef struct {
+    int fd;
+    size_t got;
+    int bad;
+} mw_reader_t;
+
+static void *mw_read_thread(void *arg) {
+    mw_reader_t *x = arg;
+    unsigned char buf[4096];
+    while (x->got < MW_BYTES) {
+        ssize_t r = read(x->fd, buf, sizeof buf);
+        if (r <= 0) break;
+        for (ssize_t i = 0; i < r; i++)
+            if (buf[i] != (unsigned char)((x->got + (size_t)i) * 13)) x->bad = 1;
+        x->got += (size_t)r;
+    }
+    return NULL;
+}
+
+static void t_big_write_workers(void) {
+    async_sched_t *s = mk_uring(4);
+    if (!s) return;
+    int sv[MW_N][2];
+    mw_t m[MW_N];
+    mw_reader_t rd[MW_N];
+    pthread_t th[MW_N];
+    atomic_int done = 0;
+    for (int i = 0; i < MW_N; i++) {
+        CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv[i]), 0);
+        m[i] = (mw_t){sv[i][0], 0, 0, &done};
+        rd[i] = (mw_reader_t){sv[i][1], 0, 0};
+        start_thread(&th[i], mw_read_thread, &rd[i]);
+        CHECK(async_fiber_spawn(s, mw_writer, &m[i], 0) != NULL);
+    }
+    run_until(s, &done, MW_N, 60000, "writers");
+    for (int i = 0; i < MW_N; i++) {
+        join_within(th[i], 30000, "reader");
+        if (m[i].r < 0) fprintf(stderr, "writer %d: %s\n", i, async_strerror(m[i].err));
+        CHECK_EQ(m[i].r, (ssize_t)MW_BYTES);
+        CHECK_EQ(rd[i].got, (size_t)MW_BYTES);
+        CHECK_EQ(rd[i].bad, 0);
+        close(sv[i][0]);
+        close(sv[i][1]);
+    }
+    async_sched_destroy(s);
+}
+
 static const test_case_t cases[] = {
     T(selected),
     T(echo_1),
@@ -635,6 +705,7 @@ static const test_case_t cases[] = {
     T(accept_timeout),
     T(pipe_fallback),
     T(big_write),
+    T(big_write_workers),
 };
 
 TEST_MAIN(cases)

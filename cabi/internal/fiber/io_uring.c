@@ -581,6 +581,7 @@ int la_uring_read(int fd, void *buf, size_t n, int timeout_ms, ssize_t *ret) {
     int why, res;
     do {
         op_init(&op);
+        r = la_current_worker()->ur; /* where the fiber runs now: its owner submits */
         la_spin_lock(&r->sqlk);
         struct io_uring_sqe *q = sqe_get(r);
         q->opcode = IORING_OP_RECV;
@@ -618,6 +619,7 @@ int la_uring_write(int fd, const void *buf, size_t n, int timeout_ms, ssize_t *r
     int why = LA_W_READY, res = 0;
     while (*done < n) {
         op_init(&op);
+        r = la_current_worker()->ur; /* where the fiber runs now: its owner submits */
         size_t left = n - *done;
         la_spin_lock(&r->sqlk);
         struct io_uring_sqe *q = sqe_get(r);
@@ -680,6 +682,7 @@ int la_uring_accept(int lfd, struct sockaddr *addr, socklen_t *len, int timeout_
     int why;
     do {
         op_init(&op);
+        r = la_current_worker()->ur; /* where the fiber runs now: its owner submits */
         la_spin_lock(&r->sqlk);
         struct io_uring_sqe *q = sqe_get(r);
         q->opcode = IORING_OP_ACCEPT;
@@ -728,6 +731,7 @@ int la_uring_connect(int fd, const struct sockaddr *addr, socklen_t alen, int ti
     int why, res;
     for (;;) {
         op_init(&op);
+        r = la_current_worker()->ur; /* where the fiber runs now: its owner submits */
         la_spin_lock(&r->sqlk);
         struct io_uring_sqe *q = sqe_get(r);
         q->opcode = IORING_OP_POLL_ADD;
