@@ -963,6 +963,23 @@ int async_fiber_unwatch_signal(int signo);
  * parks (a plain thread blocks in poll(2)). */
 int async_fiber_wait_signal(int signo, int timeout_ms);
 
+/* Fiber I/O backend: the environment variable ASYNC_FIBER_IO, read by
+ * async_sched_create, chooses how a scheduler's fibers wait in the four
+ * calls below: "epoll" or unset (the default) through the scheduler's fd
+ * poller, "uring" through io_uring on Linux 5.19 or later (one ring per
+ * worker; where the kernel refuses io_uring, epoll is used and an
+ * ASYNC_LOG_INFO message says so; other platforms ignore it). The promises
+ * below hold for both. With io_uring: a socket call of a fiber with
+ * timeout_ms other than 0 is submitted to the ring; a timeout or shutdown
+ * cancels it and waits for the kernel to confirm before returning (the
+ * kernel never writes into buf after the call returned), and an operation
+ * that completed meanwhile keeps its result; the ASYNC_E_BUSY rule is kept
+ * apart from async_fiber_wait_fd's; closing the fd from another thread does
+ * not end a receive in flight (shutdown(2) does). Plain threads, timeout_ms
+ * 0, fds that are not sockets and fds the scheduler owns
+ * (async_fiber_fd_open, whose async_fiber_close must wake their waiters)
+ * take the poller path. */
+
 /* Reads up to n bytes (at least 1 unless n is 0 or at end of file: returns
  * 0; with n 0 at once, reading nothing, if fd is open). The fd is switched to O_NONBLOCK if it is not a socket; sockets are
  * read with MSG_DONTWAIT. A peer's hang-up ends the read with 0 (end of

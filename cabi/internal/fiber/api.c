@@ -30,6 +30,9 @@ void la_sched_put(la_sched_t *s) { atomic_fetch_sub(&s->refs, 1); }
 /* ---- public API: scheduler -------------------------------------------------------- */
 
 static void sched_free(la_sched_t *s) {
+#if defined(LA_URING)
+    la_uring_close(s); /* no op in flight: every fiber waited for its CQE */
+#endif
     la_poller_close(&s->poller);
     la_io_free(s);
     la_stackpool_free(s->pool);
@@ -111,6 +114,9 @@ async_sched_t *async_sched_create(const async_sched_config_t *cfg) {
         return NULL;
     }
     la_stack_put(s->pool, &probe);
+#if defined(LA_URING)
+    if (la_default_fiber_io_uring()) la_uring_open(s); /* else, or when refused: the poller */
+#endif
     s->handle = la_handle_alloc(LA_T_SCHED, s);
     if (!s->handle) {
         sched_free(s);

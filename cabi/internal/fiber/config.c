@@ -69,3 +69,10 @@ size_t la_default_stack(void) {
     }
     return 64 * 1024;
 }
+
+/* ASYNC_FIBER_IO: "uring" asks for io_uring (Linux; epoll when the kernel
+ * refuses it), "epoll" or unset: the poller. */
+int la_default_fiber_io_uring(void) {
+    const char *e = getenv("ASYNC_FIBER_IO");
+    return e && (strcmp(e, "uring") == 0 || strcmp(e, "io_uring") == 0);
+}

@@ -13,6 +13,8 @@
 
 enum { LA_ACT_YIELD = 1, LA_ACT_PARK, LA_ACT_EXIT, LA_ACT_TRAP };
 
+typedef struct la_uring la_uring_t; /* io_uring.c (Linux) */
+
 /* Single-writer counter: relaxed load + store, no locked instruction. */
 #define LA_BUMP(c) atomic_store_explicit(&(c), atomic_load_explicit(&(c), memory_order_relaxed) + 1, memory_order_relaxed)
 
@@ -49,6 +51,7 @@ struct la_wk {
     la_stack_t scache[LA_SCACHE];
     /* the live fibers spawned on this worker (f->home) */
     la_flist_t fl;
+    la_uring_t *ur; /* this worker's io_uring (ASYNC_FIBER_IO=uring), or NULL */
     _Alignas(64) _Atomic uint32_t head;
     _Atomic uint32_t tail;
     /* apart from head and tail: a spinning worker's sweeps read those, and
@@ -103,6 +106,10 @@ struct la_sched {
     /* tools.c: the stall monitor (NULL: off), the list gdb walks */
     struct la_stallmon *stall;
     la_sched_t *dbg_next;
+    /* io_uring.c: the workers' rings (NULL: fiber I/O goes through the
+     * poller) and its one-reader-one-writer bits per fd */
+    la_uring_t *uring;
+    struct la_ubusy *ubusy;
 };
 
 la_sched_t *la_sched_get(async_sched_t *h);
@@ -140,6 +147,39 @@ int la_io_init(la_sched_t *s);
 void la_io_free(la_sched_t *s);
 /* la_poller_wait's callback: an event (LA_PF_*) for rec; ctx is the la_sched_t. */
 void la_io_event(void *ctx, void *rec, unsigned got);
+
+/* config.c: 1 when ASYNC_FIBER_IO asks for io_uring */
+int la_default_fiber_io_uring(void);
+
+/* io_uring.c (docs/FIBERS.md "io_uring"): fiber reads, writes, accepts and
+ * connects through per-worker rings. Each la_uring_* call returns 1 when it
+ * handled the call (*ret set, the error recorded) and 0 when the caller goes
+ * on with its poller path (not on a fiber of a scheduler with rings, timeout
+ * 0, not a socket). */
+#if defined(__linux__) && !defined(LA_POLLER_KQUEUE)
+#define LA_URING 1
+#include <sys/socket.h>
+#include <sys/types.h>
+/* Opens a ring per worker (s->wks allocated, s->poller open); -1 (logged at
+ * INFO) when io_uring is unavailable. */
+int la_uring_open(la_sched_t *s);
+void la_uring_close(la_sched_t *s);
+/* The worker's turn: submits its pending SQEs, reaps up to max of its CQEs
+ * (readies their fibers; 0: all); returns the number of CQEs reaped. A
+ * share at a time keeps the run queue from overflowing into the global
+ * queue, where fibers would wait behind every later completion. */
+int la_uring_flush(la_uring_t *r, int max);
+/* Reaps the CQEs waiting in the other workers' rings (their owners may
+ * sleep on the condition variable, where a completion does not wake them);
+ * a memory read per ring when they are empty. Returns the number reaped. */
+int la_uring_reap_others(la_sched_t *s, la_uring_t *own);
+/* la_poller_wait's callback for a scheduler with rings. */
+void la_uring_event(void *ctx, void *rec, unsigned got);
+int la_uring_read(int fd, void *buf, size_t n, int timeout_ms, ssize_t *ret);
+int la_uring_write(int fd, const void *buf, size_t n, int timeout_ms, ssize_t *ret, size_t *done);
+int la_uring_accept(int lfd, struct sockaddr *addr, socklen_t *len, int timeout_ms, int *ret);
+int la_uring_connect(int fd, const struct sockaddr *addr, socklen_t len, int timeout_ms, int *ret);
+#endif
 
 /* tools.c */
 void la_tools_sched_created(la_sched_t *s);

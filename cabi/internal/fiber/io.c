@@ -146,6 +146,19 @@ static la_fdrec_t *fdrec(la_sched_t *s, int fd) {
     return &c[(size_t)fd % LA_FD_CHUNK];
 }
 
+#if defined(LA_URING)
+/* 1 if fd is owned by the calling fiber's scheduler. Owned descriptors keep
+ * their registered epoll path on an io_uring scheduler too (async_fiber_close
+ * must reach the fibers parked on them, and accept on an owned listener
+ * hands out owned fds): io_uring serves the plain ones. Allocates nothing. */
+static int owned_here(int fd) {
+    la_fiber_t *f = la_current_fiber();
+    if (!f || fd < 0 || fd >= LA_FD_CHUNK * LA_FD_CHUNKS) return 0;
+    la_fdrec_t *c = atomic_load_explicit(&f->s->fdchunks[(size_t)fd / LA_FD_CHUNK], memory_order_acquire);
+    return c && atomic_load_explicit(&c[(size_t)fd % LA_FD_CHUNK].owned, memory_order_relaxed);
+}
+#endif
+
 LA_NOINLINE static int sys_arm(la_sched_t *s, la_fdrec_t *r, unsigned want);
 
 static unsigned arm_mask(la_fdrec_t *r) { return (r->rw ? LA_PF_IN : 0u) | (r->ww ? LA_PF_OUT : 0u); }
@@ -770,6 +783,9 @@ ssize_t async_fiber_read(async_fd_t fd, void *buf, size_t n, int timeout_ms) {
     LA_ENTRY(-1);
     ssize_t early;
     if (io_args(fd, buf, n, timeout_ms, &early)) return early;
+#if defined(LA_URING)
+    if (!owned_here(fd) && la_uring_read(fd, buf, n, timeout_ms, &early)) return early; /* io_uring.c */
+#endif
     uint64_t deadline = la_deadline(timeout_ms);
     la_fiber_t *f = la_current_fiber();
     la_fdrec_t *rec = f ? fdrec(f->s, fd) : NULL;
@@ -817,10 +833,13 @@ ssize_t async_fiber_write(async_fd_t fd, const void *buf, size_t n, int timeout_
     LA_ENTRY(-1);
     ssize_t early;
     if (io_args(fd, buf, n, timeout_ms, &early)) return early;
+    size_t done = 0;
+#if defined(LA_URING)
+    if (!owned_here(fd) && la_uring_write(fd, buf, n, timeout_ms, &early, &done)) return early; /* io_uring.c */
+#endif
     uint64_t deadline = la_deadline(timeout_ms);
     la_fiber_t *f = la_current_fiber();
     la_fdrec_t *rec = f ? fdrec(f->s, fd) : NULL;
-    size_t done = 0;
     while (done < n) {
         la_fdsnap_t sn;
         fd_snap(rec, &sn);
@@ -850,6 +869,10 @@ async_fd_t async_fiber_accept(async_fd_t lfd, struct sockaddr *addr, socklen_t *
         la_set_error(lfd < 0 ? ASYNC_E_BADFD : ASYNC_E_INVAL);
         return -1;
     }
+#if defined(LA_URING)
+    int ur;
+    if (!owned_here(lfd) && la_uring_accept(lfd, addr, len, timeout_ms, &ur)) return ur; /* io_uring.c */
+#endif
     uint64_t deadline = la_deadline(timeout_ms);
     la_fiber_t *f = la_current_fiber();
     la_fdrec_t *rec = f ? fdrec(f->s, lfd) : NULL;
@@ -888,6 +911,10 @@ int async_fiber_connect(async_fd_t fd, const struct sockaddr *addr, socklen_t le
         la_set_error(ASYNC_E_BADFD);
         return -1;
     }
+#if defined(LA_URING)
+    int ur;
+    if (!owned_here(fd) && la_uring_connect(fd, addr, len, timeout_ms, &ur)) return ur; /* io_uring.c */
+#endif
     la_fiber_t *f = la_current_fiber();
     la_fdrec_t *rec = f ? fdrec(f->s, fd) : NULL;
     la_fdsnap_t sn;

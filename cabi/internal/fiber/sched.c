@@ -638,7 +638,12 @@ static void run_fiber(la_wk_t *w, la_fiber_t *f) {
 
 /* Dispatches fd events (io.c) after a kick or a timeout; returns the
  * number of fd events. */
-static int poll_events(la_sched_t *s, int timeout_ms) { return la_poller_wait(&s->poller, timeout_ms, la_io_event, s); }
+static int poll_events(la_sched_t *s, int timeout_ms) {
+#if defined(LA_URING)
+    if (s->uring) return la_poller_wait(&s->poller, timeout_ms, la_uring_event, s);
+#endif
+    return la_poller_wait(&s->poller, timeout_ms, la_io_event, s);
+}
 
 /* Sleeps until woken (or, as the poller, until an fd event or the next
  * timer). Returns 1 if a waker handed this worker a unit of nspinning
@@ -807,11 +812,22 @@ static la_fiber_t *find_work(la_wk_t *w) {
             break;
         }
         if (++w->tick % 61 == 0) {
+#if defined(LA_URING)
+            if (w->ur) { /* a busy worker submits too, and reaps what sleeping workers' rings got */
+                la_uring_flush(w->ur, 16);
+                if (s->nw > 1) la_uring_reap_others(s, w->ur);
+            }
+#endif
             if ((f = global_get(s, w, 1)) || (f = inbox_get(s, w))) break;
             timers_run(s);
             if (atomic_load(&s->nfdwait) > 0 && !s->poller_active) poll_events(s, 0);
         }
         if ((f = local_get(w))) break;
+#if defined(LA_URING)
+        /* out of local work: submit the SQEs its fibers wrote, reap */
+        if (w->ur && (la_uring_flush(w->ur, LA_RUNQ / 2) > 0 || (s->nw > 1 && la_uring_reap_others(s, w->ur) > 0)))
+            continue;
+#endif
         if (w->lease) live_sub(s, w, w->lease);
         if ((f = global_get(s, w, LA_RUNQ / 2)) || (f = inbox_get(s, w))) break;
         if (timers_run(s) > 0) continue;

@@ -1,0 +1,757 @@
+//go:build linux && !la_kqueue
+
+/* io_uring for fiber I/O on Linux (ASYNC_FIBER_IO=uring; docs/FIBERS.md
+ * "io_uring"). The rings are written by hand with the raw system calls
+ * (io_uring_setup, io_uring_enter, io_uring_register + mmap) and
+ * <linux/io_uring.h>: libasync.so is built by `go build`, also cross-built
+ * for arm64, and a liburing link dependency would have to be present for
+ * every build and every consumer; what is used of it here is small.
+ *
+ * One ring per worker (no SQ contention between workers). A fiber's
+ * async_fiber_read/write/accept/connect on a socket writes an SQE into the
+ * ring of the worker it runs on, with user_data = its la_uop_t (on the
+ * fiber's stack), and parks. The SQEs are not submitted at once: the worker
+ * submits what is pending in one io_uring_enter when it runs out of local
+ * work, and every 61st dispatch when it stays busy (la_uring_flush, from
+ * sched.c's find_work). The same call reaps the CQ (a memory read, no system
+ * call) and readies the fibers whose ops completed. Each ring's fd is in the
+ * scheduler's epoll set (EPOLLET, registered once): the worker blocked in
+ * the poller wakes on CQEs of any ring and reaps them there, so idle
+ * workers, kicks and timers work as with plain epoll.
+ *
+ * Timeouts and shutdown: the fiber's park has its deadline as usual; when it
+ * ends by timeout (or by shutdown: CANCELLED) the fiber submits
+ * IORING_OP_ASYNC_CANCEL for its op and parks again, not cancellable, until
+ * the op's CQE came: the kernel never writes into a fiber's stack (the buffer
+ * or the la_uop_t) after the call returned. An op that completed anyway
+ * keeps its result (data read is returned, an accepted fd too). Every fiber
+ * waits for its CQE before it returns, so no op is in flight when a
+ * scheduler frees its rings (a cancel request may still be: it holds no
+ * user memory).
+ *
+ * Not through the ring: calls from plain threads, timeout 0 (one try: the
+ * poller path's non-blocking syscall), fds that are not sockets (the op
+ * returns ENOTSOCK and the poller path takes over: pipes keep their SIGPIPE
+ * handling), and async_fiber_wait_fd. connect(2) itself is called directly
+ * (its result semantics differ between kernels under IORING_OP_CONNECT);
+ * the wait for it is an IORING_OP_POLL_ADD. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/io_uring.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include "fiber_int.h"
+
+#if defined(__has_include)
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#define LA_UR_VALGRIND 1
+#endif
+#endif
+#ifndef LA_UR_VALGRIND
+#define RUNNING_ON_VALGRIND 0
+#endif
+
+#ifndef IORING_SETUP_COOP_TASKRUN
+#define IORING_SETUP_COOP_TASKRUN (1U << 8)
+#endif
+#ifndef IORING_SETUP_TASKRUN_FLAG
+#define IORING_SETUP_TASKRUN_FLAG (1U << 9)
+#endif
+#ifndef IORING_SETUP_SUBMIT_ALL
+#define IORING_SETUP_SUBMIT_ALL (1U << 7)
+#endif
+#ifndef IORING_SQ_TASKRUN
+#define IORING_SQ_TASKRUN (1U << 2)
+#endif
+
+#define LA_UR_SQ 256
+#define LA_UR_CQ 16384      /* up to 8 workers (256 KiB of CQ each) */
+#define LA_UR_CQ_MANY 4096  /* more workers */
+
+struct la_uring {
+    la_spin_t sqlk; /* SQ writes and submits (the owner, and cancels from any worker) */
+    la_spin_t cqlk; /* CQ reaping (the owner, or the worker in the poller) */
+    int fd;
+    unsigned sq_mask, sq_entries, cq_mask;
+    _Atomic unsigned *sq_head, *sq_tail, *sq_flags;
+    struct io_uring_sqe *sqes;
+    unsigned sq_tail_local; /* written under sqlk */
+    _Atomic unsigned *cq_head, *cq_tail;
+    struct io_uring_cqe *cqes;
+    void *sq_map, *cq_map;
+    size_t sq_map_len, cq_map_len, sqes_len;
+    _Atomic unsigned pending; /* hint: SQEs written since the last submit */
+};
+
+/* An op in flight: on the stack of the fiber that waits for it. */
+typedef struct {
+    la_spin_t lk;
+    int done, res;
+    la_waiter_t *w; /* the registered park, or NULL */
+} la_uop_t;
+
+/* ---- system calls ----------------------------------------------------------- */
+
+LA_NOINLINE static int ur_setup(unsigned entries, struct io_uring_params *p) {
+    long r = syscall(__NR_io_uring_setup, entries, p);
+    return r < 0 ? -errno : (int)r;
+}
+
+LA_NOINLINE static int ur_enter(int fd, unsigned to_submit, unsigned min_complete, unsigned flags) {
+    long r = syscall(__NR_io_uring_enter, fd, to_submit, min_complete, flags, NULL, (size_t)0);
+    return r < 0 ? -errno : (int)r;
+}
+
+LA_NOINLINE static int ur_register(int fd, unsigned op, void *arg, unsigned n) {
+    long r = syscall(__NR_io_uring_register, fd, op, arg, n);
+    return r < 0 ? -errno : (int)r;
+}
+
+LA_NOINLINE static int ur_nonblock(int fd) {
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0) return -errno;
+    if (!(fl & O_NONBLOCK) && fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) return -errno;
+    return 0;
+}
+
+LA_NOINLINE static int ur_accept(int fd, struct sockaddr *a, socklen_t *l) {
+    int r = accept4(fd, a, l, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    return r >= 0 ? r : -errno;
+}
+
+LA_NOINLINE static int ur_connect(int fd, const struct sockaddr *a, socklen_t l) {
+    int r = connect(fd, a, l);
+    return r == 0 ? 0 : -errno;
+}
+
+LA_NOINLINE static int ur_sockerr(int fd) {
+    int err = 0;
+    socklen_t len = sizeof err;
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) return -errno;
+    return -err;
+}
+
+/* io.c's mapping of errno values to async_err_t (kept in step with it). */
+static int ur_map_errno(int e) {
+    switch (e) {
+    case EBADF:
+    case ENOTSOCK:
+    case EPERM: return ASYNC_E_BADFD;
+    case ENOMEM:
+    case ENOBUFS: return ASYNC_E_NOMEM;
+    case EINVAL: return ASYNC_E_INVAL;
+    case ETIMEDOUT: return ASYNC_E_TIMEDOUT;
+    case EPIPE:
+    case ECONNRESET:
+    case ECONNREFUSED: return ASYNC_E_CLOSED;
+    default: la_note_os_error(e); return ASYNC_E_SYS;
+    }
+}
+
+/* ---- rings ------------------------------------------------------------------ */
+
+static void ring_close(la_uring_t *r) {
+    if (r->sqes && r->sqes != MAP_FAILED) munmap(r->sqes, r->sqes_len);
+    if (r->cq_map && r->cq_map != MAP_FAILED && r->cq_map != r->sq_map) munmap(r->cq_map, r->cq_map_len);
+    if (r->sq_map && r->sq_map != MAP_FAILED) munmap(r->sq_map, r->sq_map_len);
+    if (r->fd >= 0) close(r->fd);
+    r->fd = -1;
+    r->sqes = NULL;
+    r->sq_map = r->cq_map = NULL;
+}
+
+static const unsigned la_ur_ops[] = {IORING_OP_RECV, IORING_OP_SEND, IORING_OP_ACCEPT, IORING_OP_POLL_ADD,
+                                     IORING_OP_ASYNC_CANCEL};
+
+/* 1 if the kernel release is at least major.minor. */
+static int kernel_at_least(int major, int minor) {
+    struct utsname u;
+    if (uname(&u) != 0) return 0;
+    int ma = 0, mi = 0;
+    if (sscanf(u.release, "%d.%d", &ma, &mi) != 2) return 0;
+    return ma > major || (ma == major && mi >= minor);
+}
+
+/* 0, or a reason (static string) why the ring could not be made. */
+static const char *ring_open(la_uring_t *r, int solo, unsigned ncq) {
+    memset(r, 0, sizeof *r);
+    r->fd = -1;
+    struct io_uring_params p;
+    unsigned want = IORING_SETUP_CQSIZE | IORING_SETUP_SUBMIT_ALL;
+    /* One worker: completions run as task work when it enters the kernel
+     * anyway (it submits, polls), so no IPI is needed to interrupt it. With
+     * several workers an idle worker reaps a busy one's ring: there the
+     * default (an interrupt) keeps completions prompt. */
+    if (solo) want |= IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG;
+    memset(&p, 0, sizeof p);
+    p.flags = want;
+    p.cq_entries = ncq;
+    int fd = ur_setup(LA_UR_SQ, &p);
+    if (fd == -EINVAL && solo) {
+        memset(&p, 0, sizeof p);
+        p.flags = IORING_SETUP_CQSIZE | IORING_SETUP_SUBMIT_ALL;
+        p.cq_entries = ncq;
+        fd = ur_setup(LA_UR_SQ, &p);
+    }
+    if (fd < 0) return fd == -ENOSYS ? "io_uring_setup: not implemented"
+                       : fd == -EPERM ? "io_uring_setup: not permitted"
+                                      : "io_uring_setup failed";
+    r->fd = fd;
+    unsigned need = IORING_FEAT_NODROP | IORING_FEAT_SUBMIT_STABLE | IORING_FEAT_FAST_POLL;
+    if ((p.features & need) != need) return "kernel lacks io_uring features (NODROP, SUBMIT_STABLE, FAST_POLL)";
+    /* the opcodes used */
+    size_t plen = sizeof(struct io_uring_probe) + 256 * sizeof(struct io_uring_probe_op);
+    struct io_uring_probe *pr = calloc(1, plen);
+    if (!pr) return "out of memory";
+    int e = ur_register(fd, IORING_REGISTER_PROBE, pr, 256);
+    int ok = e >= 0;
+    for (size_t i = 0; ok && i < sizeof la_ur_ops / sizeof la_ur_ops[0]; i++)
+        ok = la_ur_ops[i] <= pr->last_op && (pr->ops[la_ur_ops[i]].flags & IO_URING_OP_SUPPORTED);
+    free(pr);
+    if (!ok) return "kernel lacks io_uring opcodes (RECV, SEND, ACCEPT, POLL_ADD, ASYNC_CANCEL)";
+
+    r->sq_map_len = p.sq_off.array + p.sq_entries * sizeof(unsigned);
+    r->cq_map_len = p.cq_off.cqes + p.cq_entries * sizeof(struct io_uring_cqe);
+    if (p.features & IORING_FEAT_SINGLE_MMAP) {
+        if (r->cq_map_len > r->sq_map_len) r->sq_map_len = r->cq_map_len;
+        r->cq_map_len = r->sq_map_len;
+    }
+    r->sq_map = mmap(NULL, r->sq_map_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, IORING_OFF_SQ_RING);
+    if (r->sq_map == MAP_FAILED) return "mmap of the SQ ring failed";
+    if (p.features & IORING_FEAT_SINGLE_MMAP) {
+        r->cq_map = r->sq_map;
+    } else {
+        r->cq_map = mmap(NULL, r->cq_map_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, IORING_OFF_CQ_RING);
+        if (r->cq_map == MAP_FAILED) return "mmap of the CQ ring failed";
+    }
+    r->sqes_len = p.sq_entries * sizeof(struct io_uring_sqe);
+    r->sqes = mmap(NULL, r->sqes_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, IORING_OFF_SQES);
+    if (r->sqes == MAP_FAILED) return "mmap of the SQEs failed";
+    char *sq = r->sq_map, *cq = r->cq_map;
+    r->sq_head = (_Atomic unsigned *)(sq + p.sq_off.head);
+    r->sq_tail = (_Atomic unsigned *)(sq + p.sq_off.tail);
+    r->sq_flags = (_Atomic unsigned *)(sq + p.sq_off.flags);
+    r->sq_mask = *(unsigned *)(sq + p.sq_off.ring_mask);
+    r->sq_entries = p.sq_entries;
+    unsigned *arr = (unsigned *)(sq + p.sq_off.array);
+    for (unsigned i = 0; i < p.sq_entries; i++) arr[i] = i; /* SQE i at slot i, for good */
+    r->cq_head = (_Atomic unsigned *)(cq + p.cq_off.head);
+    r->cq_tail = (_Atomic unsigned *)(cq + p.cq_off.tail);
+    r->cq_mask = *(unsigned *)(cq + p.cq_off.ring_mask);
+    r->cqes = (struct io_uring_cqe *)(cq + p.cq_off.cqes);
+    r->sq_tail_local = atomic_load_explicit(r->sq_tail, memory_order_relaxed);
+    return NULL;
+}
+
+static int busy_init(la_sched_t *s);
+static void busy_free(la_sched_t *s);
+
+int la_uring_open(la_sched_t *s) {
+    if (RUNNING_ON_VALGRIND) {
+        /* memcheck sees neither the kernel's writes into the buffers nor its
+         * reads of the SQEs: every received byte would be "uninitialised" */
+        la_log(ASYNC_LOG_INFO, "fiber I/O: io_uring unavailable (under valgrind): epoll is used");
+        return -1;
+    }
+    if (!kernel_at_least(5, 19)) {
+        la_log(ASYNC_LOG_INFO, "fiber I/O: io_uring needs Linux 5.19 or later: epoll is used");
+        return -1;
+    }
+    la_uring_t *rings = calloc((size_t)s->nw, sizeof *rings);
+    if (!rings || busy_init(s) != 0) {
+        free(rings);
+        busy_free(s);
+        return -1;
+    }
+    const char *why = NULL;
+    int i;
+    for (i = 0; i < s->nw && !why; i++) {
+        why = ring_open(&rings[i], s->nw == 1, s->nw <= 8 ? LA_UR_CQ : LA_UR_CQ_MANY);
+        if (!why) {
+            struct epoll_event ev = {.events = EPOLLIN | EPOLLET, .data.ptr = &rings[i]};
+            if (epoll_ctl(s->poller.fd, EPOLL_CTL_ADD, rings[i].fd, &ev) != 0) why = "epoll_ctl of a ring failed";
+        }
+    }
+    if (why) {
+        for (int j = 0; j < i; j++) ring_close(&rings[j]);
+        free(rings);
+        busy_free(s);
+        la_log(ASYNC_LOG_INFO, "fiber I/O: io_uring unavailable (%s): epoll is used", why);
+        return -1;
+    }
+    for (i = 0; i < s->nw; i++) s->wks[i].ur = &rings[i];
+    s->uring = rings;
+    la_log(ASYNC_LOG_INFO, "fiber I/O: io_uring (%d rings)", s->nw);
+    return 0;
+}
+
+void la_uring_close(la_sched_t *s) {
+    if (!s->uring) return;
+    for (int i = 0; i < s->nw; i++) {
+        ring_close(&s->uring[i]);
+        s->wks[i].ur = NULL;
+    }
+    free(s->uring);
+    s->uring = NULL;
+    busy_free(s);
+}
+
+/* Submits what is in r's SQ; r->sqlk held. Returns the io_uring_enter
+ * result (or 0 when there was nothing). */
+static int submit_locked(la_uring_t *r, unsigned flags) {
+    unsigned n = r->sq_tail_local - atomic_load_explicit(r->sq_head, memory_order_acquire);
+    atomic_store_explicit(&r->pending, 0, memory_order_relaxed);
+    if (n == 0 && !flags) return 0;
+    int e;
+    do e = ur_enter(r->fd, n, 0, flags);
+    while (e == -EINTR);
+    return e;
+}
+
+/* Completes the op of one CQE. */
+static void complete(la_uring_t *r, struct io_uring_cqe *c) {
+    (void)r;
+    la_uop_t *op = (la_uop_t *)(uintptr_t)c->user_data;
+    if (!op) return; /* a cancel request's own CQE */
+    la_waiter_t *wake = NULL;
+    la_spin_lock(&op->lk);
+    op->res = c->res;
+    op->done = 1;
+    if (op->w && la_waiter_claim(op->w, LA_W_READY)) wake = op->w;
+    la_spin_unlock(&op->lk);
+    /* op may be gone now; the claimed waiter lives until it is woken */
+    if (wake) la_waiter_signal(wake);
+}
+
+/* Reaps up to max CQEs of r (0: all); returns how many. */
+static int reap_cq(la_uring_t *r, int max) {
+    unsigned tail = atomic_load_explicit(r->cq_tail, memory_order_acquire);
+    if (atomic_load_explicit(r->cq_head, memory_order_relaxed) == tail) return 0;
+    int n = 0;
+    la_spin_lock(&r->cqlk);
+    unsigned head = atomic_load_explicit(r->cq_head, memory_order_relaxed);
+    for (;;) {
+        tail = atomic_load_explicit(r->cq_tail, memory_order_acquire);
+        if (head == tail || (max && n >= max)) break;
+        while (head != tail && (max == 0 || n < max)) {
+            struct io_uring_cqe c = r->cqes[head & r->cq_mask];
+            head++;
+            /* give the slot back before the op's fiber can run */
+            atomic_store_explicit(r->cq_head, head, memory_order_release);
+            complete(r, &c);
+            n++;
+        }
+    }
+    la_spin_unlock(&r->cqlk);
+    return n;
+}
+
+/* reap_cq, and the completions the kernel kept aside when the CQ was full
+ * (IORING_FEAT_NODROP): they come into the CQ only with an io_uring_enter
+ * with GETEVENTS, which any thread may make. */
+static int reap(la_uring_t *r, int max) {
+    int n = reap_cq(r, max);
+    if ((max == 0 || n < max) &&
+        (atomic_load_explicit(r->sq_flags, memory_order_relaxed) & IORING_SQ_CQ_OVERFLOW)) {
+        ur_enter(r->fd, 0, 0, IORING_ENTER_GETEVENTS);
+        n += reap_cq(r, max ? max - n : 0);
+    }
+    return n;
+}
+
+int la_uring_flush(la_uring_t *r, int max) {
+    unsigned fl = atomic_load_explicit(r->sq_flags, memory_order_relaxed);
+    unsigned get = (fl & (IORING_SQ_CQ_OVERFLOW | IORING_SQ_TASKRUN)) ? IORING_ENTER_GETEVENTS : 0;
+    if (atomic_load_explicit(&r->pending, memory_order_relaxed) || get) {
+        la_spin_lock(&r->sqlk);
+        submit_locked(r, get);
+        la_spin_unlock(&r->sqlk);
+    }
+    return reap(r, max);
+}
+
+int la_uring_reap_others(la_sched_t *s, la_uring_t *own) {
+    int n = 0;
+    for (int i = 0; i < s->nw; i++) {
+        la_uring_t *r = &s->uring[i];
+        if (r != own) n += reap(r, LA_RUNQ / 2);
+    }
+    return n;
+}
+
+/* la_poller_wait's callback when s has rings: a ring's fd reports CQEs, or
+ * an fd event for io.c. */
+void la_uring_event(void *ctx, void *rec, unsigned got) {
+    la_sched_t *s = ctx;
+    la_uring_t *r = rec;
+    if (s->uring && r >= s->uring && r < s->uring + s->nw) {
+        /* Its own ring: a share, like an epoll_wait's 128 events (the rest
+         * is reaped by its next flush, before it idles again). Another
+         * worker's ring: all, for its owner may be asleep. */
+        la_wk_t *w = la_current_worker();
+        reap(r, w && w->ur == r ? LA_RUNQ / 2 : 0);
+        return;
+    }
+    la_io_event(ctx, rec, got);
+}
+
+/* A free SQE of r, zeroed (r->sqlk held); submits to make room when the SQ
+ * is full. */
+static struct io_uring_sqe *sqe_get(la_uring_t *r) {
+    for (;;) {
+        unsigned head = atomic_load_explicit(r->sq_head, memory_order_acquire);
+        if (r->sq_tail_local - head < r->sq_entries) break;
+        int e = submit_locked(r, 0);
+        if (e == -EBUSY || e == -EAGAIN) {
+            /* the CQ backlog is full: make room there first */
+            la_spin_unlock(&r->sqlk);
+            reap(r, 0);
+            sched_yield();
+            la_spin_lock(&r->sqlk);
+        }
+    }
+    struct io_uring_sqe *q = &r->sqes[r->sq_tail_local & r->sq_mask];
+    memset(q, 0, sizeof *q);
+    return q;
+}
+
+static void sqe_push(la_uring_t *r) {
+    r->sq_tail_local++;
+    atomic_store_explicit(r->sq_tail, r->sq_tail_local, memory_order_release);
+    atomic_store_explicit(&r->pending, 1, memory_order_relaxed);
+}
+
+/* Cancels op (in r) now: the request goes in at once. */
+static void cancel_op(la_uring_t *r, la_uop_t *op) {
+    la_spin_lock(&r->sqlk);
+    struct io_uring_sqe *q = sqe_get(r);
+    q->opcode = IORING_OP_ASYNC_CANCEL;
+    q->fd = -1;
+    q->addr = (uint64_t)(uintptr_t)op;
+    q->user_data = 0;
+    sqe_push(r);
+    submit_locked(r, 0);
+    la_spin_unlock(&r->sqlk);
+}
+
+/* ---- per-fd busy bits (one reader, one writer per fd and scheduler) ---------- */
+
+#define LA_UB_CHUNK 4096
+#define LA_UB_CHUNKS 1024 /* fds below 4M, as io.c */
+
+struct la_ubusy {
+    pthread_mutex_t mu;
+    _Atomic(_Atomic unsigned char *) chunks[LA_UB_CHUNKS];
+};
+
+static _Atomic unsigned char *busy_slot(la_sched_t *s, int fd) {
+    if (fd < 0 || fd >= LA_UB_CHUNK * LA_UB_CHUNKS) return NULL;
+    struct la_ubusy *b = s->ubusy;
+    size_t ci = (size_t)fd / LA_UB_CHUNK;
+    _Atomic unsigned char *c = atomic_load_explicit(&b->chunks[ci], memory_order_acquire);
+    if (!c) {
+        pthread_mutex_lock(&b->mu);
+        c = atomic_load(&b->chunks[ci]);
+        if (!c) {
+            c = calloc(LA_UB_CHUNK, 1);
+            if (c) atomic_store_explicit(&b->chunks[ci], c, memory_order_release);
+        }
+        pthread_mutex_unlock(&b->mu);
+        if (!c) return NULL;
+    }
+    return &c[(size_t)fd % LA_UB_CHUNK];
+}
+
+static int busy_init(la_sched_t *s) {
+    s->ubusy = calloc(1, sizeof *s->ubusy);
+    if (!s->ubusy) return -1;
+    pthread_mutex_init(&s->ubusy->mu, NULL);
+    return 0;
+}
+
+static void busy_free(la_sched_t *s) {
+    if (!s->ubusy) return;
+    for (size_t i = 0; i < LA_UB_CHUNKS; i++) free((void *)atomic_load(&s->ubusy->chunks[i]));
+    pthread_mutex_destroy(&s->ubusy->mu);
+    free(s->ubusy);
+    s->ubusy = NULL;
+}
+
+/* Takes fd's direction bit (1 read, 2 write): 0, or an async_err_t. */
+static int busy_take(la_sched_t *s, int fd, unsigned bit, _Atomic unsigned char **slot) {
+    _Atomic unsigned char *b = busy_slot(s, fd);
+    if (!b) return ASYNC_E_NOMEM;
+    if (atomic_fetch_or(b, (unsigned char)bit) & bit) return ASYNC_E_BUSY;
+    *slot = b;
+    return 0;
+}
+
+static void busy_drop(_Atomic unsigned char *b, unsigned bit) { atomic_fetch_and(b, (unsigned char)~bit); }
+
+/* ---- ops ---------------------------------------------------------------------- */
+
+/* The ring of the calling fiber's worker, or NULL when the call does not go
+ * through io_uring. */
+static la_uring_t *my_ring(la_fiber_t **fp, int timeout_ms) {
+    if (timeout_ms == 0) return NULL;
+    la_fiber_t *f = la_current_fiber();
+    if (!f || !f->s->uring) return NULL;
+    *fp = f;
+    return la_current_worker()->ur;
+}
+
+/* Runs the op whose SQE the caller prepared (sqlk held, the SQE pushed):
+ * parks until its CQE, cancelling it at the deadline or at shutdown.
+ * Returns the CQE's result; *why: LA_W_READY, or why the park ended early
+ * (LA_W_TIMEDOUT, LA_W_CANCELLED), whatever the result. */
+static int op_wait(la_fiber_t *f, la_uring_t *r, la_uop_t *op, uint64_t deadline, int fd, int dir, int *why) {
+    la_spin_unlock(&r->sqlk);
+    int kind = LA_PK_NORMAL, cancelled = 0, reason = LA_W_READY;
+    la_fiber_note(f, LA_WAIT_FD, (uint64_t)(uint32_t)fd | (uint64_t)dir << 32);
+    for (;;) {
+        la_waiter_t w;
+        la_spin_lock(&op->lk);
+        if (op->done) {
+            la_spin_unlock(&op->lk);
+            break;
+        }
+        int rc = kind == LA_PK_NORMAL && deadline && la_now_ns() >= deadline ? ASYNC_E_TIMEDOUT
+                                                                            : la_waiter_init(&w, kind);
+        if (rc == 0) op->w = &w;
+        la_spin_unlock(&op->lk);
+        int got;
+        if (rc == 0) {
+            got = la_waiter_wait(&w, kind == LA_PK_NORMAL ? deadline : 0);
+            la_spin_lock(&op->lk);
+            op->w = NULL;
+            la_spin_unlock(&op->lk);
+        } else {
+            got = rc == ASYNC_E_TIMEDOUT ? LA_W_TIMEDOUT : LA_W_CANCELLED;
+        }
+        if (got == LA_W_READY) continue; /* done is set */
+        if (reason == LA_W_READY) reason = got;
+        if (!cancelled) {
+            cancel_op(r, op);
+            cancelled = 1;
+        }
+        kind = LA_PK_BLOCKING; /* until the CQE: never cut short */
+    }
+    *why = reason;
+    return op->res;
+}
+
+static void op_init(la_uop_t *op) {
+    op->lk = (la_spin_t){0};
+    op->done = 0;
+    op->res = 0;
+    op->w = NULL;
+}
+
+/* The error of an op that ended with res < 0 after a park that ended for
+ * why. */
+static int op_err(int res, int why) {
+    if (why != LA_W_READY && (res == -ECANCELED || res == -EINTR || res == -EAGAIN)) return la_reason_err(why);
+    return ur_map_errno(-res);
+}
+
+int la_uring_read(int fd, void *buf, size_t n, int timeout_ms, ssize_t *ret) {
+    la_fiber_t *f = NULL;
+    la_uring_t *r = my_ring(&f, timeout_ms);
+    if (!r) return 0;
+    _Atomic unsigned char *b;
+    int e = busy_take(f->s, fd, 1, &b);
+    if (e) {
+        la_set_error(e);
+        *ret = -1;
+        return 1;
+    }
+    uint64_t deadline = la_deadline(timeout_ms);
+    la_uop_t op;
+    int why, res;
+    do {
+        op_init(&op);
+        r = la_current_worker()->ur; /* where the fiber runs now: its owner submits */
+        la_spin_lock(&r->sqlk);
+        struct io_uring_sqe *q = sqe_get(r);
+        q->opcode = IORING_OP_RECV;
+        q->fd = fd;
+        q->addr = (uint64_t)(uintptr_t)buf;
+        q->len = n > 0x7ffff000u ? 0x7ffff000u : (unsigned)n;
+        q->user_data = (uint64_t)(uintptr_t)&op;
+        sqe_push(r);
+        res = op_wait(f, r, &op, deadline, fd, 1, &why);
+    } while (res == -EINTR && why == LA_W_READY);
+    busy_drop(b, 1);
+    if (res >= 0) {
+        *ret = res;
+        return 1;
+    }
+    if (res == -ENOTSOCK || (res == -EAGAIN && why == LA_W_READY)) return 0; /* the poller path */
+    la_set_error(op_err(res, why));
+    *ret = -1;
+    return 1;
+}
+
+int la_uring_write(int fd, const void *buf, size_t n, int timeout_ms, ssize_t *ret, size_t *done) {
+    la_fiber_t *f = NULL;
+    la_uring_t *r = my_ring(&f, timeout_ms);
+    if (!r) return 0;
+    _Atomic unsigned char *b;
+    int e = busy_take(f->s, fd, 2, &b);
+    if (e) {
+        la_set_error(e);
+        *ret = -1;
+        return 1;
+    }
+    uint64_t deadline = la_deadline(timeout_ms);
+    la_uop_t op;
+    int why = LA_W_READY, res = 0;
+    while (*done < n) {
+        op_init(&op);
+        r = la_current_worker()->ur; /* where the fiber runs now: its owner submits */
+        size_t left = n - *done;
+        la_spin_lock(&r->sqlk);
+        struct io_uring_sqe *q = sqe_get(r);
+        q->opcode = IORING_OP_SEND;
+        q->fd = fd;
+        q->addr = (uint64_t)(uintptr_t)((const char *)buf + *done);
+        q->len = left > 0x7ffff000u ? 0x7ffff000u : (unsigned)left;
+        q->msg_flags = MSG_NOSIGNAL;
+        q->user_data = (uint64_t)(uintptr_t)&op;
+        sqe_push(r);
+        res = op_wait(f, r, &op, deadline, fd, 2, &why);
+        if (res > 0) *done += (size_t)res;
+        if (why != LA_W_READY) break;
+        if (res < 0 && res != -EINTR) break;
+    }
+    busy_drop(b, 2);
+    if (*done == n) {
+        *ret = (ssize_t)n;
+        return 1;
+    }
+    if (why == LA_W_READY && (res == -ENOTSOCK || res == -EAGAIN)) return 0; /* the poller path goes on from *done */
+    la_set_error(res < 0 ? op_err(res, why) : la_reason_err(why));
+    *ret = -1;
+    return 1;
+}
+
+int la_uring_accept(int lfd, struct sockaddr *addr, socklen_t *len, int timeout_ms, int *ret) {
+    la_fiber_t *f = NULL;
+    la_uring_t *r = my_ring(&f, timeout_ms);
+    if (!r) return 0;
+    int e = ur_nonblock(lfd); /* as promised (io.c does the same) */
+    if (e) {
+        la_set_error(ur_map_errno(-e));
+        *ret = -1;
+        return 1;
+    }
+    /* A connection already queued is taken at once: an accept per ring
+     * round would let a backlog of thousands grow until the kernel drops
+     * the handshakes (the clients then see resets). */
+    int res;
+    do res = ur_accept(lfd, addr, len);
+    while (res == -EINTR || res == -ECONNABORTED);
+    if (res >= 0) {
+        *ret = res;
+        return 1;
+    }
+    if (res != -EAGAIN) {
+        la_set_error(res == -EMFILE || res == -ENFILE ? ASYNC_E_NOMEM : ur_map_errno(-res));
+        *ret = -1;
+        return 1;
+    }
+    _Atomic unsigned char *b;
+    if ((e = busy_take(f->s, lfd, 1, &b)) != 0) {
+        la_set_error(e);
+        *ret = -1;
+        return 1;
+    }
+    uint64_t deadline = la_deadline(timeout_ms);
+    la_uop_t op;
+    int why;
+    do {
+        op_init(&op);
+        r = la_current_worker()->ur; /* where the fiber runs now: its owner submits */
+        la_spin_lock(&r->sqlk);
+        struct io_uring_sqe *q = sqe_get(r);
+        q->opcode = IORING_OP_ACCEPT;
+        q->fd = lfd;
+        q->addr = (uint64_t)(uintptr_t)addr;
+        q->addr2 = (uint64_t)(uintptr_t)len;
+        q->accept_flags = SOCK_NONBLOCK | SOCK_CLOEXEC;
+        q->user_data = (uint64_t)(uintptr_t)&op;
+        sqe_push(r);
+        res = op_wait(f, r, &op, deadline, lfd, 1, &why);
+    } while ((res == -EINTR || res == -ECONNABORTED) && why == LA_W_READY);
+    busy_drop(b, 1);
+    if (res >= 0) {
+        *ret = res;
+        return 1;
+    }
+    if (res == -EAGAIN && why == LA_W_READY) return 0;
+    int err = res == -EMFILE || res == -ENFILE ? ASYNC_E_NOMEM : op_err(res, why);
+    la_set_error(err);
+    *ret = -1;
+    return 1;
+}
+
+int la_uring_connect(int fd, const struct sockaddr *addr, socklen_t alen, int timeout_ms, int *ret) {
+    la_fiber_t *f = NULL;
+    la_uring_t *r = my_ring(&f, timeout_ms);
+    if (!r) return 0;
+    *ret = -1;
+    int e = ur_nonblock(fd);
+    if (!e) e = ur_connect(fd, addr, alen);
+    if (e == 0) {
+        *ret = 0;
+        return 1;
+    }
+    if (e != -EINPROGRESS && e != -EINTR) {
+        la_set_error(ur_map_errno(-e));
+        return 1;
+    }
+    _Atomic unsigned char *b;
+    if ((e = busy_take(f->s, fd, 2, &b)) != 0) {
+        la_set_error(e);
+        return 1;
+    }
+    uint64_t deadline = la_deadline(timeout_ms);
+    la_uop_t op;
+    int why, res;
+    for (;;) {
+        op_init(&op);
+        r = la_current_worker()->ur; /* where the fiber runs now: its owner submits */
+        la_spin_lock(&r->sqlk);
+        struct io_uring_sqe *q = sqe_get(r);
+        q->opcode = IORING_OP_POLL_ADD;
+        q->fd = fd;
+        q->poll32_events = POLLOUT;
+        q->user_data = (uint64_t)(uintptr_t)&op;
+        sqe_push(r);
+        res = op_wait(f, r, &op, deadline, fd, 2, &why);
+        if (why != LA_W_READY || res != 0) break;
+    }
+    busy_drop(b, 2);
+    if (res > 0) { /* writable: the connect's outcome */
+        e = ur_sockerr(fd);
+        if (e == 0) {
+            *ret = 0;
+            return 1;
+        }
+        la_set_error(ur_map_errno(-e));
+        return 1;
+    }
+    la_set_error(op_err(res, why));
+    return 1;
+}
