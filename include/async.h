@@ -603,7 +603,10 @@ int async_runtime_get_stats(async_runtime_t *rt, async_runtime_stats_t *stats, s
  * signal (not chained). The last async_runtime_remove_signal,
  * async_runtime_deinit or async_fiber_unwatch_signal of that signal puts the
  * saved action back (SIG_DFL, SIG_IGN or the host's handler), unless the
- * host has installed another action since, which then stays. While watched
+ * host has installed another action since, which then stays; while
+ * async_sched_dump_on_signal also uses signo, the action comes back when the
+ * last of both goes (one libasync handler per signal serves both, and the
+ * host's action is saved once, by the first). While watched
  * the host must not install its own action for signo (events stop) nor
  * block signo in every thread (nothing arrives); it may block it in some
  * threads, and the signal may land on any thread, Go's and fiber workers'
@@ -884,7 +887,12 @@ int async_sched_dump(async_sched_t *s, int fd);
  * lists at most 4096 fibers of each scheduler (the rest are counted). The
  * handler replaces signo's previous disposition (it does not chain to a
  * previous handler); the previous one is restored when the last
- * registration for signo goes (signo 0, or async_sched_destroy). Allowed:
+ * registration for signo goes (signo 0, or async_sched_destroy), or, while
+ * libasync also watches signo (async_runtime_add_signal,
+ * async_fiber_watch_signal), when the last of those goes too: libasync
+ * installs one handler per signal for both, saves the host's action once
+ * and restores it once. A process forked while signo is registered gets
+ * the host's action back at the first such signal in the child. Allowed:
  * SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2, SIGTERM, SIGWINCH and the
  * real-time signals. Errors: ASYNC_E_BADHANDLE, ASYNC_E_INVAL (another
  * signal, fd < 0), ASYNC_E_NOMEM (also: 64 schedulers registered), ASYNC_E_SYS

@@ -6,9 +6,11 @@
  * Why a handler of our own and not signalfd: a signalfd only sees a signal
  * that is blocked in every thread of the process, and a library cannot
  * block a signal in threads it did not create (the host's, Go's). So the
- * first watch of a signal installs on_signal (SA_SIGINFO | SA_ONSTACK |
- * SA_RESTART, saving the action that was there) and the last one restores
- * that action, if ours is still installed. Go installs handlers only for the
+ * first watch of a signal takes it from base's one owner of signal
+ * dispositions (base/sigown.c: the first libasync user of a signal, this
+ * watch or async_sched_dump_on_signal, installs the common handler and saves
+ * the host's action; the last one restores it, if ours is still installed),
+ * which calls on_signal, and the last watch drops it. Go installs handlers only for the
  * synchronous signals and its own in a c-shared library (SIGSEGV, SIGBUS,
  * SIGFPE, SIGPIPE, SIGURG: docs/EMBEDDING.md); those, and the ones a
  * process cannot or should not catch as events, are refused (sig_allowed).
@@ -39,9 +41,10 @@
  * the pipe to be readable with async_fiber_wait_fd (parks a fiber, polls on
  * a thread).
  *
- * After fork(), the child inherits the handler: there on_signal puts back
- * the action it replaced and raises the signal again, so the child reacts as
- * it would have without libasync (LA_ENTRY refuses the child's calls). */
+ * After fork(), the child inherits the handler: there the common handler
+ * puts back the host's action and raises the signal again, so the child
+ * reacts as it would have without libasync (LA_ENTRY refuses the child's
+ * calls). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -66,7 +69,6 @@ static struct {
 typedef struct {
     int users;            /* runtime watches + 1 while fibers watch (under mu) */
     int fiber_refs;       /* async_fiber_watch_signal calls not undone (under mu) */
-    struct sigaction old; /* the action ours replaced (set before ours is installed) */
     _Atomic int fiber_on;
     _Atomic uint64_t fiber_count;
     int made;              /* the pipe exists (it is never closed) */
@@ -88,19 +90,10 @@ static void ring(la_rtc_t *r) {
     while (w < 0 && errno == EINTR);
 }
 
-static void on_signal(int sig, siginfo_t *si, void *uc) {
-    (void)si;
-    (void)uc;
+/* Called by the common handler (base/sigown.c), which saves errno and
+ * handles a forked child. */
+static void on_signal(int sig) {
     if (sig <= 0 || sig >= LA_SIG_N) return;
-    int saved = errno;
-    if (atomic_load_explicit(&la_forked, memory_order_relaxed)) {
-        /* A forked child: the action before ours comes back, and the
-         * signal (blocked while we run) is taken again under it. */
-        sigaction(sig, &sigs[sig].old, NULL);
-        raise(sig);
-        errno = saved;
-        return;
-    }
     uint64_t bit = (uint64_t)1 << (sig - 1);
     for (int i = 0; i < LA_SIG_WATCHES; i++) {
         if (atomic_load_explicit(&watches[i].signo, memory_order_acquire) != sig) continue;
@@ -124,7 +117,6 @@ static void on_signal(int sig, siginfo_t *si, void *uc) {
         do k = write(atomic_load(&st->pipe_w), &c, 1);
         while (k < 0 && errno == EINTR); /* EAGAIN: full, readable anyway */
     }
-    errno = saved;
 }
 
 /* 1 if signo may be watched. Refused: out of range; what cannot be caught
@@ -150,34 +142,25 @@ static int sig_allowed(int s) {
     return 1;
 }
 
-/* Under mu: the first user installs on_signal. Returns an async_err_t. */
+/* Under mu: the first user takes the signal (base/sigown.c installs the
+ * common handler). Returns an async_err_t. */
 static int sig_use(int s) {
     la_sigstate_t *st = &sigs[s];
     if (st->users == 0) {
-        struct sigaction sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_sigaction = on_signal;
-        sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
-        sigemptyset(&sa.sa_mask);
-        /* One call swaps the actions: a host's sigaction racing it is
-         * either saved or comes after ours, never lost. */
-        if (sigaction(s, &sa, &st->old) != 0) {
-            la_note_os_error(errno);
-            return ASYNC_E_SYS;
-        }
+        int rc = la_sigown_take(s, LA_SIGOWN_WATCH, on_signal);
+        if (rc != 0) return rc;
     }
     st->users++;
     return 0;
 }
 
-/* Under mu: the last user puts back the action ours replaced, unless the
- * host installed another one since (that one stays). */
+/* Under mu: the last user drops the signal (the host's action comes back
+ * when no other libasync feature uses it, unless the host installed another
+ * one since: that one stays). */
 static void sig_unuse(int s) {
     la_sigstate_t *st = &sigs[s];
     if (--st->users > 0) return;
-    struct sigaction cur;
-    if (sigaction(s, NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_signal)
-        sigaction(s, &st->old, NULL);
+    la_sigown_drop(s, LA_SIGOWN_WATCH);
 }
 
 static int sig_add(uint64_t h, int signo, uintptr_t key) {
