@@ -6,6 +6,10 @@
  *                     on one signal, in every order of install and removal:
  *                     the watch keeps its events while the dump goes, and
  *                     the host's action comes back when the last goes.
+ *   fiber_rewatch     async_fiber_unwatch_signal followed at once by
+ *                     async_fiber_watch_signal ends the waits of
+ *                     async_fiber_wait_signal that began under the earlier
+ *                     watch (ASYNC_E_STATE), a plain thread's and a fiber's.
  */
 #include "check.h"
 
@@ -101,8 +105,97 @@ static void t_dump_vs_watch(void)
     close(devnull);
 }
 
+/* --- fiber_rewatch ------------------------------------------------------------- */
+
+/* true if the thread is asleep (S or D in /proc/self/task/<tid>/stat). */
+static bool thread_asleep(int tid)
+{
+    char path[64], buf[512], *p;
+    FILE *f;
+    size_t n;
+    snprintf(path, sizeof path, "/proc/self/task/%d/stat", tid);
+    f = fopen(path, "r");
+    if (!f)
+        return false;
+    n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    p = strrchr(buf, ')'); /* the state follows the command name */
+    return p && (p[2] == 'S' || p[2] == 'D');
+}
+
+static int rw_sig;
+static atomic_int rw_tid, rw_thread_err, rw_fiber_err;
+
+static void *rw_thread(void *arg)
+{
+    (void)arg;
+    atomic_store(&rw_tid, (int)gettid());
+    int c = async_fiber_wait_signal(rw_sig, 20000);
+    atomic_store(&rw_thread_err, c < 0 ? async_last_error() : 1000 + c);
+    return NULL;
+}
+
+static void rw_fiber(void *arg)
+{
+    (void)arg;
+    int c = async_fiber_wait_signal(rw_sig, 20000);
+    atomic_store(&rw_fiber_err, c < 0 ? async_last_error() : 1000 + c);
+}
+
+/* true once s's dump shows a fiber parked on an fd. */
+static bool fiber_parked_on_fd(async_sched_t *s)
+{
+    int p[2];
+    char buf[4096];
+    CHECK_EQ(pipe(p), 0);
+    CHECK(async_sched_dump(s, p[1]) >= 1);
+    close(p[1]);
+    ssize_t n = read(p[0], buf, sizeof buf - 1);
+    close(p[0]);
+    buf[n > 0 ? n : 0] = 0;
+    return strstr(buf, "parked: fd ") != NULL;
+}
+
+static void t_fiber_rewatch(void)
+{
+    rw_sig = SIGRTMIN + 3;
+    CHECK_EQ(async_fiber_watch_signal(rw_sig), 0);
+    async_sched_config_t cfg = {1, 0, 0};
+    async_sched_t *s = async_sched_create(&cfg);
+    CHECK(s != NULL);
+    pthread_t t;
+    start_thread(&t, rw_thread, NULL);
+    async_fiber_t *f = async_fiber_spawn(s, rw_fiber, NULL, ASYNC_FIBER_JOINABLE);
+    CHECK(f != NULL);
+    /* Both in their wait: the fiber parked on the pipe, the thread asleep
+     * for 3 samples in a row (it sleeps nowhere else). */
+    double t0 = now_ms();
+    int streak = 0;
+    while (streak < 3) {
+        int tid = atomic_load(&rw_tid);
+        streak = tid && thread_asleep(tid) && fiber_parked_on_fd(s) ? streak + 1 : 0;
+        CHECK(now_ms() - t0 < 10000);
+        sleep_ms(5);
+    }
+    CHECK_EQ(async_fiber_unwatch_signal(rw_sig), 0);
+    CHECK_EQ(async_fiber_watch_signal(rw_sig), 0);
+    join_within(t, 10000, "thread waiter");
+    CHECK_EQ(async_fiber_join(f, 10000), 0);
+    CHECK_EQ(atomic_load(&rw_thread_err), ASYNC_E_STATE);
+    CHECK_EQ(atomic_load(&rw_fiber_err), ASYNC_E_STATE);
+    /* the new watch works */
+    union sigval v = {0};
+    CHECK_EQ(sigqueue(getpid(), rw_sig, v), 0);
+    CHECK_EQ(async_fiber_wait_signal(rw_sig, 5000), 1);
+    CHECK_EQ(async_fiber_unwatch_signal(rw_sig), 0);
+    CHECK_EQ(async_sched_shutdown(s, 5000), 0);
+    async_sched_destroy(s);
+}
+
 static const test_case_t cases[] = {
     T(dump_vs_watch),
+    T(fiber_rewatch),
 };
 
 TEST_MAIN(cases)

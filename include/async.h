@@ -954,7 +954,8 @@ int async_fiber_watch_signal(int signo);
 
 /* Undoes one async_fiber_watch_signal(signo); the last one ends the watch
  * (a count not taken yet is dropped, and waiting callers return
- * ASYNC_E_STATE). Errors: ASYNC_E_INVAL (out of range), ASYNC_E_NOTFOUND
+ * ASYNC_E_STATE, also when a new async_fiber_watch_signal follows at once:
+ * a wait belongs to the watch it began under). Errors: ASYNC_E_INVAL (out of range), ASYNC_E_NOTFOUND
  * (not watched), ASYNC_E_NOTSUP (Windows). Thread-safe; never blocks. */
 int async_fiber_unwatch_signal(int signo);
 
@@ -966,7 +967,7 @@ int async_fiber_unwatch_signal(int signo);
  * most one fiber per scheduler may wait for a given signal at a time (the
  * others get ASYNC_E_BUSY). Errors: ASYNC_E_INVAL (signo out of range,
  * timeout_ms < -1), ASYNC_E_STATE (signo is not watched, or the watch ended
- * during the wait), ASYNC_E_TIMEDOUT, ASYNC_E_BUSY, ASYNC_E_CANCELLED (the
+ * during the wait, even if another one started since), ASYNC_E_TIMEDOUT, ASYNC_E_BUSY, ASYNC_E_CANCELLED (the
  * fiber's scheduler shuts down), ASYNC_E_NOTSUP (Windows). Thread-safe;
  * parks (a plain thread blocks in poll(2)). */
 int async_fiber_wait_signal(int signo, int timeout_ms);

@@ -41,6 +41,17 @@
  * the pipe to be readable with async_fiber_wait_fd (parks a fiber, polls on
  * a thread).
  *
+ * A waiter belongs to the watch generation it began under (fiber_gen, +1 at
+ * each start of the watch) and returns ASYNC_E_STATE once the generation
+ * changed, not only while nothing is watched: an unwatch followed at once by
+ * a watch must still end the earlier waits. The unwatch's byte is what wakes
+ * them, so the new watch does not drain the pipe, and a waiter of the new
+ * generation that drains it while waiters of the previous one are still
+ * inside (fiber_waiting, counted by generation parity) writes a byte back:
+ * they wake, see the new generation and leave. So does a waiter that finds,
+ * after its drain, that the watch ended or changed (it may have eaten the
+ * byte meant for the others).
+ *
  * After fork(), the child inherits the handler: there the common handler
  * puts back the host's action and raises the signal again, so the child
  * reacts as it would have without libasync (LA_ENTRY refuses the child's
@@ -71,6 +82,8 @@ typedef struct {
     int fiber_refs;       /* async_fiber_watch_signal calls not undone (under mu) */
     _Atomic int fiber_on;
     _Atomic uint64_t fiber_count;
+    _Atomic uint64_t fiber_gen; /* +1 at each start of the fiber-side watch */
+    _Atomic int fiber_waiting[2]; /* waiters in async_fiber_wait_signal, by generation parity */
     int made;              /* the pipe exists (it is never closed) */
     int pipe_r;
     _Atomic int pipe_w;
@@ -309,8 +322,11 @@ static int fiber_watch(int signo) {
     int rc = 0;
     if (st->fiber_refs == 0) {
         if ((rc = make_pipe(st)) == 0) {
-            drain(st->pipe_r);
+            /* No drain: a byte of the last unwatch may still have to wake
+             * waiters of the earlier watch (a stale byte only costs a waiter
+             * one more look at the count). */
             atomic_store(&st->fiber_count, 0);
+            atomic_fetch_add(&st->fiber_gen, 1);
             atomic_store(&st->fiber_on, 1);
             rc = sig_use(signo);
             if (rc != 0) atomic_store(&st->fiber_on, 0);
@@ -349,32 +365,58 @@ static int fiber_wait(int signo, int timeout_ms) {
     }
     la_sigstate_t *st = &sigs[signo];
     uint64_t deadline = la_deadline(timeout_ms);
+    /* The generation first: the watch raises it before fiber_on. */
+    uint64_t gen = atomic_load(&st->fiber_gen);
+    if (!atomic_load(&st->fiber_on)) {
+        la_set_error(ASYNC_E_STATE);
+        return -1;
+    }
+    _Atomic int *mine = &st->fiber_waiting[gen & 1], *prev = &st->fiber_waiting[(gen + 1) & 1];
+    atomic_fetch_add(mine, 1);
+    int rc;
     for (;;) {
-        if (!atomic_load(&st->fiber_on)) {
+        if (!atomic_load(&st->fiber_on) || atomic_load(&st->fiber_gen) != gen) {
             la_set_error(ASYNC_E_STATE);
-            return -1;
+            rc = -1;
+            break;
         }
         drain(st->pipe_r); /* before the count: a byte after it is a new signal */
+        if (atomic_load(prev) > 0 || !atomic_load(&st->fiber_on) || atomic_load(&st->fiber_gen) != gen) {
+            /* The drain may have eaten the byte of an unwatch that other
+             * waiters (of this watch or of the previous one) have not seen
+             * yet: give it back (they leave at once when they see it). */
+            char b = 'u';
+            ssize_t k;
+            do k = write(atomic_load(&st->pipe_w), &b, 1);
+            while (k < 0 && errno == EINTR);
+        }
         uint64_t c = atomic_exchange(&st->fiber_count, 0);
         if (c > 0) {
             if (c > INT_MAX) {
                 atomic_fetch_add(&st->fiber_count, c - INT_MAX);
                 c = INT_MAX;
             }
-            return (int)c;
+            rc = (int)c;
+            break;
         }
         int ms = -1;
         if (deadline) {
             uint64_t now = la_now_ns();
             if (now >= deadline) {
                 la_set_error(ASYNC_E_TIMEDOUT);
-                return -1;
+                rc = -1;
+                break;
             }
             uint64_t left = (deadline - now + 999999) / 1000000;
             ms = left > INT_MAX ? INT_MAX : (int)left;
         }
-        if (async_fiber_wait_fd(st->pipe_r, ASYNC_EVENT_READ, ms) < 0) return -1;
+        if (async_fiber_wait_fd(st->pipe_r, ASYNC_EVENT_READ, ms) < 0) {
+            rc = -1;
+            break;
+        }
     }
+    atomic_fetch_sub(mine, 1);
+    return rc;
 }
 
 #else /* _WIN32: no signals as events (ASYNC_E_NOTSUP) */
