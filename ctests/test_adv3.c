@@ -10,6 +10,9 @@
  *                     async_fiber_watch_signal ends the waits of
  *                     async_fiber_wait_signal that began under the earlier
  *                     watch (ASYNC_E_STATE), a plain thread's and a fiber's.
+ *   stats_signal      async_runtime_get_stats counts SIGNAL events as SIGNAL
+ *                     (events[6]), not COMPLETION (events[4]), on every
+ *                     path of the wait (timeout 0, a sleep, with completions).
  */
 #include "check.h"
 
@@ -193,9 +196,50 @@ static void t_fiber_rewatch(void)
     async_sched_destroy(s);
 }
 
+/* --- stats_signal ---------------------------------------------------------------- */
+
+static void t_stats_signal(void)
+{
+    async_runtime_t *rt = async_runtime_init();
+    CHECK(rt != NULL);
+    CHECK_EQ(async_runtime_add_signal(rt, SIGUSR2, 42), 0);
+    io_event_t ev[8];
+    uint64_t sigs = 0, comps = 0;
+    for (int i = 0; i < 30; i++) {
+        raise(SIGUSR2);
+        if (i % 5 == 3) /* a signal and completions in one wait */
+            for (int k = 0; k < 3; k++)
+                CHECK_EQ(async_runtime_post_completion(rt, 7, (uintptr_t)k), 0);
+        int n = async_runtime_wait(rt, ev, 8, i % 3 == 0 ? 0 : 1000);
+        CHECK(n >= 0);
+        for (int k = 0; k < n; k++) {
+            if (ev[k].event_type == ASYNC_EVENT_SIGNAL)
+                sigs++;
+            else if (ev[k].event_type == ASYNC_EVENT_COMPLETION)
+                comps++;
+            else
+                CHECK(!"unexpected event type");
+        }
+    }
+    /* what is left */
+    int n;
+    while ((n = async_runtime_wait(rt, ev, 8, 0)) > 0)
+        for (int k = 0; k < n; k++)
+            ev[k].event_type == ASYNC_EVENT_SIGNAL ? sigs++ : comps++;
+    CHECK(sigs >= 10);
+    CHECK_EQ(comps, 18);
+    async_runtime_stats_t st;
+    CHECK(async_runtime_get_stats(rt, &st, sizeof st) > 0);
+    CHECK_EQ(st.events[6], sigs);
+    CHECK_EQ(st.events[4], comps);
+    CHECK_EQ(st.events_total, sigs + comps);
+    async_runtime_deinit(rt);
+}
+
 static const test_case_t cases[] = {
     T(dump_vs_watch),
     T(fiber_rewatch),
+    T(stats_signal),
 };
 
 TEST_MAIN(cases)
