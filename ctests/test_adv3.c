@@ -13,6 +13,10 @@
  *   stats_signal      async_runtime_get_stats counts SIGNAL events as SIGNAL
  *                     (events[6]), not COMPLETION (events[4]), on every
  *                     path of the wait (timeout 0, a sleep, with completions).
+ *   dump_failed_rereg a failed async_sched_dump_on_signal (refused signal,
+ *                     fd < 0) leaves the scheduler with no registration: the
+ *                     host's action is back, nothing is dumped, its slot of
+ *                     the 64 is free.
  */
 #include "check.h"
 
@@ -236,10 +240,58 @@ static void t_stats_signal(void)
     async_runtime_deinit(rt);
 }
 
+/* --- dump_failed_rereg ----------------------------------------------------------- */
+
+static void t_dump_failed_rereg(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = host_handler;
+    sigemptyset(&sa.sa_mask);
+    CHECK_EQ(sigaction(SIGUSR1, &sa, NULL), 0);
+    async_sched_config_t cfg = {1, 0, 0};
+    async_sched_t *s = async_sched_create(&cfg);
+    CHECK(s != NULL);
+    int p[2];
+    CHECK_EQ(pipe(p), 0);
+    CHECK_EQ(fcntl(p[0], F_SETFL, O_NONBLOCK), 0);
+    const int bad[][2] = {{SIGALRM, 1}, {SIGUSR1, -1}, {SIGKILL, 1}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK_EQ(async_sched_dump_on_signal(s, SIGUSR1, p[1]), 0);
+        CHECK(!host_installed(SIGUSR1));
+        CHECK_FAIL(async_sched_dump_on_signal(s, bad[i][0], bad[i][1] < 0 ? -1 : p[1]) == -1, ASYNC_E_INVAL);
+        CHECK(host_installed(SIGUSR1)); /* s's was the last registration */
+        host_hits = 0;
+        raise(SIGUSR1);
+        CHECK_EQ(host_hits, 1);
+        char buf[64];
+        CHECK(read(p[0], buf, sizeof buf) < 0 && errno == EAGAIN); /* nothing dumped */
+    }
+    /* The slot went too: 64 registrations, one fails, a 65th scheduler fits. */
+    enum { N = 65 };
+    async_sched_t *m[N];
+    int devnull = open("/dev/null", O_WRONLY);
+    CHECK(devnull >= 0);
+    for (int i = 0; i < N; i++)
+        CHECK((m[i] = async_sched_create(&cfg)) != NULL);
+    for (int i = 0; i < 64; i++)
+        CHECK_EQ(async_sched_dump_on_signal(m[i], SIGUSR2, devnull), 0);
+    CHECK_FAIL(async_sched_dump_on_signal(m[64], SIGUSR2, devnull) == -1, ASYNC_E_NOMEM);
+    CHECK_FAIL(async_sched_dump_on_signal(m[3], SIGALRM, devnull) == -1, ASYNC_E_INVAL);
+    CHECK_EQ(async_sched_dump_on_signal(m[64], SIGUSR2, devnull), 0);
+    for (int i = 0; i < N; i++)
+        async_sched_destroy(m[i]);
+    async_sched_destroy(s);
+    close(devnull);
+    close(p[0]);
+    close(p[1]);
+}
+
 static const test_case_t cases[] = {
     T(dump_vs_watch),
     T(fiber_rewatch),
     T(stats_signal),
+    T(dump_failed_rereg),
 };
 
 TEST_MAIN(cases)

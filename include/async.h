@@ -881,7 +881,7 @@ int async_sched_dump(async_sched_t *s, int fd);
 /* Makes signal signo dump s to fd (as async_sched_dump) from its handler;
  * signo 0 removes s's registration. Several schedulers may share a signal
  * (each is dumped); a scheduler has at most one registration (a new call
- * replaces it; when that call fails, s has none). The handler is async-signal-safe: it formats by hand, writes
+ * replaces it; when that call fails, for any reason, s has none). The handler is async-signal-safe: it formats by hand, writes
  * with write(2), takes no lock the interrupted thread may hold (a fiber list
  * whose lock is held at that moment is skipped and reported as skipped), and
  * lists at most 4096 fibers of each scheduler (the rest are counted). The

@@ -449,19 +449,20 @@ static void sig_unregister_locked(la_sched_t *s) {
 
 int async_sched_dump_on_signal(async_sched_t *sh, int signo, int fd) {
     LA_ENTRY(-1);
-    if (signo != 0 && (!signo_ok(signo) || fd < 0)) {
-        la_set_error(ASYNC_E_INVAL);
-        return -1;
-    }
+    int inval = signo != 0 && (!signo_ok(signo) || fd < 0);
     la_sched_t *s = la_sched_get(sh);
     if (!s) {
-        la_set_error(ASYNC_E_BADHANDLE);
+        la_set_error(inval ? ASYNC_E_INVAL : ASYNC_E_BADHANDLE);
         return -1;
     }
     int rc = 0;
     pthread_mutex_lock(&sig_mu);
+    /* A call that fails leaves s with no registration (the header's
+     * promise): the old one goes first, whatever the arguments. */
     sig_unregister_locked(s);
-    if (signo) {
+    if (inval) {
+        rc = ASYNC_E_INVAL;
+    } else if (signo) {
         la_sigreg_t *g = NULL;
         for (int i = 0; i < LA_SIGREG && !g; i++)
             if (!atomic_load(&sigreg[i].s) && atomic_load(&sigreg[i].inuse) == 0) g = &sigreg[i];
