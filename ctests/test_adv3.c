@@ -17,6 +17,10 @@
  *                     fd < 0) leaves the scheduler with no registration: the
  *                     host's action is back, nothing is dumped, its slot of
  *                     the 64 is free.
+ *   log_one_line      a log message is one line whatever it quotes: an
+ *                     ASYNC_FIBER_STALL_MS value with newlines forges no
+ *                     second "libasync:" line on stderr, and a handler gets
+ *                     no control character.
  */
 #include "check.h"
 
@@ -287,11 +291,56 @@ static void t_dump_failed_rereg(void)
     close(p[1]);
 }
 
+/* --- log_one_line ---------------------------------------------------------------- */
+
+static atomic_int lo_msgs, lo_ctl;
+static void lo_handler(int level, const char *msg, void *ctx)
+{
+    (void)level, (void)ctx;
+    atomic_fetch_add(&lo_msgs, 1);
+    for (const char *p = msg; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            atomic_fetch_add(&lo_ctl, 1);
+}
+
+/* In a child with the crafted ASYNC_FIBER_STALL_MS: one message to stderr
+ * (the default handler), one to a handler. */
+static void t_log_one_line_child(void)
+{
+    async_sched_t *s = async_sched_create(NULL);
+    CHECK(s != NULL);
+    async_sched_destroy(s);
+    CHECK_EQ(async_set_log_handler(ASYNC_LOG_DEBUG, lo_handler, NULL), 0);
+    s = async_sched_create(NULL);
+    CHECK(s != NULL);
+    async_sched_destroy(s);
+    CHECK(atomic_load(&lo_msgs) >= 1);
+    CHECK_EQ(atomic_load(&lo_ctl), 0);
+}
+
+static void t_log_one_line(void)
+{
+    char out[4096];
+    int st = run_self_case_out("log_one_line_child",
+                               "ASYNC_FIBER_STALL_MS=5\nlibasync: forged\r\x1b[2Jline", out, sizeof out);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    int lines = 0; /* lines that start with "libasync:" */
+    for (char *p = out; p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+        lines += strncmp(p, "libasync:", 9) == 0;
+    CHECK_EQ(lines, 1);
+    CHECK(strstr(out, "ASYNC_FIBER_STALL_MS=5\\nlibasync: forged\\r\\x1b[2Jline ignored") != NULL);
+    /* one line: the only newline is the last byte */
+    char *nl = strchr(out, '\n');
+    CHECK(nl != NULL && nl[1] == 0);
+}
+
 static const test_case_t cases[] = {
     T(dump_vs_watch),
     T(fiber_rewatch),
     T(stats_signal),
     T(dump_failed_rereg),
+    T(log_one_line),
+    {"log_one_line_child", t_log_one_line_child}, /* run by log_one_line */
 };
 
 TEST_MAIN(cases)

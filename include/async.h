@@ -147,8 +147,10 @@ void async_clear_error(void);
 #define ASYNC_LOG_DEBUG 4   /* detail for whoever debugs libasync */
 
 /* A log handler: level is one of ASYNC_LOG_FATAL..ASYNC_LOG_DEBUG; msg is
- * one line without the trailing newline, valid only during the call; ctx is
- * what was given to async_set_log_handler. */
+ * one line without the trailing newline, valid only during the call (a
+ * control character in what a message quotes, e.g. an environment
+ * variable's value, arrives escaped: \n, \r, \t, \xHH); ctx is what was
+ * given to async_set_log_handler. */
 typedef void (*async_log_fn)(int level, const char *msg, void *ctx);
 
 /* Sends every message of level <= `level` to fn(level, msg, ctx) from now

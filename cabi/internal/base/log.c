@@ -68,13 +68,63 @@ int la_log_enabled(int level) {
     return level <= r->level;
 }
 
+/* A message is one line (async_log_fn's promise): a control character in
+ * it (a newline in an environment variable's value, say) would let the
+ * message forge further "libasync:" lines. So every message passes here:
+ * one trailing newline is dropped and every other control character is
+ * written as an escape (\n, \r, \t, \xHH). Copies msg into buf (cap
+ * bytes, truncated, NUL-terminated) and returns its length. Async-signal-safe. */
+static size_t log_line(const char *msg, char *buf, size_t cap) {
+    static const char hex[] = "0123456789abcdef";
+    size_t n = 0, len = strlen(msg);
+    if (len > 0 && msg[len - 1] == '\n') len--;
+    for (size_t i = 0; i < len && n + 4 < cap; i++) {
+        unsigned char c = (unsigned char)msg[i];
+        if (c >= 0x20 && c != 0x7f) {
+            buf[n++] = (char)c;
+            continue;
+        }
+        buf[n++] = '\\';
+        switch (c) {
+        case '\n': buf[n++] = 'n'; break;
+        case '\r': buf[n++] = 'r'; break;
+        case '\t': buf[n++] = 't'; break;
+        default:
+            buf[n++] = 'x';
+            buf[n++] = hex[c >> 4];
+            buf[n++] = hex[c & 15];
+        }
+    }
+    buf[n] = 0;
+    return n;
+}
+
+/* 1 if msg needs log_line: it holds a control character (a trailing
+ * newline included: the handler gets the line without it). */
+static int log_dirty(const char *msg) {
+    for (const char *p = msg; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) return 1;
+    return 0;
+}
+
+/* The handler's call with msg made one line (its own frame: the usual,
+ * clean message costs the report on a small signal stack nothing). */
+static __attribute__((noinline)) void log_call_clean(la_logrec_t *r, int level, const char *msg) {
+    char buf[1024];
+    log_line(msg, buf, sizeof buf);
+    r->fn(level, buf, r->ctx);
+}
+
 /* Async-signal-safe when no handler is set or the handler is. */
 void la_log_str(int level, const char *msg) {
     la_logrec_t *r = atomic_load_explicit(&log_cur, memory_order_acquire);
     if (level > r->level || level < ASYNC_LOG_FATAL) return;
     if (r->fn) {
         int saved = errno;
-        r->fn(level, msg, r->ctx);
+        if (log_dirty(msg))
+            log_call_clean(r, level, msg);
+        else
+            r->fn(level, msg, r->ctx);
         errno = saved;
         return;
     }
@@ -84,8 +134,8 @@ void la_log_str(int level, const char *msg) {
     char buf[1024];
     size_t n = 0;
     for (const char *p = "libasync: "; *p; p++) buf[n++] = *p;
-    for (const char *p = msg; *p && n < sizeof buf - 2; p++) buf[n++] = *p;
-    if (n == 0 || buf[n - 1] != '\n') buf[n++] = '\n';
+    n += log_line(msg, buf + n, sizeof buf - 1 - n);
+    buf[n++] = '\n';
     int saved = errno;
 #if !defined(_WIN32)
     ssize_t w = write(2, buf, n);
