@@ -21,6 +21,12 @@
  *                     ASYNC_FIBER_STALL_MS value with newlines forges no
  *                     second "libasync:" line on stderr, and a handler gets
  *                     no control character.
+ *   log_records       async_set_log_handler from 4 threads at once over the
+ *                     same 2000 new (level, fn, ctx) triples, then each set
+ *                     again: the handler set last is the one called, with
+ *                     its ctx and level (the lookup is a hash now; one record
+ *                     per triple is not observable from outside, and the
+ *                     speed is not asserted: see docs/RELIABILITY.md).
  */
 #include "check.h"
 
@@ -334,12 +340,73 @@ static void t_log_one_line(void)
     CHECK(nl != NULL && nl[1] == 0);
 }
 
+/* --- log_records ----------------------------------------------------------------- */
+
+enum { LR_THREADS = 4, LR_TRIPLES = 2000 };
+static atomic_int lr_go, lr_calls;
+static _Atomic(uintptr_t) lr_ctx_seen;
+static void lr_handler(int level, const char *msg, void *ctx)
+{
+    (void)level, (void)msg;
+    atomic_fetch_add(&lr_calls, 1);
+    atomic_store(&lr_ctx_seen, (uintptr_t)ctx);
+}
+static void lr_other(int level, const char *msg, void *ctx) { (void)level, (void)msg, (void)ctx; }
+
+static void *lr_thread(void *arg)
+{
+    uintptr_t me = (uintptr_t)arg;
+    while (!atomic_load(&lr_go))
+        sched_yield();
+    for (int round = 0; round < 2; round++)
+        for (uintptr_t i = 0; i < LR_TRIPLES; i++) {
+            /* the same triples in every thread, different orders */
+            uintptr_t k = (i * (2 * me + 1)) % LR_TRIPLES;
+            CHECK_EQ(async_set_log_handler((int)(k % 5), (k & 1) ? lr_handler : lr_other,
+                                           (void *)(0x10000 + k)), 0);
+        }
+    return NULL;
+}
+
+static void t_log_records(void)
+{
+    pthread_t t[LR_THREADS];
+    for (uintptr_t i = 0; i < LR_THREADS; i++)
+        start_thread(&t[i], lr_thread, (void *)i);
+    atomic_store(&lr_go, 1);
+    for (int i = 0; i < LR_THREADS; i++)
+        join_within(t[i], 60000, "log setter");
+    /* Each triple set again from here finds its record: the handler, level
+     * and ctx are the ones given. A bad ASYNC_FIBER_STALL_MS makes one WARN
+     * at each async_sched_create. */
+    CHECK_EQ(setenv("ASYNC_FIBER_STALL_MS", "bad", 1), 0);
+    for (uintptr_t k = 1; k < LR_TRIPLES; k += 2) {
+        int level = (int)(k % 5);
+        CHECK_EQ(async_set_log_handler(level, lr_handler, (void *)(0x10000 + k)), 0);
+        if (k % 100 != 1)
+            continue;
+        atomic_store(&lr_calls, 0);
+        async_sched_t *s = async_sched_create(NULL);
+        CHECK(s != NULL);
+        async_sched_destroy(s);
+        if (level >= ASYNC_LOG_WARN) {
+            CHECK(atomic_load(&lr_calls) >= 1);
+            CHECK_EQ(atomic_load(&lr_ctx_seen), 0x10000 + k);
+        } else {
+            CHECK_EQ(atomic_load(&lr_calls), 0);
+        }
+    }
+    CHECK_EQ(async_set_log_handler(ASYNC_LOG_WARN, NULL, NULL), 0);
+    CHECK_FAIL(async_set_log_handler(ASYNC_LOG_DEBUG + 1, lr_handler, NULL) == -1, ASYNC_E_INVAL);
+}
+
 static const test_case_t cases[] = {
     T(dump_vs_watch),
     T(fiber_rewatch),
     T(stats_signal),
     T(dump_failed_rereg),
     T(log_one_line),
+    T(log_records),
     {"log_one_line_child", t_log_one_line_child}, /* run by log_one_line */
 };
 

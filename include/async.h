@@ -170,7 +170,8 @@ typedef void (*async_log_fn)(int level, const char *msg, void *ctx);
  * old handler, but a message another thread was delivering at that moment
  * may still reach it (so keep the old ctx valid); each distinct (level,
  * fn, ctx) ever set keeps a 32-byte record for the life of the process
- * (setting it again reuses it). Errors: ASYNC_E_INVAL
+ * (setting it again reuses it, also when threads set it at once; finding
+ * it costs O(1) on average). Errors: ASYNC_E_INVAL
  * (level outside ASYNC_LOG_OFF..ASYNC_LOG_DEBUG), ASYNC_E_NOMEM. Works as
  * usual in a forked child. */
 int async_set_log_handler(int level, async_log_fn fn, void *ctx);

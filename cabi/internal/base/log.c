@@ -24,17 +24,39 @@ typedef struct la_logrec {
     int level;
     async_log_fn fn; /* NULL: the default (stderr) */
     void *ctx;
-    struct la_logrec *prev; /* older records, kept reachable */
+    struct la_logrec *prev; /* older records of the same bucket, kept reachable */
 } la_logrec_t;
 
 static la_logrec_t log_default = {ASYNC_LOG_WARN, NULL, NULL, NULL};
 static la_logrec_t *_Atomic log_cur = &log_default;
 
-/* Every record ever made, newest first (push-only, lock-free: a forked
+/* Every record ever made, in a hash of push-only lists (lock-free: a forked
  * child may call async_set_log_handler while a thread of the parent was in
  * the middle of it). A record set again is reused: a host that switches
- * between a few handlers keeps a few records, not one per call. */
-static la_logrec_t *_Atomic log_all;
+ * between a few handlers keeps a few records, not one per call. Finding one
+ * looks at its bucket only: O(1) on average up to about LA_LOG_BUCKETS
+ * distinct records ever set (then the buckets grow longer: O(n /
+ * LA_LOG_BUCKETS)). A record is pushed with a compare-and-swap on its
+ * bucket's head, after a look at the bucket from that head: two threads
+ * setting the same new (level, fn, ctx) at once make one record (the loser
+ * of the swap finds the winner's, frees its own and uses that). The buckets
+ * are static (untouched ones cost no memory). */
+#define LA_LOG_BUCKETS 16384
+static la_logrec_t *_Atomic log_all[LA_LOG_BUCKETS];
+
+static size_t log_bucket(int level, async_log_fn fn, void *ctx) {
+    uint64_t h = (uint64_t)(uintptr_t)fn * 0x9e3779b97f4a7c15ull;
+    h ^= ((uint64_t)(uintptr_t)ctx + (uint64_t)level) * 0xc2b2ae3d27d4eb4full;
+    h ^= h >> 29;
+    return (size_t)(h % LA_LOG_BUCKETS);
+}
+
+/* The record of (level, fn, ctx) in the list from p down to stop, or NULL. */
+static la_logrec_t *log_find(la_logrec_t *p, la_logrec_t *stop, int level, async_log_fn fn, void *ctx) {
+    for (; p && p != stop; p = p->prev)
+        if (p->level == level && p->fn == fn && p->ctx == ctx) return p;
+    return NULL;
+}
 
 int async_set_log_handler(int level, async_log_fn fn, void *ctx) {
     if (level < ASYNC_LOG_OFF || level > ASYNC_LOG_DEBUG) {
@@ -43,21 +65,32 @@ int async_set_log_handler(int level, async_log_fn fn, void *ctx) {
     }
     la_logrec_t *r = NULL;
     if (!fn && level == log_default.level) r = &log_default;
-    for (la_logrec_t *p = atomic_load_explicit(&log_all, memory_order_acquire); p && !r; p = p->prev)
-        if (p->level == level && p->fn == fn && p->ctx == ctx) r = p;
+    la_logrec_t *_Atomic *b = &log_all[log_bucket(level, fn, ctx)];
+    la_logrec_t *head = atomic_load_explicit(b, memory_order_acquire);
+    if (!r) r = log_find(head, NULL, level, fn, ctx);
     if (!r) {
-        r = malloc(sizeof *r);
-        if (!r) {
+        la_logrec_t *n = malloc(sizeof *n);
+        if (!n) {
             la_set_error(ASYNC_E_NOMEM);
             return -1;
         }
-        r->level = level;
-        r->fn = fn;
-        r->ctx = ctx;
-        la_logrec_t *head = atomic_load_explicit(&log_all, memory_order_relaxed);
-        do r->prev = head;
-        while (!atomic_compare_exchange_weak_explicit(&log_all, &head, r, memory_order_release,
-                                                      memory_order_relaxed));
+        n->level = level;
+        n->fn = fn;
+        n->ctx = ctx;
+        for (;;) {
+            n->prev = head;
+            la_logrec_t *seen = head;
+            if (atomic_compare_exchange_weak_explicit(b, &head, n, memory_order_release, memory_order_acquire)) {
+                r = n;
+                break;
+            }
+            /* Pushed meanwhile: records from the new head down to the one
+             * already looked at; one of them may be ours. */
+            if ((r = log_find(head, seen, level, fn, ctx)) != NULL) {
+                free(n);
+                break;
+            }
+        }
     }
     atomic_store_explicit(&log_cur, r, memory_order_release);
     return 0;
