@@ -24,6 +24,17 @@
  *    safe in the sense that those calls fail with ASYNC_E_BADHANDLE or
  *    ASYNC_E_CLOSED instead of crashing; it is still a bug in the caller.
  *  - "Blocks" means the calling thread may sleep. No other function blocks.
+ *  - No libasync function is a cancellation point: a pthread_cancel of a
+ *    thread asleep inside a libasync call (a queue, channel, mutex,
+ *    condition, join or signal wait, async_runtime_wait, async_worker_join,
+ *    async_fiber_sleep, async_sched_shutdown or _destroy) does not act
+ *    there; the call ends as it would have (its result, a dequeued message
+ *    say, is the thread's), and the cancel takes effect at the thread's next
+ *    cancellation point outside libasync. Exceptions: the I/O itself of the
+ *    fiber fd functions on a plain thread (read, write, connect, accept: the
+ *    libc calls, cancellation points as usual), and the idle sleep of a
+ *    thread that runs a scheduler (async_sched_run). Not on Windows (no
+ *    pthread_cancel).
  *  - After fork() only the child's exec is supported: every call made in the
  *    child fails at once with ASYNC_E_FORKED (it never hangs), except
  *    async_version, async_version_string, async_strerror, async_last_error,

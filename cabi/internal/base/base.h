@@ -151,6 +151,39 @@ static inline int la_cond_timedwait_mono(pthread_cond_t *cv, pthread_mutex_t *mu
  * clocks drift (a wait may end a little before the deadline). */
 struct timespec la_cond_abstime(uint64_t deadline_ns);
 
+/* ---- cancellation ------------------------------------------------------------ */
+/* No libasync function is a cancellation point (include/async.h,
+ * conventions): a host's pthread_cancel of a thread asleep inside libasync
+ * would unwind it with waiter records on its stack still linked, locks held
+ * or a runtime's waiting flag up. So a host's thread about to sleep inside
+ * libasync (a cond wait, epoll_wait, poll, nanosleep, pthread_join) disables
+ * cancellation first, on the slow path only, and the call puts the old
+ * state back just before it returns (not right after the sleep: a read or
+ * write of a doorbell later in the same call is a cancellation point too).
+ * A pending cancel then acts at the host's next cancellation point; nothing
+ * here calls pthread_testcancel (acting on it after the call completed
+ * would lose its result, a dequeued message, say). *cs starts as
+ * LA_CANCEL_KEPT; enter and leave may be called any number of times. */
+#define LA_CANCEL_KEPT (-1)
+static inline void la_nocancel_enter(int *cs) {
+#if !defined(_WIN32)
+    if (*cs == LA_CANCEL_KEPT) pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, cs);
+#else
+    (void)cs;
+#endif
+}
+static inline void la_nocancel_leave(int *cs) {
+#if !defined(_WIN32)
+    if (*cs != LA_CANCEL_KEPT) {
+        int old;
+        pthread_setcancelstate(*cs, &old);
+        *cs = LA_CANCEL_KEPT;
+    }
+#else
+    (void)cs;
+#endif
+}
+
 /* ---- signal ownership (sigown.c) ------------------------------------------ */
 #if !defined(_WIN32)
 /* One owner of the process-wide disposition of each signal libasync

@@ -638,7 +638,10 @@ static void stall_stop(struct la_stallmon *m) {
     m->stop = 1;
     pthread_cond_signal(&m->cv);
     pthread_mutex_unlock(&m->mu);
+    int cs = LA_CANCEL_KEPT; /* not a cancellation point (base.h) */
+    la_nocancel_enter(&cs);
     pthread_join(m->th, NULL);
+    la_nocancel_leave(&cs);
     pthread_mutex_destroy(&m->mu);
     pthread_cond_destroy(&m->cv);
     free(m->w);

@@ -164,7 +164,7 @@ static int translate_fds(la_rtc_t *r, const struct epoll_event *raw, int nraw, u
 }
 
 /* The wait of a runtime whose poller C drives (epoll). */
-static int c_wait(la_rtc_t *r, io_event_t *ev, int max, int timeout, int *out) {
+static int c_wait(la_rtc_t *r, io_event_t *ev, int max, int timeout, int *out, int *cs) {
     la_shared_t *sh = &r->sh;
     struct epoll_event raw[LA_RAW_MAX + 1];
     int64_t now = clock_ns(sh);
@@ -214,6 +214,10 @@ static int c_wait(la_rtc_t *r, io_event_t *ev, int max, int timeout, int *out) {
             /* A poll that may block is timed (idle_ns): one clock read
              * more, only then; the one after is needed anyway. */
             int64_t t0 = ms != 0 ? clock_ns(sh) : 0;
+            /* Not a cancellation point (base.h): a cancel in the sleep
+             * would leave r->waiting up (every later wait: BUSY). The old
+             * state comes back when la_rt_wait returns. */
+            if (ms != 0) la_nocancel_enter(cs);
             int k = epoll_wait(atomic_load(&sh->rawfd), raw, LA_RAW_MAX + 1, ms);
             int err = errno;
             now = clock_ns(sh);
@@ -312,9 +316,11 @@ int la_rt_wait(uint64_t h, io_event_t *events, int max, int timeout, int *out) {
     } else {
 #if defined(__linux__)
         if (r->raw) {
-            rc = c_wait(r, events, max, timeout, out);
+            int cs = LA_CANCEL_KEPT;
+            rc = c_wait(r, events, max, timeout, out, &cs);
             if (rc == 0) stat_add(&r->st.iterations, 1);
             atomic_store(&r->waiting, 0);
+            la_nocancel_leave(&cs);
             return rc;
         }
 #endif
