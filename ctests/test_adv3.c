@@ -30,7 +30,7 @@
  *   cancel_*          pthread_cancel of a thread (a plain thread or an
  *                     async_worker's) asleep inside a libasync wait (channel
  *                     receive, mutex lock, queue dequeue, runtime wait, fiber
- *                     sleep) does not act there: the wait completes when its
+ *                     sleep, signal wait) does not act there: the wait completes when its
  *                     event comes (the result reaches the thread), the
  *                     cancel acts at the thread's next cancellation point,
  *                     and the object still works (no waiter record of the
@@ -410,7 +410,7 @@ static void t_log_records(void)
 
 /* --- cancel_* ---------------------------------------------------------------------- */
 
-enum { CW_CHAN, CW_MUTEX, CW_QUEUE, CW_RUNTIME, CW_SLEEP };
+enum { CW_CHAN, CW_MUTEX, CW_QUEUE, CW_RUNTIME, CW_SLEEP, CW_SIGNAL };
 static struct {
     int what;
     async_chan_t *c;
@@ -466,6 +466,11 @@ __attribute__((no_sanitize_address)) static void *cw_proc(void *arg)
         rc = async_fiber_sleep(1000);
         v = 1;
         break;
+    case CW_SIGNAL:
+        rc = async_fiber_wait_signal(SIGRTMIN + 4, -1);
+        v = rc == 1 ? 4242 : -1;
+        rc = rc == 1 ? 0 : rc;
+        break;
     }
     atomic_store(&cw.rc, rc);
     atomic_store(&cw.value, v);
@@ -497,6 +502,11 @@ static void *cw_complete(void *arg)
         break;
     case CW_SLEEP:
         break;
+    case CW_SIGNAL: {
+        union sigval sv = {0};
+        CHECK_EQ(sigqueue(getpid(), SIGRTMIN + 4, sv), 0);
+        break;
+    }
     }
     return NULL;
 }
@@ -517,6 +527,8 @@ static int cancel_case(int what, int on_worker)
     }
     CHECK((cw.q = async_queue_create(4, sizeof(int), 0)) != NULL);
     CHECK((cw.rt = async_runtime_init()) != NULL);
+    if (what == CW_SIGNAL)
+        CHECK_EQ(async_fiber_watch_signal(SIGRTMIN + 4), 0);
     pthread_t th;
     async_worker_t *w = NULL;
     if (on_worker) {
@@ -559,6 +571,7 @@ static int cancel_case(int what, int on_worker)
     case CW_CHAN:
     case CW_QUEUE:
     case CW_RUNTIME:
+    case CW_SIGNAL:
         CHECK_EQ(atomic_load(&cw.rc), what == CW_RUNTIME ? 1 : 0);
         CHECK_EQ(atomic_load(&cw.value), 4242);
         break;
@@ -579,6 +592,12 @@ static int cancel_case(int what, int on_worker)
     CHECK(async_queue_dequeue_wait(cw.q, &v, sizeof v, NULL, 1000));
     io_event_t ev[2];
     CHECK(async_runtime_wait(cw.rt, ev, 2, 0) >= 0); /* not BUSY */
+    if (what == CW_SIGNAL) {
+        union sigval sv = {0};
+        CHECK_EQ(sigqueue(getpid(), SIGRTMIN + 4, sv), 0);
+        CHECK_EQ(async_fiber_wait_signal(SIGRTMIN + 4, 5000), 1);
+        CHECK_EQ(async_fiber_unwatch_signal(SIGRTMIN + 4), 0);
+    }
     async_runtime_deinit(cw.rt);
     async_queue_destroy(cw.q);
     async_chan_destroy(cw.c);
@@ -594,6 +613,7 @@ static void t_cancel_queue_dequeue(void) { cancel_case(CW_QUEUE, 0); }
 static void t_cancel_queue_dequeue_worker(void) { cancel_case(CW_QUEUE, 1); }
 static void t_cancel_runtime_wait(void) { cancel_case(CW_RUNTIME, 0); }
 static void t_cancel_runtime_wait_worker(void) { cancel_case(CW_RUNTIME, 1); }
+static void t_cancel_signal_wait(void) { cancel_case(CW_SIGNAL, 0); }
 static void t_cancel_sleep(void)
 {
     int tries = 0;
@@ -616,6 +636,7 @@ static const test_case_t cases[] = {
     T(cancel_runtime_wait),
     T(cancel_runtime_wait_worker),
     T(cancel_sleep),
+    T(cancel_signal_wait),
     {"log_one_line_child", t_log_one_line_child}, /* run by log_one_line */
 };
 

@@ -66,6 +66,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fiber.h" /* la_current_fiber */
 #include "rt.h"
 
 #if !defined(_WIN32)
@@ -372,6 +373,10 @@ static int fiber_wait(int signo, int timeout_ms) {
         return -1;
     }
     _Atomic int *mine = &st->fiber_waiting[gen & 1], *prev = &st->fiber_waiting[(gen + 1) & 1];
+    /* A plain thread: no cancellation point in the whole loop (base.h): a
+     * cancel acting at the drain's read would leave fiber_waiting counted. */
+    int cs = LA_CANCEL_KEPT;
+    if (!la_current_fiber()) la_nocancel_enter(&cs);
     atomic_fetch_add(mine, 1);
     int rc;
     for (;;) {
@@ -416,6 +421,7 @@ static int fiber_wait(int signo, int timeout_ms) {
         }
     }
     atomic_fetch_sub(mine, 1);
+    la_nocancel_leave(&cs);
     return rc;
 }
 
