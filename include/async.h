@@ -302,7 +302,10 @@ typedef void *(*async_worker_proc_t)(void *context);
  * returning: by pthread_exit() or by cancellation (pthread_cancel on
  * async_worker_get_native_handle). Such a worker becomes STOPPED, joins,
  * frees its stop descriptor when destroyed, and its result is NULL (the
- * value passed to pthread_exit is not kept). */
+ * value passed to pthread_exit is not kept). A cancel acts at the proc's
+ * own cancellation points, never inside a libasync call (see the
+ * conventions at the top): a worker asleep in a libasync wait ends that
+ * wait first. */
 
 typedef enum {
     ASYNC_WORKER_STOPPED = 0,  /* proc has returned */
