@@ -24,6 +24,17 @@
  *    safe in the sense that those calls fail with ASYNC_E_BADHANDLE or
  *    ASYNC_E_CLOSED instead of crashing; it is still a bug in the caller.
  *  - "Blocks" means the calling thread may sleep. No other function blocks.
+ *  - No libasync function is a cancellation point: a pthread_cancel of a
+ *    thread asleep inside a libasync call (a queue, channel, mutex,
+ *    condition, join or signal wait, async_runtime_wait, async_worker_join,
+ *    async_fiber_sleep, async_sched_shutdown or _destroy) does not act
+ *    there; the call ends as it would have (its result, a dequeued message
+ *    say, is the thread's), and the cancel takes effect at the thread's next
+ *    cancellation point outside libasync. Exceptions: the I/O itself of the
+ *    fiber fd functions on a plain thread (read, write, connect, accept: the
+ *    libc calls, cancellation points as usual), and the idle sleep of a
+ *    thread that runs a scheduler (async_sched_run). Not on Windows (no
+ *    pthread_cancel).
  *  - After fork() only the child's exec is supported: every call made in the
  *    child fails at once with ASYNC_E_FORKED (it never hangs), except
  *    async_version, async_version_string, async_strerror, async_last_error,
@@ -147,8 +158,10 @@ void async_clear_error(void);
 #define ASYNC_LOG_DEBUG 4   /* detail for whoever debugs libasync */
 
 /* A log handler: level is one of ASYNC_LOG_FATAL..ASYNC_LOG_DEBUG; msg is
- * one line without the trailing newline, valid only during the call; ctx is
- * what was given to async_set_log_handler. */
+ * one line without the trailing newline, valid only during the call (a
+ * control character in what a message quotes, e.g. an environment
+ * variable's value, arrives escaped: \n, \r, \t, \xHH); ctx is what was
+ * given to async_set_log_handler. */
 typedef void (*async_log_fn)(int level, const char *msg, void *ctx);
 
 /* Sends every message of level <= `level` to fn(level, msg, ctx) from now
@@ -168,7 +181,8 @@ typedef void (*async_log_fn)(int level, const char *msg, void *ctx);
  * old handler, but a message another thread was delivering at that moment
  * may still reach it (so keep the old ctx valid); each distinct (level,
  * fn, ctx) ever set keeps a 32-byte record for the life of the process
- * (setting it again reuses it). Errors: ASYNC_E_INVAL
+ * (setting it again reuses it, also when threads set it at once; finding
+ * it costs O(1) on average). Errors: ASYNC_E_INVAL
  * (level outside ASYNC_LOG_OFF..ASYNC_LOG_DEBUG), ASYNC_E_NOMEM. Works as
  * usual in a forked child. */
 int async_set_log_handler(int level, async_log_fn fn, void *ctx);
@@ -288,7 +302,10 @@ typedef void *(*async_worker_proc_t)(void *context);
  * returning: by pthread_exit() or by cancellation (pthread_cancel on
  * async_worker_get_native_handle). Such a worker becomes STOPPED, joins,
  * frees its stop descriptor when destroyed, and its result is NULL (the
- * value passed to pthread_exit is not kept). */
+ * value passed to pthread_exit is not kept). A cancel acts at the proc's
+ * own cancellation points, never inside a libasync call (see the
+ * conventions at the top): a worker asleep in a libasync wait ends that
+ * wait first. */
 
 typedef enum {
     ASYNC_WORKER_STOPPED = 0,  /* proc has returned */
@@ -603,7 +620,10 @@ int async_runtime_get_stats(async_runtime_t *rt, async_runtime_stats_t *stats, s
  * signal (not chained). The last async_runtime_remove_signal,
  * async_runtime_deinit or async_fiber_unwatch_signal of that signal puts the
  * saved action back (SIG_DFL, SIG_IGN or the host's handler), unless the
- * host has installed another action since, which then stays. While watched
+ * host has installed another action since, which then stays; while
+ * async_sched_dump_on_signal also uses signo, the action comes back when the
+ * last of both goes (one libasync handler per signal serves both, and the
+ * host's action is saved once, by the first). While watched
  * the host must not install its own action for signo (events stop) nor
  * block signo in every thread (nothing arrives); it may block it in some
  * threads, and the signal may land on any thread, Go's and fiber workers'
@@ -878,13 +898,18 @@ int async_sched_dump(async_sched_t *s, int fd);
 /* Makes signal signo dump s to fd (as async_sched_dump) from its handler;
  * signo 0 removes s's registration. Several schedulers may share a signal
  * (each is dumped); a scheduler has at most one registration (a new call
- * replaces it; when that call fails, s has none). The handler is async-signal-safe: it formats by hand, writes
+ * replaces it; when that call fails, for any reason, s has none). The handler is async-signal-safe: it formats by hand, writes
  * with write(2), takes no lock the interrupted thread may hold (a fiber list
  * whose lock is held at that moment is skipped and reported as skipped), and
  * lists at most 4096 fibers of each scheduler (the rest are counted). The
  * handler replaces signo's previous disposition (it does not chain to a
  * previous handler); the previous one is restored when the last
- * registration for signo goes (signo 0, or async_sched_destroy). Allowed:
+ * registration for signo goes (signo 0, or async_sched_destroy), or, while
+ * libasync also watches signo (async_runtime_add_signal,
+ * async_fiber_watch_signal), when the last of those goes too: libasync
+ * installs one handler per signal for both, saves the host's action once
+ * and restores it once. A process forked while signo is registered gets
+ * the host's action back at the first such signal in the child. Allowed:
  * SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2, SIGTERM, SIGWINCH and the
  * real-time signals. Errors: ASYNC_E_BADHANDLE, ASYNC_E_INVAL (another
  * signal, fd < 0), ASYNC_E_NOMEM (also: 64 schedulers registered), ASYNC_E_SYS
@@ -946,7 +971,8 @@ int async_fiber_watch_signal(int signo);
 
 /* Undoes one async_fiber_watch_signal(signo); the last one ends the watch
  * (a count not taken yet is dropped, and waiting callers return
- * ASYNC_E_STATE). Errors: ASYNC_E_INVAL (out of range), ASYNC_E_NOTFOUND
+ * ASYNC_E_STATE, also when a new async_fiber_watch_signal follows at once:
+ * a wait belongs to the watch it began under). Errors: ASYNC_E_INVAL (out of range), ASYNC_E_NOTFOUND
  * (not watched), ASYNC_E_NOTSUP (Windows). Thread-safe; never blocks. */
 int async_fiber_unwatch_signal(int signo);
 
@@ -958,7 +984,7 @@ int async_fiber_unwatch_signal(int signo);
  * most one fiber per scheduler may wait for a given signal at a time (the
  * others get ASYNC_E_BUSY). Errors: ASYNC_E_INVAL (signo out of range,
  * timeout_ms < -1), ASYNC_E_STATE (signo is not watched, or the watch ended
- * during the wait), ASYNC_E_TIMEDOUT, ASYNC_E_BUSY, ASYNC_E_CANCELLED (the
+ * during the wait, even if another one started since), ASYNC_E_TIMEDOUT, ASYNC_E_BUSY, ASYNC_E_CANCELLED (the
  * fiber's scheduler shuts down), ASYNC_E_NOTSUP (Windows). Thread-safe;
  * parks (a plain thread blocks in poll(2)). */
 int async_fiber_wait_signal(int signo, int timeout_ms);

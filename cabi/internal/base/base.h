@@ -151,6 +151,61 @@ static inline int la_cond_timedwait_mono(pthread_cond_t *cv, pthread_mutex_t *mu
  * clocks drift (a wait may end a little before the deadline). */
 struct timespec la_cond_abstime(uint64_t deadline_ns);
 
+/* ---- cancellation ------------------------------------------------------------ */
+/* No libasync function is a cancellation point (include/async.h,
+ * conventions): a host's pthread_cancel of a thread asleep inside libasync
+ * would unwind it with waiter records on its stack still linked, locks held
+ * or a runtime's waiting flag up. So a host's thread about to sleep inside
+ * libasync (a cond wait, epoll_wait, poll, nanosleep, pthread_join) disables
+ * cancellation first, on the slow path only, and the call puts the old
+ * state back just before it returns (not right after the sleep: a read or
+ * write of a doorbell later in the same call is a cancellation point too).
+ * A pending cancel then acts at the host's next cancellation point; nothing
+ * here calls pthread_testcancel (acting on it after the call completed
+ * would lose its result, a dequeued message, say). *cs starts as
+ * LA_CANCEL_KEPT; enter and leave may be called any number of times. */
+#define LA_CANCEL_KEPT (-1)
+static inline void la_nocancel_enter(int *cs) {
+#if !defined(_WIN32)
+    if (*cs == LA_CANCEL_KEPT) pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, cs);
+#else
+    (void)cs;
+#endif
+}
+static inline void la_nocancel_leave(int *cs) {
+#if !defined(_WIN32)
+    if (*cs != LA_CANCEL_KEPT) {
+        int old;
+        pthread_setcancelstate(*cs, &old);
+        *cs = LA_CANCEL_KEPT;
+    }
+#else
+    (void)cs;
+#endif
+}
+
+/* ---- signal ownership (sigown.c) ------------------------------------------ */
+#if !defined(_WIN32)
+/* One owner of the process-wide disposition of each signal libasync
+ * catches, shared by its features (LA_SIGOWN_WATCH: rt/sigwatch.c's signal
+ * watches; LA_SIGOWN_DUMP: fiber/tools.c's dump on a signal). The first
+ * feature to take a signal installs the common handler (SA_SIGINFO |
+ * SA_ONSTACK | SA_RESTART) and saves the host's action, once; the last one
+ * to drop it puts that action back, unless the host installed another one
+ * since. The handler calls fn(sig) of each feature holding the signal (fn
+ * must be async-signal-safe; it may still run once just after its drop
+ * returned); in a forked child it puts back the host's action and raises
+ * the signal again. A feature takes a signal once (its own count of users
+ * decides when) and drops it once. la_sigown_take returns 0 or an
+ * async_err_t (ASYNC_E_SYS with the errno noted). Thread-safe (a
+ * process-wide lock; callers may hold their own lock, taken before it). */
+#define LA_SIGOWN_N 65
+enum { LA_SIGOWN_WATCH, LA_SIGOWN_DUMP, LA_SIGOWN_USERS };
+typedef void (*la_sigown_fn)(int sig);
+int la_sigown_take(int sig, int user, la_sigown_fn fn);
+void la_sigown_drop(int sig, int user);
+#endif
+
 /* ---- the log hook (log.c) ------------------------------------------------- */
 /* Every message for the host goes through these (async_set_log_handler).
  * la_log formats (printf) and drops the message at once when its level is

@@ -147,7 +147,10 @@ async_sched_t *async_sched_create(const async_sched_config_t *cfg) {
         pthread_cond_broadcast(&s->icv);
         pthread_mutex_unlock(&s->imu);
         la_kick_poller(s);
+        int cs = LA_CANCEL_KEPT; /* not a cancellation point (base.h) */
+        la_nocancel_enter(&cs);
         for (int i = 0; i < started; i++) pthread_join(s->wks[i].th, NULL);
+        la_nocancel_leave(&cs);
         la_handle_free(s->handle, LA_T_SCHED);
         sched_free(s);
         la_set_error_os(ASYNC_E_SYS, th_err);
@@ -159,9 +162,10 @@ async_sched_t *async_sched_create(const async_sched_config_t *cfg) {
 
 /* Waits until no fiber is live; deadline 0 = forever. 0 or ASYNC_E_TIMEDOUT. */
 static int wait_idle(la_sched_t *s, uint64_t deadline) {
-    int rc = 0;
+    int rc = 0, cs = LA_CANCEL_KEPT;
     struct timespec ts = {0, 0};
     if (deadline) ts = la_cond_abstime(deadline);
+    la_nocancel_enter(&cs); /* not a cancellation point (base.h) */
     pthread_mutex_lock(&s->fmu);
     while (atomic_load(&s->live) > 0) {
         if (!deadline) {
@@ -176,6 +180,7 @@ static int wait_idle(la_sched_t *s, uint64_t deadline) {
         }
     }
     pthread_mutex_unlock(&s->fmu);
+    la_nocancel_leave(&cs);
     return rc;
 }
 
@@ -276,7 +281,10 @@ void async_sched_destroy(async_sched_t *sh) {
     pthread_cond_broadcast(&s->icv);
     pthread_mutex_unlock(&s->imu);
     la_kick_poller(s);
+    int cs = LA_CANCEL_KEPT; /* not a cancellation point (base.h) */
+    la_nocancel_enter(&cs);
     for (int i = 0; i < s->nw; i++) pthread_join(s->wks[i].th, NULL);
+    la_nocancel_leave(&cs);
     /* Joinable fibers nobody joined, and the workers' caches. */
     for (int i = 0; i <= s->nw; i++) {
         la_flist_t *l = la_flist_at(s, i);
@@ -437,6 +445,8 @@ int async_fiber_sleep(uint64_t ms) {
     if (ms > (uint64_t)INT32_MAX * 1000u) ms = (uint64_t)INT32_MAX * 1000u;
     uint64_t deadline = la_now_ns() + ms * 1000000u;
     if (!f) {
+        int cs = LA_CANCEL_KEPT; /* not a cancellation point (base.h) */
+        la_nocancel_enter(&cs);
 #if defined(_WIN32)
         for (uint64_t now; (now = la_now_ns()) < deadline;) {
             uint64_t left = (deadline - now + 999999) / 1000000;
@@ -454,6 +464,7 @@ int async_fiber_sleep(uint64_t ms) {
         while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
         }
 #endif
+        la_nocancel_leave(&cs);
         return 0;
     }
     la_fiber_note(f, LA_WAIT_SLEEP, deadline);

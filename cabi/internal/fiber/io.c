@@ -215,10 +215,13 @@ LA_NOINLINE static int sys_arm(la_sched_t *s, la_fdrec_t *r, unsigned want) {
 
 LA_NOINLINE static int sys_poll1(int fd, short events, int timeout) {
     struct pollfd p = {.fd = fd, .events = events, .revents = 0};
-    int r;
+    int r, cs = LA_CANCEL_KEPT;
+    if (timeout != 0) la_nocancel_enter(&cs); /* not a cancellation point (base.h) */
     do r = poll(&p, 1, timeout);
     while (r < 0 && errno == EINTR && timeout == 0);
-    if (r < 0) return -errno;
+    if (r < 0) r = -errno;
+    la_nocancel_leave(&cs);
+    if (r < 0) return r;
     if (r == 0) return 0;
     if (p.revents & POLLNVAL) return -EBADF;
     return p.revents ? p.revents : 0;

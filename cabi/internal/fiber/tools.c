@@ -389,9 +389,10 @@ typedef struct {
 
 static la_sigreg_t sigreg[LA_SIGREG];
 static pthread_mutex_t sig_mu = PTHREAD_MUTEX_INITIALIZER; /* registrations */
-static int sig_users[LA_NSIG];
-static struct sigaction sig_prev[LA_NSIG];
+static int sig_users[LA_NSIG]; /* registrations per signal (under sig_mu) */
 
+/* Called by the common handler of base/sigown.c (one owner of the signal's
+ * disposition, shared with the signal watches), which saves errno. */
 static void dump_signal(int signo) {
     int saved = errno;
     for (int i = 0; i < LA_SIGREG; i++) {
@@ -442,25 +443,26 @@ static void sig_unregister_locked(la_sched_t *s) {
         int signo = atomic_load(&g->signo);
         free(g->buf);
         g->buf = NULL;
-        if (--sig_users[signo] == 0) sigaction(signo, &sig_prev[signo], NULL);
+        if (--sig_users[signo] == 0) la_sigown_drop(signo, LA_SIGOWN_DUMP);
     }
 }
 
 int async_sched_dump_on_signal(async_sched_t *sh, int signo, int fd) {
     LA_ENTRY(-1);
-    if (signo != 0 && (!signo_ok(signo) || fd < 0)) {
-        la_set_error(ASYNC_E_INVAL);
-        return -1;
-    }
+    int inval = signo != 0 && (!signo_ok(signo) || fd < 0);
     la_sched_t *s = la_sched_get(sh);
     if (!s) {
-        la_set_error(ASYNC_E_BADHANDLE);
+        la_set_error(inval ? ASYNC_E_INVAL : ASYNC_E_BADHANDLE);
         return -1;
     }
-    int rc = 0, os = 0;
+    int rc = 0;
     pthread_mutex_lock(&sig_mu);
+    /* A call that fails leaves s with no registration (the header's
+     * promise): the old one goes first, whatever the arguments. */
     sig_unregister_locked(s);
-    if (signo) {
+    if (inval) {
+        rc = ASYNC_E_INVAL;
+    } else if (signo) {
         la_sigreg_t *g = NULL;
         for (int i = 0; i < LA_SIGREG && !g; i++)
             if (!atomic_load(&sigreg[i].s) && atomic_load(&sigreg[i].inuse) == 0) g = &sigreg[i];
@@ -469,15 +471,10 @@ int async_sched_dump_on_signal(async_sched_t *sh, int signo, int fd) {
             rc = ASYNC_E_NOMEM;
         } else {
             if (sig_users[signo] == 0) {
-                struct sigaction sa;
-                memset(&sa, 0, sizeof sa);
-                sa.sa_handler = dump_signal;
-                sa.sa_flags = SA_ONSTACK | SA_RESTART;
-                sigemptyset(&sa.sa_mask);
-                if (sigaction(signo, &sa, &sig_prev[signo]) != 0) {
-                    os = errno;
-                    rc = ASYNC_E_SYS;
-                }
+                /* One owner of the disposition (base/sigown.c): the host's
+                 * action is saved by the first libasync user of signo (this
+                 * or a signal watch) and restored when the last goes. */
+                rc = la_sigown_take(signo, LA_SIGOWN_DUMP, dump_signal); /* notes the errno */
             }
             if (rc) {
                 free(buf);
@@ -494,7 +491,7 @@ int async_sched_dump_on_signal(async_sched_t *sh, int signo, int fd) {
     pthread_mutex_unlock(&sig_mu);
     la_sched_put(s);
     if (rc) {
-        la_set_error_os(rc, os);
+        la_set_error(rc); /* ASYNC_E_SYS keeps the errno la_sigown_take noted */
         return -1;
     }
     return 0;
@@ -641,7 +638,10 @@ static void stall_stop(struct la_stallmon *m) {
     m->stop = 1;
     pthread_cond_signal(&m->cv);
     pthread_mutex_unlock(&m->mu);
+    int cs = LA_CANCEL_KEPT; /* not a cancellation point (base.h) */
+    la_nocancel_enter(&cs);
     pthread_join(m->th, NULL);
+    la_nocancel_leave(&cs);
     pthread_mutex_destroy(&m->mu);
     pthread_cond_destroy(&m->cv);
     free(m->w);

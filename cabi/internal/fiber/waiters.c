@@ -190,22 +190,40 @@ int la_waiter_wait(la_waiter_t *w, uint64_t deadline) {
         if (deadline && r != LA_W_TIMEDOUT) la_timer_del(s, f);
         return r;
     }
+    /* A plain thread: not a cancellation point (base.h, "cancellation"):
+     * a cancel acting in the sleep would leave this record, on the dead
+     * thread's stack, linked in the object's list. */
+    int cs = LA_CANCEL_KEPT;
     if (w->park) {
         la_wpark_t *p = w->park;
+        int r;
         for (;;) {
             uint32_t seq = atomic_load(&p->seq);
             int c = atomic_load(w->claim);
-            if (c != LA_W_WAITING) return c;
+            if (c != LA_W_WAITING) {
+                r = c;
+                break;
+            }
             if (atomic_load(&p->stop)) {
-                if (la_waiter_claim(w, LA_W_STOPPED)) return LA_W_STOPPED;
+                if (la_waiter_claim(w, LA_W_STOPPED)) {
+                    r = LA_W_STOPPED;
+                    break;
+                }
                 continue; /* a waker claimed it first: its wake-up counts */
             }
+            la_nocancel_enter(&cs); /* the fallback sleep is nanosleep */
             if (wpark_sleep(p, seq, deadline)) {
-                if (la_waiter_claim(w, LA_W_TIMEDOUT)) return LA_W_TIMEDOUT;
+                if (la_waiter_claim(w, LA_W_TIMEDOUT)) {
+                    r = LA_W_TIMEDOUT;
+                    break;
+                }
                 deadline = 0; /* claimed by a waker meanwhile: the claim is read next */
             }
         }
+        la_nocancel_leave(&cs);
+        return r;
     }
+    la_nocancel_enter(&cs);
     struct timespec ts = {0, 0};
     if (deadline) ts = la_cond_abstime(deadline);
     pthread_mutex_lock(&w->mu);
@@ -222,6 +240,7 @@ int la_waiter_wait(la_waiter_t *w, uint64_t deadline) {
         }
     }
     pthread_mutex_unlock(&w->mu);
+    la_nocancel_leave(&cs);
     return atomic_load(w->claim);
 }
 

@@ -212,6 +212,7 @@ static void thread_deadline(struct timespec *ts, int timeout_ms) {
 typedef struct {
     int timeout_ms;
     int started;
+    int cs;             /* cancel state to put back at the end (base.h: LA_CANCEL_KEPT) */
     struct timespec ts; /* threads */
     uint64_t ns;        /* fibers */
 } la_qwait_t;
@@ -236,6 +237,10 @@ static int wait_side(la_queue_t *q, uint64_t h, int reader, la_qwait_t *wt) {
     }
     int rc = 0;
     q->inside++;
+    /* Not a cancellation point (base.h): a cancel in the wait would unwind
+     * with q->mu held (a cond wait) or a node of ours listed. The old state
+     * comes back when the operation returns. */
+    if (!f) la_nocancel_enter(&wt->cs);
     if (f || wp) {
         la_waiter_t w;
         la_fiber_note(f, reader ? LA_WAIT_QUEUE_READ : LA_WAIT_QUEUE_WRITE, h);
@@ -376,7 +381,7 @@ int la_q_enqueue(uint64_t h, const void *data, size_t size, int wait, int timeou
     if (!q) return ASYNC_E_BADHANDLE;
     int rc = 0, sig = 0;
     la_wpark_t *kick = NULL; /* a worker thread to wake after the unlock */
-    la_qwait_t wt = {.timeout_ms = timeout_ms};
+    la_qwait_t wt = {.timeout_ms = timeout_ms, .cs = LA_CANCEL_KEPT};
     if (!data || size == 0 || timeout_ms < -1) {
         rc = ASYNC_E_INVAL;
         goto out;
@@ -437,6 +442,7 @@ out:
     q_unlock(q);
     signal_after(q, sig);
     if (kick) la_wpark_kick_unpin(kick);
+    la_nocancel_leave(&wt.cs);
     return rc;
 }
 
@@ -445,7 +451,7 @@ int la_q_dequeue(uint64_t h, void *buf, size_t size, size_t *out_size, int timeo
     if (!q) return ASYNC_E_BADHANDLE;
     int rc = 0, sig = 0;
     la_wpark_t *kick = NULL; /* a worker thread to wake after the unlock */
-    la_qwait_t wt = {.timeout_ms = timeout_ms};
+    la_qwait_t wt = {.timeout_ms = timeout_ms, .cs = LA_CANCEL_KEPT};
     if ((!buf && size > 0) || timeout_ms < -1) {
         rc = ASYNC_E_INVAL;
         goto out;
@@ -475,6 +481,7 @@ out:
     q_unlock(q);
     signal_after(q, sig);
     if (kick) la_wpark_kick_unpin(kick);
+    la_nocancel_leave(&wt.cs);
     return rc;
 }
 

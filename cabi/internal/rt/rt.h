@@ -103,7 +103,8 @@ uint64_t la_rtc_pending_count(la_rtc_t *r);
 la_shared_t *la_rtc_shared(la_rtc_t *r);
 int32_t *la_rtc_wait_flag(la_rtc_t *r);
 int la_rtc_take(la_rtc_t *r, la_pair_t *out, int max);
-/* la_rtc_take straight into the caller's events (completion events). */
+/* la_rtc_take straight into the caller's events: the SIGNAL events of
+ * watched signals first, then completion events. */
 int la_rtc_take_events(la_rtc_t *r, io_event_t *out, int max);
 /* The fd map (fdmap.c). set/del: Go, under the registration lock; get: the
  * waiter; 1 and the entry if fd has a live, readable entry. reset: frees it

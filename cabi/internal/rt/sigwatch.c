@@ -6,9 +6,11 @@
  * Why a handler of our own and not signalfd: a signalfd only sees a signal
  * that is blocked in every thread of the process, and a library cannot
  * block a signal in threads it did not create (the host's, Go's). So the
- * first watch of a signal installs on_signal (SA_SIGINFO | SA_ONSTACK |
- * SA_RESTART, saving the action that was there) and the last one restores
- * that action, if ours is still installed. Go installs handlers only for the
+ * first watch of a signal takes it from base's one owner of signal
+ * dispositions (base/sigown.c: the first libasync user of a signal, this
+ * watch or async_sched_dump_on_signal, installs the common handler and saves
+ * the host's action; the last one restores it, if ours is still installed),
+ * which calls on_signal, and the last watch drops it. Go installs handlers only for the
  * synchronous signals and its own in a c-shared library (SIGSEGV, SIGBUS,
  * SIGFPE, SIGPIPE, SIGURG: docs/EMBEDDING.md); those, and the ones a
  * process cannot or should not catch as events, are refused (sig_allowed).
@@ -39,9 +41,21 @@
  * the pipe to be readable with async_fiber_wait_fd (parks a fiber, polls on
  * a thread).
  *
- * After fork(), the child inherits the handler: there on_signal puts back
- * the action it replaced and raises the signal again, so the child reacts as
- * it would have without libasync (LA_ENTRY refuses the child's calls). */
+ * A waiter belongs to the watch generation it began under (fiber_gen, +1 at
+ * each start of the watch) and returns ASYNC_E_STATE once the generation
+ * changed, not only while nothing is watched: an unwatch followed at once by
+ * a watch must still end the earlier waits. The unwatch's byte is what wakes
+ * them, so the new watch does not drain the pipe, and a waiter of the new
+ * generation that drains it while waiters of the previous one are still
+ * inside (fiber_waiting, counted by generation parity) writes a byte back:
+ * they wake, see the new generation and leave. So does a waiter that finds,
+ * after its drain, that the watch ended or changed (it may have eaten the
+ * byte meant for the others).
+ *
+ * After fork(), the child inherits the handler: there the common handler
+ * puts back the host's action and raises the signal again, so the child
+ * reacts as it would have without libasync (LA_ENTRY refuses the child's
+ * calls). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -52,6 +66,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fiber.h" /* la_current_fiber */
 #include "rt.h"
 
 #if !defined(_WIN32)
@@ -66,9 +81,10 @@ static struct {
 typedef struct {
     int users;            /* runtime watches + 1 while fibers watch (under mu) */
     int fiber_refs;       /* async_fiber_watch_signal calls not undone (under mu) */
-    struct sigaction old; /* the action ours replaced (set before ours is installed) */
     _Atomic int fiber_on;
     _Atomic uint64_t fiber_count;
+    _Atomic uint64_t fiber_gen; /* +1 at each start of the fiber-side watch */
+    _Atomic int fiber_waiting[2]; /* waiters in async_fiber_wait_signal, by generation parity */
     int made;              /* the pipe exists (it is never closed) */
     int pipe_r;
     _Atomic int pipe_w;
@@ -88,19 +104,10 @@ static void ring(la_rtc_t *r) {
     while (w < 0 && errno == EINTR);
 }
 
-static void on_signal(int sig, siginfo_t *si, void *uc) {
-    (void)si;
-    (void)uc;
+/* Called by the common handler (base/sigown.c), which saves errno and
+ * handles a forked child. */
+static void on_signal(int sig) {
     if (sig <= 0 || sig >= LA_SIG_N) return;
-    int saved = errno;
-    if (atomic_load_explicit(&la_forked, memory_order_relaxed)) {
-        /* A forked child: the action before ours comes back, and the
-         * signal (blocked while we run) is taken again under it. */
-        sigaction(sig, &sigs[sig].old, NULL);
-        raise(sig);
-        errno = saved;
-        return;
-    }
     uint64_t bit = (uint64_t)1 << (sig - 1);
     for (int i = 0; i < LA_SIG_WATCHES; i++) {
         if (atomic_load_explicit(&watches[i].signo, memory_order_acquire) != sig) continue;
@@ -124,7 +131,6 @@ static void on_signal(int sig, siginfo_t *si, void *uc) {
         do k = write(atomic_load(&st->pipe_w), &c, 1);
         while (k < 0 && errno == EINTR); /* EAGAIN: full, readable anyway */
     }
-    errno = saved;
 }
 
 /* 1 if signo may be watched. Refused: out of range; what cannot be caught
@@ -150,34 +156,25 @@ static int sig_allowed(int s) {
     return 1;
 }
 
-/* Under mu: the first user installs on_signal. Returns an async_err_t. */
+/* Under mu: the first user takes the signal (base/sigown.c installs the
+ * common handler). Returns an async_err_t. */
 static int sig_use(int s) {
     la_sigstate_t *st = &sigs[s];
     if (st->users == 0) {
-        struct sigaction sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_sigaction = on_signal;
-        sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
-        sigemptyset(&sa.sa_mask);
-        /* One call swaps the actions: a host's sigaction racing it is
-         * either saved or comes after ours, never lost. */
-        if (sigaction(s, &sa, &st->old) != 0) {
-            la_note_os_error(errno);
-            return ASYNC_E_SYS;
-        }
+        int rc = la_sigown_take(s, LA_SIGOWN_WATCH, on_signal);
+        if (rc != 0) return rc;
     }
     st->users++;
     return 0;
 }
 
-/* Under mu: the last user puts back the action ours replaced, unless the
- * host installed another one since (that one stays). */
+/* Under mu: the last user drops the signal (the host's action comes back
+ * when no other libasync feature uses it, unless the host installed another
+ * one since: that one stays). */
 static void sig_unuse(int s) {
     la_sigstate_t *st = &sigs[s];
     if (--st->users > 0) return;
-    struct sigaction cur;
-    if (sigaction(s, NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_signal)
-        sigaction(s, &st->old, NULL);
+    la_sigown_drop(s, LA_SIGOWN_WATCH);
 }
 
 static int sig_add(uint64_t h, int signo, uintptr_t key) {
@@ -326,8 +323,11 @@ static int fiber_watch(int signo) {
     int rc = 0;
     if (st->fiber_refs == 0) {
         if ((rc = make_pipe(st)) == 0) {
-            drain(st->pipe_r);
+            /* No drain: a byte of the last unwatch may still have to wake
+             * waiters of the earlier watch (a stale byte only costs a waiter
+             * one more look at the count). */
             atomic_store(&st->fiber_count, 0);
+            atomic_fetch_add(&st->fiber_gen, 1);
             atomic_store(&st->fiber_on, 1);
             rc = sig_use(signo);
             if (rc != 0) atomic_store(&st->fiber_on, 0);
@@ -366,32 +366,63 @@ static int fiber_wait(int signo, int timeout_ms) {
     }
     la_sigstate_t *st = &sigs[signo];
     uint64_t deadline = la_deadline(timeout_ms);
+    /* The generation first: the watch raises it before fiber_on. */
+    uint64_t gen = atomic_load(&st->fiber_gen);
+    if (!atomic_load(&st->fiber_on)) {
+        la_set_error(ASYNC_E_STATE);
+        return -1;
+    }
+    _Atomic int *mine = &st->fiber_waiting[gen & 1], *prev = &st->fiber_waiting[(gen + 1) & 1];
+    /* A plain thread: no cancellation point in the whole loop (base.h): a
+     * cancel acting at the drain's read would leave fiber_waiting counted. */
+    int cs = LA_CANCEL_KEPT;
+    if (!la_current_fiber()) la_nocancel_enter(&cs);
+    atomic_fetch_add(mine, 1);
+    int rc;
     for (;;) {
-        if (!atomic_load(&st->fiber_on)) {
+        if (!atomic_load(&st->fiber_on) || atomic_load(&st->fiber_gen) != gen) {
             la_set_error(ASYNC_E_STATE);
-            return -1;
+            rc = -1;
+            break;
         }
         drain(st->pipe_r); /* before the count: a byte after it is a new signal */
+        if (atomic_load(prev) > 0 || !atomic_load(&st->fiber_on) || atomic_load(&st->fiber_gen) != gen) {
+            /* The drain may have eaten the byte of an unwatch that other
+             * waiters (of this watch or of the previous one) have not seen
+             * yet: give it back (they leave at once when they see it). */
+            char b = 'u';
+            ssize_t k;
+            do k = write(atomic_load(&st->pipe_w), &b, 1);
+            while (k < 0 && errno == EINTR);
+        }
         uint64_t c = atomic_exchange(&st->fiber_count, 0);
         if (c > 0) {
             if (c > INT_MAX) {
                 atomic_fetch_add(&st->fiber_count, c - INT_MAX);
                 c = INT_MAX;
             }
-            return (int)c;
+            rc = (int)c;
+            break;
         }
         int ms = -1;
         if (deadline) {
             uint64_t now = la_now_ns();
             if (now >= deadline) {
                 la_set_error(ASYNC_E_TIMEDOUT);
-                return -1;
+                rc = -1;
+                break;
             }
             uint64_t left = (deadline - now + 999999) / 1000000;
             ms = left > INT_MAX ? INT_MAX : (int)left;
         }
-        if (async_fiber_wait_fd(st->pipe_r, ASYNC_EVENT_READ, ms) < 0) return -1;
+        if (async_fiber_wait_fd(st->pipe_r, ASYNC_EVENT_READ, ms) < 0) {
+            rc = -1;
+            break;
+        }
     }
+    atomic_fetch_sub(mine, 1);
+    la_nocancel_leave(&cs);
+    return rc;
 }
 
 #else /* _WIN32: no signals as events (ASYNC_E_NOTSUP) */

@@ -71,8 +71,15 @@ static void count_events(la_rtc_t *r, const io_event_t *ev, int n) {
     stat_add(&r->st.events_total, (uint64_t)n);
 }
 
-/* n completions and nothing else (the fast paths). */
-static inline void count_completions(la_rtc_t *r, int n) {
+/* n events from la_rtc_take_events (the fast paths): completions, after
+ * the SIGNAL events of the watched signals, which take hands out first
+ * (completions.c). So one look at the first event tells whether all are
+ * completions (then two adds); otherwise they are counted by type. */
+static inline void count_taken(la_rtc_t *r, const io_event_t *ev, int n) {
+    if (__builtin_expect(ev[0].event_type != ASYNC_EVENT_COMPLETION, 0)) {
+        count_events(r, ev, n);
+        return;
+    }
     stat_add(&r->st.events[4 /* ASYNC_EVENT_COMPLETION */], (uint64_t)n);
     stat_add(&r->st.events_total, (uint64_t)n);
 }
@@ -157,7 +164,7 @@ static int translate_fds(la_rtc_t *r, const struct epoll_event *raw, int nraw, u
 }
 
 /* The wait of a runtime whose poller C drives (epoll). */
-static int c_wait(la_rtc_t *r, io_event_t *ev, int max, int timeout, int *out) {
+static int c_wait(la_rtc_t *r, io_event_t *ev, int max, int timeout, int *out, int *cs) {
     la_shared_t *sh = &r->sh;
     struct epoll_event raw[LA_RAW_MAX + 1];
     int64_t now = clock_ns(sh);
@@ -169,11 +176,11 @@ static int c_wait(la_rtc_t *r, io_event_t *ev, int max, int timeout, int *out) {
         int go_ready = atomic_load(&sh->gowork) || now >= atomic_load(&sh->next_due);
         int must_poll = poll_due(sh, now);
         if (!go_ready && !must_poll) {
-            /* The fast path: completions are the only events possible. */
+            /* The fast path: completions (and signals) are the only events possible. */
             n = la_rtc_take_events(r, ev, max);
             if (n > 0) {
                 count_skip(sh);
-                count_completions(r, n);
+                count_taken(r, ev, n);
                 *out = n;
                 return 0;
             }
@@ -207,6 +214,10 @@ static int c_wait(la_rtc_t *r, io_event_t *ev, int max, int timeout, int *out) {
             /* A poll that may block is timed (idle_ns): one clock read
              * more, only then; the one after is needed anyway. */
             int64_t t0 = ms != 0 ? clock_ns(sh) : 0;
+            /* Not a cancellation point (base.h): a cancel in the sleep
+             * would leave r->waiting up (every later wait: BUSY). The old
+             * state comes back when la_rt_wait returns. */
+            if (ms != 0) la_nocancel_enter(cs);
             int k = epoll_wait(atomic_load(&sh->rawfd), raw, LA_RAW_MAX + 1, ms);
             int err = errno;
             now = clock_ns(sh);
@@ -278,7 +289,7 @@ static int fast_wait(la_rtc_t *r, io_event_t *ev, int max, int *out) {
     int n = la_rtc_take_events(r, ev, max);
     if (n == 0) return 0;
     count_skip(sh);
-    count_completions(r, n);
+    count_taken(r, ev, n);
     *out = n;
     return 1;
 }
@@ -305,9 +316,11 @@ int la_rt_wait(uint64_t h, io_event_t *events, int max, int timeout, int *out) {
     } else {
 #if defined(__linux__)
         if (r->raw) {
-            rc = c_wait(r, events, max, timeout, out);
+            int cs = LA_CANCEL_KEPT;
+            rc = c_wait(r, events, max, timeout, out, &cs);
             if (rc == 0) stat_add(&r->st.iterations, 1);
             atomic_store(&r->waiting, 0);
+            la_nocancel_leave(&cs);
             return rc;
         }
 #endif

@@ -284,6 +284,8 @@ bool async_worker_join(async_worker_t *worker, int timeout_ms) {
             deadline.tv_nsec -= 1000000000L;
         }
     }
+    int cs = LA_CANCEL_KEPT; /* not a cancellation point (base.h) */
+    if (timeout_ms != 0) la_nocancel_enter(&cs);
     pthread_mutex_lock(&w->mu);
     int timed_out = 0;
     while (!w->done) {
@@ -299,6 +301,7 @@ bool async_worker_join(async_worker_t *worker, int timeout_ms) {
         }
     }
     pthread_mutex_unlock(&w->mu);
+    la_nocancel_leave(&cs);
     worker_unref(w);
     if (timed_out) {
         la_set_error(ASYNC_E_TIMEDOUT);
