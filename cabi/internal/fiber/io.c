@@ -95,20 +95,48 @@ struct la_fdrec {
     _Atomic unsigned dseq;      /* owned: sin before the last short read */
 };
 
-/* What a call saw of its fd's record before its syscall (owned fds). */
+/* What a call saw of its fd's record before its syscall (owned fds), and
+ * what its first look saw. Start it zeroed (LA_FDSNAP_START). */
 typedef struct {
     la_fdrec_t *r;
     int owned;
     unsigned gen, sin, sout;
+    int taken; /* fd_snap ran before in this call */
+    int began; /* the call's first look saw the fd owned, with gen bgen */
+    unsigned bgen;
 } la_fdsnap_t;
+#define LA_FDSNAP_START {0}
 
-static void fd_snap(la_fdrec_t *r, la_fdsnap_t *sn) {
+/* Takes a fresh look. Returns 1 if the ownership the call began under has
+ * ended since (async_fiber_close, or the number taken over): the call fails
+ * with ASYNC_E_CLOSED. Every look after the first must check this: a call
+ * that was not parked when the close came (it was running its syscall, or
+ * was just woken) would otherwise find the fd plain, park on it the one-shot
+ * way, and the close(2) that follows would drop that registration silently:
+ * the fiber would wait for its timeout, or for ever. */
+static int fd_snap(la_fdrec_t *r, la_fdsnap_t *sn) {
     sn->r = r;
     sn->owned = r && atomic_load(&r->owned);
-    if (!sn->owned) return;
-    sn->gen = atomic_load(&r->gen);
-    sn->sin = atomic_load(&r->sin);
-    sn->sout = atomic_load(&r->sout);
+    if (sn->owned) {
+        sn->gen = atomic_load(&r->gen);
+        sn->sin = atomic_load(&r->sin);
+        sn->sout = atomic_load(&r->sout);
+    }
+    if (!sn->taken) {
+        sn->taken = 1;
+        sn->began = sn->owned;
+        sn->bgen = sn->gen;
+        return 0;
+    }
+    return sn->began && atomic_load(&r->gen) != sn->bgen;
+}
+
+/* fd_snap in a call's retry loop: 1 (ASYNC_E_CLOSED recorded) if the call
+ * must end. */
+static int fd_snap_closed(la_fdrec_t *r, la_fdsnap_t *sn) {
+    if (!fd_snap(r, sn)) return 0;
+    la_set_error(ASYNC_E_CLOSED);
+    return 1;
 }
 
 
@@ -235,6 +263,24 @@ LA_NOINLINE static int sys_nonblock(int fd) {
     if (fl < 0) return -errno;
     if (!(fl & O_NONBLOCK) && fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) return -errno;
     return 0;
+}
+
+/* sys_nonblock that says whether it set the flag (*was: the flags before,
+ * -1 if it did not change them), for a caller that may have to undo it. */
+LA_NOINLINE static int sys_nonblock_undoable(int fd, int *was) {
+    *was = -1;
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0) return -errno;
+    if (fl & O_NONBLOCK) return 0;
+    if (fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) return -errno;
+    *was = fl;
+    return 0;
+}
+
+LA_NOINLINE static void sys_setfl(int fd, int fl) {
+    int e = errno;
+    (void)fcntl(fd, F_SETFL, fl);
+    errno = e;
 }
 
 LA_NOINLINE static ssize_t sys_read(int fd, void *buf, size_t n) {
@@ -602,11 +648,23 @@ static int own_err(int e) {
 /* Makes fd owned by s (see the top). fresh: the kernel just handed the
  * number out (accept), so an owner it still has is stale. 0 or an
  * async_err_t. */
+static int own_fd_locked(la_sched_t *s, la_fdrec_t *r, int fd, int fresh);
+
 static int own_fd(la_sched_t *s, int fd, int fresh) {
     la_fdrec_t *r = fdrec(s, fd);
     if (!r) return fd < 0 ? ASYNC_E_BADFD : ASYNC_E_NOMEM;
-    int e = fresh ? 0 : sys_nonblock(fd); /* accept made it non-blocking */
+    int was = -1;
+    int e = fresh ? 0 : sys_nonblock_undoable(fd, &was); /* accept made it non-blocking */
     if (e) return map_errno(-e);
+    int rc = own_fd_locked(s, r, fd, fresh);
+    /* a failed call leaves the file as it found it */
+    if (rc && was != -1) sys_setfl(fd, was);
+    return rc;
+}
+
+/* own_fd once fd is non-blocking. */
+static int own_fd_locked(la_sched_t *s, la_fdrec_t *r, int fd, int fresh) {
+    int e;
     int tcp = sys_is_tcp(fd);
     int rc = 0;
     pthread_mutex_lock(&own_mu);
@@ -619,12 +677,28 @@ static int own_fd(la_sched_t *s, int fd, int fresh) {
     if (cur && cur != s->handle) {
         la_sched_t *o = la_sched_get((async_sched_t *)(uintptr_t)cur);
         if (o) {
-            la_fdrec_t *orec = fresh ? fdrec(o, fd) : NULL;
-            /* closed with close(2) behind o's back: its parked fibers (if
-             * any) wait for a file that is gone */
-            if (orec) disown_rec(o, orec, fd, 0);
+            la_fdrec_t *orec = fdrec(o, fd);
+            /* Is the file o owns still behind the number? Fresh: no (the
+             * kernel just handed the number out). Else ask o's poller:
+             * registering the number there fails with EEXIST while o's
+             * registration lives (it goes with the file's last close); if
+             * it succeeds, the file was closed with close(2) behind o's
+             * back, and the registration just made is taken back. */
+            int stale = fresh;
+            if (!fresh && orec) {
+                la_spin_lock(&orec->lk);
+                if (!atomic_load_explicit(&orec->owned, memory_order_relaxed)) {
+                    stale = 1;
+                } else if (la_poller_own(&o->poller, fd, orec, 0) == 0) {
+                    la_poller_disown(&o->poller, fd);
+                    stale = 1;
+                }
+                la_spin_unlock(&orec->lk);
+            }
+            /* o's parked fibers (if any) wait for a file that is gone */
+            if (stale && orec) disown_rec(o, orec, fd, 0);
             la_sched_put(o);
-            if (!fresh) {
+            if (!stale) {
                 pthread_mutex_unlock(&own_mu);
                 return ASYNC_E_EXISTS;
             }
@@ -760,9 +834,9 @@ int async_fiber_wait_fd(async_fd_t fd, uint32_t events, int timeout_ms) {
         return (int)from_poll(r);
     }
     la_fdrec_t *rec = fdrec(f->s, fd);
+    la_fdsnap_t sn = LA_FDSNAP_START;
     for (;;) {
-        la_fdsnap_t sn;
-        fd_snap(rec, &sn);
+        if (fd_snap_closed(rec, &sn)) return -1;
         int r = sys_poll1(fd, pev, 0);
         if (r < 0) {
             la_set_error(map_errno(-r));
@@ -792,7 +866,7 @@ ssize_t async_fiber_read(async_fd_t fd, void *buf, size_t n, int timeout_ms) {
     uint64_t deadline = la_deadline(timeout_ms);
     la_fiber_t *f = la_current_fiber();
     la_fdrec_t *rec = f ? fdrec(f->s, fd) : NULL;
-    la_fdsnap_t sn;
+    la_fdsnap_t sn = LA_FDSNAP_START;
     fd_snap(rec, &sn);
     /* The last read drained this stream: wait first (see the top). */
     if (rec && timeout_ms != 0 && atomic_load_explicit(&rec->drained, memory_order_relaxed) &&
@@ -806,7 +880,7 @@ ssize_t async_fiber_read(async_fd_t fd, void *buf, size_t n, int timeout_ms) {
             la_set_error(rc);
             return -1;
         }
-        fd_snap(rec, &sn);
+        if (fd_snap_closed(rec, &sn)) return -1;
     }
     for (;;) {
         ssize_t r = sys_read(fd, buf, n);
@@ -828,7 +902,7 @@ ssize_t async_fiber_read(async_fd_t fd, void *buf, size_t n, int timeout_ms) {
             la_set_error(rc);
             return -1;
         }
-        fd_snap(rec, &sn);
+        if (fd_snap_closed(rec, &sn)) return -1;
     }
 }
 
@@ -843,9 +917,9 @@ ssize_t async_fiber_write(async_fd_t fd, const void *buf, size_t n, int timeout_
     uint64_t deadline = la_deadline(timeout_ms);
     la_fiber_t *f = la_current_fiber();
     la_fdrec_t *rec = f ? fdrec(f->s, fd) : NULL;
+    la_fdsnap_t sn = LA_FDSNAP_START;
     while (done < n) {
-        la_fdsnap_t sn;
-        fd_snap(rec, &sn);
+        if (fd_snap_closed(rec, &sn)) return -1;
         ssize_t r = sys_write(fd, (const char *)buf + done, n - done);
         if (r >= 0) {
             done += (size_t)r;
@@ -879,9 +953,9 @@ async_fd_t async_fiber_accept(async_fd_t lfd, struct sockaddr *addr, socklen_t *
     uint64_t deadline = la_deadline(timeout_ms);
     la_fiber_t *f = la_current_fiber();
     la_fdrec_t *rec = f ? fdrec(f->s, lfd) : NULL;
+    la_fdsnap_t sn = LA_FDSNAP_START;
     for (;;) {
-        la_fdsnap_t sn;
-        fd_snap(rec, &sn);
+        if (fd_snap_closed(rec, &sn)) return -1;
         int r = sys_accept(lfd, addr, len);
         if (r >= 0) {
             /* accepted on a socket this scheduler owns: owned too (the
@@ -920,7 +994,7 @@ int async_fiber_connect(async_fd_t fd, const struct sockaddr *addr, socklen_t le
 #endif
     la_fiber_t *f = la_current_fiber();
     la_fdrec_t *rec = f ? fdrec(f->s, fd) : NULL;
-    la_fdsnap_t sn;
+    la_fdsnap_t sn = LA_FDSNAP_START;
     fd_snap(rec, &sn);
     int r = sys_connect(fd, addr, len);
     if (r == 0) return 0;
@@ -935,7 +1009,7 @@ int async_fiber_connect(async_fd_t fd, const struct sockaddr *addr, socklen_t le
             la_set_error(rc);
             return -1;
         }
-        fd_snap(rec, &sn);
+        if (fd_snap_closed(rec, &sn)) return -1;
         int pr = sys_poll1(fd, POLLOUT, 0);
         if (pr < 0) {
             la_set_error(map_errno(-pr));
