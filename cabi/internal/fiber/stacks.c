@@ -455,6 +455,11 @@ void la_stackpool_free(la_stackpool_t *p) {
         /* readers skip the entry before its memory goes */
         arena_unpublish(a);
         uintptr_t base = atomic_exchange(&a->base, 0);
+        /* a reader that copied the entry just before skips free slots: no
+         * canary scan of a stack being unmapped, unless it read the owner
+         * already (see the top of the file) */
+        _Atomic uint64_t *owner = atomic_load_explicit(&a->owner, memory_order_relaxed);
+        for (uint32_t si = 0; si < nslots; si++) atomic_store_explicit(&owner[si], 0, memory_order_relaxed);
         if (a->vg_id)
             for (uint32_t si = 0; si < nslots; si++)
                 if (a->vg_id[si]) VALGRIND_STACK_DEREGISTER(a->vg_id[si] - 1u);
