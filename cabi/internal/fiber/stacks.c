@@ -22,7 +22,24 @@
  * slot is registered with VALGRIND_STACK_REGISTER when first handed out.
  *
  * Arenas are listed in a global table that the SIGSEGV handler reads without
- * locks (entries are published once and never reused). */
+ * locks. A freed arena's table entry is reused by a later arena (else a
+ * process would run out of entries after LA_MAX_ARENAS arenas in its life);
+ * readers stay safe because:
+ *   - every entry has a sequence word (seq): odd while the entry is not
+ *     published (freed, or being filled), even while it is; a reader
+ *     copies the fields between two loads of seq and skips the entry unless
+ *     both loads are the same even value (a seqlock), so it never combines
+ *     base, nslots and owner of two different arenas;
+ *   - owner arrays are never freed while the process lives: a freed entry
+ *     keeps its array (owner_cap entries) for the next arena of that entry,
+ *     and an array too small for it is kept on a list (retired) and
+ *     replaced by one of the next power of two, so a reader that copied an
+ *     older owner pointer still reads memory it may read, within the nslots
+ *     it copied with it. Capacities only double, so what stays allocated is
+ *     bounded by the entries in use at the peak, not by how many arenas
+ *     came and went.
+ * Entries are claimed and freed under arenas_mu; free entries are kept on a
+ * list (free_head, linked through next_free). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <signal.h>
@@ -62,17 +79,63 @@
 #define LA_TOP_CANARY_WORDS 8 /* the highest 64 bytes of the slot (LA_STACK_TOP_RESERVE) */
 
 typedef struct {
+    _Atomic uint32_t seq;   /* odd: not published (see the top of the file) */
     _Atomic uintptr_t base; /* 0: unused or unmapped */
-    size_t slot_size;       /* guard page + stack */
-    uint32_t nslots;
-    int mode;
-    _Atomic uint64_t *owner; /* fiber id per slot (0: free) */
+    _Atomic size_t slot_size; /* guard page + stack */
+    _Atomic uint32_t nslots;
+    _Atomic int mode;
+    _Atomic(_Atomic uint64_t *) owner; /* fiber id per slot (0: free); never freed */
+    uint32_t owner_cap;      /* entries of owner (arenas_mu) */
+    uint32_t next_free;      /* free list link: index + 1, 0 ends (arenas_mu) */
     unsigned *vg_id;         /* valgrind stack id + 1 per slot (under valgrind) */
 } la_arena_t;
 
+/* an owner array replaced by a bigger one: kept, a reader may hold it */
+typedef struct la_retired {
+    struct la_retired *next;
+    void *mem;
+} la_retired_t;
+
 static la_arena_t arenas[LA_MAX_ARENAS];
-static _Atomic uint32_t narenas;
+static _Atomic uint32_t narenas; /* entries ever used (the high-water mark) */
 static pthread_mutex_t arenas_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint32_t free_head; /* index + 1 of a free entry, 0: none (arenas_mu) */
+static la_retired_t *retired; /* (arenas_mu) */
+
+/* A consistent copy of a published entry, or 0 (async-signal-safe). */
+typedef struct {
+    uintptr_t base;
+    size_t slot_size;
+    uint32_t nslots;
+    int mode;
+    _Atomic uint64_t *owner;
+} la_arena_view_t;
+
+static int arena_view(la_arena_t *a, la_arena_view_t *v) {
+    uint32_t s1 = atomic_load_explicit(&a->seq, memory_order_acquire);
+    if (s1 & 1u) return 0;
+    v->base = atomic_load_explicit(&a->base, memory_order_relaxed);
+    v->slot_size = atomic_load_explicit(&a->slot_size, memory_order_relaxed);
+    v->nslots = atomic_load_explicit(&a->nslots, memory_order_relaxed);
+    v->mode = atomic_load_explicit(&a->mode, memory_order_relaxed);
+    v->owner = atomic_load_explicit(&a->owner, memory_order_relaxed);
+    atomic_thread_fence(memory_order_acquire);
+    if (atomic_load_explicit(&a->seq, memory_order_relaxed) != s1) return 0;
+    return v->base != 0 && v->owner != NULL && v->slot_size != 0;
+}
+
+/* Starts rewriting an entry (arenas_mu held): readers skip it from here. */
+static void arena_unpublish(la_arena_t *a) {
+    uint32_t s = atomic_load_explicit(&a->seq, memory_order_relaxed);
+    if (!(s & 1u)) atomic_store_explicit(&a->seq, s + 1u, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+}
+
+/* Publishes the entry's fields written since arena_unpublish (arenas_mu held). */
+static void arena_publish(la_arena_t *a) {
+    uint32_t s = atomic_load_explicit(&a->seq, memory_order_relaxed);
+    atomic_store_explicit(&a->seq, s + 1u, memory_order_release);
+}
 static _Atomic int mprotect_guards;
 #if defined(__linux__)
 static _Atomic int madvise_guard_broken;
@@ -194,34 +257,67 @@ static int add_arena(la_stackpool_t *p) {
             }
         }
     }
-    _Atomic uint64_t *owner = calloc(nslots, sizeof *owner);
     unsigned *vg_id = RUNNING_ON_VALGRIND ? calloc(nslots, sizeof *vg_id) : NULL;
-    if (!owner || (RUNNING_ON_VALGRIND && !vg_id) || grow_list(&p->free_a, &p->free_s, &p->cap, p->total + nslots) != 0 ||
+    if ((RUNNING_ON_VALGRIND && !vg_id) || grow_list(&p->free_a, &p->free_s, &p->cap, p->total + nslots) != 0 ||
         grow_list(&p->mine, NULL, &p->capmine, p->nmine + 1) != 0) {
-        free(owner);
         free(vg_id);
         munmap(mem, bytes);
         if (mode == 2) atomic_fetch_sub(&mprotect_guards, (int)nslots);
         return ASYNC_E_NOMEM;
     }
     pthread_mutex_lock(&arenas_mu);
-    uint32_t ai = atomic_load(&narenas);
-    if (ai >= LA_MAX_ARENAS) {
-        pthread_mutex_unlock(&arenas_mu);
-        free(owner);
-        free(vg_id);
-        munmap(mem, bytes);
-        if (mode == 2) atomic_fetch_sub(&mprotect_guards, (int)nslots);
-        return ASYNC_E_NOMEM;
+    /* a freed entry first (its owner array with it), else a new one */
+    uint32_t ai;
+    int reused = free_head != 0;
+    if (reused) {
+        ai = free_head - 1u;
+    } else {
+        ai = atomic_load_explicit(&narenas, memory_order_relaxed);
+        if (ai >= LA_MAX_ARENAS) {
+            pthread_mutex_unlock(&arenas_mu);
+            free(vg_id);
+            munmap(mem, bytes);
+            if (mode == 2) atomic_fetch_sub(&mprotect_guards, (int)nslots);
+            return ASYNC_E_NOMEM;
+        }
     }
     la_arena_t *a = &arenas[ai];
-    a->slot_size = p->slot_size;
-    a->nslots = nslots;
-    a->mode = mode;
-    a->owner = owner;
+    _Atomic uint64_t *owner = atomic_load_explicit(&a->owner, memory_order_relaxed);
+    la_retired_t *old = NULL;
+    if (!owner || a->owner_cap < nslots) {
+        uint32_t cap = 8;
+        while (cap < nslots) cap *= 2;
+        owner = calloc(cap, sizeof *owner);
+        old = a->owner_cap ? malloc(sizeof *old) : NULL;
+        if (!owner || (a->owner_cap && !old)) {
+            pthread_mutex_unlock(&arenas_mu);
+            free(owner);
+            free(old);
+            free(vg_id);
+            munmap(mem, bytes);
+            if (mode == 2) atomic_fetch_sub(&mprotect_guards, (int)nslots);
+            return ASYNC_E_NOMEM;
+        }
+        if (old) {
+            old->mem = (void *)atomic_load_explicit(&a->owner, memory_order_relaxed);
+            old->next = retired;
+            retired = old;
+        }
+        a->owner_cap = cap;
+    } else {
+        for (uint32_t i = 0; i < nslots; i++) atomic_store_explicit(&owner[i], 0, memory_order_relaxed);
+    }
+    if (reused) free_head = a->next_free;
+    a->next_free = 0;
+    arena_unpublish(a);
+    atomic_store_explicit(&a->slot_size, p->slot_size, memory_order_relaxed);
+    atomic_store_explicit(&a->nslots, nslots, memory_order_relaxed);
+    atomic_store_explicit(&a->mode, mode, memory_order_relaxed);
+    atomic_store_explicit(&a->owner, owner, memory_order_relaxed);
     a->vg_id = vg_id;
-    atomic_store(&a->base, (uintptr_t)mem);
-    atomic_store_explicit(&narenas, ai + 1, memory_order_release);
+    atomic_store_explicit(&a->base, (uintptr_t)mem, memory_order_relaxed);
+    arena_publish(a);
+    if (!reused) atomic_store_explicit(&narenas, ai + 1, memory_order_release);
     pthread_mutex_unlock(&arenas_mu);
     p->mine[p->nmine++] = ai;
     p->total += nslots;
@@ -242,13 +338,13 @@ static void pop_slot(la_stackpool_t *p, la_stack_t *out) {
     la_arena_t *a = &arenas[ai];
     out->arena = ai;
     out->slot = si;
-    out->base = (char *)atomic_load(&a->base) + (size_t)si * a->slot_size;
+    out->base = (char *)atomic_load_explicit(&a->base, memory_order_relaxed) + (size_t)si * p->slot_size;
     out->size = p->stack_size;
     if (a->vg_id && !a->vg_id[si])
-        a->vg_id[si] = 1u + VALGRIND_STACK_REGISTER(out->base + p->page, out->base + a->slot_size);
-    if (a->mode == 3) {
+        a->vg_id[si] = 1u + VALGRIND_STACK_REGISTER(out->base + p->page, out->base + p->slot_size);
+    if (atomic_load_explicit(&a->mode, memory_order_relaxed) == 3) {
         for (int i = 0; i < LA_CANARY_WORDS; i++) ((uint64_t *)(out->base + p->page))[i] = LA_CANARY;
-        for (int i = 1; i <= LA_TOP_CANARY_WORDS; i++) ((uint64_t *)(out->base + a->slot_size))[-i] = LA_CANARY;
+        for (int i = 1; i <= LA_TOP_CANARY_WORDS; i++) ((uint64_t *)(out->base + p->slot_size))[-i] = LA_CANARY;
     }
 }
 
@@ -276,7 +372,8 @@ int la_stack_get(la_stackpool_t *p, la_stack_t *out, uint64_t fiber_id) {
 }
 
 void la_stack_own(const la_stack_t *st, uint64_t fiber_id) {
-    atomic_store_explicit(&arenas[st->arena].owner[st->slot], fiber_id, memory_order_relaxed);
+    _Atomic uint64_t *owner = atomic_load_explicit(&arenas[st->arena].owner, memory_order_relaxed);
+    atomic_store_explicit(&owner[st->slot], fiber_id, memory_order_relaxed);
 }
 
 void la_stack_put_many(la_stackpool_t *p, const la_stack_t *st, int n) {
@@ -308,12 +405,12 @@ static int canary_top_ok(const char *base, size_t slot_size) {
 }
 
 int la_stack_canary_ok(la_stackpool_t *p, const la_stack_t *st) {
-    if (arenas[st->arena].mode != 3) return 1;
+    if (atomic_load_explicit(&arenas[st->arena].mode, memory_order_relaxed) != 3) return 1;
     return canary_bottom_ok(st->base, p->page);
 }
 
 void la_stack_check(la_stackpool_t *p, const la_stack_t *st, uint64_t id) {
-    if (arenas[st->arena].mode != 3) return;
+    if (atomic_load_explicit(&arenas[st->arena].mode, memory_order_relaxed) != 3) return;
     if (!canary_bottom_ok(st->base, p->page)) la_stack_overflow_abort(id, "canary overwritten");
     if (!canary_top_ok(st->base, p->slot_size)) {
         /* the fiber in the slot above overflowed down into this stack: name
@@ -335,15 +432,14 @@ uint64_t la_stack_canary_scan(uint64_t *top_broken) {
     uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
     *top_broken = 0;
     for (uint32_t i = 0; i < n; i++) {
-        la_arena_t *a = &arenas[i];
-        uintptr_t base = atomic_load_explicit(&a->base, memory_order_relaxed);
-        if (!base || a->mode != 3) continue;
-        for (uint32_t si = 0; si < a->nslots; si++) {
-            uint64_t id = atomic_load_explicit(&a->owner[si], memory_order_relaxed);
+        la_arena_view_t v;
+        if (!arena_view(&arenas[i], &v) || v.mode != 3) continue;
+        for (uint32_t si = 0; si < v.nslots; si++) {
+            uint64_t id = atomic_load_explicit(&v.owner[si], memory_order_relaxed);
             if (!id) continue;
-            const char *sb = (const char *)base + (size_t)si * a->slot_size;
+            const char *sb = (const char *)v.base + (size_t)si * v.slot_size;
             if (!canary_bottom_ok(sb, page)) return id;
-            if (!*top_broken && !canary_top_ok(sb, a->slot_size)) *top_broken = id;
+            if (!*top_broken && !canary_top_ok(sb, v.slot_size)) *top_broken = id;
         }
     }
     return 0;
@@ -351,18 +447,33 @@ uint64_t la_stack_canary_scan(uint64_t *top_broken) {
 
 void la_stackpool_free(la_stackpool_t *p) {
     if (!p) return;
+    pthread_mutex_lock(&arenas_mu);
     for (size_t i = 0; i < p->nmine; i++) {
         la_arena_t *a = &arenas[p->mine[i]];
+        uint32_t nslots = atomic_load_explicit(&a->nslots, memory_order_relaxed);
+        size_t slot_size = atomic_load_explicit(&a->slot_size, memory_order_relaxed);
+        /* readers skip the entry before its memory goes */
+        arena_unpublish(a);
         uintptr_t base = atomic_exchange(&a->base, 0);
+        /* a reader that copied the entry just before skips free slots: no
+         * canary scan of a stack being unmapped, unless it read the owner
+         * already (see the top of the file) */
+        _Atomic uint64_t *owner = atomic_load_explicit(&a->owner, memory_order_relaxed);
+        for (uint32_t si = 0; si < nslots; si++) atomic_store_explicit(&owner[si], 0, memory_order_relaxed);
         if (a->vg_id)
-            for (uint32_t si = 0; si < a->nslots; si++)
+            for (uint32_t si = 0; si < nslots; si++)
                 if (a->vg_id[si]) VALGRIND_STACK_DEREGISTER(a->vg_id[si] - 1u);
         free(a->vg_id);
         a->vg_id = NULL;
-        munmap((void *)base, (size_t)a->nslots * a->slot_size);
-        if (a->mode == 2) atomic_fetch_sub(&mprotect_guards, (int)a->nslots);
-        /* a->owner stays allocated: a signal handler may be reading it. */
+        munmap((void *)base, (size_t)nslots * slot_size);
+        if (atomic_load_explicit(&a->mode, memory_order_relaxed) == 2)
+            atomic_fetch_sub(&mprotect_guards, (int)nslots);
+        /* a->owner stays allocated (a signal handler may be reading it) and
+         * goes with the entry to the next arena that takes it */
+        a->next_free = free_head;
+        free_head = p->mine[i] + 1u;
     }
+    pthread_mutex_unlock(&arenas_mu);
     free(p->free_a);
     free(p->free_s);
     free(p->mine);
@@ -376,13 +487,13 @@ uint64_t la_stack_guard_hit(uintptr_t addr, int *is_guard) {
     uint32_t n = atomic_load_explicit(&narenas, memory_order_acquire);
     uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
     for (uint32_t i = 0; i < n; i++) {
-        la_arena_t *a = &arenas[i];
-        uintptr_t base = atomic_load_explicit(&a->base, memory_order_relaxed);
-        if (!base || addr < base || addr >= base + (uintptr_t)a->nslots * a->slot_size) continue;
-        uintptr_t si = (addr - base) / a->slot_size;
-        uintptr_t off = (addr - base) % a->slot_size;
+        la_arena_view_t v;
+        if (!arena_view(&arenas[i], &v)) continue;
+        if (addr < v.base || addr >= v.base + (uintptr_t)v.nslots * v.slot_size) continue;
+        uintptr_t si = (addr - v.base) / v.slot_size;
+        uintptr_t off = (addr - v.base) % v.slot_size;
         *is_guard = off < page;
-        return atomic_load_explicit(&a->owner[si], memory_order_relaxed);
+        return atomic_load_explicit(&v.owner[si], memory_order_relaxed);
     }
     *is_guard = 0;
     return 0;
