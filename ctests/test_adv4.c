@@ -14,6 +14,8 @@
 
 static _Atomic int slow_close_fd = -1, slow_send_fd = -1;
 
+#if defined(__linux__) /* elsewhere (darwin, built only) the windows are not widened */
+
 int close(int fd) {
     if (fd >= 0 && fd == atomic_load(&slow_close_fd)) usleep(20000);
     return (int)syscall(SYS_close, fd);
@@ -23,6 +25,7 @@ ssize_t send(int fd, const void *b, size_t n, int fl) {
     if (fd >= 0 && fd == atomic_load(&slow_send_fd)) usleep(5000);
     return syscall(SYS_sendto, fd, b, n, fl, NULL, 0);
 }
+#endif
 
 /* A fiber's write on an owned fd that was running (woken, inside send())
  * when async_fiber_close dropped the ownership took a fresh look, found the
