@@ -692,6 +692,105 @@ static void t_big_write_workers(void) {
     async_sched_destroy(s);
 }
 
+/* Adversarial pass 5: a read that went to the ring while fd was plain, then
+ * fd owned (async_fiber_fd_open) and closed through the library
+ * (async_fiber_close): the close wakes every fiber of the owner parked on fd
+ * with ASYNC_E_CLOSED, io_uring's too. Before, the ring op was not a waiter
+ * the close could reach: the read ran to its timeout, and the op kept the
+ * socket open (the peer saw no hang-up). */
+static int op_fd;
+static _Atomic int op_err = -1;
+
+static void ring_reader(void *arg) {
+    (void)arg;
+    char b[16];
+    ssize_t r = async_fiber_read(op_fd, b, sizeof b, 30000);
+    atomic_store(&op_err, r < 0 ? async_last_error() : 0);
+}
+
+static void t_own_after_park(void) {
+    async_sched_t *s = mk_uring(2);
+    if (!s) return;
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    op_fd = sv[0];
+    atomic_store(&op_err, -1);
+    async_fiber_t *f = async_fiber_spawn(s, ring_reader, NULL, ASYNC_FIBER_JOINABLE);
+    CHECK(f != NULL);
+    sched_wait_parked(s, 1);
+    CHECK_EQ(async_fiber_fd_open(s, op_fd), 0);
+    CHECK_EQ(async_fiber_close(op_fd), 0);
+    CHECK_EQ(async_fiber_join(f, 10000), 0); /* before: only at the 30 s timeout */
+    CHECK_EQ(atomic_load(&op_err), ASYNC_E_CLOSED);
+    /* the file is really closed: the peer sees the hang-up */
+    struct pollfd p = {.fd = sv[1], .events = POLLIN};
+    CHECK_EQ(poll(&p, 1, 10000), 1);
+    CHECK(p.revents & (POLLIN | POLLHUP));
+    char c;
+    CHECK_EQ(read(sv[1], &c, 1), 0);
+    close(sv[1]);
+    async_sched_destroy(s);
+}
+
+/* Adversarial pass 5: a ring op was submitted only when its worker ran out
+ * of work (or at its 61st dispatch): a fiber computing on that worker held a
+ * read back although the data was there and the other worker idled (1.5 s
+ * in the report). Now a worker that goes on to another fiber while another
+ * worker idles submits first. Here the computing fiber waits (up to 5 s) to
+ * see the read complete; before, it never did while it ran. */
+static _Atomic int busy_read_done, busy_saw_done;
+
+static void computer(void *arg) {
+    (void)arg;
+    double t0 = now_ms();
+    while (!atomic_load(&busy_read_done) && now_ms() - t0 < 5000) {
+    }
+    atomic_store(&busy_saw_done, atomic_load(&busy_read_done));
+}
+
+static async_sched_t *busy_s;
+
+static void reader_with_computer(void *arg) {
+    (void)arg;
+    /* spawned from this fiber: it runs next, on this worker, once the read parks */
+    CHECK(async_fiber_spawn(busy_s, computer, NULL, 0) != NULL);
+    char b[4];
+    ssize_t r = async_fiber_read(op_fd, b, sizeof b, 10000);
+    CHECK_EQ(r, 1);
+    atomic_store(&busy_read_done, 1);
+}
+
+static void t_submit_while_busy(void) {
+    async_sched_t *s = mk_uring(2);
+    if (!s) return;
+    busy_s = s;
+    for (int round = 0; round < 3; round++) {
+        int sv[2];
+        CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+        op_fd = sv[0];
+        CHECK_EQ(write(sv[1], "x", 1), 1); /* the data is there before the read */
+        atomic_store(&busy_read_done, 0);
+        atomic_store(&busy_saw_done, 0);
+        async_fiber_t *f = async_fiber_spawn(s, reader_with_computer, NULL, ASYNC_FIBER_JOINABLE);
+        CHECK(f != NULL);
+        CHECK_EQ(async_fiber_join(f, 20000), 0);
+        sched_wait_parked(s, 0);
+        /* the computer ends within 5 s either way; wait for it */
+        async_sched_stats_t st;
+        double t0 = now_ms();
+        do {
+            CHECK_EQ(async_sched_get_stats(s, &st, NULL, 0), 0);
+            CHECK(now_ms() - t0 < 20000);
+            if (st.fibers_runnable + st.fibers_running) sleep_ms(5);
+        } while (st.fibers_runnable + st.fibers_running);
+        printf("round %d: the computing fiber saw the read done: %d\n", round, atomic_load(&busy_saw_done));
+        CHECK_EQ(atomic_load(&busy_saw_done), 1);
+        close(sv[0]);
+        close(sv[1]);
+    }
+    async_sched_destroy(s);
+}
+
 static const test_case_t cases[] = {
     T(selected),
     T(echo_1),
@@ -706,6 +805,8 @@ static const test_case_t cases[] = {
     T(pipe_fallback),
     T(big_write),
     T(big_write_workers),
+    T(own_after_park),
+    T(submit_while_busy),
 };
 
 TEST_MAIN(cases)

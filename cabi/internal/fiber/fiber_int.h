@@ -173,6 +173,17 @@ int la_uring_flush(la_uring_t *r, int max);
  * sleep on the condition variable, where a completion does not wake them);
  * a memory read per ring when they are empty. Returns the number reaped. */
 int la_uring_reap_others(la_sched_t *s, la_uring_t *own);
+/* Submits r's pending SQEs now (a memory read when there are none). */
+void la_uring_submit(la_uring_t *r);
+/* A busy worker about to run another fiber: submits its pending SQEs now if
+ * another worker is idle or spinning (nw > 1). */
+void la_uring_before_run(la_sched_t *s, la_uring_t *r);
+/* A worker that just counted itself idle or spinning: submits the pending
+ * SQEs of the other workers' rings. */
+void la_uring_submit_others(la_sched_t *s, la_uring_t *own);
+/* Cancels every op in s's rings on fd (async_fiber_close of an fd s owns):
+ * they end with ASYNC_E_CLOSED, and drop their hold on the file. */
+void la_uring_cancel_fd(la_sched_t *s, int fd);
 /* la_poller_wait's callback for a scheduler with rings. */
 void la_uring_event(void *ctx, void *rec, unsigned got);
 int la_uring_read(int fd, void *buf, size_t n, int timeout_ms, ssize_t *ret);

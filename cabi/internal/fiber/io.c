@@ -792,6 +792,11 @@ int async_fiber_close(async_fd_t fd) {
         if (o) {
             la_fdrec_t *r = fdrec(o, fd);
             if (r) disown_rec(o, r, fd, 1);
+#if defined(LA_URING)
+            /* calls that went to a ring before fd was owned (io_uring.c):
+             * not parked here, and their ops keep the file open */
+            la_uring_cancel_fd(o, fd);
+#endif
             la_sched_put(o);
         }
     }

@@ -154,7 +154,10 @@ static int ur_map_errno(int e) {
     case ETIMEDOUT: return ASYNC_E_TIMEDOUT;
     case EPIPE:
     case ECONNRESET:
-    case ECONNREFUSED: return ASYNC_E_CLOSED;
+    case ECONNREFUSED:
+    /* an op cancelled by async_fiber_close (la_uring_cancel_fd): a timeout
+     * or shutdown cancel is told apart by op_err's why */
+    case ECANCELED: return ASYNC_E_CLOSED;
     default: la_note_os_error(e); return ASYNC_E_SYS;
     }
 }
@@ -443,6 +446,45 @@ static void cancel_op(la_uring_t *r, la_uop_t *op) {
     sqe_push(r);
     submit_locked(r, 0);
     la_spin_unlock(&r->sqlk);
+}
+
+void la_uring_cancel_fd(la_sched_t *s, int fd) {
+    if (!s->uring) return;
+    for (int i = 0; i < s->nw; i++) {
+        la_uring_t *r = &s->uring[i];
+        la_spin_lock(&r->sqlk);
+        struct io_uring_sqe *q = sqe_get(r);
+        q->opcode = IORING_OP_ASYNC_CANCEL;
+        q->fd = fd;
+        q->cancel_flags = IORING_ASYNC_CANCEL_FD | IORING_ASYNC_CANCEL_ALL;
+        q->user_data = 0;
+        sqe_push(r);
+        submit_locked(r, 0); /* what was queued before goes first */
+        la_spin_unlock(&r->sqlk);
+    }
+}
+
+void la_uring_submit(la_uring_t *r) {
+    if (!atomic_load_explicit(&r->pending, memory_order_relaxed)) return;
+    la_spin_lock(&r->sqlk);
+    submit_locked(r, 0);
+    la_spin_unlock(&r->sqlk);
+}
+
+/* Dekker with la_uring_submit_others: this worker published its SQEs
+ * (pending) before it looks for a free worker; a free worker counts itself
+ * (nidle, nspinning) before it looks at pending. One of the two submits. */
+void la_uring_before_run(la_sched_t *s, la_uring_t *r) {
+    if (!atomic_load_explicit(&r->pending, memory_order_relaxed)) return;
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load(&s->nidle) > 0 || atomic_load(&s->nspinning) > 0) la_uring_submit(r);
+}
+
+void la_uring_submit_others(la_sched_t *s, la_uring_t *own) {
+    for (int i = 0; i < s->nw; i++) {
+        la_uring_t *r = &s->uring[i];
+        if (r != own && atomic_load(&r->pending)) la_uring_submit(r);
+    }
 }
 
 /* ---- per-fd busy bits (one reader, one writer per fd and scheduler) ---------- */

@@ -653,6 +653,11 @@ LA_NOINLINE static int idle_park(la_wk_t *w) {
     pthread_mutex_lock(&s->imu);
     atomic_fetch_add(&s->nidle, 1);
     atomic_thread_fence(memory_order_seq_cst);
+#if defined(LA_URING)
+    /* counted idle: the busy workers' pending SQEs are ours to submit
+     * (la_uring_before_run) */
+    if (s->uring && s->nw > 1) la_uring_submit_others(s, w->ur);
+#endif
     if (has_work(s) || atomic_load(&s->stopping)) {
         atomic_fetch_sub(&s->nidle, 1);
         pthread_mutex_unlock(&s->imu);
@@ -760,6 +765,9 @@ static int spin_begin(la_sched_t *s) {
  * else repeated sweeps for up to LA_SPIN_NS, then that final sweep. */
 LA_NOINLINE static la_fiber_t *spin(la_wk_t *w, int bounded) {
     la_sched_t *s = w->s;
+#if defined(LA_URING)
+    if (bounded && s->uring) la_uring_submit_others(s, w->ur); /* counted: see idle_park */
+#endif
     la_fiber_t *seen[LA_SPIN_SEEN]; /* a LIFO slot's fiber when first seen */
     uint64_t seen_run[LA_SPIN_SEEN], seen_t[LA_SPIN_SEEN];
     int nseen = s->nw < LA_SPIN_SEEN ? s->nw : LA_SPIN_SEEN;
@@ -822,7 +830,14 @@ static la_fiber_t *find_work(la_wk_t *w) {
             timers_run(s);
             if (atomic_load(&s->nfdwait) > 0 && !s->poller_active) poll_events(s, 0);
         }
-        if ((f = local_get(w))) break;
+        if ((f = local_get(w))) {
+#if defined(LA_URING)
+            /* the SQEs of fibers that just parked must not wait behind f
+             * (which may compute for long) while another worker is free */
+            if (w->ur && s->nw > 1) la_uring_before_run(s, w->ur);
+#endif
+            break;
+        }
 #if defined(LA_URING)
         /* out of local work: submit the SQEs its fibers wrote, reap */
         if (w->ur && (la_uring_flush(w->ur, LA_RUNQ / 2) > 0 || (s->nw > 1 && la_uring_reap_others(s, w->ur) > 0)))
