@@ -1000,8 +1000,9 @@ int async_fiber_wait_signal(int signo, int timeout_ms);
  * cancels it and waits for the kernel to confirm before returning (the
  * kernel never writes into buf after the call returned), and an operation
  * that completed meanwhile keeps its result; the ASYNC_E_BUSY rule is kept
- * apart from async_fiber_wait_fd's; closing the fd from another thread does
- * not end a receive in flight (shutdown(2) does). Plain threads, timeout_ms
+ * apart from async_fiber_wait_fd's; closing the fd with close(2) from
+ * another thread does not end a receive in flight (shutdown(2) does, and so
+ * does async_fiber_close once the scheduler owns the fd: ASYNC_E_CLOSED). Plain threads, timeout_ms
  * 0, fds that are not sockets and fds the scheduler owns
  * (async_fiber_fd_open, whose async_fiber_close must wake their waiters)
  * take the poller path. */
