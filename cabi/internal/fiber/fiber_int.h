@@ -173,6 +173,9 @@ int la_uring_flush(la_uring_t *r, int max);
  * sleep on the condition variable, where a completion does not wake them);
  * a memory read per ring when they are empty. Returns the number reaped. */
 int la_uring_reap_others(la_sched_t *s, la_uring_t *own);
+/* io.c's errno -> async_err_t mapping and SO_ERROR read, for io_uring.c */
+int la_io_map_errno(int e);
+int la_io_sockerr(int fd);
 /* Submits r's pending SQEs now (a memory read when there are none). */
 void la_uring_submit(la_uring_t *r);
 /* A busy worker about to run another fiber: submits its pending SQEs now if

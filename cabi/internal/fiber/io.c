@@ -391,6 +391,11 @@ static int map_errno(int e) {
     }
 }
 
+/* For io_uring.c: one mapping, one SO_ERROR read (errno read only in the
+ * noinline helper, see the top). */
+int la_io_map_errno(int e) { return map_errno(e); }
+int la_io_sockerr(int fd) { return sys_sockerr(fd); }
+
 /* A read or write of 0 bytes: 0 at once on an open fd (a socket's recv or
  * send of 0 bytes may say EAGAIN, which must not make the call wait for data
  * or room it does not need), else an error. Takes nothing: a datagram stays

@@ -135,32 +135,10 @@ LA_NOINLINE static int ur_connect(int fd, const struct sockaddr *a, socklen_t l)
     return r == 0 ? 0 : -errno;
 }
 
-LA_NOINLINE static int ur_sockerr(int fd) {
-    int err = 0;
-    socklen_t len = sizeof err;
-    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) return -errno;
-    return -err;
-}
-
-/* io.c's mapping of errno values to async_err_t (kept in step with it). */
-static int ur_map_errno(int e) {
-    switch (e) {
-    case EBADF:
-    case ENOTSOCK:
-    case EPERM: return ASYNC_E_BADFD;
-    case ENOMEM:
-    case ENOBUFS: return ASYNC_E_NOMEM;
-    case EINVAL: return ASYNC_E_INVAL;
-    case ETIMEDOUT: return ASYNC_E_TIMEDOUT;
-    case EPIPE:
-    case ECONNRESET:
-    case ECONNREFUSED:
-    /* an op cancelled by async_fiber_close (la_uring_cancel_fd): a timeout
-     * or shutdown cancel is told apart by op_err's why */
-    case ECANCELED: return ASYNC_E_CLOSED;
-    default: la_note_os_error(e); return ASYNC_E_SYS;
-    }
-}
+/* io.c's mapping of errno values to async_err_t, and ECANCELED: an op
+ * cancelled by async_fiber_close (la_uring_cancel_fd); a timeout or shutdown
+ * cancel is told apart by op_err's why. */
+static int ur_map_errno(int e) { return e == ECANCELED ? ASYNC_E_CLOSED : la_io_map_errno(e); }
 
 /* ---- rings ------------------------------------------------------------------ */
 
@@ -786,7 +764,7 @@ int la_uring_connect(int fd, const struct sockaddr *addr, socklen_t alen, int ti
     }
     busy_drop(b, 2);
     if (res > 0) { /* writable: the connect's outcome */
-        e = ur_sockerr(fd);
+        e = la_io_sockerr(fd);
         if (e == 0) {
             *ret = 0;
             return 1;
