@@ -571,11 +571,26 @@ static int op_wait(la_fiber_t *f, la_uring_t *r, la_uop_t *op, uint64_t deadline
     return op->res;
 }
 
-static void op_init(la_uop_t *op) {
+/* Starts op on the ring of the worker the fiber runs on now (its owner
+ * submits): an SQE with opcode, fd, addr, len (capped at what one op takes)
+ * and op as its user_data, for the caller to complete, sqe_push and hand to
+ * op_wait. *rp: that ring, its sqlk held. */
+static struct io_uring_sqe *op_start(la_uop_t *op, la_uring_t **rp, unsigned char opcode, int fd, const void *addr,
+                                     size_t len) {
     op->lk = (la_spin_t){0};
     op->done = 0;
     op->res = 0;
     op->w = NULL;
+    la_uring_t *r = la_current_worker()->ur;
+    la_spin_lock(&r->sqlk);
+    struct io_uring_sqe *q = sqe_get(r);
+    q->opcode = opcode;
+    q->fd = fd;
+    q->addr = (uint64_t)(uintptr_t)addr;
+    q->len = len > 0x7ffff000u ? 0x7ffff000u : (unsigned)len;
+    q->user_data = (uint64_t)(uintptr_t)op;
+    *rp = r;
+    return q;
 }
 
 /* The error of an op that ended with res < 0 after a park that ended for
@@ -600,15 +615,7 @@ int la_uring_read(int fd, void *buf, size_t n, int timeout_ms, ssize_t *ret) {
     la_uop_t op;
     int why, res;
     do {
-        op_init(&op);
-        r = la_current_worker()->ur; /* where the fiber runs now: its owner submits */
-        la_spin_lock(&r->sqlk);
-        struct io_uring_sqe *q = sqe_get(r);
-        q->opcode = IORING_OP_RECV;
-        q->fd = fd;
-        q->addr = (uint64_t)(uintptr_t)buf;
-        q->len = n > 0x7ffff000u ? 0x7ffff000u : (unsigned)n;
-        q->user_data = (uint64_t)(uintptr_t)&op;
+        op_start(&op, &r, IORING_OP_RECV, fd, buf, n);
         sqe_push(r);
         res = op_wait(f, r, &op, deadline, fd, 1, &why);
     } while (res == -EINTR && why == LA_W_READY);
@@ -638,17 +645,8 @@ int la_uring_write(int fd, const void *buf, size_t n, int timeout_ms, ssize_t *r
     la_uop_t op;
     int why = LA_W_READY, res = 0;
     while (*done < n) {
-        op_init(&op);
-        r = la_current_worker()->ur; /* where the fiber runs now: its owner submits */
-        size_t left = n - *done;
-        la_spin_lock(&r->sqlk);
-        struct io_uring_sqe *q = sqe_get(r);
-        q->opcode = IORING_OP_SEND;
-        q->fd = fd;
-        q->addr = (uint64_t)(uintptr_t)((const char *)buf + *done);
-        q->len = left > 0x7ffff000u ? 0x7ffff000u : (unsigned)left;
+        struct io_uring_sqe *q = op_start(&op, &r, IORING_OP_SEND, fd, (const char *)buf + *done, n - *done);
         q->msg_flags = MSG_NOSIGNAL;
-        q->user_data = (uint64_t)(uintptr_t)&op;
         sqe_push(r);
         res = op_wait(f, r, &op, deadline, fd, 2, &why);
         if (res > 0) *done += (size_t)res;
@@ -701,16 +699,9 @@ int la_uring_accept(int lfd, struct sockaddr *addr, socklen_t *len, int timeout_
     la_uop_t op;
     int why;
     do {
-        op_init(&op);
-        r = la_current_worker()->ur; /* where the fiber runs now: its owner submits */
-        la_spin_lock(&r->sqlk);
-        struct io_uring_sqe *q = sqe_get(r);
-        q->opcode = IORING_OP_ACCEPT;
-        q->fd = lfd;
-        q->addr = (uint64_t)(uintptr_t)addr;
+        struct io_uring_sqe *q = op_start(&op, &r, IORING_OP_ACCEPT, lfd, addr, 0);
         q->addr2 = (uint64_t)(uintptr_t)len;
         q->accept_flags = SOCK_NONBLOCK | SOCK_CLOEXEC;
-        q->user_data = (uint64_t)(uintptr_t)&op;
         sqe_push(r);
         res = op_wait(f, r, &op, deadline, lfd, 1, &why);
     } while ((res == -EINTR || res == -ECONNABORTED) && why == LA_W_READY);
@@ -750,14 +741,8 @@ int la_uring_connect(int fd, const struct sockaddr *addr, socklen_t alen, int ti
     la_uop_t op;
     int why, res;
     for (;;) {
-        op_init(&op);
-        r = la_current_worker()->ur; /* where the fiber runs now: its owner submits */
-        la_spin_lock(&r->sqlk);
-        struct io_uring_sqe *q = sqe_get(r);
-        q->opcode = IORING_OP_POLL_ADD;
-        q->fd = fd;
+        struct io_uring_sqe *q = op_start(&op, &r, IORING_OP_POLL_ADD, fd, NULL, 0);
         q->poll32_events = POLLOUT;
-        q->user_data = (uint64_t)(uintptr_t)&op;
         sqe_push(r);
         res = op_wait(f, r, &op, deadline, fd, 2, &why);
         if (why != LA_W_READY || res != 0) break;
