@@ -122,6 +122,20 @@ static inline int la_ok(int rc) {
 uint64_t la_now_ns(void);
 /* The deadline timeout_ms from now, 0 for "forever" (timeout_ms < 0). */
 uint64_t la_deadline(int timeout_ms);
+/* Whole milliseconds from now until deadline, rounded up (a sleep never
+ * ends early) and capped at INT32_MAX (a longer wait wakes once early and
+ * looks again): -1 for "forever" (deadline 0), 0 once it has passed. The
+ * timeout to hand to poll, epoll_wait and the like. */
+int la_ms_left(uint64_t deadline);
+/* A caller's timeout_ms is -1 (forever), 0 (do not wait) or a count of ms:
+ * 0 if so, else ASYNC_E_INVAL recorded as the thread's error and -1. */
+static inline int la_check_timeout(int timeout_ms) {
+    if (timeout_ms < -1) {
+        la_set_error(ASYNC_E_INVAL);
+        return -1;
+    }
+    return 0;
+}
 /* Initializes cv to time its waits on CLOCK_MONOTONIC (where the platform
  * allows: not macOS, not Windows), as la_now_ns and la_deadline count. */
 void la_cond_init_mono(pthread_cond_t *cv);

@@ -38,6 +38,14 @@ uint64_t la_deadline(int timeout_ms) {
     return la_now_ns() + (uint64_t)timeout_ms * 1000000u;
 }
 
+int la_ms_left(uint64_t deadline) {
+    if (!deadline) return -1;
+    uint64_t now = la_now_ns();
+    if (now >= deadline) return 0;
+    uint64_t ms = (deadline - now + 999999) / 1000000;
+    return ms > INT32_MAX ? INT32_MAX : (int)ms;
+}
+
 void la_cond_init_mono(pthread_cond_t *cv) {
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);

@@ -412,11 +412,10 @@ static int zero_len(int fd) {
 /* The argument checks async_fiber_read and async_fiber_write share: 1 with
  * *early set (-1 with the error recorded, or 0 for a 0-byte call on an open
  * fd) when the call ends here. */
-static int check_timeout(int timeout_ms);
 
 static int io_args(async_fd_t fd, const void *buf, size_t n, int timeout_ms, ssize_t *early) {
     *early = -1;
-    if (check_timeout(timeout_ms)) return 1;
+    if (la_check_timeout(timeout_ms)) return 1;
     if (!buf && n > 0) {
         la_set_error(ASYNC_E_INVAL);
         return 1;
@@ -532,22 +531,6 @@ static int owned_park(la_fiber_t *f, int fd, int dirs, const la_fdsnap_t *sn, ui
     return la_reason_err(why);
 }
 
-static int check_timeout(int timeout_ms) {
-    if (timeout_ms < -1) {
-        la_set_error(ASYNC_E_INVAL);
-        return -1;
-    }
-    return 0;
-}
-
-static int ms_left(uint64_t deadline) {
-    if (!deadline) return -1;
-    uint64_t now = la_now_ns();
-    if (now >= deadline) return 0;
-    uint64_t ms = (deadline - now + 999999) / 1000000;
-    return ms > INT32_MAX ? INT32_MAX : (int)ms;
-}
-
 /* Waits (thread or fiber) until fd is ready for dir; sn: what the caller
  * saw of the fd's record before its syscall. 0 or an async_err_t. */
 static int wait_dir(int fd, int dir, uint64_t deadline, int timeout_ms, const la_fdsnap_t *sn) {
@@ -555,7 +538,7 @@ static int wait_dir(int fd, int dir, uint64_t deadline, int timeout_ms, const la
     la_fiber_t *f = la_current_fiber();
     if (f && sn->owned) return owned_park(f, fd, dir ? 2 : 1, sn, deadline);
     if (f) return fd_park(f, fd, dir ? 2 : 1, deadline);
-    int r = sys_poll1(fd, dir ? POLLOUT : POLLIN, ms_left(deadline));
+    int r = sys_poll1(fd, dir ? POLLOUT : POLLIN, la_ms_left(deadline));
     if (r == -EINTR) return 0;
     if (r < 0) return map_errno(-r);
     if (r == 0) return ASYNC_E_TIMEDOUT;
@@ -816,7 +799,7 @@ int async_fiber_close(async_fd_t fd) {
 
 int async_fiber_wait_fd(async_fd_t fd, uint32_t events, int timeout_ms) {
     LA_ENTRY(-1);
-    if (check_timeout(timeout_ms)) return -1;
+    if (la_check_timeout(timeout_ms)) return -1;
     if (events == 0 || (events & ~(ASYNC_EVENT_READ | ASYNC_EVENT_WRITE))) {
         la_set_error(ASYNC_E_INVAL);
         return -1;
@@ -831,7 +814,7 @@ int async_fiber_wait_fd(async_fd_t fd, uint32_t events, int timeout_ms) {
     uint64_t deadline = la_deadline(timeout_ms);
     if (!f) {
         int r;
-        do r = sys_poll1(fd, pev, ms_left(deadline));
+        do r = sys_poll1(fd, pev, la_ms_left(deadline));
         while (r == -EINTR);
         if (r < 0) {
             la_set_error(map_errno(-r));
@@ -951,7 +934,7 @@ ssize_t async_fiber_write(async_fd_t fd, const void *buf, size_t n, int timeout_
 
 async_fd_t async_fiber_accept(async_fd_t lfd, struct sockaddr *addr, socklen_t *len, int timeout_ms) {
     LA_ENTRY(-1);
-    if (check_timeout(timeout_ms)) return -1;
+    if (la_check_timeout(timeout_ms)) return -1;
     if ((addr && !len) || lfd < 0) {
         la_set_error(lfd < 0 ? ASYNC_E_BADFD : ASYNC_E_INVAL);
         return -1;
@@ -989,7 +972,7 @@ async_fd_t async_fiber_accept(async_fd_t lfd, struct sockaddr *addr, socklen_t *
 
 int async_fiber_connect(async_fd_t fd, const struct sockaddr *addr, socklen_t len, int timeout_ms) {
     LA_ENTRY(-1);
-    if (check_timeout(timeout_ms)) return -1;
+    if (la_check_timeout(timeout_ms)) return -1;
     if (!addr) {
         la_set_error(ASYNC_E_INVAL);
         return -1;

@@ -208,22 +208,6 @@ static int fd_park(la_fiber_t *f, SOCKET s, int dirs, uint64_t deadline) {
     return la_reason_err(why);
 }
 
-static int check_timeout(int timeout_ms) {
-    if (timeout_ms < -1) {
-        la_set_error(ASYNC_E_INVAL);
-        return -1;
-    }
-    return 0;
-}
-
-static int ms_left(uint64_t deadline) {
-    if (!deadline) return -1;
-    uint64_t now = la_now_ns();
-    if (now >= deadline) return 0;
-    uint64_t ms = (deadline - now + 999999) / 1000000;
-    return ms > INT32_MAX ? INT32_MAX : (int)ms;
-}
-
 static int bad_sock(async_fd_t fd) { return fd == (async_fd_t)INVALID_SOCKET; }
 
 /* Waits (thread or fiber) until s may be ready for dir; 0 or an async_err_t. */
@@ -231,7 +215,7 @@ static int wait_dir(SOCKET s, int dir, uint64_t deadline, int timeout_ms) {
     if (timeout_ms == 0) return ASYNC_E_TIMEDOUT;
     la_fiber_t *f = la_current_fiber();
     if (f) return fd_park(f, s, dir ? 2 : 1, deadline);
-    int r = sys_poll1(s, dir ? POLLWRNORM : POLLRDNORM, ms_left(deadline));
+    int r = sys_poll1(s, dir ? POLLWRNORM : POLLRDNORM, la_ms_left(deadline));
     if (r < 0) return map_wsa(-r);
     if (r == 0) return ASYNC_E_TIMEDOUT;
     return 0;
@@ -253,7 +237,7 @@ static uint32_t from_poll(int re, uint32_t asked) {
 
 int async_fiber_wait_fd(async_fd_t fd, uint32_t events, int timeout_ms) {
     LA_ENTRY(-1);
-    if (check_timeout(timeout_ms)) return -1;
+    if (la_check_timeout(timeout_ms)) return -1;
     if (events == 0 || (events & ~(ASYNC_EVENT_READ | ASYNC_EVENT_WRITE))) {
         la_set_error(ASYNC_E_INVAL);
         return -1;
@@ -267,7 +251,7 @@ int async_fiber_wait_fd(async_fd_t fd, uint32_t events, int timeout_ms) {
     la_fiber_t *f = la_current_fiber();
     uint64_t deadline = la_deadline(timeout_ms);
     for (;;) {
-        int r = sys_poll1(s, pev, f ? 0 : ms_left(deadline));
+        int r = sys_poll1(s, pev, f ? 0 : la_ms_left(deadline));
         if (r < 0) {
             la_set_error(map_wsa(-r));
             return -1;
@@ -287,7 +271,7 @@ int async_fiber_wait_fd(async_fd_t fd, uint32_t events, int timeout_ms) {
 
 static int io_args(async_fd_t fd, const void *buf, size_t n, int timeout_ms, ssize_t *early) {
     *early = -1;
-    if (check_timeout(timeout_ms)) return 1;
+    if (la_check_timeout(timeout_ms)) return 1;
     if (!buf && n > 0) {
         la_set_error(ASYNC_E_INVAL);
         return 1;
@@ -354,7 +338,7 @@ ssize_t async_fiber_write(async_fd_t fd, const void *buf, size_t n, int timeout_
 
 async_fd_t async_fiber_accept(async_fd_t lfd, struct sockaddr *addr, socklen_t *len, int timeout_ms) {
     LA_ENTRY((async_fd_t)INVALID_SOCKET);
-    if (check_timeout(timeout_ms)) return (async_fd_t)INVALID_SOCKET;
+    if (la_check_timeout(timeout_ms)) return (async_fd_t)INVALID_SOCKET;
     if ((addr && !len) || bad_sock(lfd)) {
         la_set_error(bad_sock(lfd) ? ASYNC_E_BADFD : ASYNC_E_INVAL);
         return (async_fd_t)INVALID_SOCKET;
@@ -405,7 +389,7 @@ int async_fiber_close(async_fd_t fd) {
 
 int async_fiber_connect(async_fd_t fd, const struct sockaddr *addr, socklen_t len, int timeout_ms) {
     LA_ENTRY(-1);
-    if (check_timeout(timeout_ms)) return -1;
+    if (la_check_timeout(timeout_ms)) return -1;
     if (!addr) {
         la_set_error(ASYNC_E_INVAL);
         return -1;

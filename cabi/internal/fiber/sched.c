@@ -666,12 +666,10 @@ LA_NOINLINE static int idle_park(la_wk_t *w) {
     if (!s->poller_active) {
         s->poller_active = 1;
         pthread_mutex_unlock(&s->imu);
-        int timeout = -1;
+        /* capped: a deadline over 24.8 days away made a negative timeout
+         * (sleep for ever) before */
         uint64_t d = atomic_load(&s->next_deadline);
-        if (d != UINT64_MAX) {
-            uint64_t now = la_now_ns();
-            timeout = d <= now ? 0 : (int)((d - now + 999999) / 1000000);
-        }
+        int timeout = d == UINT64_MAX ? -1 : la_ms_left(d ? d : 1);
         poll_events(s, timeout);
         w->coarse = la_coarse_ns();
         pthread_mutex_lock(&s->imu);

@@ -406,14 +406,12 @@ static int fiber_wait(int signo, int timeout_ms) {
         }
         int ms = -1;
         if (deadline) {
-            uint64_t now = la_now_ns();
-            if (now >= deadline) {
+            ms = la_ms_left(deadline);
+            if (ms == 0) {
                 la_set_error(ASYNC_E_TIMEDOUT);
                 rc = -1;
                 break;
             }
-            uint64_t left = (deadline - now + 999999) / 1000000;
-            ms = left > INT_MAX ? INT_MAX : (int)left;
         }
         if (async_fiber_wait_fd(st->pipe_r, ASYNC_EVENT_READ, ms) < 0) {
             rc = -1;
