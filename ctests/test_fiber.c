@@ -1210,22 +1210,29 @@ static void migrant(void *arg) {
     }
 }
 
+/* Fibers do move between workers. Not promised for any one run: on a
+ * loaded machine the OS may keep the other workers off the CPU for the whole
+ * run (seen: 1 run in ~60 with other builds on both cores), so a run in
+ * which nothing moved is repeated (5 tries). */
 static void t_migration(void) {
     enum { F = 64 };
-    async_sched_t *s = sched_new(4);
-    mig_t m[F];
-    memset(m, 0, sizeof m);
-    for (int i = 0; i < F; i++) CHECK(async_fiber_spawn(s, migrant, &m[i], 0));
-    CHECK_EQ(async_sched_run(s), 0);
-    int moved = 0, maxseen = 0;
-    for (int i = 0; i < F; i++) {
-        moved += m[i].nseen > 1;
-        if (m[i].nseen > maxseen) maxseen = m[i].nseen;
+    int moved = 0;
+    for (int attempt = 0; attempt < 5 && moved == 0; attempt++) {
+        async_sched_t *s = sched_new(4);
+        static mig_t m[F];
+        memset(m, 0, sizeof m);
+        for (int i = 0; i < F; i++) CHECK(async_fiber_spawn(s, migrant, &m[i], 0));
+        CHECK_EQ(async_sched_run(s), 0);
+        int maxseen = 0;
+        for (int i = 0; i < F; i++) {
+            moved += m[i].nseen > 1;
+            if (m[i].nseen > maxseen) maxseen = m[i].nseen;
+        }
+        printf("%d of %d fibers ran on more than one thread (max %d threads)\n", moved, F, maxseen);
+        CHECK(maxseen <= 4);
+        async_sched_destroy(s);
     }
-    printf("%d of %d fibers ran on more than one thread (max %d threads)\n", moved, F, maxseen);
     CHECK(moved > 0);
-    CHECK(maxseen <= 4);
-    async_sched_destroy(s);
 }
 
 #if !defined(_WIN32) /* pipes, socketpair */
