@@ -433,6 +433,35 @@ static int io_args(async_fd_t fd, const void *buf, size_t n, int timeout_ms, ssi
 
 /* ---- parking on an fd ------------------------------------------------------ */
 
+/* The common end of fd_park and owned_park: called with r->lk held (and
+ * the record checked), parks the current fiber as r's waiter for dirs until
+ * a wake, the deadline or a cancellation, and unlinks it. A waker of an
+ * owned record (event or close) unlinks the waiter it claims under the lock;
+ * a plain record's waiters are always unlinked here. 0 or an async_err_t. */
+static int park_locked(la_fiber_t *f, la_fdrec_t *r, int fd, int dirs, uint64_t deadline, int owned) {
+    la_sched_t *s = f->s;
+    la_waiter_t w;
+    la_fiber_note(f, LA_WAIT_FD, (uint64_t)(uint32_t)fd | (uint64_t)(dirs & 3) << 32);
+    int rc = la_waiter_init(&w, LA_PK_NORMAL);
+    if (rc) {
+        la_spin_unlock(&r->lk);
+        return rc;
+    }
+    if (dirs & 1) r->rw = &w;
+    if (dirs & 2) r->ww = &w;
+    la_spin_unlock(&r->lk);
+    atomic_fetch_add(&s->nfdwait, 1);
+    int why = la_waiter_wait(&w, deadline);
+    atomic_fetch_sub(&s->nfdwait, 1);
+    if (!owned || (why != LA_W_READY && why != LA_W_CLOSED)) {
+        la_spin_lock(&r->lk);
+        if (r->rw == &w) r->rw = NULL;
+        if (r->ww == &w) r->ww = NULL;
+        la_spin_unlock(&r->lk);
+    }
+    return la_reason_err(why);
+}
+
 /* Parks the current fiber until fd is ready for dirs (1 read, 2 write, 3
  * either) or the deadline. Returns 0 (maybe ready: retry the syscall) or an
  * async_err_t. */
@@ -443,7 +472,6 @@ static int fd_park(la_fiber_t *f, int fd, int dirs, uint64_t deadline) {
     /* A deadline already passed ends the wait, even if the fd keeps
      * reporting a condition (HUP, ERR) that its syscall does not clear. */
     if (deadline && la_now_ns() >= deadline) return ASYNC_E_TIMEDOUT;
-    la_waiter_t w;
     la_spin_lock(&r->lk);
     if (((dirs & 1) && r->rw) || ((dirs & 2) && r->ww)) {
         la_spin_unlock(&r->lk);
@@ -463,23 +491,7 @@ static int fd_park(la_fiber_t *f, int fd, int dirs, uint64_t deadline) {
         la_spin_unlock(&r->lk);
         return e == -ENOMEM || e == -ENOSPC ? ASYNC_E_NOMEM : ASYNC_E_BADFD;
     }
-    la_fiber_note(f, LA_WAIT_FD, (uint64_t)(uint32_t)fd | (uint64_t)(dirs & 3) << 32);
-    int rc = la_waiter_init(&w, LA_PK_NORMAL);
-    if (rc) {
-        la_spin_unlock(&r->lk);
-        return rc;
-    }
-    if (dirs & 1) r->rw = &w;
-    if (dirs & 2) r->ww = &w;
-    la_spin_unlock(&r->lk);
-    atomic_fetch_add(&s->nfdwait, 1);
-    int why = la_waiter_wait(&w, deadline);
-    atomic_fetch_sub(&s->nfdwait, 1);
-    la_spin_lock(&r->lk);
-    if (r->rw == &w) r->rw = NULL;
-    if (r->ww == &w) r->ww = NULL;
-    la_spin_unlock(&r->lk);
-    return la_reason_err(why);
+    return park_locked(f, r, fd, dirs, deadline, 0);
 }
 
 /* Parks the current fiber on its scheduler's owned record sn->r until an
@@ -489,10 +501,8 @@ static int fd_park(la_fiber_t *f, int fd, int dirs, uint64_t deadline) {
  * async_err_t (ASYNC_E_CLOSED: the fd was closed through the library since
  * sn was taken). */
 static int owned_park(la_fiber_t *f, int fd, int dirs, const la_fdsnap_t *sn, uint64_t deadline) {
-    la_sched_t *s = f->s;
     la_fdrec_t *r = sn->r;
     if (deadline && la_now_ns() >= deadline) return ASYNC_E_TIMEDOUT;
-    la_waiter_t w;
     la_spin_lock(&r->lk);
     if (atomic_load_explicit(&r->gen, memory_order_relaxed) != sn->gen) {
         la_spin_unlock(&r->lk);
@@ -508,27 +518,7 @@ static int owned_park(la_fiber_t *f, int fd, int dirs, const la_fdsnap_t *sn, ui
         la_spin_unlock(&r->lk);
         return ASYNC_E_BUSY;
     }
-    la_fiber_note(f, LA_WAIT_FD, (uint64_t)(uint32_t)fd | (uint64_t)(dirs & 3) << 32);
-    int rc = la_waiter_init(&w, LA_PK_NORMAL);
-    if (rc) {
-        la_spin_unlock(&r->lk);
-        return rc;
-    }
-    if (dirs & 1) r->rw = &w;
-    if (dirs & 2) r->ww = &w;
-    la_spin_unlock(&r->lk);
-    atomic_fetch_add(&s->nfdwait, 1);
-    int why = la_waiter_wait(&w, deadline);
-    atomic_fetch_sub(&s->nfdwait, 1);
-    /* an event or a close claimed w and unlinked it under the lock; a
-     * timeout or a cancellation did not */
-    if (why != LA_W_READY && why != LA_W_CLOSED) {
-        la_spin_lock(&r->lk);
-        if (r->rw == &w) r->rw = NULL;
-        if (r->ww == &w) r->ww = NULL;
-        la_spin_unlock(&r->lk);
-    }
-    return la_reason_err(why);
+    return park_locked(f, r, fd, dirs, deadline, 1);
 }
 
 /* Waits (thread or fiber) until fd is ready for dir; sn: what the caller
