@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 
 #include "check.h"
@@ -29,13 +30,12 @@ static void log_fn(int level, const char *msg, void *ctx) {
 
 /* A scheduler with `workers` workers and ASYNC_FIBER_IO=uring, or NULL
  * (after printing "skipped") when the kernel refuses io_uring. */
-static async_sched_t *mk_uring(int workers) {
+static async_sched_t *mk_uring_cfg(const async_sched_config_t *cfg) {
     setenv("ASYNC_FIBER_IO", "uring", 1);
     atomic_store(&log_uring, 0);
     atomic_store(&log_epoll, 0);
     CHECK_EQ(async_set_log_handler(ASYNC_LOG_INFO, log_fn, NULL), 0);
-    async_sched_config_t cfg = {workers, 0, 0};
-    async_sched_t *s = async_sched_create(&cfg);
+    async_sched_t *s = async_sched_create(cfg);
     CHECK(s != NULL);
     CHECK_EQ(async_set_log_handler(ASYNC_LOG_WARN, NULL, NULL), 0);
     if (atomic_load(&log_uring)) return s;
@@ -43,6 +43,11 @@ static async_sched_t *mk_uring(int workers) {
     printf("io_uring unavailable here: skipped\n");
     async_sched_destroy(s);
     return NULL;
+}
+
+static async_sched_t *mk_uring(int workers) {
+    async_sched_config_t cfg = {workers, 0, 0};
+    return mk_uring_cfg(&cfg);
 }
 
 static void tcp_listener(int *lfd, struct sockaddr_in *addr) {
@@ -791,6 +796,82 @@ static void t_submit_while_busy(void) {
     async_sched_destroy(s);
 }
 
+
+/* ---- more completions at once than the completion ring holds ---------------- */
+
+/* One worker's CQ has 16384 entries (io_uring.c, LA_UR_CQ). More receives
+ * than that complete while the worker computes (one worker: completions are
+ * task work that runs at its next kernel entry, so they all land at once):
+ * the kernel keeps the ones that do not fit aside (IORING_FEAT_NODROP) and
+ * the worker must fetch them (reap, IORING_SQ_CQ_OVERFLOW). Every receive
+ * must end with its own datagram. */
+enum { OVF_N = 16384 + 616 };
+static int ovf_fd[OVF_N];
+static atomic_int ovf_done, ovf_bad, ovf_go;
+
+static void ovf_reader(void *arg) {
+    int i = (int)(intptr_t)arg;
+    int v = -1;
+    ssize_t r = async_fiber_read(ovf_fd[i], &v, sizeof v, 60000);
+    if (r != (ssize_t)sizeof v || v != i) atomic_fetch_add(&ovf_bad, 1);
+    atomic_fetch_add(&ovf_done, 1);
+}
+
+static void ovf_hog(void *arg) {
+    (void)arg;
+    /* no system call until every datagram is sent */
+    while (!atomic_load(&ovf_go)) __asm__ volatile("" ::: "memory");
+}
+
+static void t_cq_overflow(void) {
+    struct rlimit rl;
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    rlim_t want = OVF_N + 256;
+    if (rl.rlim_cur < want) {
+        rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= want ? want : rl.rlim_max;
+        if (rl.rlim_cur < want) rl.rlim_max = rl.rlim_cur = want; /* root may raise the hard limit */
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+            printf("RLIMIT_NOFILE cannot reach %lu here: skipped\n", (unsigned long)want);
+            return;
+        }
+    }
+    async_sched_config_t cfg = {1, 16384, 0};
+    async_sched_t *s = mk_uring_cfg(&cfg);
+    if (!s) return;
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    static struct sockaddr_in addr[OVF_N];
+    for (int i = 0; i < OVF_N; i++) {
+        ovf_fd[i] = socket(AF_INET, SOCK_DGRAM, 0);
+        CHECK(ovf_fd[i] >= 0);
+        CHECK_EQ(bind(ovf_fd[i], (struct sockaddr *)&a, sizeof a), 0);
+        socklen_t len = sizeof addr[i];
+        CHECK_EQ(getsockname(ovf_fd[i], (struct sockaddr *)&addr[i], &len), 0);
+        CHECK(async_fiber_spawn(s, ovf_reader, (void *)(intptr_t)i, 0) != NULL);
+    }
+    sched_wait_parked(s, OVF_N); /* every receive is in the ring */
+    CHECK(async_fiber_spawn(s, ovf_hog, NULL, 0) != NULL);
+    async_sched_stats_t st;
+    double t0 = now_ms();
+    do { /* the hog runs: the worker makes no system call from here */
+        CHECK_EQ(async_sched_get_stats(s, &st, NULL, 0), 0);
+        CHECK(now_ms() - t0 < 60000);
+        sleep_ms(1);
+    } while (st.fibers_parked != OVF_N || st.fibers_runnable != 0);
+    int tx = socket(AF_INET, SOCK_DGRAM, 0);
+    CHECK(tx >= 0);
+    for (int i = 0; i < OVF_N; i++)
+        CHECK_EQ(sendto(tx, &i, sizeof i, 0, (struct sockaddr *)&addr[i], sizeof addr[i]), (ssize_t)sizeof i);
+    atomic_store(&ovf_go, 1);
+    run_until(s, &ovf_done, OVF_N, 60000, "cq_overflow receives");
+    CHECK_EQ(atomic_load(&ovf_bad), 0);
+    close(tx);
+    for (int i = 0; i < OVF_N; i++) close(ovf_fd[i]);
+    async_sched_destroy(s);
+}
+
 static const test_case_t cases[] = {
     T(selected),
     T(echo_1),
@@ -807,6 +888,7 @@ static const test_case_t cases[] = {
     T(big_write_workers),
     T(own_after_park),
     T(submit_while_busy),
+    T(cq_overflow),
 };
 
 TEST_MAIN(cases)
