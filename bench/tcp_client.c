@@ -37,6 +37,8 @@
  */
 #include "bench.h"
 
+#include <sched.h>
+
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
@@ -192,6 +194,18 @@ static void server_pollers(int *uring, int *epoll) {
     closedir(d);
 }
 
+/* ECHO_PIN="C,S": the client runs on CPU C, the server on CPU S (which = 0
+ * and 1). Unset: the OS places both. */
+static void pin_from_env(int which) {
+    const char *e = getenv("ECHO_PIN");
+    int cpu[2];
+    if (!e || sscanf(e, "%d,%d", &cpu[0], &cpu[1]) != 2) return;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu[which], &set);
+    if (sched_setaffinity(0, sizeof set, &set) != 0) FAIL("sched_setaffinity: %s", strerror(errno));
+}
+
 static void start_server(char **argv, int *port) {
     char self[PATH_MAX], prog[PATH_MAX + 64];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -209,6 +223,7 @@ static void start_server(char **argv, int *port) {
     if (server < 0) FAIL("fork: %s", strerror(errno));
     if (server == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL); /* no orphan server if the client is killed */
+        pin_from_env(1);
         dup2(pfd[1], 1);
         close(pfd[0]);
         close(pfd[1]);
@@ -246,6 +261,7 @@ int main(int argc, char **argv) {
     msg = (size_t)arg_long(argc, argv, 3, 64);
     if (msg > 4096) FAIL("msg_size is at most 4096");
     signal(SIGPIPE, SIG_IGN);
+    pin_from_env(0);
 
     struct rlimit rl;
     getrlimit(RLIMIT_NOFILE, &rl);
