@@ -383,7 +383,11 @@ void *async_worker_result(async_worker_t *worker);
 #if !defined(_WIN32)
 /* The worker's thread, for pthread_setname_np, pthread_kill and the like (the
  * thread is detached: do not join or detach it). Classic lib/async API.
- * A zero-filled value with ASYNC_E_BADHANDLE for an invalid handle.
+ * A zero-filled value with ASYNC_E_BADHANDLE for an invalid handle, and with
+ * ASYNC_E_STATE once proc has returned (STOPPED): the thread is gone and the
+ * system may give its id to another thread. The id is the worker's only
+ * while proc runs: use it from proc itself, or make sure proc has not
+ * returned (it waits for you) before you signal the thread.
  * Thread-safe; never blocks. */
 pthread_t async_worker_get_native_handle(async_worker_t *worker);
 #endif
