@@ -315,7 +315,10 @@ typedef enum {
 
 /* Starts a thread running proc(context). stack_size 0 uses the platform
  * default; other values are honoured (rounded up to the page size and to the
- * platform minimum). The worker is RUNNING when this returns.
+ * platform minimum). When this returns the state is RUNNING (proc may not
+ * have begun yet), or already STOPPED if proc returned meanwhile (a short proc
+ * may; STOPPING if proc asked itself to stop). Wait with async_worker_join,
+ * not by polling for a state change from RUNNING.
  * Errors: ASYNC_E_INVAL (proc NULL, or a stack_size so large that rounding
  * it up to the page size overflows, e.g. SIZE_MAX), ASYNC_E_NOMEM (also for
  * any other stack the system cannot provide, e.g. SIZE_MAX - 4096),
