@@ -314,8 +314,9 @@ typedef enum {
 } async_worker_state_t;
 
 /* Starts a thread running proc(context). stack_size 0 uses the platform
- * default; other values are honoured (rounded up to the page size and to the
- * platform minimum). When this returns the state is RUNNING (proc may not
+ * default; other values are honoured (rounded up to the page size, and to
+ * 64 KiB: what a call into libasync needs on the thread; and to the platform
+ * minimum). When this returns the state is RUNNING (proc may not
  * have begun yet), or already STOPPED if proc returned meanwhile (a short proc
  * may; STOPPING if proc asked itself to stop). Wait with async_worker_join,
  * not by polling for a state change from RUNNING.
