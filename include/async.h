@@ -471,7 +471,9 @@ void async_runtime_deinit(async_runtime_t *rt);
  * ASYNC_E_EXISTS (already added), ASYNC_E_NOMEM, ASYNC_E_SYS, ASYNC_E_CLOSED
  * (async_runtime_deinit is under way on another thread).
  * Call async_runtime_remove before closing a registered fd. If it is closed
- * without: the poll backend reports it once as ERROR|CLOSE; epoll forgets it
+ * without: the poll backend reports it once as ERROR|CLOSE (also when the
+ * number was taken by another file before the next wait: the file's
+ * identity, st_dev/st_ino, is compared); epoll forgets it
  * (but if a dup keeps the file open, its events keep coming with the old
  * context until async_runtime_remove of the number, or until the number is
  * reused and added). Either way a new descriptor with the same number can be
