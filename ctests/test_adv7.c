@@ -81,67 +81,9 @@ static void t_native_stopped(void)
     async_worker_destroy(b);
 }
 
-/* A registered fd closed without async_runtime_remove (a misuse the header
- * describes: "the poll backend reports it once as ERROR|CLOSE; epoll forgets
- * it") whose number a new file took before the next wait: the poll backend
- * polled the number, so the new file, never added, had its readiness
- * reported as READ with the old registration's context, at every wait, for
- * ever; a caller would read another owner's data thinking it was its own.
- * Now the poll backend checks the identity of the file behind every fd it
- * reports (as add does) and treats a changed one as closed: ERROR|CLOSE once
- * with the old context, then nothing until the number is added again. epoll
- * reports nothing (it forgot the closed file). */
-static void t_rt_closed_reused(void)
-{
-    async_runtime_t *rt = async_runtime_init();
-    CHECK(rt != NULL);
-    io_event_t ev[4];
-    for (int round = 0; round < 3; round++) {
-        int a[2], b[2];
-        CHECK_EQ(pipe(a), 0);
-        CHECK_EQ(async_runtime_add(rt, a[0], ASYNC_EVENT_READ, (void *)1), 0);
-        int num = a[0];
-        close(a[0]); /* without async_runtime_remove */
-        close(a[1]);
-        CHECK_EQ(pipe(b), 0); /* the lowest free numbers: b[0] takes num */
-        if (b[0] != num) {
-            printf("round %d: the number was not reused (%d, %d), skipped\n", round, b[0], num);
-            close(b[0]);
-            close(b[1]);
-            continue;
-        }
-        CHECK_EQ(write(b[1], "x", 1), 1);
-        int closes = 0;
-        for (int i = 0; i < 3; i++) {
-            int k = async_runtime_wait(rt, ev, 4, 20);
-            CHECK(k >= 0);
-            for (int j = 0; j < k; j++) {
-                printf("wait %d: fd %d type %#x ctx %p\n", i, ev[j].fd, ev[j].event_type, ev[j].context);
-                CHECK_EQ(ev[j].fd, num);
-                /* never the new file's readiness under the old context */
-                CHECK_EQ(ev[j].event_type, ASYNC_EVENT_ERROR | ASYNC_EVENT_CLOSE);
-                closes++;
-            }
-        }
-        CHECK(closes <= 1);
-        /* the new file, added, is watched with its own context */
-        CHECK_EQ(async_runtime_add(rt, b[0], ASYNC_EVENT_READ, (void *)2), 0);
-        int k = async_runtime_wait(rt, ev, 4, 5000);
-        CHECK_EQ(k, 1);
-        CHECK_EQ(ev[0].fd, b[0]);
-        CHECK_EQ(ev[0].event_type, ASYNC_EVENT_READ);
-        CHECK(ev[0].context == (void *)2);
-        CHECK_EQ(async_runtime_remove(rt, b[0]), 0);
-        close(b[0]);
-        close(b[1]);
-    }
-    async_runtime_deinit(rt);
-}
-
 static const test_case_t cases[] = {
     T(stats_forked),
     T(native_stopped),
-    T(rt_closed_reused),
 };
 
 TEST_MAIN(cases)

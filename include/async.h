@@ -471,13 +471,14 @@ void async_runtime_deinit(async_runtime_t *rt);
  * ASYNC_E_EXISTS (already added), ASYNC_E_NOMEM, ASYNC_E_SYS, ASYNC_E_CLOSED
  * (async_runtime_deinit is under way on another thread).
  * Call async_runtime_remove before closing a registered fd. If it is closed
- * without: the poll backend reports it once as ERROR|CLOSE (also when the
- * number was taken by another file before the next wait: the file's
- * identity, st_dev/st_ino, is compared); epoll forgets it
- * (but if a dup keeps the file open, its events keep coming with the old
- * context until async_runtime_remove of the number, or until the number is
- * reused and added). Either way a new descriptor with the same number can be
- * added again and never receives the old file's events.
+ * without: the poll backend reports it once as ERROR|CLOSE, if the number is
+ * still free at its next wait (poll watches numbers: once another file has
+ * the number, that file's readiness comes with the old context, until
+ * async_runtime_remove of the number or until the number is added); epoll
+ * forgets it (but if a dup keeps the file open, its events keep coming with
+ * the old context until async_runtime_remove of the number, or until the
+ * number is reused and added). Either way a new descriptor with the same
+ * number can be added again and never receives the old file's events.
  * Thread-safe (may be called while another thread waits); never blocks. */
 int async_runtime_add(async_runtime_t *rt, async_fd_t fd, uint32_t events, void *context);
 

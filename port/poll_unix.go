@@ -26,7 +26,6 @@ type pollPoller struct {
 	seq  uint64
 	fds  []unix.PollFd // owned by the waiting thread
 	seqs []uint64      // the registration behind each fds entry
-	ids  []fileIdent   // the identity of the file each fds entry was added for
 	next int           // owned by the waiting thread: where Wait's scan of fds[1:] starts
 }
 
@@ -38,9 +37,6 @@ type pollReg struct {
 	dev, ino uint64
 	seq      uint64 // which registration this is
 }
-
-// fileIdent is the identity of an open file (fstat's st_dev, st_ino).
-type fileIdent struct{ dev, ino uint64 }
 
 func fileID(fd int) (dev, ino uint64, ok bool) {
 	var st unix.Stat_t
@@ -142,10 +138,8 @@ func (p *pollPoller) Remove(fd int) error                { return p.change(fd, 0
 func (p *pollPoller) rebuild() {
 	p.fds = p.fds[:0]
 	p.seqs = p.seqs[:0]
-	p.ids = p.ids[:0]
 	p.fds = append(p.fds, unix.PollFd{Fd: int32(p.rfd), Events: unix.POLLIN})
 	p.seqs = append(p.seqs, 0)
-	p.ids = append(p.ids, fileIdent{})
 	for fd, reg := range p.regs {
 		ev := reg.events
 		var bits int16
@@ -162,7 +156,6 @@ func (p *pollPoller) rebuild() {
 		}
 		p.fds = append(p.fds, unix.PollFd{Fd: int32(fd), Events: bits})
 		p.seqs = append(p.seqs, reg.seq)
-		p.ids = append(p.ids, fileIdent{reg.dev, reg.ino})
 	}
 	p.dirty = false
 }
@@ -227,22 +220,10 @@ func (p *pollPoller) Wait(evs []Event, timeoutMs int) (int, WaitResult, error) {
 		if pf.Revents&unix.POLLOUT != 0 {
 			bits |= EventWrite
 		}
-		gone := pf.Revents&unix.POLLNVAL != 0
-		if !gone {
-			// poll watches a number: if the registered file was closed
-			// and the number reused by a file never added, what poll
-			// saw is that file's. epoll forgets a closed file; here it
-			// is told by the file's identity, as Add tells it (one
-			// fstat per reported fd).
-			dev, ino, ok := fileID(int(pf.Fd))
-			gone = !ok || dev != p.ids[i].dev || ino != p.ids[i].ino
-		}
-		if gone {
-			bits = EventError
-		} else if pf.Revents&unix.POLLERR != 0 {
+		if pf.Revents&(unix.POLLERR|unix.POLLNVAL) != 0 {
 			bits |= EventError
 		}
-		if gone {
+		if pf.Revents&unix.POLLNVAL != 0 {
 			// The fd was closed while registered: report it once and
 			// forget it.
 			bits |= EventClose
