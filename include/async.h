@@ -490,7 +490,10 @@ int async_runtime_modify(async_runtime_t *rt, async_fd_t fd, uint32_t events);
 
 /* Stops watching fd. Call it before closing the fd. A registered number
  * that was closed and reused meanwhile is removed too (its registration is
- * the old file's; the new file was never added). Errors:
+ * the old file's; the new file was never added). A wait that begins after
+ * this returned reports no event of that registration; a wait already
+ * handing out events on another thread may still return one, with its
+ * context (free the context once that wait has returned). Errors:
  * ASYNC_E_BADHANDLE, ASYNC_E_BADFD (also for an fd already closed),
  * ASYNC_E_NOTFOUND, ASYNC_E_SYS, ASYNC_E_CLOSED (deinit under way).
  * Thread-safe; never blocks. */
