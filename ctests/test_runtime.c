@@ -347,6 +347,13 @@ static void t_wakeup_setitimer(void)
     setitimer(ITIMER_REAL, &it, NULL);
     atomic_store(&g_main_done, 1);
     pthread_join(th, NULL);
+    /* SIGALRM is process-directed: besides alarm_sink, any thread that has it
+     * unblocked (a Go runtime thread) may run the handler, and the wait may
+     * return (the handler's wakeup) before that handler has counted itself.
+     * Wait for the count (bounded) instead of assuming the joined thread ran
+     * it. */
+    for (double t1 = now_ms(); atomic_load(&g_handler_runs) < 1 && now_ms() - t1 < 10000;)
+        sleep_ms(1);
     if (n != 0 || atomic_load(&g_handler_runs) < 1 || atomic_load(&g_handler_rc) != 0 ||
         atomic_load(&g_handler_errno_ok) != 1)
         fprintf(stderr, "wait returned %d (error %d) after %.1f ms; handler ran %d times, rc %d, errno kept %d\n",

@@ -314,8 +314,12 @@ typedef enum {
 } async_worker_state_t;
 
 /* Starts a thread running proc(context). stack_size 0 uses the platform
- * default; other values are honoured (rounded up to the page size and to the
- * platform minimum). The worker is RUNNING when this returns.
+ * default; other values are honoured (rounded up to the page size, and to
+ * 64 KiB: what a call into libasync needs on the thread; and to the platform
+ * minimum). When this returns the state is RUNNING (proc may not
+ * have begun yet), or already STOPPED if proc returned meanwhile (a short proc
+ * may; STOPPING if proc asked itself to stop). Wait with async_worker_join,
+ * not by polling for a state change from RUNNING.
  * Errors: ASYNC_E_INVAL (proc NULL, or a stack_size so large that rounding
  * it up to the page size overflows, e.g. SIZE_MAX), ASYNC_E_NOMEM (also for
  * any other stack the system cannot provide, e.g. SIZE_MAX - 4096),
@@ -383,7 +387,11 @@ void *async_worker_result(async_worker_t *worker);
 #if !defined(_WIN32)
 /* The worker's thread, for pthread_setname_np, pthread_kill and the like (the
  * thread is detached: do not join or detach it). Classic lib/async API.
- * A zero-filled value with ASYNC_E_BADHANDLE for an invalid handle.
+ * A zero-filled value with ASYNC_E_BADHANDLE for an invalid handle, and with
+ * ASYNC_E_STATE once proc has returned (STOPPED): the thread is gone and the
+ * system may give its id to another thread. The id is the worker's only
+ * while proc runs: use it from proc itself, or make sure proc has not
+ * returned (it waits for you) before you signal the thread.
  * Thread-safe; never blocks. */
 pthread_t async_worker_get_native_handle(async_worker_t *worker);
 #endif
@@ -463,11 +471,14 @@ void async_runtime_deinit(async_runtime_t *rt);
  * ASYNC_E_EXISTS (already added), ASYNC_E_NOMEM, ASYNC_E_SYS, ASYNC_E_CLOSED
  * (async_runtime_deinit is under way on another thread).
  * Call async_runtime_remove before closing a registered fd. If it is closed
- * without: the poll backend reports it once as ERROR|CLOSE; epoll forgets it
- * (but if a dup keeps the file open, its events keep coming with the old
- * context until async_runtime_remove of the number, or until the number is
- * reused and added). Either way a new descriptor with the same number can be
- * added again and never receives the old file's events.
+ * without: the poll backend reports it once as ERROR|CLOSE, if the number is
+ * still free at its next wait (poll watches numbers: once another file has
+ * the number, that file's readiness comes with the old context, until
+ * async_runtime_remove of the number or until the number is added); epoll
+ * forgets it (but if a dup keeps the file open, its events keep coming with
+ * the old context until async_runtime_remove of the number, or until the
+ * number is reused and added). Either way a new descriptor with the same
+ * number can be added again and never receives the old file's events.
  * Thread-safe (may be called while another thread waits); never blocks. */
 int async_runtime_add(async_runtime_t *rt, async_fd_t fd, uint32_t events, void *context);
 
@@ -479,7 +490,10 @@ int async_runtime_modify(async_runtime_t *rt, async_fd_t fd, uint32_t events);
 
 /* Stops watching fd. Call it before closing the fd. A registered number
  * that was closed and reused meanwhile is removed too (its registration is
- * the old file's; the new file was never added). Errors:
+ * the old file's; the new file was never added). A wait that begins after
+ * this returned reports no event of that registration; a wait already
+ * handing out events on another thread may still return one, with its
+ * context (free the context once that wait has returned). Errors:
  * ASYNC_E_BADHANDLE, ASYNC_E_BADFD (also for an fd already closed),
  * ASYNC_E_NOTFOUND, ASYNC_E_SYS, ASYNC_E_CLOSED (deinit under way).
  * Thread-safe; never blocks. */

@@ -62,12 +62,13 @@ void async_queue_clear(async_queue_t *queue) {
 }
 
 void async_queue_get_stats(const async_queue_t *queue, async_queue_stats_t *stats) {
+    /* zeroed before the fork guard: every failure leaves *stats zeroed */
+    if (stats) memset(stats, 0, sizeof *stats);
     LA_ENTRY();
     if (!stats) {
         la_set_error(ASYNC_E_INVAL);
         return;
     }
-    memset(stats, 0, sizeof *stats);
     if (!la_ok(la_q_stats(LA_H(queue), stats))) memset(stats, 0, sizeof *stats);
 }
 

@@ -386,7 +386,14 @@ pthread_t async_worker_get_native_handle(async_worker_t *worker) {
         la_set_error(ASYNC_E_BADHANDLE);
         return t;
     }
-    t = w->thread;
+    /* Once proc has returned the thread is gone (or about to be), and the
+     * system reuses its id for the next thread it creates: handing it out
+     * would aim pthread_kill/pthread_cancel at another thread. */
+    pthread_mutex_lock(&w->mu);
+    int done = w->done;
+    pthread_mutex_unlock(&w->mu);
+    if (!done) t = w->thread;
     worker_unref(w);
+    if (done) la_set_error(ASYNC_E_STATE);
     return t;
 }
