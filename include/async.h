@@ -773,7 +773,9 @@ async_sched_t *async_sched_create(const async_sched_config_t *cfg);
  * returned; joinable ones need not be joined yet). The calling thread does
  * not run fibers itself: the workers do. Returns 0 at once if there is no
  * fiber. New fibers may be spawned meanwhile (also from fibers). Errors:
- * ASYNC_E_BADHANDLE, ASYNC_E_STATE (called on a worker thread or fiber).
+ * ASYNC_E_BADHANDLE, ASYNC_E_STATE (called on a worker thread or fiber, or
+ * in a function async_fiber_blocking runs for one of s's fibers: that fiber
+ * is live until the function returns).
  * Thread-safe; blocks. */
 int async_sched_run(async_sched_t *s);
 
@@ -782,8 +784,9 @@ int async_sched_run(async_sched_t *s);
  * async_fiber_blocking is not interrupted), then waits up to timeout_ms for
  * every fiber to return. 0 when none is live; -1 with ASYNC_E_TIMEDOUT if
  * some still run (a fiber that never parks or yields cannot be stopped).
- * Called on a worker thread (e.g. from a fiber) it only starts the shutdown
- * and returns 0 without waiting. Idempotent. Errors: ASYNC_E_BADHANDLE,
+ * Called on a worker thread (e.g. from a fiber), or in a function
+ * async_fiber_blocking runs for one of s's fibers, it only starts the
+ * shutdown and returns 0 without waiting. Idempotent. Errors: ASYNC_E_BADHANDLE,
  * ASYNC_E_INVAL, ASYNC_E_TIMEDOUT. Thread-safe; blocks. */
 int async_sched_shutdown(async_sched_t *s, int timeout_ms);
 
@@ -798,7 +801,8 @@ int async_sched_shutdown(async_sched_t *s, int timeout_ms);
  * other threads end (a join that was waiting returns 0 once its fiber
  * returned; a join of one of s's fibers that begins after (1) on a plain
  * thread or another scheduler's fiber fails with ASYNC_E_BADHANDLE); (5) the workers stop and the memory is freed. Must not
- * be called on a worker thread, nor from a log handler on the stall
+ * be called on a worker thread, nor in a function async_fiber_blocking runs
+ * for one of s's fibers, nor from a log handler on the stall
  * monitor's thread (async_sched_set_stall_ms) (ASYNC_E_STATE). Invalid handles, and a
  * second destroy racing the first, are ignored (ASYNC_E_BADHANDLE).
  * Thread-safe; blocks. */
@@ -833,7 +837,8 @@ async_fiber_t *async_fiber_spawn(async_sched_t *s, void (*fn)(void *), void *arg
  * handle. Errors: ASYNC_E_BADHANDLE (also, on a plain thread or another
  * scheduler's fiber, once async_sched_destroy of f's scheduler has begun,
  * unless this join was already waiting: that one returns 0 when f returns), ASYNC_E_INVAL (not joinable, bad timeout),
- * ASYNC_E_STATE (a fiber joining itself), ASYNC_E_BUSY (another join is in
+ * ASYNC_E_STATE (a fiber joining itself, also in a function
+ * async_fiber_blocking runs for it), ASYNC_E_BUSY (another join is in
  * progress), ASYNC_E_TIMEDOUT (the handle stays valid), ASYNC_E_CANCELLED.
  * Thread-safe; parks. */
 int async_fiber_join(async_fiber_t *f, int timeout_ms);
@@ -1104,8 +1109,11 @@ int async_fiber_close(async_fd_t fd);
  * wait for each other), jobs beyond 64 wait in FIFO order. Use
  * it for calls that would block a worker (file I/O, getaddrinfo, sleeping
  * locks). fn may use memory on the fiber's stack. This park is NOT cancelled
- * by async_sched_shutdown: the fiber always waits for fn. On a plain thread
- * fn runs inline. Returns 0; -1 with ASYNC_E_INVAL if fn is NULL.
+ * by async_sched_shutdown: the fiber always waits for fn. In fn, the waits
+ * that need the calling fiber to return fail with ASYNC_E_STATE instead of
+ * waiting for themselves (async_sched_run and async_sched_destroy of its
+ * scheduler, async_fiber_join of it), and async_sched_shutdown of its
+ * scheduler only starts the shutdown. On a plain thread fn runs inline. Returns 0; -1 with ASYNC_E_INVAL if fn is NULL.
  * Thread-safe; parks. */
 int async_fiber_blocking(void (*fn)(void *), void *arg);
 

@@ -195,6 +195,9 @@ int la_uring_accept(int lfd, struct sockaddr *addr, socklen_t *len, int timeout_
 int la_uring_connect(int fd, const struct sockaddr *addr, socklen_t len, int timeout_ms, int *ret);
 #endif
 
+/* blocking.c: on a pool thread, the fiber whose job it runs; else NULL */
+la_fiber_t *la_blocking_served(void);
+
 /* tools.c */
 void la_tools_sched_created(la_sched_t *s);
 /* before s is freed: stops its stall monitor, drops its dump-on-signal
