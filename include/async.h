@@ -685,8 +685,14 @@ int async_runtime_remove_signal(async_runtime_t *rt, int signo);
  * scheduler's fibers (sleep, join, chan send/recv/select, wait_fd, read,
  * write, accept, connect, queue waits, mutex lock, cond wait: it still
  * takes its mutex back) returns at once with
- * ASYNC_E_CANCELLED, and so does every later one; the fibers unwind
- * normally.
+ * ASYNC_E_CANCELLED, and so does every later one that has to wait; the
+ * fibers unwind normally. A call that completes without waiting still
+ * completes (a send with room or a waiting receiver, a receive of a
+ * buffered element, a lock of a free mutex, a select with a ready
+ * operation, a join of a returned fiber), so cleanup code can still use
+ * them; async_fiber_sleep and async_cond_wait always wait, so they always
+ * fail. A fiber that loops without ever waiting (async_fiber_yield never
+ * fails) is not stopped: give it a call that waits, or a flag.
  */
 
 typedef struct async_sched_s async_sched_t;
@@ -783,7 +789,9 @@ int async_sched_run(async_sched_t *s);
  * parked and later parking calls of its fibers fail with ASYNC_E_CANCELLED;
  * async_fiber_blocking is not interrupted), then waits up to timeout_ms for
  * every fiber to return. 0 when none is live; -1 with ASYNC_E_TIMEDOUT if
- * some still run (a fiber that never parks or yields cannot be stopped).
+ * some still run (a fiber that never has to wait in a parking call cannot be
+ * stopped: async_fiber_yield does not fail, nor does a call that completes
+ * at once; see "Once async_sched_shutdown() was called" above).
  * Called on a worker thread (e.g. from a fiber), or in a function
  * async_fiber_blocking runs for one of s's fibers, it only starts the
  * shutdown and returns 0 without waiting. Idempotent. Errors: ASYNC_E_BADHANDLE,
