@@ -595,6 +595,50 @@ static void t_shutdown_nowait(void)
     async_sched_destroy(s);
 }
 
+/* --- dump_epipe*: async_sched_dump (and the dump-on-signal handler) to a
+ * pipe whose reader is gone killed the process with SIGPIPE on a plain
+ * thread; the header promises ASYNC_E_SYS (EPIPE). ------------------------- */
+
+static void de_sleeper(void *arg)
+{
+    (void)arg;
+    async_fiber_sleep(60000);
+}
+
+static void t_dump_epipe(void)
+{
+    async_sched_t *s = sched_new(1);
+    int p[2];
+    CHECK(async_fiber_spawn(s, de_sleeper, NULL, 0) != NULL);
+    CHECK_EQ(pipe(p), 0);
+    close(p[0]);
+    CHECK_FAIL(async_sched_dump(s, p[1]) == -1, ASYNC_E_SYS);
+    CHECK_EQ(async_last_os_error(), EPIPE);
+    /* no SIGPIPE left pending for the host either */
+    {
+        sigset_t pend;
+        CHECK_EQ(sigpending(&pend), 0);
+        CHECK(!sigismember(&pend, SIGPIPE));
+    }
+    close(p[1]);
+    async_sched_destroy(s);
+}
+
+static void t_dump_signal_epipe(void)
+{
+    async_sched_t *s = sched_new(1);
+    int p[2];
+    CHECK(async_fiber_spawn(s, de_sleeper, NULL, 0) != NULL);
+    CHECK_EQ(pipe(p), 0);
+    close(p[0]);
+    CHECK_EQ(async_sched_dump_on_signal(s, SIGUSR2, p[1]), 0);
+    CHECK_EQ(raise(SIGUSR2), 0);
+    CHECK_EQ(raise(SIGUSR2), 0);
+    CHECK_EQ(async_sched_dump_on_signal(s, 0, 0), 0);
+    close(p[1]);
+    async_sched_destroy(s);
+}
+
 static const test_case_t cases[] = {
     T(key_reuse),
     T(sleep_huge),
@@ -611,6 +655,8 @@ static const test_case_t cases[] = {
     T(blocking_self_destroy),
     T(blocking_self_join),
     T(shutdown_nowait),
+    T(dump_epipe),
+    T(dump_signal_epipe),
 };
 
 TEST_MAIN(cases)

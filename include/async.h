@@ -902,7 +902,9 @@ int async_fiber_get_name(async_fiber_t *f, char *buf, size_t size);
  * be slightly stale); it is built in memory first, so no lock of s is held
  * while writing. Returns the number of fiber lines written. Errors:
  * ASYNC_E_BADHANDLE, ASYNC_E_INVAL (fd < 0), ASYNC_E_NOMEM, ASYNC_E_SYS
- * (a write failed; async_last_os_error() tells why). Thread-safe (also from
+ * (a write failed; async_last_os_error() tells why: EPIPE for a pipe or
+ * socket whose reader is gone, never a SIGPIPE, also in the handler of
+ * async_sched_dump_on_signal). Thread-safe (also from
  * fibers of any scheduler: it does not park, but a write to a full pipe
  * blocks the caller's thread); not async-signal-safe (see
  * async_sched_dump_on_signal). */

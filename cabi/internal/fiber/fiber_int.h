@@ -143,6 +143,10 @@ int la_default_workers(void);
 size_t la_default_stack(void);
 
 /* io.c */
+#if !defined(_WIN32)
+/* write(2) without SIGPIPE (a broken pipe gives -EPIPE); -errno on failure */
+ssize_t la_write_nosigpipe(int fd, const void *buf, size_t n);
+#endif
 int la_io_init(la_sched_t *s);
 void la_io_free(la_sched_t *s);
 /* la_poller_wait's callback: an event (LA_PF_*) for rec; ctx is the la_sched_t. */
