@@ -1,5 +1,37 @@
 /* test_adv6.c — adversarial pass 6 (docs/RELIABILITY.md, "Adversarial pass
  * 6"): fiber synchronisation and lifecycle, read against include/async.h.
+ *
+ * Found broken (each failed before its fix):
+ *   blocking_self_run, _shutdown, _destroy, _join
+ *                     a function run by async_fiber_blocking for a fiber of s
+ *                     calls async_sched_run(s), async_sched_shutdown(s, -1),
+ *                     async_sched_destroy(s), or joins that fiber: each hung
+ *                     for good; now ASYNC_E_STATE (shutdown: starts, returns 0).
+ *   dump_epipe, dump_signal_epipe
+ *                     async_sched_dump (a plain thread) and the dump-on-signal
+ *                     handler writing to a pipe whose reader left: SIGPIPE
+ *                     killed the process; now ASYNC_E_SYS / EPIPE, no signal.
+ * Documentation (passed before; the header said otherwise):
+ *   shutdown_nowait   after async_sched_shutdown only waits are cancelled: a
+ *                     call that completes at once still does.
+ * Attacks that held (kept as regression cases):
+ *   key_reuse         a value set under a deleted key never shows under a
+ *                     later key (2048 create/delete cycles, thread and fiber).
+ *   sleep_huge        async_fiber_sleep(UINT64_MAX) parks (no overflow), and
+ *                     shutdown cancels it.
+ *   select_self       a select with send and recv on one rendezvous channel
+ *                     does not match itself.
+ *   badargs           NULL / zero / huge counts, sizes and timeouts, wrong
+ *                     handle types: the documented errors.
+ *   timeout_intmax    INT_MAX timeouts wait (no overflow) and wake on close.
+ *   rendezvous_timeouts  sends and receives with timeouts 0/1 racing on a
+ *                     rendezvous channel: every success once, none lost.
+ *   mutex_timeouts    lockers with timeouts 0/1: the hand-off is never lost.
+ *   chan_destroy_race destroy racing send/recv/select/close from threads and
+ *                     fibers on 2 workers.
+ *   dtor_api          fiber-key destructors that yield, sleep, spawn, join,
+ *                     name and set values again: 4 rounds, on fibers and threads.
+ *   join_variants     join self, twice, bad timeouts, INT_MAX, after destroy.
  */
 #include "check.h"
 
