@@ -38,8 +38,6 @@
 #include <limits.h>
 #include <signal.h>
 #include <stdatomic.h>
-#include <sys/resource.h>
-#include <sys/wait.h>
 
 /* --- probe: keys reused ------------------------------------------------------ */
 
