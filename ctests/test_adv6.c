@@ -7,6 +7,8 @@
  *                     calls async_sched_run(s), async_sched_shutdown(s, -1),
  *                     async_sched_destroy(s), or joins that fiber: each hung
  *                     for good; now ASYNC_E_STATE (shutdown: starts, returns 0).
+ *                     blocking_other: the same job still joins another fiber
+ *                     and destroys another scheduler (passed before too).
  *   dump_epipe, dump_signal_epipe
  *                     async_sched_dump (a plain thread) and the dump-on-signal
  *                     handler writing to a pipe whose reader left: SIGPIPE
@@ -669,6 +671,43 @@ static void t_dump_signal_epipe(void)
     async_sched_destroy(s);
 }
 
+/* blocking_other: the check is narrow: a blocking job still joins another
+ * fiber of its own scheduler, and shuts down and destroys another scheduler. */
+static async_fiber_t *bo_g;
+static async_sched_t *bo_s2;
+static atomic_int bo_res = 99;
+static void bo_sleeper(void *arg)
+{
+    (void)arg;
+    async_fiber_sleep(20);
+}
+static void bo_job(void *arg)
+{
+    (void)arg;
+    atomic_store(&bo_res, async_fiber_join(bo_g, 10000));
+    CHECK_EQ(async_sched_shutdown(bo_s2, 10000), 0);
+    async_clear_error();
+    async_sched_destroy(bo_s2);
+    CHECK_ERR(ASYNC_OK);
+}
+static void bo_fiber(void *arg)
+{
+    (void)arg;
+    CHECK_EQ(async_fiber_blocking(bo_job, NULL), 0);
+}
+static void t_blocking_other(void)
+{
+    async_sched_t *s = sched_new(2);
+    bo_s2 = sched_new(1);
+    CHECK(async_fiber_spawn(bo_s2, bo_sleeper, NULL, 0) != NULL);
+    bo_g = async_fiber_spawn(s, bo_sleeper, NULL, ASYNC_FIBER_JOINABLE);
+    CHECK(bo_g != NULL);
+    CHECK(async_fiber_spawn(s, bo_fiber, NULL, 0) != NULL);
+    CHECK_EQ(async_sched_run(s), 0);
+    CHECK_EQ(atomic_load(&bo_res), 0);
+    async_sched_destroy(s);
+}
+
 static const test_case_t cases[] = {
     T(key_reuse),
     T(sleep_huge),
@@ -684,6 +723,7 @@ static const test_case_t cases[] = {
     T(blocking_self_shutdown),
     T(blocking_self_destroy),
     T(blocking_self_join),
+    T(blocking_other),
     T(shutdown_nowait),
     T(dump_epipe),
     T(dump_signal_epipe),
