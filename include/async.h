@@ -699,8 +699,14 @@ int async_runtime_remove_signal(async_runtime_t *rt, int signo);
  * scheduler's fibers (sleep, join, chan send/recv/select, wait_fd, read,
  * write, accept, connect, queue waits, mutex lock, cond wait: it still
  * takes its mutex back) returns at once with
- * ASYNC_E_CANCELLED, and so does every later one; the fibers unwind
- * normally.
+ * ASYNC_E_CANCELLED, and so does every later one that has to wait; the
+ * fibers unwind normally. A call that completes without waiting still
+ * completes (a send with room or a waiting receiver, a receive of a
+ * buffered element, a lock of a free mutex, a select with a ready
+ * operation, a join of a returned fiber), so cleanup code can still use
+ * them; async_fiber_sleep and async_cond_wait always wait, so they always
+ * fail. A fiber that loops without ever waiting (async_fiber_yield never
+ * fails) is not stopped: give it a call that waits, or a flag.
  */
 
 typedef struct async_sched_s async_sched_t;
@@ -787,7 +793,9 @@ async_sched_t *async_sched_create(const async_sched_config_t *cfg);
  * returned; joinable ones need not be joined yet). The calling thread does
  * not run fibers itself: the workers do. Returns 0 at once if there is no
  * fiber. New fibers may be spawned meanwhile (also from fibers). Errors:
- * ASYNC_E_BADHANDLE, ASYNC_E_STATE (called on a worker thread or fiber).
+ * ASYNC_E_BADHANDLE, ASYNC_E_STATE (called on a worker thread or fiber, or
+ * in a function async_fiber_blocking runs for one of s's fibers: that fiber
+ * is live until the function returns).
  * Thread-safe; blocks. */
 int async_sched_run(async_sched_t *s);
 
@@ -795,9 +803,12 @@ int async_sched_run(async_sched_t *s);
  * parked and later parking calls of its fibers fail with ASYNC_E_CANCELLED;
  * async_fiber_blocking is not interrupted), then waits up to timeout_ms for
  * every fiber to return. 0 when none is live; -1 with ASYNC_E_TIMEDOUT if
- * some still run (a fiber that never parks or yields cannot be stopped).
- * Called on a worker thread (e.g. from a fiber) it only starts the shutdown
- * and returns 0 without waiting. Idempotent. Errors: ASYNC_E_BADHANDLE,
+ * some still run (a fiber that never has to wait in a parking call cannot be
+ * stopped: async_fiber_yield does not fail, nor does a call that completes
+ * at once; see "Once async_sched_shutdown() was called" above).
+ * Called on a worker thread (e.g. from a fiber), or in a function
+ * async_fiber_blocking runs for one of s's fibers, it only starts the
+ * shutdown and returns 0 without waiting. Idempotent. Errors: ASYNC_E_BADHANDLE,
  * ASYNC_E_INVAL, ASYNC_E_TIMEDOUT. Thread-safe; blocks. */
 int async_sched_shutdown(async_sched_t *s, int timeout_ms);
 
@@ -812,7 +823,8 @@ int async_sched_shutdown(async_sched_t *s, int timeout_ms);
  * other threads end (a join that was waiting returns 0 once its fiber
  * returned; a join of one of s's fibers that begins after (1) on a plain
  * thread or another scheduler's fiber fails with ASYNC_E_BADHANDLE); (5) the workers stop and the memory is freed. Must not
- * be called on a worker thread, nor from a log handler on the stall
+ * be called on a worker thread, nor in a function async_fiber_blocking runs
+ * for one of s's fibers, nor from a log handler on the stall
  * monitor's thread (async_sched_set_stall_ms) (ASYNC_E_STATE). Invalid handles, and a
  * second destroy racing the first, are ignored (ASYNC_E_BADHANDLE).
  * Thread-safe; blocks. */
@@ -847,7 +859,8 @@ async_fiber_t *async_fiber_spawn(async_sched_t *s, void (*fn)(void *), void *arg
  * handle. Errors: ASYNC_E_BADHANDLE (also, on a plain thread or another
  * scheduler's fiber, once async_sched_destroy of f's scheduler has begun,
  * unless this join was already waiting: that one returns 0 when f returns), ASYNC_E_INVAL (not joinable, bad timeout),
- * ASYNC_E_STATE (a fiber joining itself), ASYNC_E_BUSY (another join is in
+ * ASYNC_E_STATE (a fiber joining itself, also in a function
+ * async_fiber_blocking runs for it), ASYNC_E_BUSY (another join is in
  * progress), ASYNC_E_TIMEDOUT (the handle stays valid), ASYNC_E_CANCELLED.
  * Thread-safe; parks. */
 int async_fiber_join(async_fiber_t *f, int timeout_ms);
@@ -903,7 +916,9 @@ int async_fiber_get_name(async_fiber_t *f, char *buf, size_t size);
  * be slightly stale); it is built in memory first, so no lock of s is held
  * while writing. Returns the number of fiber lines written. Errors:
  * ASYNC_E_BADHANDLE, ASYNC_E_INVAL (fd < 0), ASYNC_E_NOMEM, ASYNC_E_SYS
- * (a write failed; async_last_os_error() tells why). Thread-safe (also from
+ * (a write failed; async_last_os_error() tells why: EPIPE for a pipe or
+ * socket whose reader is gone, never a SIGPIPE, also in the handler of
+ * async_sched_dump_on_signal). Thread-safe (also from
  * fibers of any scheduler: it does not park, but a write to a full pipe
  * blocks the caller's thread); not async-signal-safe (see
  * async_sched_dump_on_signal). */
@@ -1118,8 +1133,11 @@ int async_fiber_close(async_fd_t fd);
  * wait for each other), jobs beyond 64 wait in FIFO order. Use
  * it for calls that would block a worker (file I/O, getaddrinfo, sleeping
  * locks). fn may use memory on the fiber's stack. This park is NOT cancelled
- * by async_sched_shutdown: the fiber always waits for fn. On a plain thread
- * fn runs inline. Returns 0; -1 with ASYNC_E_INVAL if fn is NULL.
+ * by async_sched_shutdown: the fiber always waits for fn. In fn, the waits
+ * that need the calling fiber to return fail with ASYNC_E_STATE instead of
+ * waiting for themselves (async_sched_run and async_sched_destroy of its
+ * scheduler, async_fiber_join of it), and async_sched_shutdown of its
+ * scheduler only starts the shutdown. On a plain thread fn runs inline. Returns 0; -1 with ASYNC_E_INVAL if fn is NULL.
  * Thread-safe; parks. */
 int async_fiber_blocking(void (*fn)(void *), void *arg);
 

@@ -32,6 +32,14 @@ static pthread_cond_t cv;
 static pthread_once_t cv_once = PTHREAD_ONCE_INIT;
 static la_job_t *head, *tail;
 static int nthreads, nidle, nqueued; /* nqueued: jobs on the list */
+/* The fiber whose job this pool thread runs (NULL between jobs): the waits
+ * that need that fiber to return (async_sched_run, _shutdown, _destroy of
+ * its scheduler, a join of it) would wait for themselves there. */
+static __thread la_fiber_t *tls_served;
+
+la_fiber_t *la_blocking_served(void) {
+    return tls_served;
+}
 
 static void init_cv(void) {
     la_cond_init_mono(&cv);
@@ -63,7 +71,9 @@ static void *pool_main(void *unused) {
         if (!head) tail = NULL;
         nqueued--;
         pthread_mutex_unlock(&mu);
+        tls_served = j->w->f;
         j->fn(j->arg);
+        tls_served = NULL;
         la_waiter_wake(j->w, LA_W_READY); /* j lives on the fiber's stack */
         pthread_mutex_lock(&mu);
     }

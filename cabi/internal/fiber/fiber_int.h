@@ -143,6 +143,10 @@ int la_default_workers(void);
 size_t la_default_stack(void);
 
 /* io.c */
+#if !defined(_WIN32)
+/* write(2) without SIGPIPE (a broken pipe gives -EPIPE); -errno on failure */
+ssize_t la_write_nosigpipe(int fd, const void *buf, size_t n);
+#endif
 int la_io_init(la_sched_t *s);
 void la_io_free(la_sched_t *s);
 /* la_poller_wait's callback: an event (LA_PF_*) for rec; ctx is the la_sched_t. */
@@ -194,6 +198,9 @@ int la_uring_write(int fd, const void *buf, size_t n, int timeout_ms, ssize_t *r
 int la_uring_accept(int lfd, struct sockaddr *addr, socklen_t *len, int timeout_ms, int *ret);
 int la_uring_connect(int fd, const struct sockaddr *addr, socklen_t len, int timeout_ms, int *ret);
 #endif
+
+/* blocking.c: on a pool thread, the fiber whose job it runs; else NULL */
+la_fiber_t *la_blocking_served(void);
 
 /* tools.c */
 void la_tools_sched_created(la_sched_t *s);

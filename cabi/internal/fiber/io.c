@@ -301,8 +301,10 @@ LA_NOINLINE static ssize_t sys_read(int fd, void *buf, size_t n) {
  * is the host's: it stays). The thread's own pending signals are taken
  * before the process's, so a SIGPIPE sent to the process meanwhile stays
  * too. Fiber workers block SIGPIPE for good (worker_main): there only the
- * take-back runs, and only after EPIPE. */
-LA_NOINLINE static ssize_t sys_write_nosigpipe(int fd, const void *buf, size_t n) {
+ * take-back runs, and only after EPIPE. Also async_sched_dump's writes
+ * (tools.c), from any thread and from its signal handler: the calls it makes
+ * (pthread_sigmask, sigpending, sigtimedwait) are system calls, safe there. */
+LA_NOINLINE ssize_t la_write_nosigpipe(int fd, const void *buf, size_t n) {
     sigset_t pipe_set, old;
     sigemptyset(&pipe_set);
     sigaddset(&pipe_set, SIGPIPE);
@@ -341,7 +343,7 @@ LA_NOINLINE static ssize_t sys_write(int fd, const void *buf, size_t n) {
     if (errno != ENOTSOCK) return -errno;
     int e = sys_nonblock(fd);
     if (e) return e;
-    return sys_write_nosigpipe(fd, buf, n);
+    return la_write_nosigpipe(fd, buf, n);
 }
 
 LA_NOINLINE static int sys_accept(int fd, struct sockaddr *a, socklen_t *l) {

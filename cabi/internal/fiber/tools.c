@@ -177,13 +177,21 @@ typedef struct {
 static void out_flush(la_out_t *o) {
     size_t off = 0;
     while (off < o->n && !o->err) {
+#if !defined(_WIN32)
+        /* a pipe whose reader left is ASYNC_E_SYS (EPIPE), not a SIGPIPE
+         * that kills the host (also in the dump-on-signal handler) */
+        ssize_t w = la_write_nosigpipe(o->fd, o->b + off, o->n - off);
+        int e = w < 0 ? (int)-w : 0;
+#else
         ssize_t w = write(o->fd, o->b + off, o->n - off);
+        int e = w < 0 ? errno : 0;
+#endif
         if (w > 0)
             off += (size_t)w;
-        else if (w < 0 && errno == EINTR)
+        else if (e == EINTR)
             continue;
         else
-            o->err = w < 0 ? errno : EIO;
+            o->err = w < 0 ? e : EIO;
     }
     o->n = 0;
 }
