@@ -1105,7 +1105,14 @@ int async_fiber_close(async_fd_t fd);
  * it for calls that would block a worker (file I/O, getaddrinfo, sleeping
  * locks). fn may use memory on the fiber's stack. This park is NOT cancelled
  * by async_sched_shutdown: the fiber always waits for fn. On a plain thread
- * fn runs inline. Returns 0; -1 with ASYNC_E_INVAL if fn is NULL.
+ * (a pool thread included: nested calls) fn runs inline. fn runs on a plain
+ * thread (async_fiber_current() is NULL there; the fiber calls block it as
+ * on any plain thread), except for the waits that could only end after fn
+ * returns: there the pool thread counts as a worker of the calling fiber's
+ * scheduler s: async_sched_shutdown(s) only starts the shutdown and returns
+ * 0 without waiting, async_sched_destroy(s) and async_sched_run(s) fail with
+ * ASYNC_E_STATE, and async_fiber_join of the calling fiber too.
+ * Returns 0; -1 with ASYNC_E_INVAL if fn is NULL.
  * Thread-safe; parks. */
 int async_fiber_blocking(void (*fn)(void *), void *arg);
 

@@ -189,6 +189,14 @@ static int on_fiber_of(la_sched_t *s) {
     return w && w->s == s;
 }
 
+/* A job of async_fiber_blocking run for a fiber of s: that fiber waits for
+ * the job, so waiting here for s's fibers would never end (adversarial
+ * pass 8: shutdown(s, -1) and destroy(s) from such a job hung for ever). */
+static int in_job_of(la_sched_t *s) {
+    la_fiber_t *f = la_blocking_fiber();
+    return f && f->s == s;
+}
+
 int async_sched_run(async_sched_t *sh) {
     LA_ENTRY(-1);
     la_sched_t *s = la_sched_get(sh);
@@ -196,7 +204,7 @@ int async_sched_run(async_sched_t *sh) {
         la_set_error(ASYNC_E_BADHANDLE);
         return -1;
     }
-    if (la_current_worker()) {
+    if (la_current_worker() || in_job_of(s)) {
         la_sched_put(s);
         la_set_error(ASYNC_E_STATE);
         return -1;
@@ -233,7 +241,7 @@ int async_sched_shutdown(async_sched_t *sh, int timeout_ms) {
     }
     cancel_all(s);
     int rc = 0;
-    if (!on_fiber_of(s) && !la_current_worker()) {
+    if (!on_fiber_of(s) && !la_current_worker() && !in_job_of(s)) {
         if (timeout_ms != 0) rc = wait_idle(s, timeout_ms < 0 ? 0 : la_deadline(timeout_ms));
         else if (atomic_load(&s->live) > 0) rc = ASYNC_E_TIMEDOUT;
     }
@@ -252,7 +260,7 @@ void async_sched_destroy(async_sched_t *sh) {
         la_set_error(ASYNC_E_BADHANDLE);
         return;
     }
-    if (la_current_worker() || la_on_stall_monitor()) {
+    if (la_current_worker() || la_on_stall_monitor() || in_job_of(s)) {
         la_sched_put(s);
         la_set_error(ASYNC_E_STATE);
         return;
@@ -497,7 +505,7 @@ int async_fiber_join(async_fiber_t *fh, int timeout_ms) {
     }
     int rc = 0;
     if (!(f->flags & ASYNC_FIBER_JOINABLE)) rc = ASYNC_E_INVAL;
-    else if (f == la_current_fiber()) rc = ASYNC_E_STATE;
+    else if (f == la_current_fiber() || f == la_blocking_fiber()) rc = ASYNC_E_STATE;
     else {
         int z = 0;
         if (!atomic_compare_exchange_strong(&f->joining, &z, 1)) rc = ASYNC_E_BUSY;

@@ -33,6 +33,14 @@ static pthread_once_t cv_once = PTHREAD_ONCE_INIT;
 static la_job_t *head, *tail;
 static int nthreads, nidle, nqueued; /* nqueued: jobs on the list */
 
+/* The fiber whose job this pool thread runs now: its scheduler cannot be
+ * waited for from here (the fiber waits for the job), see api.c. */
+static __thread la_fiber_t *tls_job_fiber;
+
+la_fiber_t *la_blocking_fiber(void) {
+    return tls_job_fiber;
+}
+
 static void init_cv(void) {
     la_cond_init_mono(&cv);
 }
@@ -63,7 +71,9 @@ static void *pool_main(void *unused) {
         if (!head) tail = NULL;
         nqueued--;
         pthread_mutex_unlock(&mu);
+        tls_job_fiber = j->w->f;
         j->fn(j->arg);
+        tls_job_fiber = NULL;
         la_waiter_wake(j->w, LA_W_READY); /* j lives on the fiber's stack */
         pthread_mutex_lock(&mu);
     }

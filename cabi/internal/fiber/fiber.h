@@ -243,6 +243,9 @@ int la_reason_err(int reason);
 /* The fiber running on this thread, or NULL (plain thread or worker loop). */
 la_fiber_t *la_current_fiber(void);
 la_wk_t *la_current_worker(void);
+/* On a thread of the async_fiber_blocking pool: the fiber whose job it runs
+ * (parked until the job returns); NULL elsewhere (blocking.c). */
+la_fiber_t *la_blocking_fiber(void);
 /* Makes a claimed fiber runnable (state machine above). */
 void la_fiber_wake(la_fiber_t *f);
 /* Park the current fiber (after la_park_prepare + registration). */

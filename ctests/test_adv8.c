@@ -1,0 +1,948 @@
+/* Adversarial pass 8 (docs/RELIABILITY.md, "Adversarial pass 8"): the fiber
+ * I/O calls (async_fiber_read, write, accept, connect, wait_fd) on PLAIN
+ * descriptors of every kind, on both I/O paths (the fd cases also run as
+ * adv8.uring.*), and the offload pool (async_fiber_blocking). Written from
+ * include/async.h alone; each case names the promise it holds the library to.
+ * Every wait is bounded: a regression fails instead of hanging. */
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "check.h"
+
+/* ---- helpers --------------------------------------------------------------- */
+
+typedef struct {
+    void (*fn)(void *);
+    void *arg;
+} call_t;
+
+/* Runs fn(arg) on a fiber of s and waits (bounded) for it to return. */
+static void on_fiber(async_sched_t *s, void (*fn)(void *), void *arg) {
+    async_fiber_t *f = async_fiber_spawn(s, fn, arg, ASYNC_FIBER_JOINABLE);
+    CHECK(f != NULL);
+    CHECK_EQ(async_fiber_join(f, 30000), 0);
+}
+
+static int tcp_listener(struct sockaddr_in *sa) {
+    int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK(l >= 0);
+    memset(sa, 0, sizeof *sa);
+    sa->sin_family = AF_INET;
+    sa->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    CHECK_EQ(bind(l, (struct sockaddr *)sa, sizeof *sa), 0);
+    socklen_t sl = sizeof *sa;
+    CHECK_EQ(getsockname(l, (struct sockaddr *)sa, &sl), 0);
+    CHECK_EQ(listen(l, 16), 0);
+    return l;
+}
+
+/* A loopback port nobody listens on (bound, not listening, then closed). */
+static struct sockaddr_in refused_addr(void) {
+    struct sockaddr_in sa;
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK(l >= 0);
+    memset(&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    CHECK_EQ(bind(l, (struct sockaddr *)&sa, sizeof sa), 0);
+    socklen_t sl = sizeof sa;
+    CHECK_EQ(getsockname(l, (struct sockaddr *)&sa, &sl), 0);
+    close(l);
+    return sa;
+}
+
+/* ---- bad descriptors ------------------------------------------------------- */
+
+/* Every call on a descriptor that is not open (negative, closed, far above
+ * RLIMIT_NOFILE, INT_MAX) fails at once with ASYNC_E_BADFD, on a fiber and
+ * on a plain thread, with any timeout. */
+static void bad_fd_calls(int fd, const char *where) {
+    char b[4];
+    struct sockaddr_in sa = refused_addr();
+    int tmos[] = {0, 50, -1};
+    for (int i = 0; i < 3; i++) {
+        int t = tmos[i];
+        async_clear_error();
+        ssize_t r = async_fiber_read(fd, b, sizeof b, t);
+        if (r != -1 || async_last_error() != ASYNC_E_BADFD)
+            fprintf(stderr, "%s read fd %d t %d -> %zd err %d\n", where, fd, t, r, async_last_error());
+        CHECK(r == -1);
+        CHECK_ERR(ASYNC_E_BADFD);
+        CHECK_FAIL(async_fiber_write(fd, "x", 1, t) == -1, ASYNC_E_BADFD);
+        CHECK_FAIL(async_fiber_wait_fd(fd, ASYNC_EVENT_READ, t) == -1, ASYNC_E_BADFD);
+        CHECK_FAIL(async_fiber_wait_fd(fd, ASYNC_EVENT_WRITE, t) == -1, ASYNC_E_BADFD);
+        CHECK_FAIL(async_fiber_accept(fd, NULL, NULL, t) == -1, ASYNC_E_BADFD);
+        CHECK_FAIL(async_fiber_connect(fd, (struct sockaddr *)&sa, sizeof sa, t) == -1, ASYNC_E_BADFD);
+        /* n 0 on a closed fd: "returns 0 at once if fd is open" */
+        CHECK_FAIL(async_fiber_read(fd, b, 0, t) == -1, ASYNC_E_BADFD);
+        CHECK_FAIL(async_fiber_write(fd, b, 0, t) == -1, ASYNC_E_BADFD);
+    }
+}
+
+static int bad_fds[5];
+
+static void bad_fd_fiber(void *arg) {
+    (void)arg;
+    for (int i = 0; i < 5; i++) bad_fd_calls(bad_fds[i], "fiber");
+}
+
+static void t_bad_fds(void) {
+    struct rlimit rl;
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    int hi = fcntl(0, F_DUPFD_CLOEXEC, 900); /* far above what the schedulers take */
+    CHECK(hi >= 900);
+    close(hi);
+    bad_fds[0] = -1;
+    bad_fds[1] = hi; /* closed */
+    bad_fds[2] = rl.rlim_cur < (1 << 20) ? (int)rl.rlim_cur + 7 : (1 << 20) + 7;
+    bad_fds[3] = INT_MAX;
+    bad_fds[4] = INT_MIN;
+    async_sched_t *s = sched_new(2);
+    on_fiber(s, bad_fd_fiber, NULL);
+    for (int i = 0; i < 5; i++) bad_fd_calls(bad_fds[i], "thread");
+    async_sched_destroy(s);
+}
+
+/* ---- descriptors of every kind ---------------------------------------------- */
+
+typedef struct {
+    int fd;
+    ssize_t r;
+    int err;
+    char buf[64];
+} kind_t;
+
+/* A regular file, /dev/null, an eventfd: never "not ready"; a directory:
+ * read fails (EISDIR) without hanging. The same answers on a fiber and on a
+ * plain thread. */
+static void kinds_body(void *arg) {
+    (void)arg;
+    char path[] = "/tmp/libasync-adv8-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    unlink(path);
+    CHECK_EQ(async_fiber_write(fd, "hello", 5, 1000), 5);
+    CHECK_EQ(lseek(fd, 0, SEEK_SET), 0);
+    char b[16];
+    CHECK_EQ(async_fiber_read(fd, b, sizeof b, 1000), 5);
+    CHECK(memcmp(b, "hello", 5) == 0);
+    CHECK_EQ(async_fiber_read(fd, b, sizeof b, 1000), 0); /* end of file */
+    CHECK_EQ(async_fiber_read(fd, b, sizeof b, -1), 0);
+    /* a regular file is always ready (poll(2) says so) */
+    int ev = async_fiber_wait_fd(fd, ASYNC_EVENT_READ | ASYNC_EVENT_WRITE, 1000);
+    if (ev < 0) fprintf(stderr, "wait_fd(regular file) -> err %d\n", async_last_error());
+    CHECK(ev >= 0);
+    CHECK(ev & ASYNC_EVENT_READ);
+    close(fd);
+
+    int dn = open("/dev/null", O_RDWR | O_CLOEXEC);
+    CHECK(dn >= 0);
+    CHECK_EQ(async_fiber_read(dn, b, sizeof b, 1000), 0);
+    CHECK_EQ(async_fiber_write(dn, "abc", 3, 1000), 3);
+    ev = async_fiber_wait_fd(dn, ASYNC_EVENT_WRITE, 1000);
+    if (ev < 0) fprintf(stderr, "wait_fd(/dev/null) -> err %d\n", async_last_error());
+    CHECK(ev >= 0 && (ev & ASYNC_EVENT_WRITE));
+    close(dn);
+
+    int e = eventfd(0, EFD_CLOEXEC);
+    CHECK(e >= 0);
+    uint64_t one = 1, got = 0;
+    CHECK_FAIL(async_fiber_read(e, &got, sizeof got, 20) == -1, ASYNC_E_TIMEDOUT);
+    CHECK_EQ(async_fiber_write(e, &one, sizeof one, 1000), 8);
+    CHECK_EQ(async_fiber_read(e, &got, sizeof got, 1000), 8);
+    CHECK_EQ(got, 1);
+    close(e);
+
+    int d = open("/tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    CHECK(d >= 0);
+    async_clear_error();
+    ssize_t r = async_fiber_read(d, b, sizeof b, 200);
+    int er = async_last_error();
+    printf("read(directory) -> %zd err %d (%s)\n", r, er, async_strerror(er));
+    CHECK(r == -1);
+    CHECK(er != ASYNC_E_TIMEDOUT); /* it is never "not ready" */
+    async_clear_error();
+    ev = async_fiber_wait_fd(d, ASYNC_EVENT_READ, 200);
+    er = async_last_error();
+    printf("wait_fd(directory) -> %d err %d (%s)\n", ev, er, async_strerror(er));
+    CHECK(ev >= 0 || er != ASYNC_E_TIMEDOUT);
+    close(d);
+}
+
+static void t_kinds_fiber(void) {
+    async_sched_t *s = sched_new(2);
+    on_fiber(s, kinds_body, NULL);
+    async_sched_destroy(s);
+}
+
+static void t_kinds_thread(void) { kinds_body(NULL); }
+
+/* ---- an fd number reused by a file of another kind -------------------------- */
+
+/* A number that was a socket, then a pipe, then a socket again: every fiber
+ * write and read works on whatever file the number names now. */
+static void reuse_kind_body(void *arg) {
+    (void)arg;
+    char b[8];
+    for (int round = 0; round < 4; round++) {
+        int a[2];
+        if (round % 2 == 0) {
+            CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, a), 0);
+        } else {
+            CHECK_EQ(pipe2(a, O_CLOEXEC), 0);
+            int t = a[0]; /* write end first: the number the socket's writer had */
+            a[0] = a[1];
+            a[1] = t;
+        }
+        /* a[0] is written, a[1] read */
+        ssize_t w = async_fiber_write(a[0], "ping", 4, 1000);
+        if (w != 4) fprintf(stderr, "round %d: write(fd %d) -> %zd err %d\n", round, a[0], w, async_last_error());
+        CHECK_EQ(w, 4);
+        CHECK_EQ(async_fiber_read(a[1], b, sizeof b, 1000), 4);
+        CHECK(async_fiber_wait_fd(a[0], ASYNC_EVENT_WRITE, 1000) & ASYNC_EVENT_WRITE);
+        close(a[0]);
+        close(a[1]);
+    }
+}
+
+static void t_reuse_kind(void) {
+    async_sched_t *s = sched_new(1);
+    on_fiber(s, reuse_kind_body, NULL);
+    async_sched_destroy(s);
+    reuse_kind_body(NULL);
+}
+
+/* ---- huge timeouts ------------------------------------------------------------ */
+
+static int ht_fd;
+static void ht_body(void *arg) {
+    (void)arg;
+    char b[4];
+    CHECK_EQ(async_fiber_read(ht_fd, b, 1, INT_MAX), 1);
+    CHECK(async_fiber_wait_fd(ht_fd, ASYNC_EVENT_READ, INT_MAX) & ASYNC_EVENT_READ);
+    CHECK_EQ(async_fiber_read(ht_fd, b, 1, INT_MAX - 1), 1);
+}
+
+static void *ht_feeder(void *arg) {
+    int w = (int)(intptr_t)arg;
+    sleep_ms(100);
+    CHECK_EQ(write(w, "a", 1), 1);
+    sleep_ms(100);
+    CHECK_EQ(write(w, "b", 1), 1);
+    return NULL;
+}
+
+/* timeout_ms INT_MAX (and INT_MAX - 1) waits, it does not time out at once
+ * (a deadline that overflowed would), on sockets (ring path) and pipes. */
+static void t_huge_timeout(void) {
+    async_sched_t *s = sched_new(2);
+    for (int k = 0; k < 2; k++) {
+        int a[2];
+        if (k == 0)
+            CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, a), 0);
+        else
+            CHECK_EQ(pipe2(a, O_CLOEXEC), 0);
+        ht_fd = a[0];
+        pthread_t th;
+        CHECK_EQ(pthread_create(&th, NULL, ht_feeder, (void *)(intptr_t)a[1]), 0);
+        on_fiber(s, ht_body, NULL);
+        pthread_join(th, NULL);
+        close(a[0]);
+        close(a[1]);
+    }
+    async_sched_destroy(s);
+}
+
+/* ---- connect ------------------------------------------------------------------ */
+
+static void connect_body(void *arg) {
+    (void)arg;
+    struct sockaddr_in bad = refused_addr();
+    int tm[] = {0, 1, 1000, -1};
+    for (int i = 0; i < 4; i++) {
+        int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        CHECK(c >= 0);
+        async_clear_error();
+        int r = async_fiber_connect(c, (struct sockaddr *)&bad, sizeof bad, tm[i]);
+        int e = async_last_error();
+        if (!(r == -1 && (e == ASYNC_E_CLOSED || (tm[i] >= 0 && tm[i] < 2 && e == ASYNC_E_TIMEDOUT))))
+            fprintf(stderr, "connect refused t %d -> %d err %d\n", tm[i], r, e);
+        CHECK(r == -1);
+        CHECK(e == ASYNC_E_CLOSED || (tm[i] >= 0 && tm[i] < 2 && e == ASYNC_E_TIMEDOUT));
+        close(c);
+    }
+    /* a connect already in progress (started by the host, non-blocking): the
+     * call waits for its result */
+    struct sockaddr_in sa;
+    int l = tcp_listener(&sa);
+    for (int i = 0; i < 20; i++) {
+        int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        CHECK(c >= 0);
+        int r0 = connect(c, (struct sockaddr *)&sa, sizeof sa);
+        int e0 = errno;
+        CHECK(r0 == 0 || e0 == EINPROGRESS);
+        async_clear_error();
+        int r = async_fiber_connect(c, (struct sockaddr *)&sa, sizeof sa, 2000);
+        if (r != 0)
+            fprintf(stderr, "connect after host connect (%s) -> %d err %d os %d\n", r0 == 0 ? "done" : "EINPROGRESS",
+                    r, async_last_error(), async_last_os_error());
+        CHECK_EQ(r, 0);
+        CHECK_EQ(async_fiber_write(c, "x", 1, 1000), 1);
+        int a = async_fiber_accept(l, NULL, NULL, 1000);
+        CHECK(a >= 0);
+        char b;
+        CHECK_EQ(async_fiber_read(a, &b, 1, 1000), 1);
+        close(a);
+        close(c);
+    }
+    close(l);
+}
+
+static void t_connect_states(void) {
+    async_sched_t *s = sched_new(2);
+    on_fiber(s, connect_body, NULL);
+    async_sched_destroy(s);
+}
+
+static void t_connect_states_thread(void) { connect_body(NULL); }
+
+/* ---- accept's addr/len ---------------------------------------------------------- */
+
+static void accept_body(void *arg) {
+    (void)arg;
+    struct sockaddr_in sa;
+    int l = tcp_listener(&sa);
+    struct sockaddr_in peer;
+    socklen_t len = sizeof peer;
+    CHECK_FAIL(async_fiber_accept(l, (struct sockaddr *)&peer, NULL, 0) == -1, ASYNC_E_INVAL);
+    CHECK_FAIL(async_fiber_accept(l, NULL, &len, 0) == -1, ASYNC_E_INVAL);
+    int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK_EQ(async_fiber_connect(c, (struct sockaddr *)&sa, sizeof sa, 2000), 0);
+    /* too small: truncated, *len tells the full size (accept(2)) */
+    struct {
+        unsigned char b[4];
+        unsigned char canary[32];
+    } small;
+    memset(&small, 0xAB, sizeof small);
+    len = 4;
+    int a = async_fiber_accept(l, (struct sockaddr *)small.b, &len, 2000);
+    CHECK(a >= 0);
+    CHECK_EQ(len, sizeof(struct sockaddr_in));
+    for (size_t i = 0; i < sizeof small.canary; i++) CHECK_EQ(small.canary[i], 0xAB);
+    int fl = fcntl(a, F_GETFL), fdfl = fcntl(a, F_GETFD);
+    CHECK(fl & O_NONBLOCK);
+    CHECK(fdfl & FD_CLOEXEC);
+    close(a);
+    close(c);
+    /* len 0 */
+    c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK_EQ(async_fiber_connect(c, (struct sockaddr *)&sa, sizeof sa, 2000), 0);
+    len = 0;
+    a = async_fiber_accept(l, (struct sockaddr *)&peer, &len, 2000);
+    CHECK(a >= 0);
+    close(a);
+    close(c);
+    /* not listening, and not a socket */
+    int nl = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    async_clear_error();
+    a = async_fiber_accept(nl, NULL, NULL, 200);
+    printf("accept(not listening) -> %d err %d\n", a, async_last_error());
+    CHECK(a == -1 && async_last_error() != ASYNC_E_TIMEDOUT);
+    close(nl);
+    int p[2];
+    CHECK_EQ(pipe(p), 0);
+    async_clear_error();
+    a = async_fiber_accept(p[0], NULL, NULL, 200);
+    printf("accept(pipe) -> %d err %d\n", a, async_last_error());
+    CHECK(a == -1 && async_last_error() != ASYNC_E_TIMEDOUT);
+    close(p[0]);
+    close(p[1]);
+    close(l);
+}
+
+static void t_accept_args(void) {
+    async_sched_t *s = sched_new(2);
+    on_fiber(s, accept_body, NULL);
+    async_sched_destroy(s);
+}
+
+/* ---- SIGPIPE: peers that reset or vanish mid-write ------------------------------- */
+
+static char bigbuf[8 << 20];
+
+static void reset_body(void *arg) {
+    (void)arg;
+    struct sockaddr_in sa;
+    int l = tcp_listener(&sa);
+    for (int i = 0; i < 4; i++) {
+        int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        CHECK_EQ(async_fiber_connect(c, (struct sockaddr *)&sa, sizeof sa, 2000), 0);
+        int a = async_fiber_accept(l, NULL, NULL, 2000);
+        CHECK(a >= 0);
+        if (i % 2) {
+            struct linger lg = {1, 0}; /* close sends RST */
+            CHECK_EQ(setsockopt(a, SOL_SOCKET, SO_LINGER, &lg, sizeof lg), 0);
+        }
+        /* the peer goes away while the write is parked (its buffers full) */
+        int peer = a;
+        async_fiber_t *killer = NULL;
+        (void)killer;
+        /* a writer fiber parks; we close the peer from this fiber after a while */
+        ssize_t r;
+        {
+            /* fill then close */
+            char junk[4096];
+            ssize_t n = read(peer, junk, 1); /* nothing yet: just nonblocking check */
+            (void)n;
+        }
+        close(peer);
+        async_fiber_sleep(20);
+        async_clear_error();
+        r = async_fiber_write(c, bigbuf, sizeof bigbuf, 5000);
+        int e = async_last_error();
+        if (r == -1 && e != ASYNC_E_CLOSED) fprintf(stderr, "write after peer gone -> err %d\n", e);
+        CHECK(r == -1);
+        CHECK_EQ(e, ASYNC_E_CLOSED);
+        r = async_fiber_write(c, "x", 1, 100);
+        CHECK(r == -1);
+        close(c);
+    }
+    close(l);
+}
+
+static void t_reset_write(void) {
+    async_sched_t *s = sched_new(2);
+    on_fiber(s, reset_body, NULL);
+    async_sched_destroy(s);
+    reset_body(NULL);
+}
+
+/* A writer parked on a full socket whose peer resets it from another
+ * thread: CLOSED, never SIGPIPE. */
+static int rw_fd;
+static atomic_int rw_err = -1;
+static void parked_writer(void *arg) {
+    (void)arg;
+    ssize_t r = async_fiber_write(rw_fd, bigbuf, sizeof bigbuf, 20000);
+    atomic_store(&rw_err, r == -1 ? async_last_error() : 0);
+}
+
+static void t_reset_parked(void) {
+    async_sched_t *s = sched_new(2);
+    struct sockaddr_in sa;
+    int l = tcp_listener(&sa);
+    for (int i = 0; i < 4; i++) {
+        int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        CHECK_EQ(connect(c, (struct sockaddr *)&sa, sizeof sa), 0);
+        int a = accept(l, NULL, NULL);
+        CHECK(a >= 0);
+        rw_fd = c;
+        atomic_store(&rw_err, -1);
+        async_fiber_t *f = async_fiber_spawn(s, parked_writer, NULL, ASYNC_FIBER_JOINABLE);
+        CHECK(f != NULL);
+        sched_wait_parked(s, 1);
+        if (i % 2) {
+            struct linger lg = {1, 0};
+            CHECK_EQ(setsockopt(a, SOL_SOCKET, SO_LINGER, &lg, sizeof lg), 0);
+            close(a);
+        } else {
+            /* read a bit so the writer moves, then vanish */
+            char junk[65536];
+            CHECK(read(a, junk, sizeof junk) > 0);
+            close(a);
+        }
+        CHECK_EQ(async_fiber_join(f, 20000), 0);
+        printf("round %d: write -> err %d\n", i, atomic_load(&rw_err));
+        CHECK_EQ(atomic_load(&rw_err), ASYNC_E_CLOSED);
+        close(c);
+    }
+    close(l);
+    async_sched_destroy(s);
+}
+
+/* ---- big transfers across workers; both directions of one fd --------------------- */
+
+#define XFER (24u << 20)
+static unsigned char *xsrc;
+typedef struct {
+    int fd;
+    size_t n;
+    uint64_t sum;
+    atomic_int done;
+    int err;
+} xfer_t;
+
+static void xwriter(void *arg) {
+    xfer_t *x = arg;
+    size_t off = 0;
+    /* in pieces of odd sizes so it parks many times */
+    while (off < x->n) {
+        size_t k = x->n - off < 3000001 ? x->n - off : 3000001;
+        ssize_t r = async_fiber_write(x->fd, xsrc + off, k, 30000);
+        if (r != (ssize_t)k) {
+            x->err = async_last_error();
+            break;
+        }
+        off += k;
+    }
+    atomic_store(&x->done, 1);
+}
+
+static void xreader(void *arg) {
+    xfer_t *x = arg;
+    unsigned char b[7919]; /* on the fiber's stack: it may resume on another worker */
+    size_t got = 0;
+    uint64_t sum = 0;
+    unsigned n = 0;
+    while (got < x->n) {
+        ssize_t r = async_fiber_read(x->fd, b, sizeof b, 30000);
+        if (r <= 0) {
+            x->err = r == 0 ? -2 : async_last_error();
+            break;
+        }
+        for (ssize_t i = 0; i < r; i++) sum = sum * 31 + b[i] + (got + i);
+        got += r;
+        if (++n % 7 == 0) async_fiber_yield();
+    }
+    x->sum = sum;
+    x->n = got;
+    atomic_store(&x->done, 1);
+}
+
+static uint64_t xsum(size_t n) {
+    uint64_t sum = 0;
+    for (size_t i = 0; i < n; i++) sum = sum * 31 + xsrc[i] + i;
+    return sum;
+}
+
+/* Both directions of each end of one socketpair at once, four fibers on
+ * four workers: every byte arrives once, in order. */
+static void t_duplex_big(void) {
+    xsrc = malloc(XFER);
+    CHECK(xsrc != NULL);
+    for (size_t i = 0; i < XFER; i++) xsrc[i] = (unsigned char)(i * 2654435761u >> 13);
+    uint64_t want = xsum(XFER);
+    async_sched_t *s = sched_new(4);
+    for (int round = 0; round < 2; round++) {
+        int sp[2];
+        CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
+        int z = 8192;
+        setsockopt(sp[0], SOL_SOCKET, SO_SNDBUF, &z, sizeof z);
+        setsockopt(sp[1], SOL_SOCKET, SO_SNDBUF, &z, sizeof z);
+        xfer_t w0 = {sp[0], XFER, 0, 0, 0}, r1 = {sp[1], XFER, 0, 0, 0};
+        xfer_t w1 = {sp[1], XFER, 0, 0, 0}, r0 = {sp[0], XFER, 0, 0, 0};
+        async_fiber_t *f[4];
+        f[0] = async_fiber_spawn(s, xwriter, &w0, ASYNC_FIBER_JOINABLE);
+        f[1] = async_fiber_spawn(s, xreader, &r1, ASYNC_FIBER_JOINABLE);
+        f[2] = async_fiber_spawn(s, xwriter, &w1, ASYNC_FIBER_JOINABLE);
+        f[3] = async_fiber_spawn(s, xreader, &r0, ASYNC_FIBER_JOINABLE);
+        for (int i = 0; i < 4; i++) CHECK(f[i] != NULL);
+        for (int i = 0; i < 4; i++) CHECK_EQ(async_fiber_join(f[i], 120000), 0);
+        CHECK_EQ(w0.err, 0);
+        CHECK_EQ(w1.err, 0);
+        CHECK_EQ(r0.err, 0);
+        CHECK_EQ(r1.err, 0);
+        CHECK_EQ(r1.n, XFER);
+        CHECK_EQ(r0.n, XFER);
+        CHECK(r1.sum == want);
+        CHECK(r0.sum == want);
+        close(sp[0]);
+        close(sp[1]);
+    }
+    async_sched_destroy(s);
+    free(xsrc);
+}
+
+/* ---- a number closed and reused while a fiber is parked on it ---------------------- */
+
+typedef struct {
+    int fd;
+    int tmo;
+    ssize_t r;
+    int err;
+    char b[8];
+} rd_t;
+
+static void parked_reader(void *arg) {
+    rd_t *x = arg;
+    x->r = async_fiber_read(x->fd, x->b, sizeof x->b, x->tmo);
+    x->err = x->r < 0 ? async_last_error() : 0;
+}
+
+static void parked_waiter(void *arg) {
+    rd_t *x = arg;
+    x->r = async_fiber_wait_fd(x->fd, ASYNC_EVENT_READ, x->tmo);
+    x->err = x->r < 0 ? async_last_error() : 0;
+}
+
+/* The timeout is honoured; and a later call on the number (its new file)
+ * works: it is not confused by what the old file left behind. With keep,
+ * the old file lives on (a dup elsewhere) and turns readable later. */
+static void reuse_parked(int use_wait, int keep) {
+    async_sched_t *s = sched_new(2);
+    for (int round = 0; round < 3; round++) {
+        int a[2];
+        CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, a), 0);
+        int num = a[0];
+        rd_t x = {num, 300, 0, 0, {0}};
+        async_fiber_t *f = async_fiber_spawn(s, use_wait ? parked_waiter : parked_reader, &x, ASYNC_FIBER_JOINABLE);
+        CHECK(f != NULL);
+        sched_wait_parked(s, 1);
+        int kept = keep ? dup(num) : -1;
+        /* the number gets a new file (dup2 closes the old one atomically) */
+        int b[2];
+        CHECK_EQ(pipe2(b, O_CLOEXEC), 0);
+        CHECK_EQ(dup2(b[0], num), num);
+        close(b[0]);
+        if (keep) CHECK_EQ(write(a[1], "old", 3), 3); /* the old file turns readable */
+        CHECK_EQ(async_fiber_join(f, 10000), 0);
+        /* the old read's result: timed out; with io_uring a receive in flight
+         * keeps reading the file it began on (async.h), so also the old
+         * file's bytes, whole */
+        printf("round %d: parked call -> %zd err %d\n", round, x.r, x.err);
+        if (!use_wait)
+            CHECK((x.r == -1 && x.err == ASYNC_E_TIMEDOUT) ||
+                  (getenv("ASYNC_FIBER_IO") && keep && x.r == 3 && memcmp(x.b, "old", 3) == 0));
+        /* a new call on the number reads the new file */
+        rd_t y = {num, 5000, 0, 0, {0}};
+        f = async_fiber_spawn(s, parked_reader, &y, ASYNC_FIBER_JOINABLE);
+        CHECK(f != NULL);
+        sched_wait_parked(s, 1);
+        CHECK_EQ(write(b[1], "new", 3), 3);
+        CHECK_EQ(async_fiber_join(f, 10000), 0);
+        CHECK_EQ(y.r, 3);
+        CHECK(memcmp(y.b, "new", 3) == 0);
+        /* and an idle wait on the new file times out, it is not woken by the
+         * old file forever */
+        rd_t z = {num, 100, 0, 0, {0}};
+        on_fiber(s, parked_waiter, &z);
+        CHECK_EQ(z.err, ASYNC_E_TIMEDOUT);
+        close(num);
+        close(b[1]);
+        close(a[1]);
+        if (kept >= 0) close(kept);
+    }
+    async_sched_destroy(s);
+}
+
+static void t_reuse_parked_read(void) { reuse_parked(0, 0); }
+static void t_reuse_parked_read_keep(void) { reuse_parked(0, 1); }
+static void t_reuse_parked_wait_keep(void) { reuse_parked(1, 1); }
+
+/* ---- shutdown while fibers sit in each call ------------------------------------------ */
+
+static atomic_int sd_errs[8];
+static int sd_fds[8];
+static struct sockaddr_in sd_sa;
+
+static void sd_read(void *a) {
+    (void)a;
+    char b[4];
+    atomic_store(&sd_errs[0], async_fiber_read(sd_fds[0], b, 4, -1) == -1 ? async_last_error() : 0);
+}
+static void sd_write(void *a) {
+    (void)a;
+    atomic_store(&sd_errs[1], async_fiber_write(sd_fds[1], bigbuf, sizeof bigbuf, -1) == -1 ? async_last_error() : 0);
+}
+static void sd_accept(void *a) {
+    (void)a;
+    atomic_store(&sd_errs[2], async_fiber_accept(sd_fds[2], NULL, NULL, -1) == -1 ? async_last_error() : 0);
+}
+static void sd_wait(void *a) {
+    (void)a;
+    atomic_store(&sd_errs[3], async_fiber_wait_fd(sd_fds[3], ASYNC_EVENT_READ, -1) == -1 ? async_last_error() : 0);
+}
+static void sd_pread(void *a) {
+    (void)a;
+    char b[4];
+    atomic_store(&sd_errs[4], async_fiber_read(sd_fds[4], b, 4, -1) == -1 ? async_last_error() : 0);
+}
+static void sd_pwrite(void *a) {
+    (void)a;
+    atomic_store(&sd_errs[5], async_fiber_write(sd_fds[5], bigbuf, sizeof bigbuf, -1) == -1 ? async_last_error() : 0);
+}
+
+static void t_shutdown_parked(void) {
+    async_sched_t *s = sched_new(2);
+    int sp[2], sq[2], pp[2], pq[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sq), 0);
+    CHECK_EQ(pipe2(pp, O_CLOEXEC), 0);
+    CHECK_EQ(pipe2(pq, O_CLOEXEC), 0);
+    int l = tcp_listener(&sd_sa);
+    sd_fds[0] = sp[0];
+    sd_fds[1] = sq[0];
+    sd_fds[2] = l;
+    sd_fds[3] = sp[1];
+    sd_fds[4] = pp[0];
+    sd_fds[5] = pq[1];
+    void (*fns[6])(void *) = {sd_read, sd_write, sd_accept, sd_wait, sd_pread, sd_pwrite};
+    for (int i = 0; i < 6; i++) {
+        atomic_store(&sd_errs[i], -1);
+        CHECK(async_fiber_spawn(s, fns[i], NULL, 0) != NULL);
+    }
+    sched_wait_parked(s, 6);
+    CHECK_EQ(async_sched_shutdown(s, 10000), 0);
+    for (int i = 0; i < 6; i++) {
+        printf("call %d -> %d\n", i, atomic_load(&sd_errs[i]));
+        CHECK_EQ(atomic_load(&sd_errs[i]), ASYNC_E_CANCELLED);
+    }
+    async_sched_destroy(s);
+    close(sp[0]);
+    close(sp[1]);
+    close(sq[0]);
+    close(sq[1]);
+    close(pp[0]);
+    close(pp[1]);
+    close(pq[0]);
+    close(pq[1]);
+    close(l);
+}
+
+/* ---- the offload pool ---------------------------------------------------------------- */
+
+static atomic_int off_count;
+static void off_sleep(void *arg) {
+    (void)arg;
+    usleep(1000);
+    atomic_fetch_add(&off_count, 1);
+}
+static void off_fiber(void *arg) {
+    (void)arg;
+    CHECK_EQ(async_fiber_blocking(off_sleep, NULL), 0);
+}
+
+/* 3000 fibers offload at once: every job runs once, every fiber returns. */
+static void t_blocking_many(void) {
+    async_sched_t *s = sched_new(2);
+    atomic_store(&off_count, 0);
+    for (int i = 0; i < 3000; i++) CHECK(async_fiber_spawn(s, off_fiber, NULL, 0) != NULL);
+    CHECK_EQ(async_sched_run(s), 0);
+    CHECK_EQ(atomic_load(&off_count), 3000);
+    async_sched_destroy(s);
+}
+
+/* What an offloaded function sees: a plain thread (no fiber), a nested
+ * async_fiber_blocking runs inline, fiber calls there block the pool
+ * thread as on a plain thread. */
+static atomic_int nested_ran;
+static pthread_t nested_tid;
+static void nested_inner(void *arg) {
+    (void)arg;
+    CHECK(pthread_equal(pthread_self(), nested_tid));
+    atomic_store(&nested_ran, 1);
+}
+static void nested_outer(void *arg) {
+    int *p = arg;
+    CHECK(async_fiber_current() == NULL);
+    nested_tid = pthread_self();
+    CHECK_EQ(async_fiber_blocking(nested_inner, NULL), 0);
+    char b;
+    CHECK_EQ(async_fiber_read(p[0], &b, 1, 5000), 1);
+    CHECK_EQ(async_fiber_sleep(1), 0);
+}
+static void nested_fiber(void *arg) { CHECK_EQ(async_fiber_blocking(nested_outer, arg), 0); }
+
+static void t_blocking_nested(void) {
+    async_sched_t *s = sched_new(2);
+    int p[2];
+    CHECK_EQ(pipe2(p, O_CLOEXEC), 0);
+    CHECK_EQ(write(p[1], "z", 1), 1);
+    on_fiber(s, nested_fiber, p);
+    CHECK_EQ(atomic_load(&nested_ran), 1);
+    /* from a plain thread: inline */
+    atomic_store(&nested_ran, 0);
+    nested_tid = pthread_self();
+    CHECK_EQ(async_fiber_blocking(nested_inner, NULL), 0);
+    CHECK_EQ(atomic_load(&nested_ran), 1);
+    CHECK_FAIL(async_fiber_blocking(NULL, NULL) == -1, ASYNC_E_INVAL);
+    close(p[0]);
+    close(p[1]);
+    async_sched_destroy(s);
+}
+
+/* An offloaded function that shuts down (or destroys) its own fiber's
+ * scheduler: the fiber waits for the function, the function for the fiber. */
+static async_sched_t *self_s;
+static _Atomic(async_fiber_t *) self_f;
+static atomic_int self_rc = 99, self_err, self_after = -1;
+static void self_shutdown_job(void *arg) {
+    (void)arg;
+    /* waits that could only end after this job: refused */
+    double t0 = now_ms();
+    while (!atomic_load(&self_f) && now_ms() - t0 < 10000) sleep_ms(1);
+    CHECK_FAIL(async_fiber_join(atomic_load(&self_f), -1) == -1, ASYNC_E_STATE);
+    CHECK_FAIL(async_sched_run(self_s) == -1, ASYNC_E_STATE);
+    /* shutdown starts and returns without waiting, as on a worker */
+    async_clear_error();
+    atomic_store(&self_rc, async_sched_shutdown(self_s, -1));
+    atomic_store(&self_err, async_last_error());
+}
+static void self_shutdown_fiber(void *arg) {
+    (void)arg;
+    async_fiber_blocking(self_shutdown_job, NULL);
+    atomic_store(&self_after, async_fiber_sleep(1) == -1 ? async_last_error() : 0);
+}
+
+static void t_blocking_self_shutdown(void) {
+    self_s = sched_new(2);
+    async_fiber_t *f = async_fiber_spawn(self_s, self_shutdown_fiber, NULL, ASYNC_FIBER_JOINABLE);
+    CHECK(f != NULL);
+    atomic_store(&self_f, f);
+    double t0 = now_ms();
+    while (atomic_load(&self_rc) == 99) {
+        if (now_ms() - t0 > 10000) {
+            fprintf(stderr, "async_sched_shutdown(own scheduler, -1) in an offloaded job: hangs\n");
+            _exit(1);
+        }
+        sleep_ms(5);
+    }
+    printf("shutdown in job -> %d err %d\n", atomic_load(&self_rc), atomic_load(&self_err));
+    CHECK_EQ(atomic_load(&self_rc), 0);
+    CHECK_EQ(async_fiber_join(f, 10000), 0);
+    CHECK_EQ(atomic_load(&self_after), ASYNC_E_CANCELLED); /* the shutdown did start */
+    async_sched_destroy(self_s);
+}
+
+static void self_destroy_job(void *arg) {
+    (void)arg;
+    async_clear_error();
+    async_sched_destroy(self_s);
+    atomic_store(&self_err, async_last_error());
+    atomic_store(&self_rc, 0);
+}
+static void self_destroy_fiber(void *arg) {
+    (void)arg;
+    async_fiber_blocking(self_destroy_job, NULL);
+}
+
+static void t_blocking_self_destroy(void) {
+    self_s = sched_new(2);
+    CHECK(async_fiber_spawn(self_s, self_destroy_fiber, NULL, 0) != NULL);
+    double t0 = now_ms();
+    while (atomic_load(&self_rc) == 99) {
+        if (now_ms() - t0 > 10000) {
+            fprintf(stderr, "async_sched_destroy(own scheduler) in an offloaded job: hangs\n");
+            _exit(1);
+        }
+        sleep_ms(5);
+    }
+    printf("destroy in job -> err %d\n", atomic_load(&self_err));
+    CHECK_EQ(atomic_load(&self_err), ASYNC_E_STATE);
+    async_sched_destroy(self_s);
+}
+
+/* A long offload while the scheduler shuts down: shutdown times out (the
+ * job is not interrupted), destroy waits for it; nothing is lost. */
+static atomic_int long_go, long_done;
+static void long_job(void *arg) {
+    (void)arg;
+    while (!atomic_load(&long_go)) usleep(1000);
+    atomic_store(&long_done, 1);
+}
+static atomic_int long_after = -1;
+static void long_fiber(void *arg) {
+    (void)arg;
+    CHECK_EQ(async_fiber_blocking(long_job, NULL), 0);
+    /* after shutdown began, a park is cancelled */
+    atomic_store(&long_after, async_fiber_sleep(1) == -1 ? async_last_error() : 0);
+}
+static void *long_releaser(void *arg) {
+    (void)arg;
+    sleep_ms(300);
+    atomic_store(&long_go, 1);
+    return NULL;
+}
+static void t_blocking_long_shutdown(void) {
+    async_sched_t *s = sched_new(2);
+    for (int i = 0; i < 3; i++) CHECK(async_fiber_spawn(s, long_fiber, NULL, 0) != NULL);
+    sched_wait_parked(s, 3);
+    CHECK_FAIL(async_sched_shutdown(s, 20) == -1, ASYNC_E_TIMEDOUT);
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, long_releaser, NULL), 0);
+    async_sched_destroy(s);
+    pthread_join(th, NULL);
+    CHECK_EQ(atomic_load(&long_done), 1);
+    CHECK_EQ(atomic_load(&long_after), ASYNC_E_CANCELLED);
+}
+
+/* ---- fork while fibers are parked on fds ------------------------------------------------ */
+
+static int fk_fd;
+static atomic_int fk_err = -1;
+static void fk_reader(void *arg) {
+    (void)arg;
+    char b[4];
+    ssize_t r = async_fiber_read(fk_fd, b, sizeof b, 20000);
+    atomic_store(&fk_err, r == 3 ? 0 : (int)async_last_error());
+}
+
+static void t_fork_parked(void) {
+    async_sched_t *s = sched_new(2);
+    int sp[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
+    fk_fd = sp[0];
+    CHECK(async_fiber_spawn(s, fk_reader, NULL, 0) != NULL);
+    sched_wait_parked(s, 1);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        char b[4];
+        int ok = 1;
+        async_clear_error();
+        ok &= async_fiber_read(sp[0], b, 4, 100) == -1 && async_last_error() == ASYNC_E_FORKED;
+        ok &= async_fiber_write(sp[1], "x", 1, 100) == -1 && async_last_error() == ASYNC_E_FORKED;
+        ok &= async_fiber_wait_fd(sp[0], ASYNC_EVENT_READ, 100) == -1 && async_last_error() == ASYNC_E_FORKED;
+        ok &= async_fiber_blocking(off_sleep, NULL) == -1 && async_last_error() == ASYNC_E_FORKED;
+        /* the child closes its copies: the parent must not notice */
+        close(sp[0]);
+        close(sp[1]);
+        _exit(ok ? 0 : 3);
+    }
+    int st;
+    CHECK_EQ(waitpid(pid, &st, 0), pid);
+    CHECK(WIFEXITED(st));
+    CHECK_EQ(WEXITSTATUS(st), 0);
+    CHECK_EQ(write(sp[1], "abc", 3), 3);
+    async_sched_run(s);
+    CHECK_EQ(atomic_load(&fk_err), 0);
+    async_sched_destroy(s);
+    close(sp[0]);
+    close(sp[1]);
+}
+
+static const test_case_t cases[] = {
+    T(bad_fds),
+    T(kinds_fiber),
+    T(kinds_thread),
+    T(reuse_kind),
+    T(huge_timeout),
+    T(connect_states),
+    T(connect_states_thread),
+    T(accept_args),
+    T(reset_write),
+    T(reset_parked),
+    T(duplex_big),
+    T(reuse_parked_read),
+    T(reuse_parked_read_keep),
+    T(reuse_parked_wait_keep),
+    T(shutdown_parked),
+    T(blocking_many),
+    T(blocking_nested),
+    T(blocking_self_shutdown),
+    T(blocking_self_destroy),
+    T(blocking_long_shutdown),
+    T(fork_parked),
+};
+
+TEST_MAIN(cases)
