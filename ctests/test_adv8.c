@@ -921,6 +921,308 @@ static void t_fork_parked(void) {
     close(sp[1]);
 }
 
+
+/* ---- bad arguments: never a crash, never bytes from beyond the buffer ---------------- */
+
+static void badargs_body(void *arg) {
+    (void)arg;
+    int sp[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
+    int p[2];
+    CHECK_EQ(pipe2(p, O_CLOEXEC), 0);
+    char b[8] = "abcdefg";
+    int fds[2] = {sp[0], p[1]};
+    for (int i = 0; i < 2; i++) {
+        int fd = fds[i];
+        /* n beyond SSIZE_MAX: the result could not be returned */
+        CHECK_FAIL(async_fiber_write(fd, b, (size_t)SSIZE_MAX + 1, 100) == -1, ASYNC_E_INVAL);
+        CHECK_FAIL(async_fiber_write(fd, b, SIZE_MAX, 100) == -1, ASYNC_E_INVAL);
+        CHECK_FAIL(async_fiber_write(fd, NULL, 4, 100) == -1, ASYNC_E_INVAL);
+        CHECK_FAIL(async_fiber_wait_fd(fd, 0, 100) == -1, ASYNC_E_INVAL);
+        CHECK_FAIL(async_fiber_wait_fd(fd, 0x80000000u, 100) == -1, ASYNC_E_INVAL);
+        CHECK_FAIL(async_fiber_write(fd, b, 1, -2) == -1, ASYNC_E_INVAL);
+        CHECK_FAIL(async_fiber_write(fd, b, 1, INT_MIN) == -1, ASYNC_E_INVAL);
+    }
+    int rfds[2] = {sp[1], p[0]};
+    CHECK_EQ(write(sp[0], "x", 1), 1);
+    CHECK_EQ(write(p[1], "x", 1), 1);
+    for (int i = 0; i < 2; i++) {
+        int fd = rfds[i];
+        CHECK_FAIL(async_fiber_read(fd, b, (size_t)SSIZE_MAX + 1, 100) == -1, ASYNC_E_INVAL);
+        CHECK_FAIL(async_fiber_read(fd, NULL, 4, 100) == -1, ASYNC_E_INVAL);
+        CHECK_FAIL(async_fiber_read(fd, b, 1, -2) == -1, ASYNC_E_INVAL);
+        /* the byte is still there */
+        CHECK_EQ(async_fiber_read(fd, b, 8, 1000), 1);
+    }
+    CHECK_FAIL(async_fiber_connect(sp[0], NULL, 16, 100) == -1, ASYNC_E_INVAL);
+    close(sp[0]);
+    close(sp[1]);
+    close(p[0]);
+    close(p[1]);
+}
+
+static void t_badargs_fiber(void) {
+    async_sched_t *s = sched_new(2);
+    on_fiber(s, badargs_body, NULL);
+    async_sched_destroy(s);
+}
+static void t_badargs_thread(void) { badargs_body(NULL); }
+
+/* ---- datagrams ------------------------------------------------------------------------- */
+
+/* An empty datagram is read as 0 bytes and the socket goes on: the next
+ * datagram is read whole; a datagram larger than buf is truncated to n. */
+static void udp_body(void *arg) {
+    (void)arg;
+    int u[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, u), 0);
+    char b[16];
+    CHECK_EQ(send(u[1], "", 0, 0), 0);
+    CHECK_EQ(send(u[1], "abcdef", 6, 0), 6);
+    CHECK_EQ(async_fiber_read(u[0], b, sizeof b, 1000), 0);
+    CHECK_EQ(async_fiber_read(u[0], b, 3, 1000), 3);
+    CHECK(memcmp(b, "abc", 3) == 0);
+    CHECK_FAIL(async_fiber_read(u[0], b, sizeof b, 30) == -1, ASYNC_E_TIMEDOUT);
+    CHECK_EQ(async_fiber_write(u[0], "xyz", 3, 1000), 3);
+    CHECK_EQ(recv(u[1], b, sizeof b, 0), 3);
+    close(u[0]);
+    close(u[1]);
+    /* an unconnected UDP socket: write has no destination */
+    int d = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    async_clear_error();
+    CHECK(async_fiber_write(d, "x", 1, 100) == -1);
+    printf("unconnected udp write -> err %d os %d\n", async_last_error(), async_last_os_error());
+    CHECK(async_last_error() != ASYNC_E_TIMEDOUT);
+    close(d);
+}
+
+static void t_udp(void) {
+    async_sched_t *s = sched_new(2);
+    on_fiber(s, udp_body, NULL);
+    async_sched_destroy(s);
+    udp_body(NULL);
+}
+
+/* ---- both directions of one plain fd, waited on two workers ----------------------------- */
+
+typedef struct {
+    int fd;
+    int iters;
+    int err;
+} pp_t;
+
+/* each side: read one byte, write one byte back, many times; both ends of
+ * the pair are written and read by different fibers at once */
+static void pp_reader(void *arg) {
+    pp_t *x = arg;
+    char c;
+    for (int i = 0; i < x->iters; i++) {
+        ssize_t r = async_fiber_read(x->fd, &c, 1, 20000);
+        if (r != 1 || c != (char)i) {
+            x->err = r != 1 ? async_last_error() : -100 - i;
+            return;
+        }
+    }
+}
+static void pp_writer(void *arg) {
+    pp_t *x = arg;
+    for (int i = 0; i < x->iters; i++) {
+        char c = (char)i;
+        if (async_fiber_write(x->fd, &c, 1, 20000) != 1) {
+            x->err = async_last_error();
+            return;
+        }
+        if (i % 3 == 0) async_fiber_yield();
+    }
+}
+static void pp_waiter(void *arg) {
+    pp_t *x = arg; /* wait_fd for both directions, the reader reads after */
+    for (int i = 0; i < x->iters; i++) {
+        int ev = async_fiber_wait_fd(x->fd, ASYNC_EVENT_READ, 20000);
+        if (ev < 0) {
+            x->err = async_last_error();
+            return;
+        }
+        char c;
+        ssize_t r = read(x->fd, &c, 1);
+        if (r == 1 && c != (char)i) {
+            x->err = -100 - i;
+            return;
+        }
+        if (r != 1) i--; /* spurious: wait again */
+    }
+}
+
+static void t_duplex_ping(void) {
+    async_sched_t *s = sched_new(4);
+    for (int mode = 0; mode < 2; mode++) {
+        int sp[2];
+        CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sp), 0);
+        int n = 20000;
+        pp_t r0 = {sp[0], n, 0}, w0 = {sp[0], n, 0}, r1 = {sp[1], n, 0}, w1 = {sp[1], n, 0};
+        async_fiber_t *f[4];
+        f[0] = async_fiber_spawn(s, mode ? pp_waiter : pp_reader, &r0, ASYNC_FIBER_JOINABLE);
+        f[1] = async_fiber_spawn(s, pp_writer, &w0, ASYNC_FIBER_JOINABLE);
+        f[2] = async_fiber_spawn(s, mode ? pp_waiter : pp_reader, &r1, ASYNC_FIBER_JOINABLE);
+        f[3] = async_fiber_spawn(s, pp_writer, &w1, ASYNC_FIBER_JOINABLE);
+        for (int i = 0; i < 4; i++) CHECK(f[i] != NULL);
+        for (int i = 0; i < 4; i++) CHECK_EQ(async_fiber_join(f[i], 60000), 0);
+        CHECK_EQ(r0.err, 0);
+        CHECK_EQ(r1.err, 0);
+        CHECK_EQ(w0.err, 0);
+        CHECK_EQ(w1.err, 0);
+        close(sp[0]);
+        close(sp[1]);
+    }
+    async_sched_destroy(s);
+}
+
+/* ---- tiny timeouts: a cancelled receive or accept loses nothing --------------------------- */
+
+#define TT_BYTES 60000
+static void *tt_feed(void *arg) {
+    int w = (int)(intptr_t)arg;
+    unsigned char b[997];
+    size_t off = 0;
+    while (off < TT_BYTES) {
+        size_t k = TT_BYTES - off < sizeof b ? TT_BYTES - off : sizeof b;
+        for (size_t i = 0; i < k; i++) b[i] = (unsigned char)((off + i) * 7 + ((off + i) >> 8));
+        ssize_t r = write(w, b, k);
+        CHECK(r > 0);
+        off += (size_t)r;
+        usleep(1500); /* slower than the reader's 1 ms timeout */
+    }
+    return NULL;
+}
+
+static atomic_int tt_timeouts;
+static void tt_reader(void *arg) {
+    int fd = (int)(intptr_t)arg;
+    unsigned char b[1500];
+    size_t got = 0;
+    while (got < TT_BYTES) {
+        ssize_t r = async_fiber_read(fd, b, sizeof b, 1);
+        if (r < 0) {
+            CHECK_ERR(ASYNC_E_TIMEDOUT);
+            atomic_fetch_add(&tt_timeouts, 1);
+            continue;
+        }
+        CHECK(r > 0);
+        for (ssize_t i = 0; i < r; i++) {
+            size_t o = got + (size_t)i;
+            if (b[i] != (unsigned char)(o * 7 + (o >> 8))) {
+                fprintf(stderr, "byte %zu wrong (a cancelled receive lost data)\n", o);
+                CHECK(0);
+            }
+        }
+        got += (size_t)r;
+    }
+}
+
+static void t_tiny_timeout_read(void) {
+    async_sched_t *s = sched_new(2);
+    int sp[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, tt_feed, (void *)(intptr_t)sp[1]), 0);
+    on_fiber(s, tt_reader, (void *)(intptr_t)sp[0]);
+    pthread_join(th, NULL);
+    printf("timeouts: %d\n", atomic_load(&tt_timeouts));
+    close(sp[0]);
+    close(sp[1]);
+    async_sched_destroy(s);
+}
+
+#define TA_CONNS 300
+static struct sockaddr_in ta_sa;
+static void *ta_clients(void *arg) {
+    int *cfds = arg;
+    for (int i = 0; i < TA_CONNS; i++) {
+        int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        CHECK(c >= 0);
+        CHECK_EQ(connect(c, (struct sockaddr *)&ta_sa, sizeof ta_sa), 0);
+        cfds[i] = c;
+        if (i % 3 == 0) usleep(300);
+    }
+    return NULL;
+}
+static atomic_int ta_accepted;
+static void ta_acceptor(void *arg) {
+    int l = (int)(intptr_t)arg;
+    double t0 = now_ms();
+    while (atomic_load(&ta_accepted) < TA_CONNS) {
+        int a = async_fiber_accept(l, NULL, NULL, 1);
+        if (a < 0) {
+            CHECK_ERR(ASYNC_E_TIMEDOUT);
+            if (now_ms() - t0 > 20000) break;
+            continue;
+        }
+        atomic_fetch_add(&ta_accepted, 1);
+        close(a);
+    }
+}
+
+static void t_tiny_timeout_accept(void) {
+    async_sched_t *s = sched_new(2);
+    int l = tcp_listener(&ta_sa);
+    CHECK_EQ(listen(l, 512), 0);
+    static int cfds[TA_CONNS];
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, ta_clients, cfds), 0);
+    on_fiber(s, ta_acceptor, (void *)(intptr_t)l);
+    pthread_join(th, NULL);
+    printf("accepted %d of %d\n", atomic_load(&ta_accepted), TA_CONNS);
+    CHECK_EQ(atomic_load(&ta_accepted), TA_CONNS);
+    for (int i = 0; i < TA_CONNS; i++) close(cfds[i]);
+    close(l);
+    async_sched_destroy(s);
+}
+
+/* ---- connect in progress when the scheduler shuts down -------------------------------------- */
+
+static atomic_int cp_err = -1;
+static int cp_fd;
+static struct sockaddr_in cp_sa;
+static void cp_connect(void *arg) {
+    (void)arg;
+    int r = async_fiber_connect(cp_fd, (struct sockaddr *)&cp_sa, sizeof cp_sa, -1);
+    atomic_store(&cp_err, r == -1 ? async_last_error() : 0);
+}
+
+/* A listener whose backlog is full drops SYNs: a connect stays in progress. */
+static void t_connect_shutdown(void) {
+    int l = tcp_listener(&cp_sa);
+    CHECK_EQ(listen(l, 0), 0);
+    int fill[8], nf = 0;
+    for (; nf < 8; nf++) {
+        fill[nf] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        connect(fill[nf], (struct sockaddr *)&cp_sa, sizeof cp_sa);
+    }
+    sleep_ms(50);
+    /* is the next connect left in progress? */
+    cp_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    async_sched_t *s = sched_new(2);
+    CHECK(async_fiber_spawn(s, cp_connect, NULL, 0) != NULL);
+    double t0 = now_ms();
+    async_sched_stats_t st;
+    for (;;) {
+        CHECK_EQ(async_sched_get_stats(s, &st, NULL, 0), 0);
+        if (st.fibers_parked == 1 || atomic_load(&cp_err) != -1 || now_ms() - t0 > 5000) break;
+        sleep_ms(1);
+    }
+    if (atomic_load(&cp_err) != -1) {
+        printf("skipped: the connect did not stay in progress (%d)\n", atomic_load(&cp_err));
+    } else {
+        CHECK_EQ(st.fibers_parked, 1);
+        CHECK_EQ(async_sched_shutdown(s, 10000), 0);
+        CHECK_EQ(atomic_load(&cp_err), ASYNC_E_CANCELLED);
+    }
+    async_sched_destroy(s);
+    close(cp_fd);
+    for (int i = 0; i < nf; i++) close(fill[i]);
+    close(l);
+}
+
 static const test_case_t cases[] = {
     T(bad_fds),
     T(kinds_fiber),
@@ -943,6 +1245,13 @@ static const test_case_t cases[] = {
     T(blocking_self_destroy),
     T(blocking_long_shutdown),
     T(fork_parked),
+    T(badargs_fiber),
+    T(badargs_thread),
+    T(udp),
+    T(duplex_ping),
+    T(tiny_timeout_read),
+    T(tiny_timeout_accept),
+    T(connect_shutdown),
 };
 
 TEST_MAIN(cases)

@@ -60,6 +60,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -417,7 +418,9 @@ static int check_timeout(int timeout_ms);
 static int io_args(async_fd_t fd, const void *buf, size_t n, int timeout_ms, ssize_t *early) {
     *early = -1;
     if (check_timeout(timeout_ms)) return 1;
-    if (!buf && n > 0) {
+    /* NULL with bytes to move, or more than the ssize_t result can tell
+     * (adversarial pass 8: the kernel's EFAULT came back as ASYNC_E_SYS) */
+    if ((!buf && n > 0) || n > (size_t)SSIZE_MAX) {
         la_set_error(ASYNC_E_INVAL);
         return 1;
     }
