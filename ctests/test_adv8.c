@@ -1223,6 +1223,261 @@ static void t_connect_shutdown(void) {
     close(l);
 }
 
+
+/* ---- an open fd above RLIMIT_NOFILE (the limit lowered after it was opened) ---------------- */
+
+static int hi_fd, hi_peer;
+static void hi_body(void *arg) {
+    (void)arg;
+    char b[8];
+    CHECK_EQ(async_fiber_write(hi_fd, "hi", 2, 1000), 2);
+    CHECK_EQ(async_fiber_read(hi_peer, b, sizeof b, 1000), 2);
+    CHECK_FAIL(async_fiber_read(hi_fd, b, sizeof b, 20) == -1, ASYNC_E_TIMEDOUT);
+    CHECK(async_fiber_wait_fd(hi_fd, ASYNC_EVENT_WRITE, 1000) & ASYNC_EVENT_WRITE);
+    CHECK_FAIL(async_fiber_wait_fd(hi_fd, ASYNC_EVENT_READ, 20) == -1, ASYNC_E_TIMEDOUT);
+    CHECK_EQ(write(hi_peer, "yo", 2), 2);
+    CHECK(async_fiber_wait_fd(hi_fd, ASYNC_EVENT_READ, 1000) & ASYNC_EVENT_READ);
+    CHECK_EQ(async_fiber_read(hi_fd, b, sizeof b, 1000), 2);
+}
+
+static void t_fd_above_limit(void) {
+    struct rlimit rl, save;
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &save), 0);
+    int want = 70000;
+    if (save.rlim_max < (rlim_t)want + 1) want = (int)save.rlim_max - 1;
+    if (want < 2000) {
+        printf("skipped: hard limit %lu\n", (unsigned long)save.rlim_max);
+        return;
+    }
+    rl = save;
+    rl.rlim_cur = (rlim_t)want + 1;
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &rl), 0);
+    int sp[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
+    CHECK_EQ(dup2(sp[0], want), want);
+    CHECK_EQ(dup2(sp[1], want - 1), want - 1);
+    close(sp[0]);
+    close(sp[1]);
+    hi_fd = want;
+    hi_peer = want - 1;
+    rl.rlim_cur = 256;
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &rl), 0);
+    async_sched_t *s = sched_new(2);
+    on_fiber(s, hi_body, NULL);
+    async_sched_destroy(s);
+    hi_body(NULL);
+    close(hi_fd);
+    close(hi_peer);
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &save), 0);
+}
+
+/* ---- SIGPIPE bookkeeping on a plain thread ------------------------------------------------- */
+
+/* A SIGPIPE pending before the call stays pending; none is added or
+ * consumed; the thread's mask is as it was. */
+static void t_sigpipe_pending(void) {
+    sigset_t set, old, pend;
+    sigemptyset(&set);
+    sigaddset(&set, SIGPIPE);
+    for (int mode = 0; mode < 3; mode++) {
+        /* mode 0: SIGPIPE unblocked; 1: blocked with one pending; 2: blocked */
+        CHECK_EQ(pthread_sigmask(SIG_BLOCK, &set, &old), 0);
+        if (mode == 1) pthread_kill(pthread_self(), SIGPIPE);
+        if (mode == 0) CHECK_EQ(pthread_sigmask(SIG_SETMASK, &old, NULL), 0);
+        sigset_t before;
+        CHECK_EQ(pthread_sigmask(SIG_SETMASK, NULL, &before), 0);
+        int p[2];
+        CHECK_EQ(pipe2(p, O_CLOEXEC), 0);
+        close(p[0]);
+        CHECK_FAIL(async_fiber_write(p[1], "x", 1, 100) == -1, ASYNC_E_CLOSED);
+        sigset_t after;
+        CHECK_EQ(pthread_sigmask(SIG_SETMASK, NULL, &after), 0);
+        CHECK_EQ(sigismember(&before, SIGPIPE), sigismember(&after, SIGPIPE));
+        CHECK_EQ(sigpending(&pend), 0);
+        printf("mode %d: pending after %d\n", mode, sigismember(&pend, SIGPIPE));
+        CHECK_EQ(sigismember(&pend, SIGPIPE), mode == 1);
+        close(p[1]);
+        if (mode >= 1) {
+            /* drop the pending one, restore */
+            struct timespec z = {0, 0};
+            if (mode == 1) CHECK_EQ(sigtimedwait(&set, NULL, &z), SIGPIPE);
+            CHECK_EQ(pthread_sigmask(SIG_SETMASK, &old, NULL), 0);
+        }
+    }
+}
+
+/* ---- shutdown(2) from another thread ends a parked read (both paths) --------------------------- */
+
+static atomic_int shr_r = -2;
+static int shr_fd;
+static void shr_reader(void *arg) {
+    (void)arg;
+    char b[8];
+    ssize_t r = async_fiber_read(shr_fd, b, sizeof b, 20000);
+    atomic_store(&shr_r, r < 0 ? -1000 - async_last_error() : (int)r);
+}
+
+static void t_shutdown_rd(void) {
+    async_sched_t *s = sched_new(2);
+    for (int how = 0; how < 2; how++) {
+        int sp[2];
+        CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
+        shr_fd = sp[0];
+        atomic_store(&shr_r, -2);
+        async_fiber_t *f = async_fiber_spawn(s, shr_reader, NULL, ASYNC_FIBER_JOINABLE);
+        CHECK(f != NULL);
+        sched_wait_parked(s, 1);
+        if (how == 0)
+            CHECK_EQ(shutdown(sp[0], SHUT_RD), 0);
+        else
+            CHECK_EQ(shutdown(sp[1], SHUT_WR), 0); /* the peer half-closes */
+        CHECK_EQ(async_fiber_join(f, 10000), 0);
+        CHECK_EQ(atomic_load(&shr_r), 0);
+        close(sp[0]);
+        close(sp[1]);
+    }
+    async_sched_destroy(s);
+}
+
+/* ---- two schedulers parked on one plain fd in the same direction ------------------------------- */
+
+static atomic_int two_woke;
+static int two_fd;
+static void two_waiter(void *arg) {
+    (void)arg;
+    if (async_fiber_wait_fd(two_fd, ASYNC_EVENT_READ, 10000) > 0) atomic_fetch_add(&two_woke, 1);
+}
+
+static void t_two_scheds(void) {
+    async_sched_t *a = sched_new(1), *b = sched_new(1);
+    int sp[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
+    two_fd = sp[0];
+    CHECK(async_fiber_spawn(a, two_waiter, NULL, 0) != NULL);
+    CHECK(async_fiber_spawn(b, two_waiter, NULL, 0) != NULL);
+    sched_wait_parked(a, 1);
+    sched_wait_parked(b, 1);
+    CHECK_EQ(write(sp[1], "z", 1), 1);
+    CHECK_EQ(async_sched_run(a), 0);
+    CHECK_EQ(async_sched_run(b), 0);
+    CHECK_EQ(atomic_load(&two_woke), 2);
+    async_sched_destroy(a);
+    async_sched_destroy(b);
+    close(sp[0]);
+    close(sp[1]);
+}
+
+/* ---- accept out of descriptors ----------------------------------------------------------------- */
+
+static void emfile_body(void *arg) {
+    int l = (int)(intptr_t)arg;
+    /* take every free descriptor */
+    int taken[4096], nt = 0;
+    for (;;) {
+        int d = dup(l);
+        if (d < 0) break;
+        CHECK(nt < 4096);
+        taken[nt++] = d;
+    }
+    async_clear_error();
+    double t0 = now_ms();
+    int a = async_fiber_accept(l, NULL, NULL, 2000);
+    printf("accept at EMFILE -> %d err %d after %.0f ms\n", a, async_last_error(), now_ms() - t0);
+    CHECK(a == -1);
+    CHECK_ERR(ASYNC_E_NOMEM);
+    for (int i = 0; i < nt; i++) close(taken[i]);
+    /* the pending connection was not lost */
+    a = async_fiber_accept(l, NULL, NULL, 2000);
+    CHECK(a >= 0);
+    close(a);
+}
+
+static void t_accept_emfile(void) {
+    struct rlimit save, rl;
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &save), 0);
+    async_sched_t *s = sched_new(2);
+    struct sockaddr_in sa;
+    int l = tcp_listener(&sa);
+    int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK_EQ(connect(c, (struct sockaddr *)&sa, sizeof sa), 0);
+    rl = save;
+    rl.rlim_cur = 200;
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &rl), 0);
+    on_fiber(s, emfile_body, (void *)(intptr_t)l);
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &save), 0);
+    close(c);
+    close(l);
+    async_sched_destroy(s);
+}
+
+
+/* ---- sockets in states their call does not fit: an answer, never a hang or SIGPIPE ------------ */
+
+static void states_body(void *arg) {
+    (void)arg;
+    char b[8];
+    struct sockaddr_in sa;
+    int l = tcp_listener(&sa);
+    int e;
+    /* read and write on a listening socket */
+    async_clear_error();
+    CHECK(async_fiber_read(l, b, sizeof b, 200) == -1);
+    e = async_last_error();
+    printf("read(listener) -> err %d\n", e);
+    CHECK(e != ASYNC_E_TIMEDOUT);
+    async_clear_error();
+    CHECK(async_fiber_write(l, "x", 1, 200) == -1);
+    e = async_last_error();
+    printf("write(listener) -> err %d\n", e);
+    CHECK(e == ASYNC_E_CLOSED || e == ASYNC_E_SYS);
+    /* a fresh, unconnected TCP socket */
+    int u = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    async_clear_error();
+    ssize_t r = async_fiber_read(u, b, sizeof b, 200);
+    e = async_last_error();
+    printf("read(unconnected) -> %zd err %d\n", r, e);
+    CHECK(r == 0 || (r == -1 && e != ASYNC_E_TIMEDOUT));
+    async_clear_error();
+    CHECK(async_fiber_write(u, "x", 1, 200) == -1);
+    e = async_last_error();
+    printf("write(unconnected) -> err %d\n", e);
+    CHECK(e == ASYNC_E_CLOSED || e == ASYNC_E_SYS);
+    /* connect: a pipe, a short address, a second connect on a connected socket */
+    int p[2];
+    CHECK_EQ(pipe2(p, O_CLOEXEC), 0);
+    async_clear_error();
+    CHECK(async_fiber_connect(p[0], (struct sockaddr *)&sa, sizeof sa, 200) == -1);
+    printf("connect(pipe) -> err %d\n", async_last_error());
+    CHECK(async_last_error() == ASYNC_E_BADFD || async_last_error() == ASYNC_E_INVAL);
+    CHECK_FAIL(async_fiber_connect(u, (struct sockaddr *)&sa, 2, 200) == -1, ASYNC_E_INVAL);
+    CHECK_EQ(async_fiber_connect(u, (struct sockaddr *)&sa, sizeof sa, 2000), 0);
+    async_clear_error();
+    int rc = async_fiber_connect(u, (struct sockaddr *)&sa, sizeof sa, 2000);
+    printf("connect(connected) -> %d err %d\n", rc, async_last_error());
+    /* our own side shut for writing: CLOSED, no SIGPIPE */
+    CHECK_EQ(shutdown(u, SHUT_WR), 0);
+    CHECK_FAIL(async_fiber_write(u, "x", 1, 200) == -1, ASYNC_E_CLOSED);
+    CHECK_FAIL(async_fiber_write(u, bigbuf, 1 << 20, 200) == -1, ASYNC_E_CLOSED);
+    int a = async_fiber_accept(l, NULL, NULL, 2000);
+    CHECK(a >= 0);
+    CHECK_EQ(async_fiber_read(a, b, sizeof b, 2000), 0); /* the half-close is end of file */
+    CHECK_EQ(async_fiber_write(a, "back", 4, 2000), 4);  /* the other way still works */
+    CHECK_EQ(async_fiber_read(u, b, sizeof b, 2000), 4);
+    close(a);
+    close(u);
+    close(p[0]);
+    close(p[1]);
+    close(l);
+}
+
+static void t_sock_states(void) {
+    signal(SIGPIPE, SIG_DFL);
+    async_sched_t *s = sched_new(2);
+    on_fiber(s, states_body, NULL);
+    async_sched_destroy(s);
+    states_body(NULL);
+}
+
 static const test_case_t cases[] = {
     T(bad_fds),
     T(kinds_fiber),
@@ -1252,6 +1507,12 @@ static const test_case_t cases[] = {
     T(tiny_timeout_read),
     T(tiny_timeout_accept),
     T(connect_shutdown),
+    T(fd_above_limit),
+    T(sigpipe_pending),
+    T(shutdown_rd),
+    T(two_scheds),
+    T(accept_emfile),
+    T(sock_states),
 };
 
 TEST_MAIN(cases)
