@@ -672,7 +672,12 @@ static void sd_pwrite(void *a) {
     atomic_store(&sd_errs[5], async_fiber_write(sd_fds[5], bigbuf, sizeof bigbuf, -1) == -1 ? async_last_error() : 0);
 }
 
-static void t_shutdown_parked(void) {
+static void *destroy_thread(void *arg) {
+    async_sched_destroy(arg);
+    return NULL;
+}
+
+static void parked_end(int destroy) {
     async_sched_t *s = sched_new(2);
     int sp[2], sq[2], pp[2], pq[2];
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
@@ -692,12 +697,18 @@ static void t_shutdown_parked(void) {
         CHECK(async_fiber_spawn(s, fns[i], NULL, 0) != NULL);
     }
     sched_wait_parked(s, 6);
-    CHECK_EQ(async_sched_shutdown(s, 10000), 0);
+    if (destroy) {
+        pthread_t th;
+        start_thread(&th, destroy_thread, s);
+        join_within(th, 10000, "async_sched_destroy with fibers parked in I/O");
+    } else {
+        CHECK_EQ(async_sched_shutdown(s, 10000), 0);
+    }
     for (int i = 0; i < 6; i++) {
         printf("call %d -> %d\n", i, atomic_load(&sd_errs[i]));
         CHECK_EQ(atomic_load(&sd_errs[i]), ASYNC_E_CANCELLED);
     }
-    async_sched_destroy(s);
+    if (!destroy) async_sched_destroy(s);
     close(sp[0]);
     close(sp[1]);
     close(sq[0]);
@@ -708,6 +719,9 @@ static void t_shutdown_parked(void) {
     close(pq[1]);
     close(l);
 }
+
+static void t_shutdown_parked(void) { parked_end(0); }
+static void t_destroy_parked(void) { parked_end(1); }
 
 /* ---- the offload pool ---------------------------------------------------------------- */
 
@@ -904,6 +918,10 @@ static void t_fork_parked(void) {
         ok &= async_fiber_write(sp[1], "x", 1, 100) == -1 && async_last_error() == ASYNC_E_FORKED;
         ok &= async_fiber_wait_fd(sp[0], ASYNC_EVENT_READ, 100) == -1 && async_last_error() == ASYNC_E_FORKED;
         ok &= async_fiber_blocking(off_sleep, NULL) == -1 && async_last_error() == ASYNC_E_FORKED;
+        ok &= async_fiber_accept(sp[0], NULL, NULL, 100) == -1 && async_last_error() == ASYNC_E_FORKED;
+        ok &= async_fiber_spawn(s, off_fiber, NULL, 0) == NULL && async_last_error() == ASYNC_E_FORKED;
+        ok &= async_sched_shutdown(s, 100) == -1 && async_last_error() == ASYNC_E_FORKED;
+        ok &= async_fiber_close(sp[0]) == -1 && async_last_error() == ASYNC_E_FORKED;
         /* the child closes its copies: the parent must not notice */
         close(sp[0]);
         close(sp[1]);
@@ -1478,6 +1496,66 @@ static void t_sock_states(void) {
     states_body(NULL);
 }
 
+
+/* ---- a parked reader of an old file times out while a writer waits on the
+ * new file with the same number: the reader's clean-up must not take the
+ * writer's registration with it ------------------------------------------------------------- */
+
+static int xr_num;
+static atomic_int xr_a = -1, xr_b = -1;
+static void xr_reader(void *arg) {
+    (void)arg;
+    char c;
+    ssize_t r = async_fiber_read(xr_num, &c, 1, 300);
+    atomic_store(&xr_a, r < 0 ? async_last_error() : 0);
+}
+static void xr_writer(void *arg) {
+    (void)arg;
+    int ev = async_fiber_wait_fd(xr_num, ASYNC_EVENT_WRITE, 15000);
+    atomic_store(&xr_b, ev < 0 ? async_last_error() : 0);
+}
+
+static void t_reuse_cross_dir(void) {
+    async_sched_t *s = sched_new(2);
+    for (int round = 0; round < 4; round++) {
+        int sp[2];
+        CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
+        xr_num = sp[0];
+        atomic_store(&xr_a, -1);
+        atomic_store(&xr_b, -1);
+        async_fiber_t *fa = async_fiber_spawn(s, xr_reader, NULL, ASYNC_FIBER_JOINABLE);
+        CHECK(fa != NULL);
+        sched_wait_parked(s, 1);
+        /* close and reopen (not atomic): the number names a new socket whose
+         * send buffer is full */
+        close(sp[0]); /* its peer stays: no end of file for the old reader */
+        int np[2];
+        CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, np), 0);
+        int num = np[0] == xr_num ? np[0] : np[1];
+        int peer = np[0] == xr_num ? np[1] : np[0];
+        if (num != xr_num) fprintf(stderr, "numbers %d %d, wanted %d\n", np[0], np[1], xr_num);
+        CHECK_EQ(num, xr_num);
+        while (write(num, bigbuf, 65536) > 0) {
+        }
+        async_fiber_t *fb = async_fiber_spawn(s, xr_writer, NULL, ASYNC_FIBER_JOINABLE);
+        CHECK(fb != NULL);
+        sched_wait_parked(s, 2);
+        CHECK_EQ(async_fiber_join(fa, 10000), 0); /* the reader times out */
+        CHECK_EQ(atomic_load(&xr_a), ASYNC_E_TIMEDOUT);
+        /* now make room: the writer must wake */
+        static char sink[1 << 20];
+        ssize_t k;
+        while ((k = read(peer, sink, sizeof sink)) > 0) {
+        }
+        CHECK_EQ(async_fiber_join(fb, 10000), 0);
+        CHECK_EQ(atomic_load(&xr_b), 0);
+        close(num);
+        close(peer);
+        close(sp[1]);
+    }
+    async_sched_destroy(s);
+}
+
 static const test_case_t cases[] = {
     T(bad_fds),
     T(kinds_fiber),
@@ -1494,6 +1572,7 @@ static const test_case_t cases[] = {
     T(reuse_parked_read_keep),
     T(reuse_parked_wait_keep),
     T(shutdown_parked),
+    T(destroy_parked),
     T(blocking_many),
     T(blocking_nested),
     T(blocking_self_shutdown),
@@ -1513,6 +1592,7 @@ static const test_case_t cases[] = {
     T(two_scheds),
     T(accept_emfile),
     T(sock_states),
+    T(reuse_cross_dir),
 };
 
 TEST_MAIN(cases)
