@@ -1557,6 +1557,169 @@ static void t_reuse_cross_dir(void) {
     async_sched_destroy(s);
 }
 
+
+/* ---- O_NONBLOCK taken away behind the library's back, or a fresh blocking
+ * file on a number the library made non-blocking before: a read with a
+ * timeout never blocks the worker -------------------------------------------------------------- */
+
+static atomic_int nb_done;
+static void nb_body(void *arg) {
+    (void)arg;
+    char b[4];
+    for (int round = 0; round < 3; round++) {
+        int p[2];
+        CHECK_EQ(pipe2(p, O_CLOEXEC), 0); /* blocking */
+        CHECK_EQ(write(p[1], "a", 1), 1);
+        CHECK_EQ(async_fiber_read(p[0], b, sizeof b, 1000), 1); /* now O_NONBLOCK */
+        if (round == 1) {
+            /* the host clears it */
+            int fl = fcntl(p[0], F_GETFL);
+            CHECK_EQ(fcntl(p[0], F_SETFL, fl & ~O_NONBLOCK), 0);
+        }
+        if (round == 2) {
+            /* the number gets a new, blocking pipe */
+            int q[2];
+            CHECK_EQ(pipe2(q, O_CLOEXEC), 0);
+            CHECK_EQ(dup2(q[0], p[0]), p[0]);
+            close(q[0]);
+            close(p[1]);
+            p[1] = q[1];
+        }
+        CHECK_FAIL(async_fiber_read(p[0], b, sizeof b, 100) == -1, ASYNC_E_TIMEDOUT);
+        CHECK_FAIL(async_fiber_wait_fd(p[0], ASYNC_EVENT_READ, 50) == -1, ASYNC_E_TIMEDOUT);
+        /* and the write side: a full pipe made blocking again */
+        int fl = fcntl(p[1], F_GETFL);
+        CHECK_EQ(fcntl(p[1], F_SETFL, fl | O_NONBLOCK), 0);
+        while (write(p[1], bigbuf, 65536) > 0) {
+        }
+        CHECK_EQ(fcntl(p[1], F_SETFL, fl & ~O_NONBLOCK), 0);
+        CHECK_FAIL(async_fiber_write(p[1], "z", 1, 100) == -1, ASYNC_E_TIMEDOUT);
+        close(p[0]);
+        close(p[1]);
+    }
+    atomic_store(&nb_done, 1);
+}
+
+static void *nb_thread(void *arg) {
+    nb_body(arg);
+    return NULL;
+}
+
+static void t_nonblock_lost(void) {
+    async_sched_t *s = sched_new(1);
+    CHECK(async_fiber_spawn(s, nb_body, NULL, 0) != NULL);
+    double t0 = now_ms();
+    while (!atomic_load(&nb_done)) {
+        if (now_ms() - t0 > 10000) {
+            fprintf(stderr, "a fiber read blocked its worker (O_NONBLOCK gone)\n");
+            _exit(1);
+        }
+        sleep_ms(5);
+    }
+    async_sched_destroy(s);
+    atomic_store(&nb_done, 0);
+    pthread_t th;
+    start_thread(&th, nb_thread, NULL);
+    join_within(th, 10000, "plain-thread read with O_NONBLOCK gone");
+}
+
+
+/* ---- a connect that timed out is still in progress: a second
+ * async_fiber_connect waits for its result (EALREADY is not an error) ------------------------------ */
+
+static int ca_listener, ca_fd;
+static struct sockaddr_in ca_sa;
+static atomic_int ca_first = -1, ca_second = -1;
+static void ca_body(void *arg) {
+    (void)arg;
+    int r = async_fiber_connect(ca_fd, (struct sockaddr *)&ca_sa, sizeof ca_sa, 100);
+    atomic_store(&ca_first, r == -1 ? async_last_error() : 0);
+    if (r == 0) return;
+    r = async_fiber_connect(ca_fd, (struct sockaddr *)&ca_sa, sizeof ca_sa, 15000);
+    atomic_store(&ca_second, r == -1 ? async_last_error() : 0);
+    if (r == -1) fprintf(stderr, "second connect -> err %d os %d\n", async_last_error(), async_last_os_error());
+}
+
+static void *ca_drain(void *arg) {
+    (void)arg;
+    /* once the first connect timed out: make room in the backlog */
+    double t0 = now_ms();
+    while (atomic_load(&ca_first) == -1 && now_ms() - t0 < 10000) sleep_ms(2);
+    int fl = fcntl(ca_listener, F_GETFL);
+    fcntl(ca_listener, F_SETFL, fl | O_NONBLOCK);
+    /* accept whatever completes until the second connect is done */
+    while (atomic_load(&ca_first) != 0 && atomic_load(&ca_second) == -1 && now_ms() - t0 < 14000) {
+        int a = accept4(ca_listener, NULL, NULL, SOCK_NONBLOCK);
+        if (a >= 0)
+            close(a);
+        else
+            sleep_ms(2);
+    }
+    return NULL;
+}
+
+static void connect_again(int on_fiber_) {
+    ca_listener = tcp_listener(&ca_sa);
+    CHECK_EQ(listen(ca_listener, 0), 0);
+    int fill[8];
+    for (int i = 0; i < 8; i++) {
+        fill[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        connect(fill[i], (struct sockaddr *)&ca_sa, sizeof ca_sa);
+    }
+    sleep_ms(50);
+    ca_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    atomic_store(&ca_first, -1);
+    atomic_store(&ca_second, -1);
+    pthread_t th;
+    start_thread(&th, ca_drain, NULL);
+    if (on_fiber_) {
+        async_sched_t *s = sched_new(2);
+        on_fiber(s, ca_body, NULL);
+        async_sched_destroy(s);
+    } else {
+        ca_body(NULL);
+    }
+    join_within(th, 20000, "drain");
+    printf("first %d second %d\n", atomic_load(&ca_first), atomic_load(&ca_second));
+    if (atomic_load(&ca_first) == 0) {
+        printf("skipped: the connect did not stay in progress\n");
+    } else {
+        CHECK_EQ(atomic_load(&ca_first), ASYNC_E_TIMEDOUT);
+        CHECK_EQ(atomic_load(&ca_second), 0);
+    }
+    close(ca_fd);
+    for (int i = 0; i < 8; i++) close(fill[i]);
+    close(ca_listener);
+}
+
+static void t_connect_again(void) { connect_again(1); }
+static void t_connect_again_thread(void) { connect_again(0); }
+
+/* ---- async_fiber_blocking after the shutdown began: fn still runs ---------------------------------- */
+
+static atomic_int late_ran, late_rc = 99;
+static void late_job(void *arg) {
+    (void)arg;
+    atomic_store(&late_ran, 1);
+}
+static void late_fiber(void *arg) {
+    (void)arg;
+    while (async_fiber_sleep(5) == 0) {
+    }
+    /* cancelled: the shutdown began */
+    atomic_store(&late_rc, async_fiber_blocking(late_job, NULL));
+}
+
+static void t_blocking_after_shutdown(void) {
+    async_sched_t *s = sched_new(2);
+    CHECK(async_fiber_spawn(s, late_fiber, NULL, 0) != NULL);
+    sleep_ms(20);
+    CHECK_EQ(async_sched_shutdown(s, 10000), 0);
+    CHECK_EQ(atomic_load(&late_rc), 0);
+    CHECK_EQ(atomic_load(&late_ran), 1);
+    async_sched_destroy(s);
+}
+
 static const test_case_t cases[] = {
     T(bad_fds),
     T(kinds_fiber),
@@ -1594,6 +1757,10 @@ static const test_case_t cases[] = {
     T(accept_emfile),
     T(sock_states),
     T(reuse_cross_dir),
+    T(nonblock_lost),
+    T(connect_again),
+    T(connect_again_thread),
+    T(blocking_after_shutdown),
 };
 
 TEST_MAIN(cases)

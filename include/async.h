@@ -1044,8 +1044,10 @@ ssize_t async_fiber_write(async_fd_t fd, const void *buf, size_t n, int timeout_
  * ASYNC_E_SYS. Thread-safe; parks. */
 async_fd_t async_fiber_accept(async_fd_t listen_fd, struct sockaddr *addr, socklen_t *len, int timeout_ms);
 
-/* Connects a socket (switched to O_NONBLOCK) and waits for the result.
- * Errors: ASYNC_E_INVAL, ASYNC_E_BADFD, ASYNC_E_CLOSED (refused),
+/* Connects a socket (switched to O_NONBLOCK) and waits for the result. A
+ * connect of fd already in progress (one that timed out here, or the host's
+ * own non-blocking connect) is waited for the same way: its result is the
+ * call's; on a socket already connected it returns 0. Errors: ASYNC_E_INVAL, ASYNC_E_BADFD, ASYNC_E_CLOSED (refused),
  * ASYNC_E_TIMEDOUT (the attempt may still complete later: close the fd),
  * ASYNC_E_CANCELLED, ASYNC_E_SYS. Thread-safe; parks. */
 int async_fiber_connect(async_fd_t fd, const struct sockaddr *addr, socklen_t len, int timeout_ms);

@@ -1011,7 +1011,10 @@ int async_fiber_connect(async_fd_t fd, const struct sockaddr *addr, socklen_t le
     fd_snap(rec, &sn);
     int r = sys_connect(fd, addr, len);
     if (r == 0) return 0;
-    if (r != -EINPROGRESS && r != -EINTR) {
+    /* EALREADY: a connect of this socket is in progress (one that timed out,
+     * or the host's own non-blocking one): wait for its result as for ours
+     * (adversarial pass 8: it failed with ASYNC_E_SYS) */
+    if (r != -EINPROGRESS && r != -EINTR && r != -EALREADY) {
         la_set_error(map_errno(-r));
         return -1;
     }

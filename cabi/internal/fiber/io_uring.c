@@ -737,7 +737,7 @@ int la_uring_connect(int fd, const struct sockaddr *addr, socklen_t alen, int ti
         *ret = 0;
         return 1;
     }
-    if (e != -EINPROGRESS && e != -EINTR) {
+    if (e != -EINPROGRESS && e != -EINTR && e != -EALREADY) { /* EALREADY: in progress already (io.c) */
         la_set_error(ur_map_errno(-e));
         return 1;
     }

@@ -417,7 +417,8 @@ int async_fiber_connect(async_fd_t fd, const struct sockaddr *addr, socklen_t le
     SOCKET s = (SOCKET)fd;
     int r = sys_connect(s, addr, len);
     if (r == 0) return 0;
-    if (r != -WSAEWOULDBLOCK && r != -WSAEINPROGRESS && r != -WSAEINTR) {
+    /* WSAEALREADY: in progress already, wait for its result (io.c) */
+    if (r != -WSAEWOULDBLOCK && r != -WSAEINPROGRESS && r != -WSAEINTR && r != -WSAEALREADY) {
         la_set_error(map_wsa(-r));
         return -1;
     }
