@@ -1720,6 +1720,83 @@ static void t_blocking_after_shutdown(void) {
     async_sched_destroy(s);
 }
 
+
+/* ---- an accept that parked first (the ring's accept with io_uring): the
+ * new fd is O_NONBLOCK and close-on-exec, addr/len filled as accept(2) ------------------------------ */
+
+static int pa_l;
+static struct sockaddr_in pa_sa;
+static void *pa_client(void *arg) {
+    int *out = arg;
+    sleep_ms(100);
+    int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK_EQ(connect(c, (struct sockaddr *)&pa_sa, sizeof pa_sa), 0);
+    *out = c;
+    return NULL;
+}
+static void pa_body(void *arg) {
+    (void)arg;
+    for (int k = 0; k < 3; k++) {
+        int c = -1;
+        pthread_t th;
+        start_thread(&th, pa_client, &c);
+        struct {
+            struct sockaddr_in a;
+            unsigned char canary[16];
+        } big;
+        memset(&big, 0xAB, sizeof big);
+        socklen_t len = k == 1 ? 4 : sizeof big.a;
+        int a = k == 2 ? async_fiber_accept(pa_l, NULL, NULL, 5000)
+                       : async_fiber_accept(pa_l, (struct sockaddr *)&big.a, &len, 5000);
+        CHECK(a >= 0);
+        join_within(th, 5000, "client");
+        CHECK(fcntl(a, F_GETFL) & O_NONBLOCK);
+        CHECK(fcntl(a, F_GETFD) & FD_CLOEXEC);
+        if (k < 2) CHECK_EQ(len, sizeof(struct sockaddr_in));
+        if (k == 0) CHECK_EQ(big.a.sin_family, AF_INET);
+        if (k == 1) CHECK_EQ(((unsigned char *)&big.a)[4], 0xAB); /* nothing past *len written */
+        for (int i = 0; i < 16; i++) CHECK_EQ(big.canary[i], 0xAB);
+        close(a);
+        close(c);
+    }
+}
+
+static void t_accept_parked(void) {
+    pa_l = tcp_listener(&pa_sa);
+    async_sched_t *s = sched_new(2);
+    on_fiber(s, pa_body, NULL);
+    async_sched_destroy(s);
+    pa_body(NULL);
+    close(pa_l);
+}
+
+/* ---- 8 MiB through a pipe in pieces that park many times, fibers moving ----------------------------- */
+
+static void t_pipe_big(void) {
+    size_t n = 8u << 20;
+    xsrc = malloc(n);
+    CHECK(xsrc != NULL);
+    for (size_t i = 0; i < n; i++) xsrc[i] = (unsigned char)(i * 2654435761u >> 11);
+    uint64_t want = xsum(n);
+    async_sched_t *s = sched_new(4);
+    int p[2];
+    CHECK_EQ(pipe2(p, O_CLOEXEC), 0);
+    xfer_t w = {p[1], n, 0, 0, 0}, r = {p[0], n, 0, 0, 0};
+    async_fiber_t *fw = async_fiber_spawn(s, xwriter, &w, ASYNC_FIBER_JOINABLE);
+    async_fiber_t *fr = async_fiber_spawn(s, xreader, &r, ASYNC_FIBER_JOINABLE);
+    CHECK(fw && fr);
+    CHECK_EQ(async_fiber_join(fw, 60000), 0);
+    CHECK_EQ(async_fiber_join(fr, 60000), 0);
+    CHECK_EQ(w.err, 0);
+    CHECK_EQ(r.err, 0);
+    CHECK_EQ(r.n, n);
+    CHECK(r.sum == want);
+    close(p[0]);
+    close(p[1]);
+    async_sched_destroy(s);
+    free(xsrc);
+}
+
 static const test_case_t cases[] = {
     T(bad_fds),
     T(kinds_fiber),
@@ -1761,6 +1838,8 @@ static const test_case_t cases[] = {
     T(connect_again),
     T(connect_again_thread),
     T(blocking_after_shutdown),
+    T(accept_parked),
+    T(pipe_big),
 };
 
 TEST_MAIN(cases)
