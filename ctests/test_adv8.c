@@ -1797,6 +1797,113 @@ static void t_pipe_big(void) {
     free(xsrc);
 }
 
+
+/* ---- nothing accumulates: descriptors and memory stay flat over many
+ * timed-out, cancelled and failed calls on short-lived fds ------------------------------------------ */
+
+#include <dirent.h>
+static int count_fds(void) {
+    DIR *d = opendir("/proc/self/fd");
+    if (!d) return -1;
+    int n = 0;
+    while (readdir(d)) n++;
+    closedir(d);
+    return n;
+}
+
+static long rss_kb(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f) return -1;
+    long a = 0, b = 0;
+    if (fscanf(f, "%ld %ld", &a, &b) != 2) b = -1;
+    fclose(f);
+    return b * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+static void churn_body(void *arg) {
+    int rounds = (int)(intptr_t)arg;
+    char b[16];
+    struct sockaddr_in bad = refused_addr();
+    for (int i = 0; i < rounds; i++) {
+        int sp[2];
+        CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
+        CHECK_FAIL(async_fiber_read(sp[0], b, sizeof b, 1) == -1, ASYNC_E_TIMEDOUT);
+        CHECK_FAIL(async_fiber_wait_fd(sp[0], ASYNC_EVENT_READ, 1) == -1, ASYNC_E_TIMEDOUT);
+        CHECK_EQ(async_fiber_write(sp[1], "abc", 3, 100), 3);
+        CHECK_EQ(async_fiber_read(sp[0], b, sizeof b, 100), 3);
+        close(sp[0]);
+        close(sp[1]);
+        int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        CHECK(async_fiber_connect(c, (struct sockaddr *)&bad, sizeof bad, 100) == -1);
+        close(c);
+    }
+}
+
+static void t_no_growth(void) {
+    async_sched_t *s = sched_new(2);
+    on_fiber(s, churn_body, (void *)(intptr_t)300); /* warm up */
+    int fd0 = count_fds();
+    long rss0 = rss_kb();
+    on_fiber(s, churn_body, (void *)(intptr_t)3000);
+    int fd1 = count_fds();
+    long rss1 = rss_kb();
+    printf("fds %d -> %d, rss %ld -> %ld KiB\n", fd0, fd1, rss0, rss1);
+    CHECK_EQ(fd1, fd0);
+    CHECK(rss1 - rss0 < 8192);
+    async_sched_destroy(s);
+}
+
+
+/* ---- a reader parked for ever on a number closed with close(2): what a new
+ * reader of the new file with that number gets (documented: BUSY until the
+ * old call ends; the old call ends by timeout, shutdown or cancel) ------------------------------------ */
+
+static int st_num;
+static atomic_int st_old = -1;
+static void st_old_reader(void *arg) {
+    (void)arg;
+    char c;
+    ssize_t r = async_fiber_read(st_num, &c, 1, -1);
+    atomic_store(&st_old, r < 0 ? async_last_error() : 1000 + (int)r);
+}
+static atomic_int st_new = -1;
+static void st_new_reader(void *arg) {
+    (void)arg;
+    char c;
+    ssize_t r = async_fiber_read(st_num, &c, 1, 300);
+    atomic_store(&st_new, r < 0 ? async_last_error() : 1000 + (int)r);
+}
+
+static void t_stale_reader(void) {
+    async_sched_t *s = sched_new(2);
+    int sp[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
+    st_num = sp[0];
+    CHECK(async_fiber_spawn(s, st_old_reader, NULL, 0) != NULL);
+    sched_wait_parked(s, 1);
+    int np[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, np), 0);
+    CHECK_EQ(dup2(np[0], st_num), st_num);
+    close(np[0]);
+    CHECK_EQ(write(np[1], "n", 1), 1);
+    async_fiber_t *f = async_fiber_spawn(s, st_new_reader, NULL, ASYNC_FIBER_JOINABLE);
+    CHECK(f != NULL);
+    CHECK_EQ(async_fiber_join(f, 10000), 0);
+    printf("old reader %d, new reader %d\n", atomic_load(&st_old), atomic_load(&st_new));
+    CHECK_EQ(atomic_load(&st_old), -1); /* still parked: its file is gone, nothing wakes it */
+    if (getenv("ASYNC_FIBER_IO"))
+        CHECK(atomic_load(&st_new) == 1001 || atomic_load(&st_new) == ASYNC_E_BUSY); /* documented */
+    else
+        CHECK_EQ(atomic_load(&st_new), 1001);
+    CHECK_EQ(async_sched_shutdown(s, 10000), 0);
+    printf("old reader after shutdown %d\n", atomic_load(&st_old));
+    CHECK_EQ(atomic_load(&st_old), ASYNC_E_CANCELLED);
+    async_sched_destroy(s);
+    close(sp[1]);
+    close(np[1]);
+    close(st_num);
+}
+
 static const test_case_t cases[] = {
     T(bad_fds),
     T(kinds_fiber),
@@ -1840,6 +1947,8 @@ static const test_case_t cases[] = {
     T(blocking_after_shutdown),
     T(accept_parked),
     T(pipe_big),
+    T(no_growth),
+    T(stale_reader),
 };
 
 TEST_MAIN(cases)

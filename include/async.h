@@ -1004,7 +1004,10 @@ int async_fiber_wait_signal(int signo, int timeout_ms);
  * another thread does not end a receive in flight (shutdown(2) does, and so
  * does async_fiber_close once the scheduler owns the fd: ASYNC_E_CLOSED):
  * such a receive keeps reading the file it began on, and may return that
- * file's bytes (or its end of file) even after the number was reused. Plain threads, timeout_ms
+ * file's bytes (or its end of file) even after the number was reused, and
+ * until it ends (timeout, shutdown) it holds the number's direction: a
+ * fiber's read (write) of the new file under that number gets ASYNC_E_BUSY
+ * (the epoll path lets it run). Plain threads, timeout_ms
  * 0, fds that are not sockets and fds the scheduler owns
  * (async_fiber_fd_open, whose async_fiber_close must wake their waiters)
  * take the poller path. */
