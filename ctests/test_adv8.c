@@ -1904,6 +1904,68 @@ static void t_stale_reader(void) {
     close(st_num);
 }
 
+
+/* ---- signals (a host handler without SA_RESTART) raining on a waiting thread:
+ * the timeout neither ends early nor restarts from the beginning --------------------------------------- */
+
+static void on_usr1(int sig) { (void)sig; }
+static atomic_int rain_stop;
+typedef struct {
+    pthread_t target[3];
+    int n;
+} rain_t;
+static void *rain(void *arg) {
+    rain_t *r = arg;
+    while (!atomic_load(&rain_stop)) {
+        for (int i = 0; i < r->n; i++) pthread_kill(r->target[i], SIGUSR1);
+        usleep(2000);
+    }
+    return NULL;
+}
+
+static atomic_int eintr_err[4];
+static double eintr_ms[4];
+static void *eintr_thread(void *arg) {
+    int fd = (int)(intptr_t)arg;
+    char b[4];
+    double t0 = now_ms();
+    ssize_t r = async_fiber_read(fd, b, sizeof b, 300);
+    eintr_ms[0] = now_ms() - t0;
+    atomic_store(&eintr_err[0], r < 0 ? async_last_error() : 0);
+    t0 = now_ms();
+    int ev = async_fiber_wait_fd(fd, ASYNC_EVENT_READ, 300);
+    eintr_ms[1] = now_ms() - t0;
+    atomic_store(&eintr_err[1], ev < 0 ? async_last_error() : 0);
+    return NULL;
+}
+
+static void t_eintr_rain(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_usr1;
+    sa.sa_flags = SA_ONSTACK; /* no SA_RESTART */
+    CHECK_EQ(sigaction(SIGUSR1, &sa, NULL), 0);
+    int p[2];
+    CHECK_EQ(pipe2(p, O_CLOEXEC), 0);
+    rain_t r = {{0}, 1};
+    pthread_t th;
+    start_thread(&th, eintr_thread, (void *)(intptr_t)p[0]);
+    r.target[0] = th;
+    pthread_t rt;
+    atomic_store(&rain_stop, 0);
+    start_thread(&rt, rain, &r);
+    join_within(th, 10000, "a plain thread's read under a rain of signals");
+    atomic_store(&rain_stop, 1);
+    pthread_join(rt, NULL);
+    printf("read %d after %.0f ms, wait_fd %d after %.0f ms\n", atomic_load(&eintr_err[0]), eintr_ms[0],
+           atomic_load(&eintr_err[1]), eintr_ms[1]);
+    CHECK_EQ(atomic_load(&eintr_err[0]), ASYNC_E_TIMEDOUT);
+    CHECK_EQ(atomic_load(&eintr_err[1]), ASYNC_E_TIMEDOUT);
+    CHECK(eintr_ms[0] >= 299 && eintr_ms[1] >= 299);
+    close(p[0]);
+    close(p[1]);
+}
+
 static const test_case_t cases[] = {
     T(bad_fds),
     T(kinds_fiber),
@@ -1949,6 +2011,7 @@ static const test_case_t cases[] = {
     T(pipe_big),
     T(no_growth),
     T(stale_reader),
+    T(eintr_rain),
 };
 
 TEST_MAIN(cases)
