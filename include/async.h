@@ -1001,13 +1001,14 @@ int async_fiber_wait_signal(int signo, int timeout_ms);
  * kernel never writes into buf after the call returned), and an operation
  * that completed meanwhile keeps its result; the ASYNC_E_BUSY rule is kept
  * apart from async_fiber_wait_fd's; closing the fd with close(2) from
- * another thread does not end a receive in flight (shutdown(2) does, and so
- * does async_fiber_close once the scheduler owns the fd: ASYNC_E_CLOSED):
- * such a receive keeps reading the file it began on, and may return that
+ * another thread does not end an operation in flight, a receive, send or
+ * accept (shutdown(2) does, and so does async_fiber_close once the
+ * scheduler owns the fd: ASYNC_E_CLOSED): it holds the file it began on (a
+ * closed listener keeps its port until its accept ends), may return that
  * file's bytes (or its end of file) even after the number was reused, and
  * until it ends (timeout, shutdown) it holds the number's direction: a
- * fiber's read (write) of the new file under that number gets ASYNC_E_BUSY
- * (the epoll path lets it run). Plain threads, timeout_ms
+ * fiber's read (write, accept) of the new file under that number gets
+ * ASYNC_E_BUSY (the epoll path lets it run). Plain threads, timeout_ms
  * 0, fds that are not sockets and fds the scheduler owns
  * (async_fiber_fd_open, whose async_fiber_close must wake their waiters)
  * take the poller path. */
