@@ -1966,6 +1966,94 @@ static void t_eintr_rain(void) {
     close(p[1]);
 }
 
+
+/* ---- timeout_ms bounds the whole write, also when the peer trickles ------------------------------------ */
+
+static atomic_int trickle_stop;
+static void *trickler(void *arg) {
+    int fd = (int)(intptr_t)arg;
+    char b[512];
+    while (!atomic_load(&trickle_stop)) {
+        if (read(fd, b, sizeof b) < 0 && errno != EAGAIN) break;
+        usleep(2000);
+    }
+    return NULL;
+}
+static double trickle_ms;
+static atomic_int trickle_err = -1;
+static void trickle_body(void *arg) {
+    int fd = (int)(intptr_t)arg;
+    double t0 = now_ms();
+    ssize_t r = async_fiber_write(fd, bigbuf, 4 << 20, 300);
+    trickle_ms = now_ms() - t0;
+    atomic_store(&trickle_err, r < 0 ? async_last_error() : 0);
+}
+
+static void t_write_trickle(void) {
+    async_sched_t *s = sched_new(2);
+    for (int mode = 0; mode < 2; mode++) {
+        int sp[2];
+        if (mode == 0) {
+            CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
+            int z = 4096;
+            setsockopt(sp[0], SOL_SOCKET, SO_SNDBUF, &z, sizeof z);
+            setsockopt(sp[1], SOL_SOCKET, SO_RCVBUF, &z, sizeof z);
+        } else {
+            CHECK_EQ(pipe2(sp, O_CLOEXEC), 0);
+            int t = sp[0];
+            sp[0] = sp[1];
+            sp[1] = t;
+        }
+        atomic_store(&trickle_stop, 0);
+        pthread_t th;
+        start_thread(&th, trickler, (void *)(intptr_t)sp[1]);
+        on_fiber(s, trickle_body, (void *)(intptr_t)sp[0]);
+        atomic_store(&trickle_stop, 1);
+        pthread_join(th, NULL);
+        printf("mode %d: write -> err %d after %.0f ms\n", mode, atomic_load(&trickle_err), trickle_ms);
+        CHECK_EQ(atomic_load(&trickle_err), ASYNC_E_TIMEDOUT);
+        CHECK(trickle_ms < 5000); /* 300 ms asked: not restarted at every bit of progress */
+        close(sp[0]);
+        close(sp[1]);
+    }
+    async_sched_destroy(s);
+}
+
+/* ---- urgent (out-of-band) data only: readiness the read cannot clear ---------------------------------- */
+
+static void oob_body(void *arg) {
+    (void)arg;
+    struct sockaddr_in sa;
+    int l = tcp_listener(&sa);
+    int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK_EQ(async_fiber_connect(c, (struct sockaddr *)&sa, sizeof sa, 2000), 0);
+    int a = async_fiber_accept(l, NULL, NULL, 2000);
+    CHECK(a >= 0);
+    CHECK_EQ(send(c, "!", 1, MSG_OOB), 1);
+    sleep_ms(20);
+    char b[8];
+    double t0 = now_ms();
+    async_clear_error();
+    ssize_t r = async_fiber_read(a, b, sizeof b, 200);
+    int e = async_last_error();
+    printf("read with only OOB data -> %zd err %d after %.0f ms\n", r, e, now_ms() - t0);
+    CHECK(r >= 0 || e == ASYNC_E_TIMEDOUT);
+    CHECK(now_ms() - t0 < 5000);
+    CHECK_EQ(send(c, "n", 1, 0), 1);
+    r = async_fiber_read(a, b, sizeof b, 2000);
+    CHECK(r >= 1);
+    close(a);
+    close(c);
+    close(l);
+}
+
+static void t_oob(void) {
+    async_sched_t *s = sched_new(2);
+    on_fiber(s, oob_body, NULL);
+    async_sched_destroy(s);
+    oob_body(NULL);
+}
+
 static const test_case_t cases[] = {
     T(bad_fds),
     T(kinds_fiber),
@@ -2012,6 +2100,8 @@ static const test_case_t cases[] = {
     T(no_growth),
     T(stale_reader),
     T(eintr_rain),
+    T(write_trickle),
+    T(oob),
 };
 
 TEST_MAIN(cases)
