@@ -923,6 +923,9 @@ static void t_fork_parked(void) {
         ok &= async_fiber_spawn(s, off_fiber, NULL, 0) == NULL && async_last_error() == ASYNC_E_FORKED;
         ok &= async_sched_shutdown(s, 100) == -1 && async_last_error() == ASYNC_E_FORKED;
         ok &= async_fiber_close(sp[0]) == -1 && async_last_error() == ASYNC_E_FORKED;
+        ok &= async_fiber_current() == NULL;
+        async_fiber_yield();
+        ok &= async_sched_create(NULL) == NULL && async_last_error() == ASYNC_E_FORKED;
         /* the child closes its copies: the parent must not notice */
         close(sp[0]);
         close(sp[1]);
