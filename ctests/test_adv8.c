@@ -2057,6 +2057,52 @@ static void t_oob(void) {
     oob_body(NULL);
 }
 
+
+/* ---- calls that begin after the shutdown: every one that would park ends
+ * with ASYNC_E_CANCELLED at once (a timeout of -1 included) ------------------------------------------- */
+
+static int late_sp[2], late_full[2], late_l;
+static struct sockaddr_in late_sa;
+static atomic_int late_res[6];
+static void late_calls(void *arg) {
+    (void)arg;
+    while (async_fiber_sleep(5) == 0) {
+    }
+    char b[4];
+    atomic_store(&late_res[0], async_fiber_read(late_sp[0], b, 4, -1) == -1 ? async_last_error() : 0);
+    atomic_store(&late_res[1], async_fiber_write(late_full[0], bigbuf, 1 << 20, -1) == -1 ? async_last_error() : 0);
+    atomic_store(&late_res[2], async_fiber_accept(late_l, NULL, NULL, -1) == -1 ? async_last_error() : 0);
+    atomic_store(&late_res[3], async_fiber_wait_fd(late_sp[0], ASYNC_EVENT_READ, -1) == -1 ? async_last_error() : 0);
+    atomic_store(&late_res[4], async_fiber_read(late_sp[0], b, 4, 100000) == -1 ? async_last_error() : 0);
+    /* data there: a call that need not park returns it */
+    CHECK_EQ(write(late_sp[1], "d", 1), 1);
+    atomic_store(&late_res[5], (int)async_fiber_read(late_sp[0], b, 4, -1));
+}
+
+static void t_late_calls(void) {
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, late_sp), 0);
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, late_full), 0);
+    while (write(late_full[0], bigbuf, 65536) > 0) {
+    }
+    late_l = tcp_listener(&late_sa);
+    async_sched_t *s = sched_new(2);
+    for (int i = 0; i < 6; i++) atomic_store(&late_res[i], -1);
+    CHECK(async_fiber_spawn(s, late_calls, NULL, 0) != NULL);
+    sleep_ms(20);
+    CHECK_EQ(async_sched_shutdown(s, 10000), 0);
+    for (int i = 0; i < 5; i++) {
+        printf("late call %d -> %d\n", i, atomic_load(&late_res[i]));
+        CHECK_EQ(atomic_load(&late_res[i]), ASYNC_E_CANCELLED);
+    }
+    CHECK_EQ(atomic_load(&late_res[5]), 1);
+    async_sched_destroy(s);
+    close(late_sp[0]);
+    close(late_sp[1]);
+    close(late_full[0]);
+    close(late_full[1]);
+    close(late_l);
+}
+
 static const test_case_t cases[] = {
     T(bad_fds),
     T(kinds_fiber),
@@ -2105,6 +2151,7 @@ static const test_case_t cases[] = {
     T(eintr_rain),
     T(write_trickle),
     T(oob),
+    T(late_calls),
 };
 
 TEST_MAIN(cases)
