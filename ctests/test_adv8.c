@@ -468,6 +468,26 @@ static void t_reset_parked(void) {
         close(c);
     }
     close(l);
+    /* a pipe whose reader vanishes while the write is parked (SIGPIPE at its
+     * default action: it would kill the process) */
+    signal(SIGPIPE, SIG_DFL);
+    for (int i = 0; i < 4; i++) {
+        int p[2];
+        CHECK_EQ(pipe2(p, O_CLOEXEC), 0);
+        rw_fd = p[1];
+        atomic_store(&rw_err, -1);
+        async_fiber_t *f = async_fiber_spawn(s, parked_writer, NULL, ASYNC_FIBER_JOINABLE);
+        CHECK(f != NULL);
+        sched_wait_parked(s, 1);
+        if (i % 2) {
+            char junk[4096];
+            CHECK(read(p[0], junk, sizeof junk) > 0);
+        }
+        close(p[0]);
+        CHECK_EQ(async_fiber_join(f, 20000), 0);
+        CHECK_EQ(atomic_load(&rw_err), ASYNC_E_CLOSED);
+        close(p[1]);
+    }
     async_sched_destroy(s);
 }
 
