@@ -1030,14 +1030,22 @@ int async_fiber_wait_signal(int signo, int timeout_ms);
  * kernel never writes into buf after the call returned), and an operation
  * that completed meanwhile keeps its result; the ASYNC_E_BUSY rule is kept
  * apart from async_fiber_wait_fd's; closing the fd with close(2) from
- * another thread does not end a receive in flight (shutdown(2) does, and so
- * does async_fiber_close once the scheduler owns the fd: ASYNC_E_CLOSED). Plain threads, timeout_ms
+ * another thread does not end an operation in flight, a receive, send or
+ * accept (shutdown(2) does, and so does async_fiber_close once the
+ * scheduler owns the fd: ASYNC_E_CLOSED): it holds the file it began on (a
+ * closed listener keeps its port until its accept ends), may return that
+ * file's bytes (or its end of file) even after the number was reused, and
+ * until it ends (timeout, shutdown) it holds the number's direction: a
+ * fiber's read (write, accept) of the new file under that number gets
+ * ASYNC_E_BUSY (the epoll path lets it run). Plain threads, timeout_ms
  * 0, fds that are not sockets and fds the scheduler owns
  * (async_fiber_fd_open, whose async_fiber_close must wake their waiters)
  * take the poller path. */
 
 /* Reads up to n bytes (at least 1 unless n is 0 or at end of file: returns
- * 0; with n 0 at once, reading nothing, if fd is open). The fd is switched to O_NONBLOCK if it is not a socket; sockets are
+ * 0; with n 0 at once, reading nothing, if fd is open; on a datagram socket
+ * an empty datagram is read as 0 too, and a datagram longer than n is cut
+ * to n). buf NULL with n > 0, or n > SSIZE_MAX: ASYNC_E_INVAL. The fd is switched to O_NONBLOCK if it is not a socket; sockets are
  * read with MSG_DONTWAIT. A peer's hang-up ends the read with 0 (end of
  * file) and a socket error with its error (once: the next read waits again).
  * timeout_ms is always honoured, also when the fd number was closed and
@@ -1049,7 +1057,9 @@ int async_fiber_wait_signal(int signo, int timeout_ms);
 ssize_t async_fiber_read(async_fd_t fd, void *buf, size_t n, int timeout_ms);
 
 /* Writes all n bytes (returns n) or fails; on failure some bytes may have
- * been written. n 0 returns 0 at once if fd is open. A closed peer or reader gives ASYNC_E_CLOSED, never SIGPIPE,
+ * been written (how many is not told: a stream is not usable after a
+ * failed or timed-out write). n 0 returns 0 at once if fd is open; buf NULL
+ * with n > 0, or n > SSIZE_MAX: ASYNC_E_INVAL. A closed peer or reader gives ASYNC_E_CLOSED, never SIGPIPE,
  * on a fiber or a plain thread: sockets are written with MSG_NOSIGNAL; for
  * other fds (pipes) SIGPIPE is blocked around the write and the one it
  * raised is consumed (one already pending before the call stays pending).
@@ -1060,14 +1070,17 @@ ssize_t async_fiber_write(async_fd_t fd, const void *buf, size_t n, int timeout_
 /* Accepts a connection on a listening socket (switched to O_NONBLOCK). The
  * new fd is O_NONBLOCK and close-on-exec; owned by the calling fiber's
  * scheduler when listen_fd is (see "Owned descriptors" below: close it with
- * async_fiber_close). addr/len as for accept(2) (both
- * NULL or both set). Errors: ASYNC_E_INVAL, ASYNC_E_BADFD, ASYNC_E_NOMEM
+ * async_fiber_close). addr/len as for accept(2): addr NULL ignores len;
+ * addr set needs len (else ASYNC_E_INVAL), and a *len too small truncates
+ * the address and *len tells its full size. Errors: ASYNC_E_INVAL, ASYNC_E_BADFD, ASYNC_E_NOMEM
  * (also: out of fds), ASYNC_E_TIMEDOUT, ASYNC_E_BUSY, ASYNC_E_CANCELLED,
  * ASYNC_E_SYS. Thread-safe; parks. */
 async_fd_t async_fiber_accept(async_fd_t listen_fd, struct sockaddr *addr, socklen_t *len, int timeout_ms);
 
-/* Connects a socket (switched to O_NONBLOCK) and waits for the result.
- * Errors: ASYNC_E_INVAL, ASYNC_E_BADFD, ASYNC_E_CLOSED (refused),
+/* Connects a socket (switched to O_NONBLOCK) and waits for the result. A
+ * connect of fd already in progress (one that timed out here, or the host's
+ * own non-blocking connect) is waited for the same way: its result is the
+ * call's; on a socket already connected it returns 0. Errors: ASYNC_E_INVAL, ASYNC_E_BADFD, ASYNC_E_CLOSED (refused),
  * ASYNC_E_TIMEDOUT (the attempt may still complete later: close the fd),
  * ASYNC_E_CANCELLED, ASYNC_E_SYS. Thread-safe; parks. */
 int async_fiber_connect(async_fd_t fd, const struct sockaddr *addr, socklen_t len, int timeout_ms);
@@ -1133,11 +1146,15 @@ int async_fiber_close(async_fd_t fd);
  * wait for each other), jobs beyond 64 wait in FIFO order. Use
  * it for calls that would block a worker (file I/O, getaddrinfo, sleeping
  * locks). fn may use memory on the fiber's stack. This park is NOT cancelled
- * by async_sched_shutdown: the fiber always waits for fn. In fn, the waits
- * that need the calling fiber to return fail with ASYNC_E_STATE instead of
- * waiting for themselves (async_sched_run and async_sched_destroy of its
- * scheduler, async_fiber_join of it), and async_sched_shutdown of its
- * scheduler only starts the shutdown. On a plain thread fn runs inline. Returns 0; -1 with ASYNC_E_INVAL if fn is NULL.
+ * by async_sched_shutdown: the fiber always waits for fn. On a plain thread
+ * (a pool thread included: nested calls) fn runs inline. fn runs on a plain
+ * thread (async_fiber_current() is NULL there; the fiber calls block it as
+ * on any plain thread), except for the waits that could only end after fn
+ * returns: there the pool thread counts as a worker of the calling fiber's
+ * scheduler s: async_sched_shutdown(s) only starts the shutdown and returns
+ * 0 without waiting, async_sched_destroy(s) and async_sched_run(s) fail with
+ * ASYNC_E_STATE, and async_fiber_join of the calling fiber too.
+ * Returns 0; -1 with ASYNC_E_INVAL if fn is NULL.
  * Thread-safe; parks. */
 int async_fiber_blocking(void (*fn)(void *), void *arg);
 

@@ -60,6 +60,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -418,7 +419,9 @@ static int zero_len(int fd) {
 static int io_args(async_fd_t fd, const void *buf, size_t n, int timeout_ms, ssize_t *early) {
     *early = -1;
     if (la_check_timeout(timeout_ms)) return 1;
-    if (!buf && n > 0) {
+    /* NULL with bytes to move, or more than the ssize_t result can tell
+     * (adversarial pass 8: the kernel's EFAULT came back as ASYNC_E_SYS) */
+    if ((!buf && n > 0) || n > (size_t)SSIZE_MAX) {
         la_set_error(ASYNC_E_INVAL);
         return 1;
     }
@@ -983,7 +986,10 @@ int async_fiber_connect(async_fd_t fd, const struct sockaddr *addr, socklen_t le
     fd_snap(rec, &sn);
     int r = sys_connect(fd, addr, len);
     if (r == 0) return 0;
-    if (r != -EINPROGRESS && r != -EINTR) {
+    /* EALREADY: a connect of this socket is in progress (one that timed out,
+     * or the host's own non-blocking one): wait for its result as for ours
+     * (adversarial pass 8: it failed with ASYNC_E_SYS) */
+    if (r != -EINPROGRESS && r != -EINTR && r != -EALREADY) {
         la_set_error(map_errno(-r));
         return -1;
     }

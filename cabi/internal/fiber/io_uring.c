@@ -508,8 +508,13 @@ static void busy_free(la_sched_t *s) {
     s->ubusy = NULL;
 }
 
-/* Takes fd's direction bit (1 read, 2 write): 0, or an async_err_t. */
+/* Takes fd's direction bit (1 read, 2 write): 0, or an async_err_t, or -1
+ * for an fd beyond the table (negative, or 4M and above: a number that is
+ * not open, or one the ring path does not track): the caller leaves it to
+ * the poller path, which answers ASYNC_E_BADFD for a closed one instead of
+ * the ASYNC_E_NOMEM this once gave (adversarial pass 8). */
 static int busy_take(la_sched_t *s, int fd, unsigned bit, _Atomic unsigned char **slot) {
+    if (fd < 0 || fd >= LA_UB_CHUNK * LA_UB_CHUNKS) return -1;
     _Atomic unsigned char *b = busy_slot(s, fd);
     if (!b) return ASYNC_E_NOMEM;
     if (atomic_fetch_or(b, (unsigned char)bit) & bit) return ASYNC_E_BUSY;
@@ -606,6 +611,7 @@ int la_uring_read(int fd, void *buf, size_t n, int timeout_ms, ssize_t *ret) {
     if (!r) return 0;
     _Atomic unsigned char *b;
     int e = busy_take(f->s, fd, 1, &b);
+    if (e < 0) return 0; /* the poller path */
     if (e) {
         la_set_error(e);
         *ret = -1;
@@ -636,6 +642,7 @@ int la_uring_write(int fd, const void *buf, size_t n, int timeout_ms, ssize_t *r
     if (!r) return 0;
     _Atomic unsigned char *b;
     int e = busy_take(f->s, fd, 2, &b);
+    if (e < 0) return 0; /* the poller path */
     if (e) {
         la_set_error(e);
         *ret = -1;
@@ -690,7 +697,8 @@ int la_uring_accept(int lfd, struct sockaddr *addr, socklen_t *len, int timeout_
         return 1;
     }
     _Atomic unsigned char *b;
-    if ((e = busy_take(f->s, lfd, 1, &b)) != 0) {
+    if ((e = busy_take(f->s, lfd, 1, &b)) < 0) return 0; /* the poller path */
+    if (e) {
         la_set_error(e);
         *ret = -1;
         return 1;
@@ -721,6 +729,7 @@ int la_uring_connect(int fd, const struct sockaddr *addr, socklen_t alen, int ti
     la_fiber_t *f = NULL;
     la_uring_t *r = my_ring(&f, timeout_ms);
     if (!r) return 0;
+    if (fd >= LA_UB_CHUNK * LA_UB_CHUNKS) return 0; /* untracked (busy_take): the poller path, before connect(2) */
     *ret = -1;
     int e = ur_nonblock(fd);
     if (!e) e = ur_connect(fd, addr, alen);
@@ -728,12 +737,13 @@ int la_uring_connect(int fd, const struct sockaddr *addr, socklen_t alen, int ti
         *ret = 0;
         return 1;
     }
-    if (e != -EINPROGRESS && e != -EINTR) {
+    if (e != -EINPROGRESS && e != -EINTR && e != -EALREADY) { /* EALREADY: in progress already (io.c) */
         la_set_error(ur_map_errno(-e));
         return 1;
     }
     _Atomic unsigned char *b;
-    if ((e = busy_take(f->s, fd, 2, &b)) != 0) {
+    if ((e = busy_take(f->s, fd, 2, &b)) < 0) return 0; /* the poller path */
+    if (e) {
         la_set_error(e);
         return 1;
     }

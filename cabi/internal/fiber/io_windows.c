@@ -272,7 +272,7 @@ int async_fiber_wait_fd(async_fd_t fd, uint32_t events, int timeout_ms) {
 static int io_args(async_fd_t fd, const void *buf, size_t n, int timeout_ms, ssize_t *early) {
     *early = -1;
     if (la_check_timeout(timeout_ms)) return 1;
-    if (!buf && n > 0) {
+    if ((!buf && n > 0) || n > ((size_t)-1 >> 1)) { /* as io.c: more than the ssize_t result can tell */
         la_set_error(ASYNC_E_INVAL);
         return 1;
     }
@@ -401,7 +401,8 @@ int async_fiber_connect(async_fd_t fd, const struct sockaddr *addr, socklen_t le
     SOCKET s = (SOCKET)fd;
     int r = sys_connect(s, addr, len);
     if (r == 0) return 0;
-    if (r != -WSAEWOULDBLOCK && r != -WSAEINPROGRESS && r != -WSAEINTR) {
+    /* WSAEALREADY: in progress already, wait for its result (io.c) */
+    if (r != -WSAEWOULDBLOCK && r != -WSAEINPROGRESS && r != -WSAEINTR && r != -WSAEALREADY) {
         la_set_error(map_wsa(-r));
         return -1;
     }
