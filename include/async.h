@@ -1036,8 +1036,10 @@ int async_fiber_wait_signal(int signo, int timeout_ms);
  * closed listener keeps its port until its accept ends), may return that
  * file's bytes (or its end of file) even after the number was reused, and
  * until it ends (timeout, shutdown) it holds the number's direction: a
- * fiber's read (write, accept) of the new file under that number gets
- * ASYNC_E_BUSY (the epoll path lets it run). Plain threads, timeout_ms
+ * fiber's read of the new file under that number returns the data already
+ * there and gets ASYNC_E_BUSY only where it would have to wait (as the
+ * epoll path does when another fiber waits), a write or accept gets
+ * ASYNC_E_BUSY (the epoll path lets them run). Plain threads, timeout_ms
  * 0, fds that are not sockets and fds the scheduler owns
  * (async_fiber_fd_open, whose async_fiber_close must wake their waiters)
  * take the poller path. */

@@ -130,6 +130,11 @@ LA_NOINLINE static int ur_accept(int fd, struct sockaddr *a, socklen_t *l) {
     return r >= 0 ? r : -errno;
 }
 
+LA_NOINLINE static ssize_t ur_recv_now(int fd, void *buf, size_t n) {
+    ssize_t r = recv(fd, buf, n, MSG_DONTWAIT);
+    return r >= 0 ? r : -errno;
+}
+
 LA_NOINLINE static int ur_connect(int fd, const struct sockaddr *a, socklen_t l) {
     int r = connect(fd, a, l);
     return r == 0 ? 0 : -errno;
@@ -612,6 +617,21 @@ int la_uring_read(int fd, void *buf, size_t n, int timeout_ms, ssize_t *ret) {
     _Atomic unsigned char *b;
     int e = busy_take(f->s, fd, 1, &b);
     if (e < 0) return 0; /* the poller path */
+    if (e == ASYNC_E_BUSY) {
+        /* Another receive of this scheduler is in the ring for this number
+         * (perhaps of a file closed since, the number reused). As on the
+         * epoll path, only a call that has to wait is refused: data already
+         * there is returned (async.h, async_fiber_wait_fd). */
+        ssize_t k;
+        do k = ur_recv_now(fd, buf, n);
+        while (k == -EINTR);
+        if (k >= 0) {
+            *ret = k;
+            return 1;
+        }
+        if (k == -ENOTSOCK) return 0; /* the number is no socket now: the poller path */
+        if (k != -EAGAIN && k != -EWOULDBLOCK) e = ur_map_errno((int)-k);
+    }
     if (e) {
         la_set_error(e);
         *ret = -1;
