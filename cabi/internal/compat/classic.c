@@ -105,11 +105,32 @@ typedef struct cl_rt {
 static pthread_mutex_t cl_mu = PTHREAD_MUTEX_INITIALIZER;
 static cl_rt_t *cl_list;
 
-/* rt's entry, or NULL; with create, made if rt is a live runtime. Under cl_mu. */
+static void cl_free(cl_rt_t *r) {
+    free(r->files);
+#if defined(_WIN32)
+    free(r->regs);
+#endif
+    free(r);
+}
+
+/* rt's entry, or NULL; with create, made if rt is a live runtime. Under cl_mu.
+ * An entry whose runtime is no longer live was left by a modern
+ * async_runtime_deinit (a runtime handle is the same for both APIs, and the
+ * modern deinit does not know this table): it is dropped here, so that its
+ * console and files are forgotten as the classic deinit forgets them and the
+ * table does not grow with every such runtime. */
 static cl_rt_t *cl_find(async_runtime_t *rt, int create) {
     uint64_t h = LA_H(rt);
-    for (cl_rt_t *r = cl_list; r; r = r->next)
+    for (cl_rt_t **p = &cl_list; *p;) {
+        cl_rt_t *r = *p;
+        if (!la_handle_live(r->h, LA_T_RUNTIME)) {
+            *p = r->next;
+            cl_free(r);
+            continue;
+        }
         if (r->h == h) return r;
+        p = &r->next;
+    }
     if (!create || !la_handle_live(h, LA_T_RUNTIME)) return NULL;
     cl_rt_t *r = calloc(1, sizeof *r);
     if (!r) return NULL;
@@ -204,17 +225,14 @@ static int cl_modern_modify(async_runtime_t *rt, async_fd_t fd, uint32_t events,
 /* ---- lifecycle and registrations ------------------------------------------- */
 
 void async_classic_runtime_deinit(async_runtime_t *rt) {
+    LA_ENTRY();
     async_runtime_deinit(rt);
     pthread_mutex_lock(&cl_mu);
     for (cl_rt_t **p = &cl_list; *p; p = &(*p)->next) {
         if ((*p)->h == LA_H(rt)) {
             cl_rt_t *r = *p;
             *p = r->next;
-            free(r->files);
-#if defined(_WIN32)
-            free(r->regs);
-#endif
-            free(r);
+            cl_free(r);
             break;
         }
     }
@@ -222,6 +240,7 @@ void async_classic_runtime_deinit(async_runtime_t *rt) {
 }
 
 int async_classic_runtime_modify(async_runtime_t *rt, async_fd_t fd, uint32_t events, void *context) {
+    LA_ENTRY(-1);
     uint32_t ev;
     if (!cl_bits(events, &ev)) return cl_fail(ASYNC_E_INVAL);
     pthread_mutex_lock(&cl_mu);
@@ -245,6 +264,7 @@ int async_classic_runtime_modify(async_runtime_t *rt, async_fd_t fd, uint32_t ev
 }
 
 int async_classic_runtime_add(async_runtime_t *rt, async_fd_t fd, uint32_t events, void *context) {
+    LA_ENTRY(-1);
     uint32_t ev;
     if (!cl_bits(events, &ev)) return cl_fail(ASYNC_E_INVAL);
     pthread_mutex_lock(&cl_mu);
@@ -300,6 +320,7 @@ int async_classic_runtime_add(async_runtime_t *rt, async_fd_t fd, uint32_t event
 }
 
 int async_classic_runtime_remove(async_runtime_t *rt, async_fd_t fd) {
+    LA_ENTRY(-1);
     pthread_mutex_lock(&cl_mu);
     cl_rt_t *r = cl_find(rt, 0);
     cl_file_t *f = r ? cl_file(r, (int)fd) : NULL;
@@ -373,12 +394,24 @@ static int cl_files_collect(cl_rt_t *r, cl_event_t *out, int room, int probe_onl
     return n;
 }
 
-/* A timeval as the modern timeout: NULL blocks; partial milliseconds round
- * up (never a busy spin); negative values do not wait; huge ones are capped. */
+/* A timeval as the modern timeout: NULL blocks. The timeval's value is
+ * tv_sec + tv_usec / 10^6 whatever the fields hold (tv_usec may be negative
+ * or above 999999, as the classic backend's sec * 1000 + usec / 1000 read
+ * it), computed without overflow: a value <= 0 does not wait, a partial
+ * millisecond rounds up (never a busy spin), and one of INT_MAX ms (24.8
+ * days) or more waits INT_MAX ms. */
 static int cl_timeout_ms(const struct timeval *tv) {
     if (!tv) return -1;
-    if (tv->tv_sec < 0 || tv->tv_usec < 0) return 0;
-    long long ms = (long long)tv->tv_sec * 1000 + ((long long)tv->tv_usec + 999) / 1000;
+    long long sec = (long long)tv->tv_sec, usec = (long long)tv->tv_usec;
+    long long carry = usec / 1000000, rem = usec % 1000000; /* rem has usec's sign */
+    if (rem < 0) {
+        rem += 1000000;
+        carry--;
+    }
+    if (__builtin_add_overflow(sec, carry, &sec)) return carry > 0 ? INT_MAX : 0;
+    if (sec < 0 || (sec == 0 && rem == 0)) return 0;
+    if (sec > INT_MAX / 1000) return INT_MAX;
+    long long ms = sec * 1000 + (rem + 999) / 1000;
     return ms > INT_MAX ? INT_MAX : (int)ms;
 }
 
@@ -423,7 +456,7 @@ static void cl_translate(cl_event_t *c, const io_event_t *e) {
         return;
     }
 #endif
-    if (e->event_type & (ASYNC_EVENT_COMPLETION | ASYNC_EVENT_TIMER)) {
+    if (e->event_type & (ASYNC_EVENT_COMPLETION | ASYNC_EVENT_TIMER | ASYNC_EVENT_SIGNAL)) {
         c->fd = CL_NOFD;
         c->completion_key = e->completion_key;
         c->event_type = CL_READ;
@@ -441,6 +474,7 @@ static void cl_translate(cl_event_t *c, const io_event_t *e) {
 #define CL_STACK 128
 
 int async_classic_runtime_wait(async_runtime_t *rt, cl_event_t *events, int max_events, struct timeval *timeout) {
+    LA_ENTRY(-1);
     if (!events || max_events < 1) return cl_fail(ASYNC_E_INVAL);
     int ms = cl_timeout_ms(timeout);
 
@@ -500,6 +534,7 @@ static int cl_console_detect(void) {
 }
 
 int async_classic_runtime_add_console(async_runtime_t *rt, void *context) {
+    LA_ENTRY(-1);
     int type = cl_console_detect();
     pthread_mutex_lock(&cl_mu);
     cl_rt_t *r = cl_find(rt, 1);
@@ -533,6 +568,7 @@ int async_classic_runtime_add_console(async_runtime_t *rt, void *context) {
 }
 
 int async_classic_runtime_get_console_type(async_runtime_t *rt) {
+    LA_ENTRY(CL_CONSOLE_NONE);
     pthread_mutex_lock(&cl_mu);
     cl_rt_t *r = cl_find(rt, 0);
     int t = r ? r->console_type : CL_CONSOLE_NONE;
@@ -541,6 +577,7 @@ int async_classic_runtime_get_console_type(async_runtime_t *rt) {
 }
 
 void *async_classic_runtime_get_console_ctx(async_runtime_t *rt) {
+    LA_ENTRY(NULL);
     pthread_mutex_lock(&cl_mu);
     cl_rt_t *r = cl_find(rt, 0);
     void *c = r ? r->console_ctx : NULL;
@@ -550,6 +587,7 @@ void *async_classic_runtime_get_console_ctx(async_runtime_t *rt) {
 
 #if !defined(_WIN32)
 int async_classic_runtime_get_event_loop_handle(async_runtime_t *rt) {
+    LA_ENTRY(-1);
     la_slot_t *slot;
     la_doorbell_t *bell = la_handle_get(LA_H(rt), LA_T_RUNTIME, &slot);
     if (!bell) return cl_fail(ASYNC_E_BADHANDLE);
