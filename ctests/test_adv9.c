@@ -215,6 +215,89 @@ static void t_fd_reuse(void)
     async_runtime_deinit(rt);
 }
 
+static int tmpfile_fd(const char *content)
+{
+    char path[] = "/tmp/adv9_fileXXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    unlink(path);
+    if (content)
+        CHECK_EQ(write(fd, content, strlen(content)), (ssize_t)strlen(content));
+    CHECK_EQ(lseek(fd, 0, SEEK_SET), 0);
+    return fd;
+}
+
+/* A registered regular file closed without remove, its number reused by
+ * another regular file that was not added: the old registration is reported
+ * once as ERROR|CLOSE and never again (docs/NEOLITH.md), never the new
+ * file's readiness with the old context; the new file can then be added. */
+static void t_file_reuse_file(void)
+{
+    async_runtime_t *rt = async_runtime_init();
+    int fa, fb, a, b, n, i, errs = 0, keep;
+    CHECK(rt);
+    fa = tmpfile_fd("aaaa");
+    CHECK_EQ(async_runtime_add(rt, fa, EVENT_READ, &a), 0);
+    CHECK_EQ(waittv(rt, 0, 0), 1);
+    keep = dup(fa); /* A stays open: its inode is not reused by B */
+    CHECK(keep >= 0);
+    close(fa);
+    fb = tmpfile_fd("bbbbbbbb");
+    CHECK_EQ(fb, fa);
+    for (i = 0; i < 4; i++) {
+        n = waittv(rt, 0, 0);
+        CHECK(n >= 0);
+        while (n-- > 0) {
+            CHECK_EQ(ev[n].fd, fb);
+            CHECK(ev[n].context == &a);
+            if (ev[n].event_type != (EVENT_ERROR | EVENT_CLOSE))
+                fprintf(stderr, "the new file reported with the old context: type %u\n", ev[n].event_type);
+            CHECK_EQ(ev[n].event_type, EVENT_ERROR | EVENT_CLOSE);
+            errs++;
+        }
+    }
+    CHECK_EQ(errs, 1);
+    CHECK_EQ(async_runtime_add(rt, fb, EVENT_READ, &b), 0);
+    n = waittv(rt, 0, 0);
+    CHECK_EQ(n, 1);
+    CHECK(ev[0].context == &b);
+    CHECK_EQ(ev[0].event_type, EVENT_READ);
+    CHECK_EQ(async_runtime_remove(rt, fb), 0);
+    close(fb);
+    close(keep);
+    async_runtime_deinit(rt);
+}
+
+/* A socket closed without remove, its number reused by a regular file that
+ * is then added: one registration, the file's (no duplicate with the
+ * socket's context, also on the poll backend, which watches numbers). */
+static void t_file_reuse_sock(void)
+{
+    async_runtime_t *rt = async_runtime_init();
+    int sp[2], f, a, b, n, i, rounds;
+    CHECK(rt);
+    CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sp) == 0);
+    CHECK_EQ(async_runtime_add(rt, sp[0], EVENT_READ, &a), 0);
+    close(sp[0]);
+    f = tmpfile_fd("hello");
+    CHECK_EQ(f, sp[0]);
+    CHECK_EQ(async_runtime_add(rt, f, EVENT_READ, &b), 0);
+    for (rounds = 0; rounds < 3; rounds++) {
+        n = waittv(rt, 0, 0);
+        CHECK(n >= 0);
+        for (i = 0; i < n; i++) {
+            if (ev[i].context != &b)
+                fprintf(stderr, "event fd %d type %u with the socket's context\n", ev[i].fd, ev[i].event_type);
+            CHECK(ev[i].context == &b);
+        }
+    }
+    CHECK_EQ(async_runtime_remove(rt, f), 0);
+    CHECK_EQ(waittv(rt, 0, 0), 0);
+    close(f);
+    close(sp[1]);
+    async_runtime_deinit(rt);
+}
+
 /* ---- completions from workers while the main loop waits ---------------------------- */
 
 #define NPOST 20000
@@ -696,6 +779,8 @@ static const test_case_t cases[] = {
     T(accept_storm),
     T(nofile),
     T(mix_deinit),
+    T(file_reuse_file),
+    T(file_reuse_sock),
 };
 
 TEST_MAIN(cases)

@@ -76,6 +76,10 @@ typedef struct {
     void *ctx;
     int eof_told; /* its end was reported readable once */
     int gone;     /* closed without remove: reported once as ERROR|CLOSE */
+#if !defined(_WIN32)
+    dev_t dev; /* the file registered: a number closed and reused by */
+    ino_t ino; /* another file is not this registration */
+#endif
 } cl_file_t;
 
 #if defined(_WIN32)
@@ -197,6 +201,12 @@ static int cl_is_regular(int fd) {
     struct stat st;
     return fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
 }
+
+/* fd still holds f's file (else it was closed without remove, and its
+ * number may be another file's now). *st gets fd's fstat. */
+static int cl_file_same(const cl_file_t *f, struct stat *st) {
+    return fstat(f->fd, st) == 0 && S_ISREG(st->st_mode) && st->st_dev == f->dev && st->st_ino == f->ino;
+}
 #endif
 
 /* ---- the Go call of the 4-argument modify ---------------------------------- */
@@ -271,7 +281,8 @@ int async_classic_runtime_add(async_runtime_t *rt, async_fd_t fd, uint32_t event
     cl_rt_t *r = cl_find(rt, 0);
 #if !defined(_WIN32)
     cl_file_t *stale = r ? cl_file(r, fd) : NULL;
-    if (stale && (stale->gone || !cl_is_regular(fd))) {
+    struct stat sst;
+    if (stale && (stale->gone || !cl_file_same(stale, &sst))) {
         /* a regular file closed without remove; its number is reused */
         *stale = r->files[--r->nfiles];
         if (fd == 0) r->console_reg = 0;
@@ -302,7 +313,18 @@ int async_classic_runtime_add(async_runtime_t *rt, async_fd_t fd, uint32_t event
             r->files = nf;
             r->capfiles = cap;
         }
-        r->files[r->nfiles++] = (cl_file_t){.fd = fd, .events = ev, .ctx = context};
+        struct stat st;
+        if (fstat(fd, &st) != 0) {
+            pthread_mutex_unlock(&cl_mu);
+            return cl_fail(ASYNC_E_BADFD);
+        }
+        /* A registration of this number in the poller is a closed file's
+         * (the number is a regular file's now, which never goes there): the
+         * poll backend, which watches numbers, would report this file with
+         * that context. Drop it, as a modern add of the number would. */
+        int saved = async_last_error();
+        if (async_runtime_remove(rt, fd) != 0) la_set_error(saved);
+        r->files[r->nfiles++] = (cl_file_t){.fd = fd, .events = ev, .ctx = context, .dev = st.st_dev, .ino = st.st_ino};
         pthread_mutex_unlock(&cl_mu);
         async_runtime_wakeup(rt); /* a sleeping wait reports it at once */
         return 0;
@@ -353,7 +375,7 @@ static uint32_t cl_file_ready(const cl_file_t *f, int *at_end, int *gone) {
     struct stat st;
     *at_end = *gone = 0;
     if (f->gone) return 0;
-    if (fstat(f->fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (!cl_file_same(f, &st)) {
         *gone = 1;
         return CL_ERROR | CL_CLOSE;
     }
