@@ -764,6 +764,139 @@ static void t_mix_deinit(void)
     close(fd);
 }
 
+/* ---- the examples under hostile standard descriptors ------------------------------- */
+
+#include <poll.h>
+#include <signal.h>
+
+/* Runs argv with stdin closed (in_closed) or /dev/null, stdout /dev/full
+ * (out_full) or a pipe read into out; stderr into the same pipe. Returns the
+ * wait status; fails if the program has not ended within 30 s. */
+static int run_prog(char *const argv[], int in_closed, int out_full, char *out, size_t cap)
+{
+    int p[2], st = 0;
+    size_t have = 0;
+    double t0 = now_ms();
+    pid_t pid;
+    CHECK_EQ(pipe(p), 0);
+    fflush(stdout);
+    fflush(stderr);
+    pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        int null = open("/dev/null", O_RDONLY), full = open("/dev/full", O_WRONLY);
+        dup2(p[1], 2);
+        dup2(out_full ? full : p[1], 1);
+        if (in_closed)
+            close(0);
+        else
+            dup2(null, 0);
+        close(p[0]);
+        close(p[1]);
+        close(null);
+        close(full);
+        execv(argv[0], argv);
+        _exit(99);
+    }
+    close(p[1]);
+    for (;;) {
+        struct pollfd pf = {p[0], POLLIN, 0};
+        int left = 30000 - (int)(now_ms() - t0);
+        if (left <= 0 || poll(&pf, 1, left) == 0) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            fprintf(stderr, "%s did not end within 30 s; its output:\n%.*s\n", argv[0], (int)have, out);
+            CHECK(0);
+        }
+        char buf[4096];
+        ssize_t r = read(p[0], buf, sizeof buf);
+        if (r <= 0)
+            break;
+        if (have + (size_t)r < cap) {
+            memcpy(out + have, buf, (size_t)r);
+            have += (size_t)r;
+        }
+    }
+    out[have] = 0;
+    close(p[0]);
+    while (waitpid(pid, &st, WNOHANG) == 0) {
+        if (now_ms() - t0 > 30000) {
+            kill(pid, SIGKILL);
+            CHECK(0);
+        }
+        sleep_ms(5);
+    }
+    return st;
+}
+
+static char g_out[1 << 16];
+
+/* console_worker started with stdin closed: no descriptor of the program
+ * (the runtime's, the listening socket) may become "stdin" for the console
+ * reader; a closed stdin is the end of input, as /dev/null is. */
+static void t_example_console_closed_stdin(void)
+{
+#ifdef ADV9_CONSOLE_WORKER
+    char *argv[] = {ADV9_CONSOLE_WORKER, "--port", "0", "--heartbeat", "0", NULL};
+    int st = run_prog(argv, 1, 0, g_out, sizeof g_out);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK(strstr(g_out, "console: end of input, shutting down") != NULL);
+#else
+    printf("examples not built: skipped\n");
+#endif
+}
+
+/* async_dns whose stdout cannot be written (a full disk): the answers are
+ * lost, so the exit status must say so, not 0; and with stdin and stdout
+ * closed its own descriptors never receive its output. */
+static void t_example_dns_lost_output(void)
+{
+#ifdef ADV9_ASYNC_DNS
+    char *argv[] = {ADV9_ASYNC_DNS, "localhost", NULL};
+    int st = run_prog(argv, 0, 0, g_out, sizeof g_out);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK(strstr(g_out, "localhost: ") != NULL);
+    st = run_prog(argv, 0, 1, g_out, sizeof g_out);
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+        fprintf(stderr, "async_dns exited 0 with its output lost (stdout /dev/full)\n");
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+    CHECK(strstr(g_out, "async_dns: ") != NULL); /* said on stderr */
+#else
+    printf("examples not built: skipped\n");
+#endif
+}
+
+/* Started with stdin closed (by std_closed): the library, loaded before
+ * main, has not taken descriptor 0, so main can still fill it. */
+static void t_std_closed_probe(void)
+{
+    errno = 0;
+    if (fcntl(0, F_GETFD) != -1 || errno != EBADF) {
+        fprintf(stderr, "descriptor 0 is open at the top of main: the library took it while loading\n");
+        CHECK(0);
+    }
+    /* what a careful host does: fill it, then use the library */
+    CHECK_EQ(open("/dev/null", O_RDONLY), 0);
+    async_runtime_t *rt = async_runtime_init();
+    CHECK(rt);
+    CHECK(async_runtime_get_event_loop_handle(rt) > 2);
+    async_runtime_deinit(rt);
+}
+
+static void t_std_closed(void)
+{
+    char self[4096];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    int st;
+    CHECK(len > 0);
+    self[len] = 0;
+    char *argv[] = {self, "std_closed_probe", NULL};
+    st = run_prog(argv, 1, 0, g_out, sizeof g_out);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        fprintf(stderr, "%s", g_out);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
 static const test_case_t cases[] = {
     T(tv_huge),
     T(tv_odd),
@@ -781,6 +914,10 @@ static const test_case_t cases[] = {
     T(mix_deinit),
     T(file_reuse_file),
     T(file_reuse_sock),
+    T(example_console_closed_stdin),
+    T(example_dns_lost_output),
+    T(std_closed_probe), /* run by std_closed only (not a ctest) */
+    T(std_closed),
 };
 
 TEST_MAIN(cases)

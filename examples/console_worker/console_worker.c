@@ -25,6 +25,7 @@
 #define _GNU_SOURCE 1
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -531,6 +532,24 @@ static int open_listener(unsigned port)
     return fd;
 }
 
+/* A standard descriptor (0, 1, 2) that is closed at start is opened on
+ * /dev/null, so that no descriptor of the program (the runtime's own, a
+ * socket) takes its number and receives what is meant for it (output
+ * written into the runtime's wake-up descriptor, the console reader reading
+ * a socket or the runtime's descriptor instead of stdin, and never seeing
+ * the end of input); a closed stdin then ends the input as /dev/null does). */
+static void keep_std_fds(void)
+{
+    for (int fd = 0; fd <= 2; fd++)
+        if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
+            int n = open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+            if (n >= 0 && n != fd) { /* cannot happen: lower numbers were filled first */
+                dup2(n, fd);
+                close(n);
+            }
+        }
+}
+
 int main(int argc, char **argv)
 {
     unsigned long port = 0, heartbeat_ms = 1000;
@@ -559,6 +578,7 @@ int main(int argc, char **argv)
         }
     }
 
+    keep_std_fds();
     s.rt = async_runtime_init();
     if (s.rt == NULL) {
         fprintf(stderr, "console_worker: async_runtime_init: %s\n", async_strerror(async_last_error()));

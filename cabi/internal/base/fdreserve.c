@@ -32,9 +32,20 @@ _Atomic int la_go_poller_up;
 static _Atomic int resv[2] = {-1, -1};
 static atomic_int released;
 
+/* The reservation never holds 0, 1 or 2: a host started with a standard
+ * descriptor closed must find it still closed at the top of main, so that
+ * it can fill it (with /dev/null) before anything else takes the number;
+ * held here and released into Go's poller, the number would become Go's
+ * epoll or eventfd, which the host would then read as stdin or write its
+ * output into. */
 __attribute__((constructor)) static void la_fd_reserve(void) {
     for (int i = 0; i < 2; i++) {
         int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (fd >= 0 && fd <= 2) {
+            int high = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+            close(fd);
+            fd = high;
+        }
         if (fd >= 0) atomic_store(&resv[i], fd);
     }
     if (atomic_load(&released)) la_fd_reserve_release(); /* Go was first */
