@@ -446,7 +446,9 @@ typedef struct {
  * poller (two descriptors on Linux), with two descriptors the library
  * reserved while it was loaded; if none were free then, this call needs two
  * more and fails with ASYNC_E_SYS (EMFILE) when they are missing, never
- * aborting the process.
+ * aborting the process. The reservation never holds 0, 1 or 2; the
+ * library's descriptors take the lowest free numbers, so a host started
+ * with a standard descriptor closed should open /dev/null on it first.
  * Thread-safe; never blocks. */
 async_runtime_t *async_runtime_init(void);
 
