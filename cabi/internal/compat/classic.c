@@ -492,7 +492,9 @@ static void cl_translate(cl_event_t *c, const io_event_t *e) {
 
 /* One modern wait per classic wait (a second one would report a
  * level-triggered descriptor twice in one result): its buffer is on the
- * stack up to CL_STACK events, else allocated for the call. */
+ * stack up to CL_STACK events, else allocated for the call; if that
+ * allocation fails the call makes do with the stack buffer (as the modern
+ * wait, it never fails for memory). */
 #define CL_STACK 128
 
 int async_classic_runtime_wait(async_runtime_t *rt, cl_event_t *events, int max_events, struct timeval *timeout) {
@@ -517,7 +519,10 @@ int async_classic_runtime_wait(async_runtime_t *rt, cl_event_t *events, int max_
     if (poll_room > 0) {
         io_event_t stackbuf[CL_STACK];
         io_event_t *buf = stackbuf;
-        if (poll_room > CL_STACK && !(buf = malloc((size_t)poll_room * sizeof *buf))) return cl_fail(ASYNC_E_NOMEM);
+        if (poll_room > CL_STACK && !(buf = malloc((size_t)poll_room * sizeof *buf))) {
+            buf = stackbuf; /* out of memory: fewer events this call, never a failure */
+            poll_room = CL_STACK;
+        }
         n = async_runtime_wait(rt, buf, poll_room, ms);
         for (int i = 0; i < n; i++) cl_translate(&events[i], &buf[i]);
         if (buf != stackbuf) free(buf);
