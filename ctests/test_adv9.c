@@ -927,6 +927,112 @@ static void t_wait_nomem(void)
     async_runtime_deinit(rt);
 }
 
+/* ---- modify from another thread while the main loop waits ----------------------------------- */
+
+#define NMOD 2000
+static atomic_int g_mod_seq; /* how many modifies have returned */
+static int g_mod_fd;
+static async_runtime_t *g_mod_rt;
+static int g_ctx_tags[NMOD + 1];
+
+static void *modifier(void *arg)
+{
+    int i;
+    (void)arg;
+    for (i = 1; i <= NMOD; i++) {
+        CHECK_EQ(async_runtime_modify(g_mod_rt, g_mod_fd, EVENT_READ, &g_ctx_tags[i]), 0);
+        atomic_store(&g_mod_seq, i);
+        if (i % 16 == 0)
+            sleep_ms(1);
+    }
+    return NULL;
+}
+
+/* An always readable socket whose context another thread keeps changing: a
+ * wait that begins after modify #k returned never reports a context older
+ * than #k (NEOLITH.md: events reported after the call carry the new context). */
+static void t_modify_race(void)
+{
+    async_runtime_t *rt = async_runtime_init();
+    int sp[2];
+    pthread_t th;
+    CHECK(rt);
+    CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sp) == 0);
+    CHECK_EQ(write(sp[1], "x", 1), 1);
+    CHECK_EQ(async_runtime_add(rt, sp[0], EVENT_READ, &g_ctx_tags[0]), 0);
+    g_mod_fd = sp[0];
+    g_mod_rt = rt;
+    start_thread(&th, modifier, NULL);
+    for (;;) {
+        int before = atomic_load(&g_mod_seq), n, i;
+        n = waittv(rt, 1, 0);
+        CHECK(n >= 0);
+        for (i = 0; i < n; i++) {
+            int k = (int)((int *)ev[i].context - g_ctx_tags);
+            CHECK(k >= 0 && k <= NMOD);
+            if (k < before)
+                fprintf(stderr, "context #%d reported by a wait begun after modify #%d returned\n", k, before);
+            CHECK(k >= before);
+        }
+        if (before == NMOD)
+            break;
+    }
+    join_within(th, 30000, "modifier");
+    close(sp[0]);
+    close(sp[1]);
+    async_runtime_deinit(rt);
+}
+
+/* ---- descriptors above 1024 (FD_SETSIZE), both backends ------------------------------------ */
+
+static void t_high_fds(void)
+{
+    async_runtime_t *rt = async_runtime_init();
+    struct rlimit rl;
+    int fds[8][2], i, seen = 0, rounds;
+    CHECK(rt);
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    if (rl.rlim_max < 5000) {
+        printf("hard RLIMIT_NOFILE below 5000: skipped\n");
+        async_runtime_deinit(rt);
+        return;
+    }
+    if (rl.rlim_cur < 5000) {
+        rl.rlim_cur = 5000;
+        CHECK_EQ(setrlimit(RLIMIT_NOFILE, &rl), 0);
+    }
+    for (i = 0; i < 8; i++) {
+        int sp[2];
+        CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sp) == 0);
+        fds[i][0] = 1100 + 500 * i;
+        fds[i][1] = fds[i][0] + 1;
+        CHECK_EQ(dup2(sp[0], fds[i][0]), fds[i][0]);
+        CHECK_EQ(dup2(sp[1], fds[i][1]), fds[i][1]);
+        close(sp[0]);
+        close(sp[1]);
+        CHECK_EQ(async_runtime_add(rt, fds[i][0], EVENT_READ, &fds[i][0]), 0);
+        CHECK_EQ(write(fds[i][1], "q", 1), 1);
+    }
+    for (rounds = 0; rounds < 10 && seen != 0xff; rounds++) {
+        int n = waittv(rt, 1, 0);
+        CHECK(n >= 0);
+        for (i = 0; i < n; i++) {
+            int k = (int)(((int *)ev[i].context - &fds[0][0]) / 2);
+            CHECK(k >= 0 && k < 8);
+            CHECK_EQ(ev[i].fd, fds[k][0]);
+            CHECK_EQ(ev[i].event_type, EVENT_READ);
+            seen |= 1 << k;
+        }
+    }
+    CHECK_EQ(seen, 0xff);
+    for (i = 0; i < 8; i++) {
+        CHECK_EQ(async_runtime_remove(rt, fds[i][0]), 0);
+        close(fds[i][0]);
+        close(fds[i][1]);
+    }
+    async_runtime_deinit(rt);
+}
+
 static const test_case_t cases[] = {
     T(tv_huge),
     T(tv_odd),
@@ -949,6 +1055,8 @@ static const test_case_t cases[] = {
     T(std_closed_probe), /* run by std_closed only (not a ctest) */
     T(std_closed),
     T(wait_nomem),
+    T(modify_race),
+    T(high_fds),
 };
 
 TEST_MAIN(cases)
