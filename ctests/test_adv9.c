@@ -2,7 +2,9 @@
  * (include/async/async_*.h, docs/NEOLITH.md), used the way the Neolith driver
  * uses it and the way a hostile caller would (docs/RELIABILITY.md,
  * "Adversarial pass 9 (the classic API)"). Registered for epoll and poll. */
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -870,6 +872,112 @@ static void t_example_dns_lost_output(void)
 #endif
 }
 
+/* console_worker at its descriptor limit with clients still connecting: a
+ * connection it cannot accept (EMFILE) must be answered (refused, "server
+ * full" or closed), not left pending, which kept the listening socket
+ * readable and the loop spinning on it for ever. Each client reads its first
+ * line; a deadline only turns a client left without an answer into a
+ * failure. */
+static void t_example_console_emfile(void)
+{
+#ifdef ADV9_CONSOLE_WORKER
+    int in[2], out[2], port = 0, i, refused = 0, st;
+    char buf[512];
+    size_t have = 0;
+    pid_t pid;
+    int clients[200], nc = 0;
+    CHECK_EQ(pipe(in), 0);
+    CHECK_EQ(pipe(out), 0);
+    fflush(stdout);
+    fflush(stderr);
+    pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        struct rlimit rl;
+        char *argv[] = {ADV9_CONSOLE_WORKER, "--port", "0", "--heartbeat", "0", NULL};
+        dup2(in[0], 0);
+        dup2(out[1], 1);
+        dup2(out[1], 2);
+        close(in[0]);
+        close(in[1]);
+        close(out[0]);
+        close(out[1]);
+        getrlimit(RLIMIT_NOFILE, &rl);
+        rl.rlim_cur = 40;
+        setrlimit(RLIMIT_NOFILE, &rl);
+        execv(argv[0], argv);
+        _exit(99);
+    }
+    close(in[0]);
+    close(out[1]);
+    while (!port) {
+        struct pollfd pf = {out[0], POLLIN, 0};
+        char *at;
+        ssize_t r;
+        CHECK(poll(&pf, 1, 30000) == 1);
+        r = read(out[0], buf + have, sizeof buf - 1 - have);
+        CHECK(r > 0);
+        have += (size_t)r;
+        buf[have] = 0;
+        if ((at = strstr(buf, "listening on 127.0.0.1:")) != NULL && strchr(at, '\n'))
+            port = atoi(at + strlen("listening on 127.0.0.1:"));
+    }
+    for (i = 0; i < 200 && !refused; i++) {
+        struct sockaddr_in sa;
+        struct pollfd pf;
+        char line[64];
+        ssize_t r;
+        int c = socket(AF_INET, SOCK_STREAM, 0);
+        CHECK(c >= 0);
+        memset(&sa, 0, sizeof sa);
+        sa.sin_family = AF_INET;
+        sa.sin_port = htons((uint16_t)port);
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        CHECK_EQ(connect(c, (struct sockaddr *)&sa, sizeof sa), 0);
+        pf.fd = c;
+        pf.events = POLLIN;
+        pf.revents = 0;
+        if (poll(&pf, 1, 10000) != 1) {
+            fprintf(stderr, "client %d: no answer within 10 s (the server cannot accept it)\n", i);
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            CHECK(0);
+        }
+        r = read(c, line, sizeof line - 1);
+        line[r > 0 ? r : 0] = 0;
+        if (r > 0 && strncmp(line, "welcome", 7) == 0) {
+            clients[nc++] = c;
+            continue;
+        }
+        refused = 1; /* "server full", EOF or a reset */
+        close(c);
+    }
+    CHECK(refused);
+    /* the server still serves: drop the clients, then end its input */
+    while (nc > 0)
+        close(clients[--nc]);
+    close(in[1]);
+    {
+        double t0 = now_ms();
+        char sink[4096];
+        for (;;) {
+            struct pollfd pf = {out[0], POLLIN, 0};
+            CHECK(now_ms() - t0 < 30000);
+            if (poll(&pf, 1, 1000) == 1 && read(out[0], sink, sizeof sink) <= 0)
+                break;
+        }
+        while (waitpid(pid, &st, WNOHANG) == 0) {
+            CHECK(now_ms() - t0 < 30000);
+            sleep_ms(5);
+        }
+    }
+    close(out[0]);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+#else
+    printf("examples not built: skipped\n");
+#endif
+}
+
 /* Started with stdin closed (by std_closed): the library, loaded before
  * main, has not taken descriptor 0, so main can still fill it. */
 static void t_std_closed_probe(void)
@@ -1057,6 +1165,7 @@ static const test_case_t cases[] = {
     T(wait_nomem),
     T(modify_race),
     T(high_fds),
+    T(example_console_emfile),
 };
 
 TEST_MAIN(cases)

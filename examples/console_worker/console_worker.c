@@ -191,6 +191,10 @@ struct server {
     bool quit;
 };
 
+/* A descriptor kept in reserve (on /dev/null) so that a connection can still
+ * be accepted and refused when the process is out of descriptors. */
+static int g_spare_fd = -1;
+
 /* The listening socket's context in io_event_t; clients use their struct. */
 static char g_listener_tag;
 
@@ -285,6 +289,23 @@ static void accept_clients(struct server *s)
         if (fd < 0) {
             if (errno == EINTR || errno == ECONNABORTED)
                 continue;
+            if ((errno == EMFILE || errno == ENFILE) && g_spare_fd >= 0) {
+                /* Out of descriptors: a connection left pending keeps the
+                 * listening socket readable, and the level-triggered loop
+                 * would spin on it. Give up the spare descriptor to accept
+                 * it, tell it, close it, and take the spare back. */
+                close(g_spare_fd);
+                fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+                if (fd >= 0) {
+                    static const char full[] = "server full\n";
+                    send(fd, full, sizeof full - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+                    close(fd);
+                    say_console("refused a client: out of descriptors");
+                }
+                g_spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+                if (fd >= 0)
+                    continue;
+            }
             return; /* EAGAIN: no more pending connections (or a transient error) */
         }
         if (s->nclients >= MAX_CLIENTS) {
@@ -579,6 +600,7 @@ int main(int argc, char **argv)
     }
 
     keep_std_fds();
+    g_spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     s.rt = async_runtime_init();
     if (s.rt == NULL) {
         fprintf(stderr, "console_worker: async_runtime_init: %s\n", async_strerror(async_last_error()));
