@@ -1017,7 +1017,7 @@ static void t_std_closed(void)
  * ("never fails for memory"), not fail with ASYNC_E_NOMEM: a driver takes a
  * failed wait as fatal. (Only 3 events are ready: the 64-entry array is
  * never written beyond them.) */
-static void t_wait_nomem(void)
+static void t_wait_nomem_child(void)
 {
     async_runtime_t *rt = async_runtime_init();
     int n;
@@ -1033,6 +1033,20 @@ static void t_wait_nomem(void)
     CHECK_EQ(ev[2].completion_key, 3);
     CHECK_EQ(ev[2].bytes_transferred, 30);
     async_runtime_deinit(rt);
+}
+
+/* Runs wait_nomem_child with ASan's malloc returning NULL (not aborting) on
+ * an allocation that cannot be had, as the C library's does. */
+static void t_wait_nomem(void)
+{
+    static char env[1024];
+    const char *old = getenv("ASAN_OPTIONS");
+    int st;
+    snprintf(env, sizeof env, "ASAN_OPTIONS=%s%sallocator_may_return_null=1", old ? old : "",
+             old && *old ? ":" : "");
+    st = run_self_case("wait_nomem_child", env);
+    CHECK(WIFEXITED(st));
+    CHECK_EQ(WEXITSTATUS(st), 0);
 }
 
 /* ---- modify from another thread while the main loop waits ----------------------------------- */
@@ -1163,6 +1177,7 @@ static const test_case_t cases[] = {
     T(std_closed_probe), /* run by std_closed only (not a ctest) */
     T(std_closed),
     T(wait_nomem),
+    T(wait_nomem_child), /* run by wait_nomem only (not a ctest) */
     T(modify_race),
     T(high_fds),
     T(example_console_emfile),
