@@ -198,8 +198,8 @@ int main(int argc, char **argv)
     async_runtime_deinit(rt);
     for (; c.next < c.nnames; c.next++) /* never submitted */
         printf("%s: not started\n", c.names[c.next]);
-    /* Answers that could not be written (a full disk, a closed stdout) are
-     * lost: say so, and never exit 0 for them. */
+    /* Answers that could not be written (a full disk, a reader gone with
+     * SIGPIPE ignored) are lost: say so, and never exit 0 for them. */
     if (fflush(stdout) != 0 || ferror(stdout)) {
         fprintf(stderr, "async_dns: writing the answers failed: %s\n", strerror(errno));
         return g_interrupted ? 130 : 1;
