@@ -446,7 +446,9 @@ typedef struct {
  * poller (two descriptors on Linux), with two descriptors the library
  * reserved while it was loaded; if none were free then, this call needs two
  * more and fails with ASYNC_E_SYS (EMFILE) when they are missing, never
- * aborting the process.
+ * aborting the process. Descriptors 0, 1 and 2 that are closed when the
+ * library is loaded are opened on /dev/null then (before Go's runtime
+ * starts), so that no descriptor of the library or of Go takes them.
  * Thread-safe; never blocks. */
 async_runtime_t *async_runtime_init(void);
 

@@ -16,6 +16,7 @@
  */
 #define _GNU_SOURCE 1
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,6 +107,22 @@ static bool parse_opt(const char *s, unsigned *out)
     return true;
 }
 
+/* A standard descriptor (0, 1, 2) that is closed at start is opened on
+ * /dev/null, so that no descriptor of the program (the runtime's own, a
+ * socket) takes its number and receives what is meant for it (output
+ * written into the runtime's wake-up descriptor, a resolver's answers lost in it). */
+static void keep_std_fds(void)
+{
+    for (int fd = 0; fd <= 2; fd++)
+        if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
+            int n = open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+            if (n >= 0 && n != fd) { /* cannot happen: lower numbers were filled first */
+                dup2(n, fd);
+                close(n);
+            }
+        }
+}
+
 int main(int argc, char **argv)
 {
     struct cli c = {.kind = DNS_FORWARD};
@@ -143,6 +160,7 @@ int main(int argc, char **argv)
     c.names = argv + i;
     c.nnames = argc - i;
 
+    keep_std_fds();
     async_runtime_t *rt = async_runtime_init();
     if (rt == NULL) {
         fprintf(stderr, "async_dns: async_runtime_init: %s\n", async_strerror(async_last_error()));
@@ -180,6 +198,12 @@ int main(int argc, char **argv)
     async_runtime_deinit(rt);
     for (; c.next < c.nnames; c.next++) /* never submitted */
         printf("%s: not started\n", c.names[c.next]);
+    /* Answers that could not be written (a full disk, a reader gone with
+     * SIGPIPE ignored) are lost: say so, and never exit 0 for them. */
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "async_dns: writing the answers failed: %s\n", strerror(errno));
+        return g_interrupted ? 130 : 1;
+    }
     if (g_interrupted)
         return 130;
     return c.failures == 0 && c.answered == c.nnames ? 0 : 1;

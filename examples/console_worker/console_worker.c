@@ -25,6 +25,7 @@
 #define _GNU_SOURCE 1
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -190,6 +191,10 @@ struct server {
     bool quit;
 };
 
+/* A descriptor kept in reserve (on /dev/null) so that a connection can still
+ * be accepted and refused when the process is out of descriptors. */
+static int g_spare_fd = -1;
+
 /* The listening socket's context in io_event_t; clients use their struct. */
 static char g_listener_tag;
 
@@ -284,6 +289,23 @@ static void accept_clients(struct server *s)
         if (fd < 0) {
             if (errno == EINTR || errno == ECONNABORTED)
                 continue;
+            if ((errno == EMFILE || errno == ENFILE) && g_spare_fd >= 0) {
+                /* Out of descriptors: a connection left pending keeps the
+                 * listening socket readable, and the level-triggered loop
+                 * would spin on it. Give up the spare descriptor to accept
+                 * it, tell it, close it, and take the spare back. */
+                close(g_spare_fd);
+                fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+                if (fd >= 0) {
+                    static const char full[] = "server full\n";
+                    send(fd, full, sizeof full - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+                    close(fd);
+                    say_console("refused a client: out of descriptors");
+                }
+                g_spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+                if (fd >= 0)
+                    continue;
+            }
             return; /* EAGAIN: no more pending connections (or a transient error) */
         }
         if (s->nclients >= MAX_CLIENTS) {
@@ -531,6 +553,24 @@ static int open_listener(unsigned port)
     return fd;
 }
 
+/* A standard descriptor (0, 1, 2) that is closed at start is opened on
+ * /dev/null, so that no descriptor of the program (the runtime's own, a
+ * socket) takes its number and receives what is meant for it (output
+ * written into the runtime's wake-up descriptor, the console reader reading
+ * a socket or the runtime's descriptor instead of stdin, and never seeing
+ * the end of input); a closed stdin then ends the input as /dev/null does). */
+static void keep_std_fds(void)
+{
+    for (int fd = 0; fd <= 2; fd++)
+        if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
+            int n = open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+            if (n >= 0 && n != fd) { /* cannot happen: lower numbers were filled first */
+                dup2(n, fd);
+                close(n);
+            }
+        }
+}
+
 int main(int argc, char **argv)
 {
     unsigned long port = 0, heartbeat_ms = 1000;
@@ -559,6 +599,8 @@ int main(int argc, char **argv)
         }
     }
 
+    keep_std_fds();
+    g_spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     s.rt = async_runtime_init();
     if (s.rt == NULL) {
         fprintf(stderr, "console_worker: async_runtime_init: %s\n", async_strerror(async_last_error()));

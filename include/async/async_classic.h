@@ -201,7 +201,12 @@ async_runtime_t *async_runtime_init(void);
 int async_runtime_wakeup(async_runtime_t *runtime);
 int async_runtime_post_completion(async_runtime_t *runtime, uintptr_t completion_key, uintptr_t data);
 
-/* The classic runtime functions (docs/NEOLITH.md: what each does). */
+/* The classic runtime functions (docs/NEOLITH.md: what each does).
+ * async_runtime_wait's timeout: NULL blocks; otherwise its value
+ * tv_sec + tv_usec / 1000000, whatever the fields hold (without overflow):
+ * <= 0 polls, a partial millisecond rounds up, INT_MAX ms (24.8 days) or
+ * more waits INT_MAX ms. In a forked child every classic function fails with
+ * ASYNC_E_FORKED (NONE / NULL for the console getters). */
 void async_classic_runtime_deinit(async_runtime_t *runtime);
 int async_classic_runtime_add(async_runtime_t *runtime, socket_fd_t fd, uint32_t events, void *context);
 int async_classic_runtime_modify(async_runtime_t *runtime, socket_fd_t fd, uint32_t events, void *context);

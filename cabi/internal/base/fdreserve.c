@@ -32,9 +32,42 @@ _Atomic int la_go_poller_up;
 static _Atomic int resv[2] = {-1, -1};
 static atomic_int released;
 
+/* Standard descriptors closed when the library is loaded are opened on
+ * /dev/null, first (priority 101: before the unprioritised constructors of
+ * this object, Go's runtime start among them), as Go's runtime does for Go
+ * programs (checkfds) but not for libraries. Left closed, the lowest free
+ * numbers 0-2 would go to whatever opens next: Go's initialisation thread,
+ * which opens files while the host's main runs, the reservation below and
+ * then Go's epoll and eventfd, the runtime's own descriptors. A host would
+ * read one of them as its stdin or write its output into it, and could not
+ * fill the numbers itself without racing Go's thread. */
+#if defined(__APPLE__)
+#define LA_CTOR_FIRST __attribute__((constructor)) /* Mach-O has no constructor priorities */
+#else
+#define LA_CTOR_FIRST __attribute__((constructor(101)))
+#endif
+LA_CTOR_FIRST static void la_fd_std_fill(void) {
+    for (int fd = 0; fd <= 2; fd++) {
+        if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF) continue;
+        int n = open("/dev/null", O_RDWR); /* the lowest free number: fd */
+        if (n >= 0 && n != fd) {
+            dup2(n, fd);
+            close(n);
+        }
+    }
+}
+
+/* The reservation never holds 0, 1 or 2 (were one still closed, e.g. /dev/null
+ * missing): released into Go's poller, the number would become Go's epoll or
+ * eventfd, which the host would then read as stdin or write its output into. */
 __attribute__((constructor)) static void la_fd_reserve(void) {
     for (int i = 0; i < 2; i++) {
         int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (fd >= 0 && fd <= 2) {
+            int high = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+            close(fd);
+            fd = high;
+        }
         if (fd >= 0) atomic_store(&resv[i], fd);
     }
     if (atomic_load(&released)) la_fd_reserve_release(); /* Go was first */

@@ -76,6 +76,10 @@ typedef struct {
     void *ctx;
     int eof_told; /* its end was reported readable once */
     int gone;     /* closed without remove: reported once as ERROR|CLOSE */
+#if !defined(_WIN32)
+    dev_t dev; /* the file registered: a number closed and reused by */
+    ino_t ino; /* another file is not this registration */
+#endif
 } cl_file_t;
 
 #if defined(_WIN32)
@@ -105,11 +109,32 @@ typedef struct cl_rt {
 static pthread_mutex_t cl_mu = PTHREAD_MUTEX_INITIALIZER;
 static cl_rt_t *cl_list;
 
-/* rt's entry, or NULL; with create, made if rt is a live runtime. Under cl_mu. */
+static void cl_free(cl_rt_t *r) {
+    free(r->files);
+#if defined(_WIN32)
+    free(r->regs);
+#endif
+    free(r);
+}
+
+/* rt's entry, or NULL; with create, made if rt is a live runtime. Under cl_mu.
+ * An entry whose runtime is no longer live was left by a modern
+ * async_runtime_deinit (a runtime handle is the same for both APIs, and the
+ * modern deinit does not know this table): it is dropped here, so that its
+ * console and files are forgotten as the classic deinit forgets them and the
+ * table does not grow with every such runtime. */
 static cl_rt_t *cl_find(async_runtime_t *rt, int create) {
     uint64_t h = LA_H(rt);
-    for (cl_rt_t *r = cl_list; r; r = r->next)
+    for (cl_rt_t **p = &cl_list; *p;) {
+        cl_rt_t *r = *p;
+        if (!la_handle_live(r->h, LA_T_RUNTIME)) {
+            *p = r->next;
+            cl_free(r);
+            continue;
+        }
         if (r->h == h) return r;
+        p = &r->next;
+    }
     if (!create || !la_handle_live(h, LA_T_RUNTIME)) return NULL;
     cl_rt_t *r = calloc(1, sizeof *r);
     if (!r) return NULL;
@@ -176,6 +201,12 @@ static int cl_is_regular(int fd) {
     struct stat st;
     return fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
 }
+
+/* fd still holds f's file (else it was closed without remove, and its
+ * number may be another file's now). *st gets fd's fstat. */
+static int cl_file_same(const cl_file_t *f, struct stat *st) {
+    return fstat(f->fd, st) == 0 && S_ISREG(st->st_mode) && st->st_dev == f->dev && st->st_ino == f->ino;
+}
 #endif
 
 /* ---- the Go call of the 4-argument modify ---------------------------------- */
@@ -204,17 +235,14 @@ static int cl_modern_modify(async_runtime_t *rt, async_fd_t fd, uint32_t events,
 /* ---- lifecycle and registrations ------------------------------------------- */
 
 void async_classic_runtime_deinit(async_runtime_t *rt) {
+    LA_ENTRY();
     async_runtime_deinit(rt);
     pthread_mutex_lock(&cl_mu);
     for (cl_rt_t **p = &cl_list; *p; p = &(*p)->next) {
         if ((*p)->h == LA_H(rt)) {
             cl_rt_t *r = *p;
             *p = r->next;
-            free(r->files);
-#if defined(_WIN32)
-            free(r->regs);
-#endif
-            free(r);
+            cl_free(r);
             break;
         }
     }
@@ -222,6 +250,7 @@ void async_classic_runtime_deinit(async_runtime_t *rt) {
 }
 
 int async_classic_runtime_modify(async_runtime_t *rt, async_fd_t fd, uint32_t events, void *context) {
+    LA_ENTRY(-1);
     uint32_t ev;
     if (!cl_bits(events, &ev)) return cl_fail(ASYNC_E_INVAL);
     pthread_mutex_lock(&cl_mu);
@@ -245,13 +274,15 @@ int async_classic_runtime_modify(async_runtime_t *rt, async_fd_t fd, uint32_t ev
 }
 
 int async_classic_runtime_add(async_runtime_t *rt, async_fd_t fd, uint32_t events, void *context) {
+    LA_ENTRY(-1);
     uint32_t ev;
     if (!cl_bits(events, &ev)) return cl_fail(ASYNC_E_INVAL);
     pthread_mutex_lock(&cl_mu);
     cl_rt_t *r = cl_find(rt, 0);
 #if !defined(_WIN32)
     cl_file_t *stale = r ? cl_file(r, fd) : NULL;
-    if (stale && (stale->gone || !cl_is_regular(fd))) {
+    struct stat sst;
+    if (stale && (stale->gone || !cl_file_same(stale, &sst))) {
         /* a regular file closed without remove; its number is reused */
         *stale = r->files[--r->nfiles];
         if (fd == 0) r->console_reg = 0;
@@ -282,7 +313,18 @@ int async_classic_runtime_add(async_runtime_t *rt, async_fd_t fd, uint32_t event
             r->files = nf;
             r->capfiles = cap;
         }
-        r->files[r->nfiles++] = (cl_file_t){.fd = fd, .events = ev, .ctx = context};
+        struct stat st;
+        if (fstat(fd, &st) != 0) {
+            pthread_mutex_unlock(&cl_mu);
+            return cl_fail(ASYNC_E_BADFD);
+        }
+        /* A registration of this number in the poller is a closed file's
+         * (the number is a regular file's now, which never goes there): the
+         * poll backend, which watches numbers, would report this file with
+         * that context. Drop it, as a modern add of the number would. */
+        int saved = async_last_error();
+        if (async_runtime_remove(rt, fd) != 0) la_set_error(saved);
+        r->files[r->nfiles++] = (cl_file_t){.fd = fd, .events = ev, .ctx = context, .dev = st.st_dev, .ino = st.st_ino};
         pthread_mutex_unlock(&cl_mu);
         async_runtime_wakeup(rt); /* a sleeping wait reports it at once */
         return 0;
@@ -300,6 +342,7 @@ int async_classic_runtime_add(async_runtime_t *rt, async_fd_t fd, uint32_t event
 }
 
 int async_classic_runtime_remove(async_runtime_t *rt, async_fd_t fd) {
+    LA_ENTRY(-1);
     pthread_mutex_lock(&cl_mu);
     cl_rt_t *r = cl_find(rt, 0);
     cl_file_t *f = r ? cl_file(r, (int)fd) : NULL;
@@ -332,7 +375,7 @@ static uint32_t cl_file_ready(const cl_file_t *f, int *at_end, int *gone) {
     struct stat st;
     *at_end = *gone = 0;
     if (f->gone) return 0;
-    if (fstat(f->fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (!cl_file_same(f, &st)) {
         *gone = 1;
         return CL_ERROR | CL_CLOSE;
     }
@@ -373,12 +416,24 @@ static int cl_files_collect(cl_rt_t *r, cl_event_t *out, int room, int probe_onl
     return n;
 }
 
-/* A timeval as the modern timeout: NULL blocks; partial milliseconds round
- * up (never a busy spin); negative values do not wait; huge ones are capped. */
+/* A timeval as the modern timeout: NULL blocks. The timeval's value is
+ * tv_sec + tv_usec / 10^6 whatever the fields hold (tv_usec may be negative
+ * or above 999999, as the classic backend's sec * 1000 + usec / 1000 read
+ * it), computed without overflow: a value <= 0 does not wait, a partial
+ * millisecond rounds up (never a busy spin), and one of INT_MAX ms (24.8
+ * days) or more waits INT_MAX ms. */
 static int cl_timeout_ms(const struct timeval *tv) {
     if (!tv) return -1;
-    if (tv->tv_sec < 0 || tv->tv_usec < 0) return 0;
-    long long ms = (long long)tv->tv_sec * 1000 + ((long long)tv->tv_usec + 999) / 1000;
+    long long sec = (long long)tv->tv_sec, usec = (long long)tv->tv_usec;
+    long long carry = usec / 1000000, rem = usec % 1000000; /* rem has usec's sign */
+    if (rem < 0) {
+        rem += 1000000;
+        carry--;
+    }
+    if (__builtin_add_overflow(sec, carry, &sec)) return carry > 0 ? INT_MAX : 0;
+    if (sec < 0 || (sec == 0 && rem == 0)) return 0;
+    if (sec > INT_MAX / 1000) return INT_MAX;
+    long long ms = sec * 1000 + (rem + 999) / 1000;
     return ms > INT_MAX ? INT_MAX : (int)ms;
 }
 
@@ -423,7 +478,7 @@ static void cl_translate(cl_event_t *c, const io_event_t *e) {
         return;
     }
 #endif
-    if (e->event_type & (ASYNC_EVENT_COMPLETION | ASYNC_EVENT_TIMER)) {
+    if (e->event_type & (ASYNC_EVENT_COMPLETION | ASYNC_EVENT_TIMER | ASYNC_EVENT_SIGNAL)) {
         c->fd = CL_NOFD;
         c->completion_key = e->completion_key;
         c->event_type = CL_READ;
@@ -437,10 +492,13 @@ static void cl_translate(cl_event_t *c, const io_event_t *e) {
 
 /* One modern wait per classic wait (a second one would report a
  * level-triggered descriptor twice in one result): its buffer is on the
- * stack up to CL_STACK events, else allocated for the call. */
+ * stack up to CL_STACK events, else allocated for the call; if that
+ * allocation fails the call makes do with the stack buffer (as the modern
+ * wait, it never fails for memory). */
 #define CL_STACK 128
 
 int async_classic_runtime_wait(async_runtime_t *rt, cl_event_t *events, int max_events, struct timeval *timeout) {
+    LA_ENTRY(-1);
     if (!events || max_events < 1) return cl_fail(ASYNC_E_INVAL);
     int ms = cl_timeout_ms(timeout);
 
@@ -461,7 +519,10 @@ int async_classic_runtime_wait(async_runtime_t *rt, cl_event_t *events, int max_
     if (poll_room > 0) {
         io_event_t stackbuf[CL_STACK];
         io_event_t *buf = stackbuf;
-        if (poll_room > CL_STACK && !(buf = malloc((size_t)poll_room * sizeof *buf))) return cl_fail(ASYNC_E_NOMEM);
+        if (poll_room > CL_STACK && !(buf = malloc((size_t)poll_room * sizeof *buf))) {
+            buf = stackbuf; /* out of memory: fewer events this call, never a failure */
+            poll_room = CL_STACK;
+        }
         n = async_runtime_wait(rt, buf, poll_room, ms);
         for (int i = 0; i < n; i++) cl_translate(&events[i], &buf[i]);
         if (buf != stackbuf) free(buf);
@@ -500,6 +561,7 @@ static int cl_console_detect(void) {
 }
 
 int async_classic_runtime_add_console(async_runtime_t *rt, void *context) {
+    LA_ENTRY(-1);
     int type = cl_console_detect();
     pthread_mutex_lock(&cl_mu);
     cl_rt_t *r = cl_find(rt, 1);
@@ -533,6 +595,7 @@ int async_classic_runtime_add_console(async_runtime_t *rt, void *context) {
 }
 
 int async_classic_runtime_get_console_type(async_runtime_t *rt) {
+    LA_ENTRY(CL_CONSOLE_NONE);
     pthread_mutex_lock(&cl_mu);
     cl_rt_t *r = cl_find(rt, 0);
     int t = r ? r->console_type : CL_CONSOLE_NONE;
@@ -541,6 +604,7 @@ int async_classic_runtime_get_console_type(async_runtime_t *rt) {
 }
 
 void *async_classic_runtime_get_console_ctx(async_runtime_t *rt) {
+    LA_ENTRY(NULL);
     pthread_mutex_lock(&cl_mu);
     cl_rt_t *r = cl_find(rt, 0);
     void *c = r ? r->console_ctx : NULL;
@@ -550,6 +614,7 @@ void *async_classic_runtime_get_console_ctx(async_runtime_t *rt) {
 
 #if !defined(_WIN32)
 int async_classic_runtime_get_event_loop_handle(async_runtime_t *rt) {
+    LA_ENTRY(-1);
     la_slot_t *slot;
     la_doorbell_t *bell = la_handle_get(LA_H(rt), LA_T_RUNTIME, &slot);
     if (!bell) return cl_fail(ASYNC_E_BADHANDLE);
