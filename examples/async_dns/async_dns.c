@@ -16,7 +16,6 @@
  */
 #define _GNU_SOURCE 1
 #include <errno.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -107,22 +106,6 @@ static bool parse_opt(const char *s, unsigned *out)
     return true;
 }
 
-/* A standard descriptor (0, 1, 2) that is closed at start is opened on
- * /dev/null, so that no descriptor of the program (the runtime's own, a
- * socket) takes its number and receives what is meant for it (output
- * written into the runtime's wake-up descriptor, a resolver's answers lost in it). */
-static void keep_std_fds(void)
-{
-    for (int fd = 0; fd <= 2; fd++)
-        if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
-            int n = open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
-            if (n >= 0 && n != fd) { /* cannot happen: lower numbers were filled first */
-                dup2(n, fd);
-                close(n);
-            }
-        }
-}
-
 int main(int argc, char **argv)
 {
     struct cli c = {.kind = DNS_FORWARD};
@@ -160,7 +143,6 @@ int main(int argc, char **argv)
     c.names = argv + i;
     c.nnames = argc - i;
 
-    keep_std_fds();
     async_runtime_t *rt = async_runtime_init();
     if (rt == NULL) {
         fprintf(stderr, "async_dns: async_runtime_init: %s\n", async_strerror(async_last_error()));

@@ -553,24 +553,6 @@ static int open_listener(unsigned port)
     return fd;
 }
 
-/* A standard descriptor (0, 1, 2) that is closed at start is opened on
- * /dev/null, so that no descriptor of the program (the runtime's own, a
- * socket) takes its number and receives what is meant for it (output
- * written into the runtime's wake-up descriptor, the console reader reading
- * a socket or the runtime's descriptor instead of stdin, and never seeing
- * the end of input); a closed stdin then ends the input as /dev/null does). */
-static void keep_std_fds(void)
-{
-    for (int fd = 0; fd <= 2; fd++)
-        if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
-            int n = open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
-            if (n >= 0 && n != fd) { /* cannot happen: lower numbers were filled first */
-                dup2(n, fd);
-                close(n);
-            }
-        }
-}
-
 int main(int argc, char **argv)
 {
     unsigned long port = 0, heartbeat_ms = 1000;
@@ -599,7 +581,6 @@ int main(int argc, char **argv)
         }
     }
 
-    keep_std_fds();
     g_spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     s.rt = async_runtime_init();
     if (s.rt == NULL) {
