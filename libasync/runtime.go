@@ -407,13 +407,24 @@ type waitCall struct {
 	mustPoll bool // the fd poll was skipped and nothing came: poll before giving up
 }
 
+// busyOrClosed is why waitMu could not be taken: Close holds it while it
+// waits for the waiter to leave (it sets shut first), and a wait that comes
+// then is told ErrClosed, not ErrBusy (ctest adv9.poll.deinit_race: a wait
+// racing deinit got ASYNC_E_BUSY); otherwise another wait is in progress.
+func (rt *Runtime) busyOrClosed() error {
+	if rt.shut.Load() {
+		return ErrClosed
+	}
+	return ErrBusy
+}
+
 // beginWait starts a wait (ErrBusy if another is in progress).
 func (rt *Runtime) beginWait(out []Event, timeout time.Duration) (*waitCall, error) {
 	if len(out) == 0 {
 		return nil, ErrInval
 	}
 	if !rt.waitMu.TryLock() {
-		return nil, ErrBusy
+		return nil, rt.busyOrClosed()
 	}
 	if rt.shut.Load() {
 		rt.waitMu.Unlock()
@@ -572,7 +583,7 @@ func (w *waitCall) Finish(nfd int, res port.WaitResult, perr error, polled bool)
 // runs; ErrClosed after Close.
 func (rt *Runtime) step(out []Event, fds []port.Event, regSeq uint64) (int, error) {
 	if !rt.waitMu.TryLock() {
-		return 0, ErrBusy
+		return 0, rt.busyOrClosed()
 	}
 	defer rt.waitMu.Unlock()
 	if rt.shut.Load() {

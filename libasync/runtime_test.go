@@ -512,3 +512,27 @@ func TestSharedStatsCounters(t *testing.T) {
 		}
 	})
 }
+
+// A wait that comes while Close holds the wait lock (Close sets shut, then
+// waits there for the waiter to leave) is told ErrClosed, not ErrBusy; a wait
+// that finds another wait in progress is still ErrBusy.
+func TestWaitDuringCloseIsClosedNotBusy(t *testing.T) {
+	rt, err := NewRuntime()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]Event, 4)
+	rt.waitMu.Lock() // another wait in progress
+	if _, err := rt.Wait(out, 0); !errors.Is(err, ErrBusy) {
+		t.Fatalf("wait while another waits: %v, want ErrBusy", err)
+	}
+	rt.shut.Store(true) // what Close does before it takes the lock
+	if _, err := rt.Wait(out, 0); !errors.Is(err, ErrClosed) {
+		t.Fatalf("wait while Close holds the wait lock: %v, want ErrClosed", err)
+	}
+	rt.shut.Store(false)
+	rt.waitMu.Unlock()
+	if err := rt.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
