@@ -1005,8 +1005,17 @@ static void t_std_closed_probe(void)
 static void t_std_closed(void)
 {
     char self[4096];
-    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    ssize_t len;
     int st;
+    const char *emu = getenv("ASYNC_TEST_EMULATOR");
+    if (emu && *emu) {
+        /* qemu-user opens descriptors of its own (the guest binary) before
+         * the guest's constructors run: a closed 0 is taken by the emulator
+         * before libasync loads (failed under qemu-aarch64 in cross.sh) */
+        printf("under an emulator: skipped\n");
+        return;
+    }
+    len = readlink("/proc/self/exe", self, sizeof self - 1);
     CHECK(len > 0);
     self[len] = 0;
     char *argv[] = {self, "std_closed_probe", NULL};
