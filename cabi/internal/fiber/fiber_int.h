@@ -180,6 +180,8 @@ int la_uring_reap_others(la_sched_t *s, la_uring_t *own);
 /* io.c's errno -> async_err_t mapping and SO_ERROR read, for io_uring.c */
 int la_io_map_errno(int e);
 int la_io_sockerr(int fd);
+/* One non-blocking read attempt, as the fiber read makes it: the count, or -errno. */
+ssize_t la_io_read_now(int fd, void *buf, size_t n);
 /* Submits r's pending SQEs now (a memory read when there are none). */
 void la_uring_submit(la_uring_t *r);
 /* A busy worker about to run another fiber: submits its pending SQEs now if

@@ -398,6 +398,7 @@ static int map_errno(int e) {
  * noinline helper, see the top). */
 int la_io_map_errno(int e) { return map_errno(e); }
 int la_io_sockerr(int fd) { return sys_sockerr(fd); }
+ssize_t la_io_read_now(int fd, void *buf, size_t n) { return sys_read(fd, buf, n); }
 
 /* A read or write of 0 bytes: 0 at once on an open fd (a socket's recv or
  * send of 0 bytes may say EAGAIN, which must not make the call wait for data

@@ -130,11 +130,6 @@ LA_NOINLINE static int ur_accept(int fd, struct sockaddr *a, socklen_t *l) {
     return r >= 0 ? r : -errno;
 }
 
-LA_NOINLINE static ssize_t ur_recv_now(int fd, void *buf, size_t n) {
-    ssize_t r = recv(fd, buf, n, MSG_DONTWAIT);
-    return r >= 0 ? r : -errno;
-}
-
 LA_NOINLINE static int ur_connect(int fd, const struct sockaddr *a, socklen_t l) {
     int r = connect(fd, a, l);
     return r == 0 ? 0 : -errno;
@@ -623,13 +618,12 @@ int la_uring_read(int fd, void *buf, size_t n, int timeout_ms, ssize_t *ret) {
          * epoll path, only a call that has to wait is refused: data already
          * there is returned (async.h, async_fiber_wait_fd). */
         ssize_t k;
-        do k = ur_recv_now(fd, buf, n);
+        do k = la_io_read_now(fd, buf, n); /* io.c's: a socket or not */
         while (k == -EINTR);
         if (k >= 0) {
             *ret = k;
             return 1;
         }
-        if (k == -ENOTSOCK) return 0; /* the number is no socket now: the poller path */
         if (k != -EAGAIN && k != -EWOULDBLOCK) e = ur_map_errno((int)-k);
     }
     if (e) {
