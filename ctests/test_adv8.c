@@ -1908,6 +1908,12 @@ static void t_stale_reader(void) {
     st_num = sp[0];
     CHECK(async_fiber_spawn(s, st_old_reader, NULL, 0) != NULL);
     sched_wait_parked(s, 1);
+    /* With io_uring the parked reader's receive reaches the kernel when its
+     * worker runs out of work, a moment after the park (batched SQEs); the
+     * kernel takes the number's file then. Submitted after the dup2 below,
+     * it would read the new file's byte (failed once under ctest -j2). The
+     * case is about an op on the old file: let the submission happen. */
+    sleep_ms(100);
     int np[2];
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, np), 0);
     CHECK_EQ(dup2(np[0], st_num), st_num);

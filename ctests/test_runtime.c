@@ -259,6 +259,75 @@ static void t_wakeup_before_wait(void)
     async_runtime_deinit(rt);
 }
 
+/* The epoll doorbell is edge-triggered and the wait does not read it on a
+ * ring from a post (cabi/internal/rt/wait.c), only for a wakeup and every
+ * 4096 unread rings. After more rings than that: a wakeup still makes the
+ * next wait return 0 at once, it is consumed (the wait after sleeps its
+ * whole timeout), and posts still wake a sleeping wait. On the poll
+ * backend (a pipe) the same must hold. */
+static atomic_long g_ring_acked;
+static atomic_int g_ring_stop;
+static void *ring_poster(void *arg)
+{
+    async_runtime_t *rt = arg;
+    for (long i = 0; !atomic_load(&g_ring_stop); i++) {
+        CHECK_EQ(async_runtime_post_completion(rt, 7, (uintptr_t)i), 0);
+        while (atomic_load(&g_ring_acked) <= i && !atomic_load(&g_ring_stop))
+            usleep(20); /* the loop goes back to sleep: the next post rings */
+    }
+    return NULL;
+}
+
+static void t_wakeup_after_many_rings(void)
+{
+    async_runtime_t *rt = mkrt();
+    async_runtime_stats_t st;
+    io_event_t ev[4];
+    pthread_t th;
+    double t0;
+    long got = 0;
+    atomic_store(&g_ring_acked, 0);
+    atomic_store(&g_ring_stop, 0);
+    CHECK(pthread_create(&th, NULL, ring_poster, rt) == 0);
+    t0 = now_ms();
+    for (;;) {
+        int n = wait_some(rt, ev, 4, 5000), i;
+        CHECK(n >= 1); /* a post always wakes the sleeping wait */
+        for (i = 0; i < n; i++) {
+            CHECK_EQ(ev[i].completion_key, 7);
+            CHECK_EQ((long)ev[i].data, got); /* each once, in order */
+            got++;
+        }
+        atomic_store(&g_ring_acked, got);
+        CHECK_EQ(async_runtime_get_stats(rt, &st, sizeof st), (int)sizeof st);
+        if (st.doorbell_writes >= 3 * 4096 || now_ms() - t0 > 60000)
+            break;
+    }
+    atomic_store(&g_ring_stop, 1);
+    pthread_join(th, NULL);
+    /* what the poster posted before it saw the stop */
+    for (;;) {
+        int n = wait_ok(rt, ev, 4, 0), i;
+        if (n == 0)
+            break;
+        for (i = 0; i < n; i++)
+            CHECK_EQ((long)ev[i].data, got++);
+    }
+    printf("%ld posts, %llu doorbell writes\n", got, (unsigned long long)st.doorbell_writes);
+    CHECK(st.doorbell_writes > 4096); /* the unread-ring period was passed */
+    CHECK_EQ(async_runtime_wakeup(rt), 0);
+    t0 = now_ms();
+    CHECK_EQ(wait_ok(rt, ev, 4, 20000), 0);
+    CHECK(now_ms() - t0 < 5000); /* the wakeup was seen at once */
+    t0 = now_ms();
+    CHECK_EQ(wait_ok(rt, ev, 4, 100), 0);
+    CHECK(now_ms() - t0 >= 100.0); /* and consumed */
+    CHECK_EQ(async_runtime_post_completion(rt, 8, 9), 0);
+    CHECK_EQ(wait_some(rt, ev, 4, 5000), 1);
+    CHECK_EQ(ev[0].completion_key, 8);
+    async_runtime_deinit(rt);
+}
+
 static atomic_int g_handler_rc = 99, g_handler_errno_ok, g_handler_runs;
 
 static void wakeup_handler(int sig)
@@ -1529,6 +1598,7 @@ static const test_case_t cases[] = {
     T(two_runtimes),
     T(wakeup_blocked),
     T(wakeup_before_wait),
+    T(wakeup_after_many_rings),
     T(wakeup_signal),
     T(wakeup_setitimer),
     T(eintr),

@@ -35,6 +35,8 @@ typedef struct {
     int bell; /* the doorbell (eventfd; kqueue: -1 with EVFILT_USER, else a pipe's read end) */
 #if defined(LA_POLLER_KQUEUE)
     int bell_w; /* kqueue without EVFILT_USER: the pipe's write end */
+#else
+    unsigned bell_unread; /* epoll: edges of the doorbell not read (the polling worker's) */
 #endif
 } la_poller_t;
 #endif

@@ -117,6 +117,9 @@ int async_runtime_wakeup(async_runtime_t *rt) {
     }
     ssize_t r;
     if (bell->kind == LA_DOORBELL_EVENTFD) {
+        /* Raised before the ring: the C wait reads the doorbell only when
+         * it finds the flag up (wait.c). */
+        atomic_store(&((la_rtc_t *)bell)->wakereq, 1);
         uint64_t v = (uint64_t)1 << 32; /* port.WakeupIncrement */
         do r = write(bell->fd, &v, sizeof v);
         while (r < 0 && errno == EINTR);

@@ -80,6 +80,11 @@ typedef struct la_rtc {
     unsigned fdrot;            /* where the next fd records' delivery starts */
     la_fdmap_t fdmap;          /* fdmap.c */
     _Atomic int closed;
+    /* Linux: async_runtime_wakeup raises it before it rings; the C wait,
+     * which does not read the (edge-triggered) eventfd on a plain ring,
+     * reads it when it takes the flag down (wait.c). Reset by la_rtc_new. */
+    _Atomic int32_t wakereq;
+    unsigned bell_unread; /* bell edges the waiter did not read (wait.c) */
     struct la_postq *q;        /* the completion queue of this incarnation */
     /* Signals (sigwatch.c): bit s-1 of sigon: this runtime watches signal s
      * (key in sigkey[s]); the process's handler adds to sigpend[s] and sets

@@ -115,6 +115,7 @@ static void count_skip(la_shared_t *sh) {
 #endif
 
 #if defined(__linux__)
+#define LA_BELL_DRAIN 4096u
 /* Reads the eventfd doorbell (resetting it); 1 if it held an explicit
  * wakeup (port.WakeupIncrement). */
 static int drain_bell(la_rtc_t *r) {
@@ -236,9 +237,19 @@ static int c_wait(la_rtc_t *r, io_event_t *ev, int max, int timeout, int *out, i
                 k = 0;
             }
             for (int i = 0; i < k; i++) {
-                if (raw[i].data.fd == r->bell.fd)
-                    woken |= drain_bell(r);
-                else
+                if (raw[i].data.fd == r->bell.fd) {
+                    /* The doorbell is edge-triggered (port/epoll_linux.go):
+                     * a ring needs no read(2) to be over. It is read for an
+                     * explicit wakeup (async_runtime_wakeup raised wakereq
+                     * before its write), and every LA_BELL_DRAIN unread
+                     * edges, so the counter never nears its limit. */
+                    int req = atomic_exchange(&r->wakereq, 0);
+                    if (req || ++r->bell_unread >= LA_BELL_DRAIN) {
+                        r->bell_unread = 0;
+                        woken |= drain_bell(r);
+                    }
+                    woken |= req;
+                } else
                     raw[nraw++] = raw[i];
             }
         } else if (other_ready) {
