@@ -470,6 +470,14 @@ static inline int take(la_rtc_t *r, la_pair_t *out, io_event_t *ev, int max) {
     struct la_postq *q = r->q;
     int n = 0;
     if (!q) return 0; /* recycled: nothing to take (no waiter should be here) */
+    /* Nothing to take and nothing to reap: no lock (an fd wake's wait came
+     * here for nothing, ~70 ns with the lock). Only the waiter writes list;
+     * a post that lands after these loads is the next wait's (the sleep
+     * protocol looks at the stack through la_rtc_pending, not here). */
+    if (q->list == 0 && atomic_load_explicit(&q->top, memory_order_acquire) == 0 &&
+        atomic_load_explicit(&r->sigmask, memory_order_relaxed) == 0 &&
+        atomic_load_explicit(&q->orphans, memory_order_relaxed) == 0)
+        return 0;
     pthread_mutex_lock(&q->mu);
     /* Signals first (sigwatch.c): one event per watched signal, whatever
      * the number that arrived. */
