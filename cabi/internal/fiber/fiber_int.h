@@ -151,6 +151,7 @@ int la_io_init(la_sched_t *s);
 void la_io_free(la_sched_t *s);
 /* la_poller_wait's callback: an event (LA_PF_*) for rec; ctx is the la_sched_t. */
 void la_io_event(void *ctx, void *rec, unsigned got);
+void la_io_prefetch(void *rec);
 
 /* config.c: 1 when ASYNC_FIBER_IO asks for io_uring */
 int la_default_fiber_io_uring(void);

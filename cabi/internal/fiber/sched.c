@@ -591,8 +591,25 @@ uint64_t la_fiber_coarse_now(la_fiber_t *f) {
     return w && w->coarse ? w->coarse : la_coarse_ns();
 }
 
+/* One worker: the fibers in its ring stay there until it takes them (no
+ * thief, and a runnable fiber cannot finish), so it may look ahead. The
+ * fiber after next: its record; the next one: the top of its stack, which
+ * the switch into it pops and the park it resumes in returns through. Both are fetched while f runs. */
+static inline void prefetch_ahead(la_wk_t *w) {
+    uint32_t h = atomic_load_explicit(&w->head, memory_order_relaxed);
+    uint32_t n = atomic_load_explicit(&w->tail, memory_order_relaxed) - h;
+    if (n >= 2) __builtin_prefetch(atomic_load_explicit(&w->ring[(h + 1) % LA_RUNQ], memory_order_relaxed), 1);
+    if (n >= 1) {
+        la_fiber_t *nx = atomic_load_explicit(&w->ring[h % LA_RUNQ], memory_order_relaxed);
+        const char *sp = nx->sp;
+        /* the saved registers and the frames of the park it returns into */
+        for (int k = 0; k < 6; k++) __builtin_prefetch(sp + 64 * k, 1);
+    }
+}
+
 static void run_fiber(la_wk_t *w, la_fiber_t *f) {
     la_sched_t *s = w->s;
+    if (solo(w)) prefetch_ahead(w);
     w->cur = f;
     f->wk = w;
     if ((++w->coarse_tick & 15) == 0) w->coarse = la_coarse_ns();
