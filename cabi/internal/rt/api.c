@@ -121,11 +121,11 @@ int async_runtime_wakeup(async_runtime_t *rt) {
          * it finds the flag up (wait.c). */
         atomic_store(&((la_rtc_t *)bell)->wakereq, 1);
         uint64_t v = (uint64_t)1 << 32; /* port.WakeupIncrement */
-        do r = write(bell->fd, &v, sizeof v);
+        do r = la_write_nc(bell->fd, &v, sizeof v);
         while (r < 0 && errno == EINTR);
     } else {
         char c = 'w'; /* port.WakeupByte */
-        do r = write(bell->fd, &c, 1);
+        do r = la_write_nc(bell->fd, &c, 1);
         while (r < 0 && errno == EINTR);
     }
     /* EAGAIN: the doorbell is already full, the waiter wakes anyway. */

@@ -100,7 +100,8 @@ static void ring(la_rtc_t *r) {
     uint64_t v = 1;
     char ch = 'r';
     ssize_t w;
-    do w = r->bell.kind == LA_DOORBELL_EVENTFD ? write(r->bell.fd, &v, sizeof v) : write(r->bell.fd, &ch, 1);
+    do w = r->bell.kind == LA_DOORBELL_EVENTFD ? la_write_nc(r->bell.fd, &v, sizeof v)
+                                                : la_write_nc(r->bell.fd, &ch, 1);
     while (w < 0 && errno == EINTR);
 }
 
@@ -128,7 +129,7 @@ static void on_signal(int sig) {
         /* fiber_on is raised only once the pipe exists. */
         char c = 's';
         ssize_t k;
-        do k = write(atomic_load(&st->pipe_w), &c, 1);
+        do k = la_write_nc(atomic_load(&st->pipe_w), &c, 1);
         while (k < 0 && errno == EINTR); /* EAGAIN: full, readable anyway */
     }
 }

@@ -24,7 +24,9 @@
 #include <time.h>
 #include <unistd.h>
 #if defined(__linux__)
+#include <signal.h> /* _NSIG */
 #include <sys/epoll.h>
+#include <sys/syscall.h>
 #endif
 
 #include "_cgo_export.h"
@@ -121,7 +123,7 @@ static void count_skip(la_shared_t *sh) {
 static int drain_bell(la_rtc_t *r) {
     uint64_t v = 0;
     ssize_t k;
-    do k = read(r->bell.fd, &v, sizeof v);
+    do k = la_read_nc(r->bell.fd, &v, sizeof v);
     while (k < 0 && errno == EINTR);
     return k == (ssize_t)sizeof v && v >= ((uint64_t)1 << 32);
 }
@@ -219,7 +221,11 @@ static int c_wait(la_rtc_t *r, io_event_t *ev, int max, int timeout, int *out, i
              * would leave r->waiting up (every later wait: BUSY). The old
              * state comes back when la_rt_wait returns. */
             if (ms != 0) la_nocancel_enter(cs);
-            int k = epoll_wait(atomic_load(&sh->rawfd), raw, LA_RAW_MAX + 1, ms);
+            /* The raw system call: libc's epoll_wait is a cancellation
+             * point even when ms is 0 (and cancellation is disabled only
+             * for a wait that may sleep). No signal mask: epoll_wait. */
+            int k = (int)syscall(SYS_epoll_pwait, atomic_load(&sh->rawfd), raw, LA_RAW_MAX + 1, ms, NULL,
+                                 (size_t)(_NSIG / 8));
             int err = errno;
             now = clock_ns(sh);
             if (ms != 0) {
