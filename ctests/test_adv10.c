@@ -193,6 +193,34 @@ static void *adv10_victim(void *arg)
     return NULL;
 }
 
+
+/* The signals land on threads the host did not make (Go's): every C thread
+ * of the test blocks SIGUSR1, the process is sent it, and the handler's
+ * wakeup must still end each wait. */
+static void t_sig_foreign_thread(void)
+{
+    sig_rt = async_runtime_init();
+    CHECK(sig_rt);
+    install(SIGUSR1, wake_handler, SA_RESTART);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGUSR1);
+    CHECK_EQ(pthread_sigmask(SIG_BLOCK, &set, NULL), 0);
+    io_event_t ev[MAXEV];
+    int before = atomic_load(&sig_handled);
+    for (int r = 0; r < 300; r++) {
+        CHECK_EQ(kill(getpid(), SIGUSR1), 0);
+        int n = async_runtime_wait(sig_rt, ev, MAXEV, 10000);
+        CHECK_EQ(n, 0);
+    }
+    sleep_ms(20);
+    CHECK(atomic_load(&sig_handled) - before >= 1);
+    check_quiet(sig_rt, 2);
+    install(SIGUSR1, SIG_IGN, 0);
+    CHECK_EQ(pthread_sigmask(SIG_UNBLOCK, &set, NULL), 0);
+    async_runtime_deinit(sig_rt);
+}
+
 /* ---- wakeups from many threads ---------------------------------------------- */
 
 typedef struct {
@@ -867,6 +895,64 @@ static void t_cancel_wait0(void) { cancel_case(CX_WAIT0); }
 static void t_cancel_wait0_woken(void) { cancel_case(CX_WAIT0_WOKEN); }
 static void t_cancel_signal_ring(void) { cancel_case(CX_SIGNAL_RING); }
 
+
+/* Every runtime call, made by a thread whose cancel is pending, comes back
+ * (the thread makes no libc cancellation point of its own meanwhile). */
+typedef struct {
+    int rfd;
+    atomic_int step;
+} cxall_t;
+
+static void *cx_all(void *arg)
+{
+    cxall_t *c = arg;
+    io_event_t ev[4];
+    async_runtime_stats_t st;
+    CHECK_EQ(pthread_cancel(pthread_self()), 0);
+    async_runtime_t *rt = async_runtime_init();
+    atomic_store(&c->step, 1);
+    if (!rt)
+        return NULL;
+    async_runtime_add(rt, c->rfd, ASYNC_EVENT_READ, NULL);
+    async_runtime_modify(rt, c->rfd, ASYNC_EVENT_READ | ASYNC_EVENT_CLOSE);
+    uint64_t id = async_runtime_add_timer(rt, 0, 0, 1);
+    async_runtime_add_timer(rt, 100000, 0, 2);
+    async_runtime_add_signal(rt, SIGRTMIN + 5, 3);
+    atomic_store(&c->step, 2);
+    async_runtime_post_completion(rt, 4, 5);
+    async_runtime_wakeup(rt);
+    async_runtime_wait(rt, ev, 4, 0);
+    async_runtime_wait(rt, ev, 4, 1);
+    async_runtime_wait(rt, ev, 4, 0);
+    async_runtime_get_stats(rt, &st, sizeof st);
+    atomic_store(&c->step, 3);
+    async_runtime_cancel_timer(rt, id);
+    async_runtime_remove_signal(rt, SIGRTMIN + 5);
+    async_runtime_remove(rt, c->rfd);
+    async_runtime_deinit(rt);
+    atomic_store(&c->step, 4);
+    pthread_testcancel();
+    return NULL;
+}
+
+static void t_cancel_all_calls(void)
+{
+    int p[2];
+    CHECK_EQ(pipe2(p, O_NONBLOCK | O_CLOEXEC), 0);
+    CHECK_EQ(write(p[1], "x", 1), 1); /* readable: the waits find it */
+    cxall_t c;
+    c.rfd = p[0];
+    atomic_store(&c.step, 0);
+    pthread_t th;
+    start_thread(&th, cx_all, &c);
+    join_within(th, 20000, "cancelled thread");
+    if (atomic_load(&c.step) != 4)
+        fprintf(stderr, "the pending cancel acted after step %d\n", atomic_load(&c.step));
+    CHECK_EQ(atomic_load(&c.step), 4);
+    close(p[0]);
+    close(p[1]);
+}
+
 /* ---- RLIMIT_NOFILE, many runtimes ---------------------------------------------- */
 
 static void t_nofile_many(void)
@@ -937,6 +1023,7 @@ static const test_case_t cases[] = {
     T(sig_burst_restart),
     T(sig_burst_norestart),
     T(sig_other_thread),
+    T(sig_foreign_thread),
     T(wakeup_flood),
     T(post_shapes),
     T(deinit_reuse),
@@ -951,6 +1038,7 @@ static const test_case_t cases[] = {
     T(cancel_wait0),
     T(cancel_wait0_woken),
     T(cancel_signal_ring),
+    T(cancel_all_calls),
 };
 
 TEST_MAIN(cases)

@@ -6,11 +6,28 @@
  * this way never park the fiber. */
 #include "fiber.h"
 
+/* 1 once a Go call has returned: the Go runtime's initialization is over. */
+static _Atomic int go_entered;
+
 void la_call_off_fiber(void (*fn)(void *), void *arg) {
-    if (la_current_fiber())
+    if (la_current_fiber()) {
         la_fiber_trap(fn, arg);
-    else
+    } else if (__builtin_expect(!atomic_load_explicit(&go_entered, memory_order_acquire), 0)) {
+        /* Until the Go runtime has finished its initialization (it runs
+         * on a thread of its own from the library's load), the first
+         * calls into Go wait for it in pthread_cond_wait (runtime/cgo),
+         * a cancellation point: a cancel pending in the host's thread
+         * would act there, inside libasync (include/async.h: no libasync
+         * function is a cancellation point). Once a call has come back,
+         * that wait is never entered again. */
+        int cs = LA_CANCEL_KEPT;
+        la_nocancel_enter(&cs);
         fn(arg);
+        la_nocancel_leave(&cs);
+        atomic_store_explicit(&go_entered, 1, memory_order_release);
+    } else {
+        fn(arg);
+    }
 }
 
 static void start_go_poller(void *arg) {
