@@ -221,6 +221,53 @@ static void t_sig_foreign_thread(void)
     async_runtime_deinit(sig_rt);
 }
 
+
+/* 256 watches of runtimes at most: the next is NOMEM; deinit gives the
+ * watches back and, with the last one, the host's action. */
+static void host_noop(int sig) { (void)sig; }
+
+static void t_sig_watch_limit(void)
+{
+    enum { NR = 260 };
+    static async_runtime_t *rts[NR];
+    int sig = SIGRTMIN + 6;
+    install(sig, host_noop, 0);
+    int ok = 0;
+    for (int i = 0; i < NR; i++) {
+        rts[i] = async_runtime_init();
+        CHECK(rts[i]);
+        async_clear_error();
+        if (async_runtime_add_signal(rts[i], sig, (uintptr_t)i) == 0) {
+            ok++;
+        } else {
+            CHECK_ERR(ASYNC_E_NOMEM);
+        }
+    }
+    CHECK_EQ(ok, 256);
+    struct sigaction cur;
+    CHECK_EQ(sigaction(sig, NULL, &cur), 0);
+    CHECK(cur.sa_handler != host_noop);
+    /* Every watch gets the signal. */
+    CHECK_EQ(kill(getpid(), sig), 0);
+    io_event_t ev[4];
+    for (int i = 0; i < 256; i++) {
+        int n = async_runtime_wait(rts[i], ev, 4, 5000);
+        CHECK_EQ(n, 1);
+        CHECK_EQ(ev[0].event_type, ASYNC_EVENT_SIGNAL);
+        CHECK_EQ(ev[0].completion_key, i);
+    }
+    for (int i = 0; i < NR; i++)
+        async_runtime_deinit(rts[i]);
+    CHECK_EQ(sigaction(sig, NULL, &cur), 0);
+    CHECK(cur.sa_handler == host_noop);
+    /* The slots are free again. */
+    async_runtime_t *rt = async_runtime_init();
+    CHECK(rt);
+    CHECK_EQ(async_runtime_add_signal(rt, sig, 1), 0);
+    async_runtime_deinit(rt);
+    install(sig, SIG_DFL, 0);
+}
+
 /* ---- wakeups from many threads ---------------------------------------------- */
 
 typedef struct {
@@ -953,6 +1000,42 @@ static void t_cancel_all_calls(void)
     close(p[1]);
 }
 
+
+/* The one line logged for an unknown ASYNC_BACKEND (stderr, the default
+ * log writer) is written by a thread whose cancel is pending: the write
+ * must not act on it (it runs inside a Go call). */
+static void *cx_init(void *arg)
+{
+    atomic_int *step = arg;
+    CHECK_EQ(pthread_cancel(pthread_self()), 0);
+    async_runtime_t *rt = async_runtime_init();
+    atomic_store(step, rt ? 2 : 1);
+    pthread_testcancel();
+    return NULL;
+}
+
+static void t_cancel_log_child(void)
+{
+    /* A Go call first, so that the one below is not the process's first. */
+    CHECK_FAIL(async_runtime_add_timer(NULL, 1, 0, 0) == 0, ASYNC_E_BADHANDLE);
+    atomic_int step = 0;
+    pthread_t th;
+    start_thread(&th, cx_init, &step);
+    join_within(th, 20000, "cancelled thread");
+    if (atomic_load(&step) != 1)
+        fprintf(stderr, "the pending cancel acted inside async_runtime_init (step %d)\n", atomic_load(&step));
+    CHECK_EQ(atomic_load(&step), 1);
+}
+
+static void t_cancel_log(void)
+{
+    char out[4096];
+    int st = run_self_case_out("cancel_log_child", "ASYNC_BACKEND=nope", out, sizeof out);
+    CHECK(WIFEXITED(st));
+    CHECK_EQ(WEXITSTATUS(st), 0);
+    CHECK(strstr(out, "ASYNC_BACKEND") != NULL);
+}
+
 /* ---- RLIMIT_NOFILE, many runtimes ---------------------------------------------- */
 
 static void t_nofile_many(void)
@@ -1024,6 +1107,7 @@ static const test_case_t cases[] = {
     T(sig_burst_norestart),
     T(sig_other_thread),
     T(sig_foreign_thread),
+    T(sig_watch_limit),
     T(wakeup_flood),
     T(post_shapes),
     T(deinit_reuse),
@@ -1039,6 +1123,8 @@ static const test_case_t cases[] = {
     T(cancel_wait0_woken),
     T(cancel_signal_ring),
     T(cancel_all_calls),
+    T(cancel_log),
+    {"cancel_log_child", t_cancel_log_child}, /* run by cancel_log */
 };
 
 TEST_MAIN(cases)

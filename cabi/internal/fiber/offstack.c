@@ -6,28 +6,22 @@
  * this way never park the fiber. */
 #include "fiber.h"
 
-/* 1 once a Go call has returned: the Go runtime's initialization is over. */
-static _Atomic int go_entered;
-
 void la_call_off_fiber(void (*fn)(void *), void *arg) {
     if (la_current_fiber()) {
         la_fiber_trap(fn, arg);
-    } else if (__builtin_expect(!atomic_load_explicit(&go_entered, memory_order_acquire), 0)) {
-        /* Until the Go runtime has finished its initialization (it runs
-         * on a thread of its own from the library's load), the first
-         * calls into Go wait for it in pthread_cond_wait (runtime/cgo),
-         * a cancellation point: a cancel pending in the host's thread
-         * would act there, inside libasync (include/async.h: no libasync
-         * function is a cancellation point). Once a call has come back,
-         * that wait is never entered again. */
-        int cs = LA_CANCEL_KEPT;
-        la_nocancel_enter(&cs);
-        fn(arg);
-        la_nocancel_leave(&cs);
-        atomic_store_explicit(&go_entered, 1, memory_order_release);
-    } else {
-        fn(arg);
+        return;
     }
+    /* Go code and the C it calls through cgo may reach libc functions that
+     * are cancellation points: cgo's wait for the Go runtime's
+     * initialization (pthread_cond_wait, in the process's first calls),
+     * the close and open of the descriptors reserved for Go's poller, the
+     * default log writer. A cancel pending in the host's thread must not
+     * act there (include/async.h: no libasync function is a cancellation
+     * point), the less so as it would unwind Go's frames. */
+    int cs = LA_CANCEL_KEPT;
+    la_nocancel_enter(&cs);
+    fn(arg);
+    la_nocancel_leave(&cs);
 }
 
 static void start_go_poller(void *arg) {

@@ -272,6 +272,7 @@ static int c_wait(la_rtc_t *r, io_event_t *ev, int max, int timeout, int *out, i
         if (!go_first) n += la_rtc_take_events(r, ev + n, max - n);
         if (n < max && (nraw > 0 || atomic_load(&sh->gowork) || now >= atomic_load(&sh->next_due))) {
             int got = 0;
+            la_nocancel_enter(cs); /* Go: no cancellation point in there (base.h) */
             int rc = la_go_rt_step(r->token, ev + n, max - n, raw, nraw, regseq, &got);
             if (rc != 0) return rc;
             n += got;
@@ -348,7 +349,10 @@ int la_rt_wait(uint64_t h, io_event_t *events, int max, int timeout, int *out) {
             return 0;
         }
 #endif
+        int cs = LA_CANCEL_KEPT;
+        la_nocancel_enter(&cs); /* Go sleeps in there (poll, kqueue): not a cancellation point */
         rc = la_go_rt_wait_go(r->token, events, max, timeout, out);
+        la_nocancel_leave(&cs);
         if (rc == 0) count_events(r, events, *out);
     }
     if (rc == 0) stat_add(&r->st.iterations, 1);
