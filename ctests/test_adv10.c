@@ -1036,6 +1036,45 @@ static void t_cancel_log(void)
     CHECK(strstr(out, "ASYNC_BACKEND") != NULL);
 }
 
+
+/* The last async_fiber_unwatch_signal of a signal, from a thread whose
+ * cancel is pending: it writes a byte under the process-wide signal lock,
+ * which async_runtime_deinit and async_runtime_add_signal take too. */
+static void *cx_unwatch(void *arg)
+{
+    atomic_int *step = arg;
+    CHECK_EQ(pthread_cancel(pthread_self()), 0);
+    int rc = async_fiber_unwatch_signal(SIGRTMIN + 7);
+    atomic_store(step, rc == 0 ? 1 : 2);
+    pthread_testcancel();
+    return NULL;
+}
+
+static void *rt_signal_cycle(void *arg)
+{
+    (void)arg;
+    async_runtime_t *rt = async_runtime_init();
+    CHECK(rt);
+    CHECK_EQ(async_runtime_add_signal(rt, SIGRTMIN + 7, 1), 0);
+    async_runtime_deinit(rt);
+    return NULL;
+}
+
+static void t_cancel_unwatch(void)
+{
+    CHECK_EQ(async_fiber_watch_signal(SIGRTMIN + 7), 0);
+    atomic_int step = 0;
+    pthread_t th;
+    start_thread(&th, cx_unwatch, &step);
+    join_within(th, 10000, "cancelled thread");
+    if (atomic_load(&step) != 1)
+        fprintf(stderr, "the pending cancel acted inside async_fiber_unwatch_signal\n");
+    CHECK_EQ(atomic_load(&step), 1);
+    /* The signal lock is free: a runtime's watch and deinit go through. */
+    start_thread(&th, rt_signal_cycle, NULL);
+    join_within(th, 10000, "add_signal and deinit");
+}
+
 /* ---- RLIMIT_NOFILE, many runtimes ---------------------------------------------- */
 
 static void t_nofile_many(void)
@@ -1124,6 +1163,7 @@ static const test_case_t cases[] = {
     T(cancel_signal_ring),
     T(cancel_all_calls),
     T(cancel_log),
+    T(cancel_unwatch),
     {"cancel_log_child", t_cancel_log_child}, /* run by cancel_log */
 };
 

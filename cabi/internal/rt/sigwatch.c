@@ -313,7 +313,7 @@ static int make_pipe(la_sigstate_t *st) {
 
 static void drain(int fd) {
     char buf[256];
-    while (read(fd, buf, sizeof buf) > 0) {
+    while (la_read_nc(fd, buf, sizeof buf) > 0) {
     }
 }
 
@@ -352,7 +352,8 @@ static int fiber_unwatch(int signo) {
         /* Wake the waiters: they find no count and no watch (STATE). */
         char c = 'u';
         ssize_t k;
-        do k = write(atomic_load(&st->pipe_w), &c, 1);
+        /* Under mu, which deinit takes too: not a cancellation point. */
+        do k = la_write_nc(atomic_load(&st->pipe_w), &c, 1);
         while (k < 0 && errno == EINTR);
     }
     pthread_mutex_unlock(&mu);
@@ -393,7 +394,7 @@ static int fiber_wait(int signo, int timeout_ms) {
              * yet: give it back (they leave at once when they see it). */
             char b = 'u';
             ssize_t k;
-            do k = write(atomic_load(&st->pipe_w), &b, 1);
+            do k = la_write_nc(atomic_load(&st->pipe_w), &b, 1);
             while (k < 0 && errno == EINTR);
         }
         uint64_t c = atomic_exchange(&st->fiber_count, 0);
