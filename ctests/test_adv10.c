@@ -413,6 +413,70 @@ static void t_post_shapes(void)
     async_runtime_deinit(rt);
 }
 
+
+/* completions_pending is exact when no post runs: checked at quiet points
+ * between rounds of short-lived posting threads (their records are
+ * orphaned at exit and freed by the loop once delivered) and partial
+ * takes of 1..5 events. */
+typedef struct {
+    async_runtime_t *rt;
+    int n;
+} shortpost_t;
+
+static void *short_poster(void *arg)
+{
+    shortpost_t *p = arg;
+    for (int i = 0; i < p->n; i++)
+        CHECK_EQ(async_runtime_post_completion(p->rt, 1, (uintptr_t)i), 0);
+    return NULL;
+}
+
+static void t_pending_exact(void)
+{
+    async_runtime_t *rt = async_runtime_init();
+    CHECK(rt);
+    long posted = 0, got = 0;
+    unsigned seed = 7;
+    io_event_t ev[8];
+    async_runtime_stats_t st;
+    for (int round = 0; round < 400; round++) {
+        int nt = 1 + round % 4;
+        pthread_t th[4];
+        shortpost_t sp[4];
+        for (int i = 0; i < nt; i++) {
+            seed = seed * 1103515245u + 12345u;
+            sp[i].rt = rt;
+            sp[i].n = (int)((seed >> 16) % 600); /* some cross a 4 KiB block */
+            posted += sp[i].n;
+            start_thread(&th[i], short_poster, &sp[i]);
+        }
+        for (int i = 0; i < nt; i++)
+            join_within(th[i], 10000, "poster");
+        /* The main thread posts too (its record lives on). */
+        CHECK_EQ(async_runtime_post_completion(rt, 2, 0), 0);
+        posted++;
+        CHECK(async_runtime_get_stats(rt, &st, sizeof st) > 0);
+        CHECK_EQ(st.completions_pending, posted - got);
+        int takes = (int)(seed >> 8) % 40;
+        for (int k = 0; k < takes; k++) {
+            int n = async_runtime_wait(rt, ev, 1 + k % 5, 0);
+            CHECK(n >= 0);
+            got += n;
+            CHECK(async_runtime_get_stats(rt, &st, sizeof st) > 0);
+            CHECK_EQ(st.completions_pending, posted - got);
+        }
+    }
+    while (got < posted) {
+        int n = async_runtime_wait(rt, ev, 8, 1000);
+        CHECK(n > 0);
+        got += n;
+    }
+    CHECK(async_runtime_get_stats(rt, &st, sizeof st) > 0);
+    CHECK_EQ(st.completions_pending, 0);
+    CHECK_EQ(st.events[4], posted);
+    async_runtime_deinit(rt);
+}
+
 /* ---- deinit racing everything; descriptor numbers reused -------------------- */
 
 typedef struct {
@@ -1149,6 +1213,7 @@ static const test_case_t cases[] = {
     T(sig_watch_limit),
     T(wakeup_flood),
     T(post_shapes),
+    T(pending_exact),
     T(deinit_reuse),
     T(fork_child_calls),
     T(nofile_many),
