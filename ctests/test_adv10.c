@@ -1139,6 +1139,68 @@ static void t_cancel_unwatch(void)
     join_within(th, 10000, "add_signal and deinit");
 }
 
+
+/* async_worker_signal_stop from a thread whose cancel is pending: the stop
+ * descriptor must still become readable (the worker's proc waits for it in
+ * async_runtime_wait, as the header suggests). */
+static atomic_int stopfd_seen;
+
+static void *stopfd_proc(void *ctx)
+{
+    async_worker_t **self = ctx;
+    while (!atomic_load((atomic_intptr_t *)self))
+        sched_yield();
+    async_runtime_t *rt = async_runtime_init();
+    CHECK(rt);
+    int fd = async_worker_stop_fd(*self);
+    CHECK(fd >= 0);
+    CHECK_EQ(async_runtime_add(rt, fd, ASYNC_EVENT_READ, NULL), 0);
+    io_event_t ev[4];
+    double t0 = now_ms();
+    while (now_ms() - t0 < 5000) {
+        int n = async_runtime_wait(rt, ev, 4, 500);
+        CHECK(n >= 0);
+        if (n > 0 && ev[0].fd == fd) {
+            atomic_store(&stopfd_seen, 1);
+            break;
+        }
+    }
+    async_runtime_remove(rt, fd);
+    async_runtime_deinit(rt);
+    return NULL;
+}
+
+static void *cx_stop(void *arg)
+{
+    async_worker_t *w = arg;
+    CHECK_EQ(pthread_cancel(pthread_self()), 0);
+    async_worker_signal_stop(w);
+    atomic_store(&stopfd_seen, atomic_load(&stopfd_seen) | 2);
+    pthread_testcancel();
+    return NULL;
+}
+
+static void t_cancel_worker_stop(void)
+{
+    static async_worker_t *_Atomic self;
+    atomic_store(&self, NULL);
+    async_worker_t *w = async_worker_create(stopfd_proc, (void *)&self, 0);
+    CHECK(w);
+    atomic_store(&self, w);
+    sleep_ms(50); /* the proc reaches its wait */
+    pthread_t th;
+    start_thread(&th, cx_stop, w);
+    join_within(th, 10000, "cancelled thread");
+    if (!(atomic_load(&stopfd_seen) & 2))
+        fprintf(stderr, "the pending cancel acted inside async_worker_signal_stop\n");
+    CHECK(atomic_load(&stopfd_seen) & 2);
+    CHECK(async_worker_join(w, 15000));
+    if (!(atomic_load(&stopfd_seen) & 1))
+        fprintf(stderr, "the worker's stop descriptor never became readable\n");
+    CHECK(atomic_load(&stopfd_seen) & 1);
+    async_worker_destroy(w);
+}
+
 /* ---- RLIMIT_NOFILE, many runtimes ---------------------------------------------- */
 
 static void t_nofile_many(void)
@@ -1229,6 +1291,7 @@ static const test_case_t cases[] = {
     T(cancel_all_calls),
     T(cancel_log),
     T(cancel_unwatch),
+    T(cancel_worker_stop),
     {"cancel_log_child", t_cancel_log_child}, /* run by cancel_log */
 };
 
