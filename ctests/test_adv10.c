@@ -64,10 +64,10 @@ static void wake_handler(int sig)
 {
     (void)sig;
     int e = errno;
+    atomic_fetch_add(&sig_handled, 1); /* before the wakeup: the woken wait may look at it */
     if (async_runtime_wakeup(sig_rt) != 0)
         abort();
     CHECK_EQ(errno, e);
-    atomic_fetch_add(&sig_handled, 1);
 }
 
 static void install(int sig, void (*fn)(int), int flags)
@@ -207,14 +207,15 @@ static void t_sig_foreign_thread(void)
     sigaddset(&set, SIGUSR1);
     CHECK_EQ(pthread_sigmask(SIG_BLOCK, &set, NULL), 0);
     io_event_t ev[MAXEV];
-    int before = atomic_load(&sig_handled);
-    for (int r = 0; r < 300; r++) {
+    for (int r = 0; r < 200; r++) {
+        int before = atomic_load(&sig_handled);
         CHECK_EQ(kill(getpid(), SIGUSR1), 0);
         int n = async_runtime_wait(sig_rt, ev, MAXEV, 10000);
         CHECK_EQ(n, 0);
+        /* The handler ran (on a thread of Go's): the wait ended because of
+         * its wakeup, not its timeout. */
+        CHECK(atomic_load(&sig_handled) > before);
     }
-    sleep_ms(20);
-    CHECK(atomic_load(&sig_handled) - before >= 1);
     check_quiet(sig_rt, 2);
     install(SIGUSR1, SIG_IGN, 0);
     CHECK_EQ(pthread_sigmask(SIG_UNBLOCK, &set, NULL), 0);
@@ -844,7 +845,7 @@ static void t_timers_never_early(void)
             fired++;
         }
     }
-    CHECK(fired >= 1 && fired <= 2);
+    CHECK(fired >= 1 && fired <= 3); /* 3: a loaded machine may let a period pass between the waits */
     CHECK_EQ(async_runtime_cancel_timer(rt, rep), 0);
     check_quiet(rt, 1);
     async_runtime_deinit(rt);
@@ -1161,7 +1162,7 @@ static void *stopfd_proc(void *ctx)
         int n = async_runtime_wait(rt, ev, 4, 500);
         CHECK(n >= 0);
         if (n > 0 && ev[0].fd == fd) {
-            atomic_store(&stopfd_seen, 1);
+            atomic_fetch_or(&stopfd_seen, 1);
             break;
         }
     }
@@ -1175,7 +1176,7 @@ static void *cx_stop(void *arg)
     async_worker_t *w = arg;
     CHECK_EQ(pthread_cancel(pthread_self()), 0);
     async_worker_signal_stop(w);
-    atomic_store(&stopfd_seen, atomic_load(&stopfd_seen) | 2);
+    atomic_fetch_or(&stopfd_seen, 2);
     pthread_testcancel();
     return NULL;
 }
@@ -1217,6 +1218,19 @@ static void t_nofile_many(void)
     lim = old;
     lim.rlim_cur = (rlim_t)maxfd + 40;
     CHECK_EQ(setrlimit(RLIMIT_NOFILE, &lim), 0);
+    /* Fill every free number (holes below maxfd too), then free 30. */
+    static int fill[1100];
+    int nfill = 0;
+    for (;;) {
+        int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            break;
+        CHECK(nfill < 1100);
+        fill[nfill++] = fd;
+    }
+    CHECK(nfill >= 30);
+    for (int i = 0; i < 30; i++)
+        close(fill[--nfill]);
     async_runtime_t *rts[200];
     int n = 0;
     for (; n < 200; n++) {
@@ -1263,6 +1277,8 @@ static void t_nofile_many(void)
     }
     for (int i = 0; i < m; i++)
         async_runtime_deinit(rts[i]);
+    for (int i = 0; i < nfill; i++)
+        close(fill[i]);
     CHECK_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
     async_runtime_deinit(first);
 }
