@@ -494,6 +494,16 @@ static void *hammer(void *arg)
     unsigned i = 0;
     while (!atomic_load(&h->stop)) {
         async_runtime_t *rt = atomic_load(&h->rt);
+        if (h->kind == 3) {
+            /* a blocking waiter: deinit must end its wait (CLOSED), and a
+             * wait on the dead handle fails at once (BADHANDLE) */
+            int n = async_runtime_wait(rt, ev, 4, 5000);
+            if (n < 0) {
+                int e = async_last_error();
+                CHECK(e == ASYNC_E_CLOSED || e == ASYNC_E_BADHANDLE || e == ASYNC_E_BUSY);
+            }
+            continue;
+        }
         switch ((h->kind + i++) % 4) {
         case 0: async_runtime_wakeup(rt); break;
         case 1: async_runtime_post_completion(rt, 1, 2); break;
@@ -508,12 +518,12 @@ static void t_deinit_reuse(void)
 {
     hammer_t h;
     atomic_store(&h.stop, 0);
-    pthread_t th[3];
-    hammer_t hs[3];
+    pthread_t th[4];
+    hammer_t hs[4];
     for (int round = 0; round < 300; round++) {
         async_runtime_t *rt = async_runtime_init();
         CHECK(rt);
-        for (int i = 0; i < 3; i++) {
+        for (int i = 0; i < 4; i++) {
             atomic_store(&hs[i].rt, rt);
             atomic_store(&hs[i].stop, 0);
             hs[i].kind = i;
@@ -536,7 +546,7 @@ static void t_deinit_reuse(void)
             fds[nf++] = e;
         }
         sleep_ms(2); /* the hammers go on with the stale handle */
-        for (int i = 0; i < 3; i++) {
+        for (int i = 0; i < 4; i++) {
             atomic_store(&hs[i].stop, 1);
             join_within(th[i], 10000, "hammer");
         }
