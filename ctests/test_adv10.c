@@ -925,10 +925,11 @@ static void t_fork_watched_signal(void)
 
 /* ---- pthread_cancel: no libasync function is a cancellation point ------------ */
 
-enum { CX_WAKEUP, CX_POST_RING, CX_WAIT0, CX_WAIT0_WOKEN, CX_SIGNAL_RING };
+enum { CX_WAKEUP, CX_POST_RING, CX_WAIT0, CX_WAIT0_WOKEN, CX_SIGNAL_RING, CX_QUEUE_RING };
 
 typedef struct {
     async_runtime_t *rt;
+    async_queue_t *q;
     int what;
     atomic_int returned; /* the call came back (the cancel did not act inside) */
     int rc;
@@ -948,6 +949,7 @@ static void *cx_thread(void *arg)
     case CX_WAIT0:
     case CX_WAIT0_WOKEN: c->rc = async_runtime_wait(c->rt, ev, 4, 0); break;
     case CX_SIGNAL_RING: c->rc = raise(SIGRTMIN + 4); break;
+    case CX_QUEUE_RING: c->rc = async_queue_enqueue(c->q, "m", 1) ? 0 : -1; break;
     }
     atomic_store(&c->returned, 1);
     pthread_testcancel();
@@ -970,7 +972,14 @@ static void cancel_case(int what)
     CHECK_EQ(async_runtime_add(rt, p[0], ASYNC_EVENT_READ, NULL), 0);
     waitres_t w = {rt, -2, 0};
     pthread_t wt = 0;
-    int sleeper = what == CX_POST_RING || what == CX_SIGNAL_RING;
+    int sleeper = what == CX_POST_RING || what == CX_SIGNAL_RING || what == CX_QUEUE_RING;
+    async_queue_t *q = NULL;
+    if (what == CX_QUEUE_RING) {
+        /* the SIGNAL_ON_DATA post of an enqueue runs under the queue's lock */
+        q = async_queue_create(4, 8, ASYNC_QUEUE_SIGNAL_ON_DATA);
+        CHECK(q);
+        CHECK_EQ(async_queue_attach(q, rt, 77), 0);
+    }
     if (what == CX_SIGNAL_RING)
         CHECK_EQ(async_runtime_add_signal(rt, SIGRTMIN + 4, 5), 0);
     if (sleeper) {
@@ -988,6 +997,7 @@ static void cancel_case(int what)
         CHECK_EQ(async_runtime_wakeup(rt), 0);
     cx_t c;
     c.rt = rt;
+    c.q = q;
     c.what = what;
     atomic_store(&c.returned, 0);
     c.rc = -2;
@@ -1000,6 +1010,14 @@ static void cancel_case(int what)
     CHECK(c.rc >= 0);
     if (sleeper)
         join_within(wt, 15000, "waiter");
+    if (q) {
+        /* The queue is not wedged either: its lock is free. */
+        char buf[8];
+        size_t len = 0;
+        CHECK(async_queue_dequeue(q, buf, sizeof buf, &len));
+        CHECK(async_queue_enqueue(q, "n", 1));
+        async_queue_destroy(q);
+    }
     /* The runtime is not wedged: a wait is not BUSY, deinit returns. */
     io_event_t ev[8];
     CHECK(async_runtime_wait(rt, ev, 8, 0) >= 0);
@@ -1016,6 +1034,7 @@ static void t_cancel_post_ring(void) { cancel_case(CX_POST_RING); }
 static void t_cancel_wait0(void) { cancel_case(CX_WAIT0); }
 static void t_cancel_wait0_woken(void) { cancel_case(CX_WAIT0_WOKEN); }
 static void t_cancel_signal_ring(void) { cancel_case(CX_SIGNAL_RING); }
+static void t_cancel_queue_ring(void) { cancel_case(CX_QUEUE_RING); }
 
 
 /* Every runtime call, made by a thread whose cancel is pending, comes back
@@ -1314,6 +1333,7 @@ static const test_case_t cases[] = {
     T(cancel_wait0),
     T(cancel_wait0_woken),
     T(cancel_signal_ring),
+    T(cancel_queue_ring),
     T(cancel_all_calls),
     T(cancel_log),
     T(cancel_unwatch),
