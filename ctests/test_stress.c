@@ -681,6 +681,11 @@ static void ts_event(const io_event_t *e, uint64_t wseq, double now)
                 (unsigned long long)id);
         CHECK(!"data is the timer id");
     }
+    /* Read before fired counts this event: once it does, a one-shot slot is
+     * settled, and its thread may re-arm it and cancel the next timer
+     * (cancel_ok of the next generation) before the checks below. */
+    int cancelled = atomic_load(&s->cancel_ok);
+    uint64_t cancel_seq = atomic_load(&s->cancel_seq);
     k = atomic_fetch_add(&s->fired, 1) + 1;
     if (now + 0.01 < t_add + (double)delay + (double)(k - 1) * (double)period) {
         fprintf(stderr, "timer (delay %llu, period %llu) fired for the %u. time %.3f ms after add\n",
@@ -689,10 +694,10 @@ static void ts_event(const io_event_t *e, uint64_t wseq, double now)
     }
     if (period == 0 && k > 1)
         CHECK(!"a one-shot timer fired twice");
-    if (atomic_load(&s->cancel_ok)) {
+    if (cancelled) {
         if (period == 0)
             CHECK(!"a one-shot timer fired after a successful cancel");
-        if (wseq > atomic_load(&s->cancel_seq))
+        if (wseq > cancel_seq)
             CHECK(!"a repeating timer fired in a wait that began after its cancel");
     }
     atomic_fetch_add(period ? &ts.fired_repeat : &ts.fired_once, 1);

@@ -198,6 +198,27 @@ static inline void la_nocancel_leave(int *cs) {
 #endif
 }
 
+/* write(2) and read(2) for the calls that do not sleep but touch a
+ * descriptor: a doorbell's ring (async_runtime_wakeup, a post or a signal
+ * that finds the loop asleep) and its drain. libc's write and read are
+ * cancellation points even when they do not block: a deferred cancel that
+ * is pending when the host calls async_runtime_wakeup, say, would act in
+ * there, with the runtime's handle pinned (its deinit then spins forever)
+ * or its waiting flag up. On Linux these are the raw system calls, which
+ * are not cancellation points (syscall(2) in glibc and musl); elsewhere
+ * libc's (see docs/RELIABILITY.md, "Adversarial pass 10"). Both are
+ * async-signal-safe and set errno as write and read do. */
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+static inline ssize_t la_write_nc(int fd, const void *buf, size_t n) { return (ssize_t)syscall(SYS_write, fd, buf, n); }
+static inline ssize_t la_read_nc(int fd, void *buf, size_t n) { return (ssize_t)syscall(SYS_read, fd, buf, n); }
+#elif !defined(_WIN32)
+#include <unistd.h>
+static inline ssize_t la_write_nc(int fd, const void *buf, size_t n) { return write(fd, buf, n); }
+static inline ssize_t la_read_nc(int fd, void *buf, size_t n) { return read(fd, buf, n); }
+#endif
+
 /* ---- signal ownership (sigown.c) ------------------------------------------ */
 #if !defined(_WIN32)
 /* One owner of the process-wide disposition of each signal libasync

@@ -171,7 +171,7 @@ void la_log_str(int level, const char *msg) {
     buf[n++] = '\n';
     int saved = errno;
 #if !defined(_WIN32)
-    ssize_t w = write(2, buf, n);
+    ssize_t w = la_write_nc(2, buf, n); /* not a cancellation point (base.h) */
 #else
     int w = _write(2, buf, (unsigned)n);
 #endif

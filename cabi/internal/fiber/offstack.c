@@ -7,10 +7,21 @@
 #include "fiber.h"
 
 void la_call_off_fiber(void (*fn)(void *), void *arg) {
-    if (la_current_fiber())
+    if (la_current_fiber()) {
         la_fiber_trap(fn, arg);
-    else
-        fn(arg);
+        return;
+    }
+    /* Go code and the C it calls through cgo may reach libc functions that
+     * are cancellation points: cgo's wait for the Go runtime's
+     * initialization (pthread_cond_wait, in the process's first calls),
+     * the close and open of the descriptors reserved for Go's poller, the
+     * default log writer. A cancel pending in the host's thread must not
+     * act there (include/async.h: no libasync function is a cancellation
+     * point), the less so as it would unwind Go's frames. */
+    int cs = LA_CANCEL_KEPT;
+    la_nocancel_enter(&cs);
+    fn(arg);
+    la_nocancel_leave(&cs);
 }
 
 static void start_go_poller(void *arg) {

@@ -86,12 +86,17 @@ int async_runtime_wait(async_runtime_t *rt, io_event_t *events, int max_events, 
     LA_ENTRY(-1);
     /* On a fiber a wait would block its worker thread (and every fiber
      * queued there) in epoll_wait: refused. A poll (timeout 0) is fine. */
-    if (timeout_ms != 0 && timeout_ms >= -1 && la_current_fiber()) {
+    int on_fiber = la_current_fiber() != NULL;
+    if (timeout_ms != 0 && timeout_ms >= -1 && on_fiber) {
         la_set_error(ASYNC_E_STATE);
         return -1;
     }
     int n = 0;
-    if (!la_ok(GO(.op = GO_RT_WAIT, .h = LA_H(rt), .p = events, .i1 = max_events, .i2 = timeout_ms, .p2 = &n))) return -1;
+    /* The wait is C (wait.c), which disables cancellation itself where it
+     * sleeps or enters Go: on a plain thread it is called directly. */
+    int rc = on_fiber ? GO(.op = GO_RT_WAIT, .h = LA_H(rt), .p = events, .i1 = max_events, .i2 = timeout_ms, .p2 = &n)
+                      : la_rt_wait(LA_H(rt), events, max_events, timeout_ms, &n);
+    if (!la_ok(rc)) return -1;
     return n;
 }
 
@@ -121,11 +126,11 @@ int async_runtime_wakeup(async_runtime_t *rt) {
          * it finds the flag up (wait.c). */
         atomic_store(&((la_rtc_t *)bell)->wakereq, 1);
         uint64_t v = (uint64_t)1 << 32; /* port.WakeupIncrement */
-        do r = write(bell->fd, &v, sizeof v);
+        do r = la_write_nc(bell->fd, &v, sizeof v);
         while (r < 0 && errno == EINTR);
     } else {
         char c = 'w'; /* port.WakeupByte */
-        do r = write(bell->fd, &c, 1);
+        do r = la_write_nc(bell->fd, &c, 1);
         while (r < 0 && errno == EINTR);
     }
     /* EAGAIN: the doorbell is already full, the waiter wakes anyway. */

@@ -401,8 +401,8 @@ published:;
                 uint64_t v = 1;
                 char ch = 'r';
                 ssize_t w;
-                do w = pr->bell.kind == LA_DOORBELL_EVENTFD ? write(pr->bell.fd, &v, sizeof v)
-                                                            : write(pr->bell.fd, &ch, 1);
+                do w = pr->bell.kind == LA_DOORBELL_EVENTFD ? la_write_nc(pr->bell.fd, &v, sizeof v)
+                                                            : la_write_nc(pr->bell.fd, &ch, 1);
                 while (w < 0 && errno == EINTR);
 #endif
                 errno = saved;

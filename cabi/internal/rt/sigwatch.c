@@ -100,7 +100,8 @@ static void ring(la_rtc_t *r) {
     uint64_t v = 1;
     char ch = 'r';
     ssize_t w;
-    do w = r->bell.kind == LA_DOORBELL_EVENTFD ? write(r->bell.fd, &v, sizeof v) : write(r->bell.fd, &ch, 1);
+    do w = r->bell.kind == LA_DOORBELL_EVENTFD ? la_write_nc(r->bell.fd, &v, sizeof v)
+                                                : la_write_nc(r->bell.fd, &ch, 1);
     while (w < 0 && errno == EINTR);
 }
 
@@ -128,7 +129,7 @@ static void on_signal(int sig) {
         /* fiber_on is raised only once the pipe exists. */
         char c = 's';
         ssize_t k;
-        do k = write(atomic_load(&st->pipe_w), &c, 1);
+        do k = la_write_nc(atomic_load(&st->pipe_w), &c, 1);
         while (k < 0 && errno == EINTR); /* EAGAIN: full, readable anyway */
     }
 }
@@ -312,7 +313,7 @@ static int make_pipe(la_sigstate_t *st) {
 
 static void drain(int fd) {
     char buf[256];
-    while (read(fd, buf, sizeof buf) > 0) {
+    while (la_read_nc(fd, buf, sizeof buf) > 0) {
     }
 }
 
@@ -351,7 +352,8 @@ static int fiber_unwatch(int signo) {
         /* Wake the waiters: they find no count and no watch (STATE). */
         char c = 'u';
         ssize_t k;
-        do k = write(atomic_load(&st->pipe_w), &c, 1);
+        /* Under mu, which deinit takes too: not a cancellation point. */
+        do k = la_write_nc(atomic_load(&st->pipe_w), &c, 1);
         while (k < 0 && errno == EINTR);
     }
     pthread_mutex_unlock(&mu);
@@ -392,7 +394,7 @@ static int fiber_wait(int signo, int timeout_ms) {
              * yet: give it back (they leave at once when they see it). */
             char b = 'u';
             ssize_t k;
-            do k = write(atomic_load(&st->pipe_w), &b, 1);
+            do k = la_write_nc(atomic_load(&st->pipe_w), &b, 1);
             while (k < 0 && errno == EINTR);
         }
         uint64_t c = atomic_exchange(&st->fiber_count, 0);

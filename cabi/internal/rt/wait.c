@@ -24,7 +24,9 @@
 #include <time.h>
 #include <unistd.h>
 #if defined(__linux__)
+#include <signal.h> /* _NSIG */
 #include <sys/epoll.h>
+#include <sys/syscall.h>
 #endif
 
 #include "_cgo_export.h"
@@ -121,7 +123,7 @@ static void count_skip(la_shared_t *sh) {
 static int drain_bell(la_rtc_t *r) {
     uint64_t v = 0;
     ssize_t k;
-    do k = read(r->bell.fd, &v, sizeof v);
+    do k = la_read_nc(r->bell.fd, &v, sizeof v);
     while (k < 0 && errno == EINTR);
     return k == (ssize_t)sizeof v && v >= ((uint64_t)1 << 32);
 }
@@ -219,7 +221,11 @@ static int c_wait(la_rtc_t *r, io_event_t *ev, int max, int timeout, int *out, i
              * would leave r->waiting up (every later wait: BUSY). The old
              * state comes back when la_rt_wait returns. */
             if (ms != 0) la_nocancel_enter(cs);
-            int k = epoll_wait(atomic_load(&sh->rawfd), raw, LA_RAW_MAX + 1, ms);
+            /* The raw system call: libc's epoll_wait is a cancellation
+             * point even when ms is 0 (and cancellation is disabled only
+             * for a wait that may sleep). No signal mask: epoll_wait. */
+            int k = (int)syscall(SYS_epoll_pwait, atomic_load(&sh->rawfd), raw, LA_RAW_MAX + 1, ms, NULL,
+                                 (size_t)(_NSIG / 8));
             int err = errno;
             now = clock_ns(sh);
             if (ms != 0) {
@@ -266,6 +272,7 @@ static int c_wait(la_rtc_t *r, io_event_t *ev, int max, int timeout, int *out, i
         if (!go_first) n += la_rtc_take_events(r, ev + n, max - n);
         if (n < max && (nraw > 0 || atomic_load(&sh->gowork) || now >= atomic_load(&sh->next_due))) {
             int got = 0;
+            la_nocancel_enter(cs); /* Go: no cancellation point in there (base.h) */
             int rc = la_go_rt_step(r->token, ev + n, max - n, raw, nraw, regseq, &got);
             if (rc != 0) return rc;
             n += got;
@@ -342,7 +349,10 @@ int la_rt_wait(uint64_t h, io_event_t *events, int max, int timeout, int *out) {
             return 0;
         }
 #endif
+        int cs = LA_CANCEL_KEPT;
+        la_nocancel_enter(&cs); /* Go sleeps in there (poll, kqueue): not a cancellation point */
         rc = la_go_rt_wait_go(r->token, events, max, timeout, out);
+        la_nocancel_leave(&cs);
         if (rc == 0) count_events(r, events, *out);
     }
     if (rc == 0) stat_add(&r->st.iterations, 1);

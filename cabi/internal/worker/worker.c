@@ -226,12 +226,15 @@ static void signal_stop(la_worker_t *w) {
 #elif defined(__linux__)
         uint64_t one = 1;
         ssize_t r;
-        do r = write(w->stop_wfd, &one, sizeof one);
+        /* Not a cancellation point (base.h): a cancel pending in the
+         * caller would otherwise act before the write, and the stop
+         * descriptor would never become readable. */
+        do r = la_write_nc(w->stop_wfd, &one, sizeof one);
         while (r < 0 && errno == EINTR);
 #else
         char c = 's';
         ssize_t r;
-        do r = write(w->stop_wfd, &c, 1);
+        do r = la_write_nc(w->stop_wfd, &c, 1);
         while (r < 0 && errno == EINTR);
 #endif
         (void)r;
