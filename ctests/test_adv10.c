@@ -1076,6 +1076,49 @@ static void *cx_all(void *arg)
     return NULL;
 }
 
+/* A fiber spawned from a host thread whose cancel is pending, onto a
+ * scheduler whose only worker sleeps in the fd poller: the spawn kicks the
+ * poller (a write to its doorbell), which must not be a cancellation point
+ * (fiber/poller_epoll.c used libc's write). */
+static atomic_int cxk_ran, cxk_step;
+static void cxk_fiber(void *arg)
+{
+    (void)arg;
+    atomic_store(&cxk_ran, 1);
+}
+static void *cxk_thread(void *arg)
+{
+    async_sched_t *s = arg;
+    CHECK_EQ(pthread_cancel(pthread_self()), 0);
+    atomic_store(&cxk_step, 1);
+    async_fiber_spawn(s, cxk_fiber, NULL, 0);
+    atomic_store(&cxk_step, 2);
+    pthread_testcancel();
+    return NULL;
+}
+
+static void t_cancel_fiber_kick(void)
+{
+    async_sched_config_t cfg = {.workers = 1};
+    async_sched_t *s = async_sched_create(&cfg);
+    CHECK(s != NULL);
+    for (int round = 0; round < 20; round++) {
+        atomic_store(&cxk_ran, 0);
+        atomic_store(&cxk_step, 0);
+        usleep(20000); /* the worker goes back to sleep in the poller */
+        pthread_t th;
+        start_thread(&th, cxk_thread, s);
+        join_within(th, 20000, "cancelled thread");
+        if (atomic_load(&cxk_step) != 2)
+            fprintf(stderr, "round %d: the pending cancel acted inside async_fiber_spawn\n", round);
+        CHECK_EQ(atomic_load(&cxk_step), 2);
+        for (int i = 0; i < 20000 && !atomic_load(&cxk_ran); i++)
+            usleep(1000);
+        CHECK_EQ(atomic_load(&cxk_ran), 1);
+    }
+    async_sched_destroy(s);
+}
+
 static void t_cancel_all_calls(void)
 {
     int p[2];
@@ -1335,6 +1378,7 @@ static const test_case_t cases[] = {
     T(cancel_signal_ring),
     T(cancel_queue_ring),
     T(cancel_all_calls),
+    T(cancel_fiber_kick),
     T(cancel_log),
     T(cancel_unwatch),
     T(cancel_worker_stop),

@@ -43,7 +43,7 @@ void la_poller_close(la_poller_t *p) {
 
 void la_poller_kick(la_poller_t *p) {
     uint64_t one = 1;
-    ssize_t r = write(p->bell, &one, sizeof one);
+    ssize_t r = la_write_nc(p->bell, &one, sizeof one); /* not a cancellation point (base.h) */
     (void)r;
 }
 
@@ -83,7 +83,7 @@ int la_poller_wait(la_poller_t *p, int timeout_ms, void (*fn)(void *ctx, void *r
         if (evs[i].data.ptr == NULL) {
             if (++p->bell_unread >= LA_BELL_DRAIN) {
                 uint64_t v;
-                ssize_t r = read(p->bell, &v, sizeof v);
+                ssize_t r = la_read_nc(p->bell, &v, sizeof v);
                 (void)r;
                 p->bell_unread = 0;
             }
