@@ -118,14 +118,15 @@ static void count_skip(la_shared_t *sh) {
 
 #if defined(__linux__)
 #define LA_BELL_DRAIN 4096u
-/* Reads the eventfd doorbell (resetting it); 1 if it held an explicit
- * wakeup (port.WakeupIncrement). */
-static int drain_bell(la_rtc_t *r) {
+/* Reads the eventfd doorbell, resetting its counter. What it held does not
+ * tell a wakeup any more (the wakeup flag does, see c_wait): a wakeup whose
+ * flag an earlier ring's wake took down may write its 2^32 after that, and
+ * the periodic drain would report it a second time. */
+static void drain_bell(la_rtc_t *r) {
     uint64_t v = 0;
     ssize_t k;
     do k = la_read_nc(r->bell.fd, &v, sizeof v);
     while (k < 0 && errno == EINTR);
-    return k == (ssize_t)sizeof v && v >= ((uint64_t)1 << 32);
 }
 
 /* Translates n raw epoll records (the doorbell taken out), harvested by a
@@ -252,7 +253,7 @@ static int c_wait(la_rtc_t *r, io_event_t *ev, int max, int timeout, int *out, i
                     int req = atomic_exchange(&r->wakereq, 0);
                     if (req || ++r->bell_unread >= LA_BELL_DRAIN) {
                         r->bell_unread = 0;
-                        woken |= drain_bell(r);
+                        drain_bell(r);
                     }
                     woken |= req;
                 } else
