@@ -593,7 +593,17 @@ LA_NOINLINE static int sys_is_tcp(int fd) {
 #endif
 }
 
-LA_NOINLINE static int sys_close(int fd) { return close(fd) == 0 || errno == EINTR ? 0 : -errno; }
+/* close(2) is a cancellation point: glibc acts on a pending deferred cancel
+ * before the system call, so async_fiber_close from a host thread whose
+ * cancel is pending unwound with the ownership already dropped and the fd
+ * still open (no libasync call is a cancellation point, include/async.h). */
+LA_NOINLINE static int sys_close(int fd) {
+    int cs = LA_CANCEL_KEPT;
+    la_nocancel_enter(&cs);
+    int r = close(fd) == 0 || errno == EINTR ? 0 : -errno;
+    la_nocancel_leave(&cs);
+    return r;
+}
 
 /* Ends the ownership of r (under its lock): calls that began before fail
  * with ASYNC_E_CLOSED instead of parking (gen), and the fibers parked on it

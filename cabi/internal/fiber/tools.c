@@ -370,7 +370,14 @@ int async_sched_dump(async_sched_t *sh, int fd) {
     }
     size_t n = total < cap ? total : cap;
     la_out_t o = {.fd = fd};
+    /* write(2) (and sigtimedwait after EPIPE) are cancellation points: a
+     * host thread whose deferred cancel is pending was unwound in there
+     * with s pinned (la_sched_get), and async_sched_destroy then waited for
+     * ever for the pin; and no libasync call is a cancellation point. */
+    int cs = LA_CANCEL_KEPT;
+    la_nocancel_enter(&cs);
     out_dump(&o, s, r, n, total, 0, 0);
+    la_nocancel_leave(&cs);
     free(r);
     la_sched_put(s);
     if (o.err) {
