@@ -370,7 +370,7 @@ static void close_parked(int nw)
         int nsv[CP_N][2];
         for (int i = 0; i < CP_N; i++) {
             CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, nsv[i]), 0);
-            CHECK_EQ(async_fiber_fd_open(s, nsv[i][1]), 0);
+            if (round % 2 == 0) CHECK_EQ(async_fiber_fd_open(s, nsv[i][1]), 0); /* odd rounds: plain */
             CHECK(async_fiber_spawn(s, cp_new_fiber, (void *)(intptr_t)nsv[i][1], 0) != NULL);
         }
         for (int i = 0; i < CP_N; i++) CHECK_EQ(write(nsv[i][0], "y", 1), 1);
@@ -516,6 +516,13 @@ static void cx_close(void)
     CHECK_EQ(async_fiber_close(cx_sv[1]), 0); /* plain: just close(2) */
 }
 
+static int cx_rp[2], cx_ep[2]; /* a readable pipe, an empty one (made by the main thread) */
+static void cx_wait0(void)
+{
+    CHECK_FAIL(async_fiber_wait_fd(cx_ep[0], ASYNC_EVENT_READ, 0) < 0, ASYNC_E_TIMEDOUT); /* not ready */
+    CHECK(async_fiber_wait_fd(cx_rp[0], ASYNC_EVENT_READ, 0) & ASYNC_EVENT_READ);       /* ready */
+}
+
 static void cx_join(void) { CHECK_EQ(async_fiber_join(cx_f, BOUND_MS), 0); }
 static void cx_destroy(void)
 {
@@ -532,10 +539,14 @@ static void t_cancel_fiber_calls(void)
         {"channel, mutex and stats calls", cx_chan, 0},
         {"async_sched_dump", cx_dump, 0},
         {"async_fiber_close", cx_close, 0},
+        {"async_fiber_wait_fd with timeout 0 on a plain thread", cx_wait0, 0},
         {"async_fiber_join", cx_join, 0},
         {"async_sched_shutdown and _destroy", cx_destroy, 0},
     };
     CHECK_EQ(pipe(cx_pipe), 0);
+    CHECK_EQ(pipe(cx_rp), 0);
+    CHECK_EQ(pipe(cx_ep), 0);
+    CHECK_EQ(write(cx_rp[1], "r", 1), 1);
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, cx_sv), 0);
     int bad = 0;
     for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) {
@@ -559,6 +570,10 @@ static void t_cancel_fiber_calls(void)
     CHECK(fcntl(cx_sv[1], F_GETFD) == -1 && errno == EBADF);
     close(cx_pipe[0]);
     close(cx_pipe[1]);
+    for (int i = 0; i < 2; i++) {
+        close(cx_rp[i]);
+        close(cx_ep[i]);
+    }
 }
 
 /* ---- destroy racing host-thread wake-ups, spawns and closes ------------------- */
@@ -566,6 +581,7 @@ static void t_cancel_fiber_calls(void)
 typedef struct {
     async_sched_t *s;
     async_chan_t *c;
+    int devnull;
     atomic_int stop;
 } dr_t;
 
@@ -590,7 +606,15 @@ static void *dr_host(void *arg)
     unsigned seed = (unsigned)(uintptr_t)pthread_self();
     while (!atomic_load(&d->stop)) {
         int v = 1;
-        switch (rand_r(&seed) % 3) {
+        switch (rand_r(&seed) % 4) {
+        case 3: {
+            /* a dump racing the parks, wake-ups and the destroy */
+            int r = async_sched_dump(d->s, d->devnull);
+            if (r < 0) CHECK_ERR(ASYNC_E_BADHANDLE);
+            async_sched_stats_t st;
+            if (async_sched_get_stats(d->s, &st, NULL, 0) != 0) CHECK_ERR(ASYNC_E_BADHANDLE);
+            break;
+        }
         case 0:
             (void)async_chan_try_send(d->c, &v);
             break;
@@ -627,6 +651,8 @@ static void t_destroy_race(void)
         d.c = async_chan_create(8, sizeof(int));
         CHECK(d.c != NULL);
         atomic_store(&d.stop, 0);
+        d.devnull = open("/dev/null", O_WRONLY);
+        CHECK(d.devnull >= 0);
         for (int i = 0; i < 8; i++) CHECK(async_fiber_spawn(d.s, dr_fiber, &d, 0) != NULL);
         pthread_t th[3];
         for (int i = 0; i < 3; i++) start_thread(&th[i], dr_host, &d);
@@ -636,6 +662,181 @@ static void t_destroy_race(void)
         atomic_store(&d.stop, 1);
         for (int i = 0; i < 3; i++) join_within(th[i], BOUND_MS, "host thread");
         async_chan_destroy(d.c);
+        close(d.devnull);
+    }
+}
+
+/* ---- reads racing their timeouts: no byte lost, none duplicated ------------- */
+
+#define TR_N 24
+#define TR_BYTES 3000
+
+static int tr_sv[TR_N][2];
+static atomic_int tr_finished, tr_bad;
+
+static void tr_fiber(void *arg)
+{
+    int i = (int)(intptr_t)arg;
+    int fd = tr_sv[i][1];
+    unsigned seed = (unsigned)i * 7919u + 1;
+    unsigned char want = 0;
+    int got = 0;
+    while (got < TR_BYTES) {
+        unsigned char b[64];
+        size_t n = 1 + rand_r(&seed) % sizeof b;
+        ssize_t r = async_fiber_read(fd, b, n, 1 + rand_r(&seed) % 3);
+        if (r < 0) {
+            if (async_last_error() == ASYNC_E_TIMEDOUT) continue;
+            fprintf(stderr, "fiber %d: read failed with %d after %d bytes\n", i, async_last_error(), got);
+            atomic_fetch_add(&tr_bad, 1);
+            break;
+        }
+        if (r == 0) {
+            fprintf(stderr, "fiber %d: end of file after %d bytes\n", i, got);
+            atomic_fetch_add(&tr_bad, 1);
+            break;
+        }
+        for (ssize_t k = 0; k < r; k++) {
+            if (b[k] != want) {
+                fprintf(stderr, "fiber %d: byte %d is %u, expected %u (lost or duplicated)\n", i, got, b[k], want);
+                atomic_fetch_add(&tr_bad, 1);
+                atomic_fetch_add(&tr_finished, 1);
+                return;
+            }
+            want++;
+            got++;
+        }
+    }
+    atomic_fetch_add(&tr_finished, 1);
+}
+
+static void *tr_writer(void *arg)
+{
+    int half = (int)(intptr_t)arg;
+    unsigned seed = 99u + (unsigned)half;
+    int off[TR_N] = {0};
+    for (int done = 0; done < TR_N / 2;) {
+        done = 0;
+        for (int j = 0; j < TR_N / 2; j++) {
+            int i = half * (TR_N / 2) + j;
+            if (off[i - half * (TR_N / 2)] >= TR_BYTES) {
+                done++;
+                continue;
+            }
+            int o = off[i - half * (TR_N / 2)];
+            int n = 1 + rand_r(&seed) % 40;
+            if (n > TR_BYTES - o) n = TR_BYTES - o;
+            unsigned char b[64];
+            for (int k = 0; k < n; k++) b[k] = (unsigned char)(o + k);
+            CHECK_EQ(write(tr_sv[i][0], b, (size_t)n), n);
+            off[i - half * (TR_N / 2)] += n;
+        }
+        if (rand_r(&seed) % 4 == 0) usleep(rand_r(&seed) % 3000);
+    }
+    return NULL;
+}
+
+static void timeout_race(int nw)
+{
+    async_sched_t *s = sched_new(nw);
+    atomic_store(&tr_finished, 0);
+    atomic_store(&tr_bad, 0);
+    for (int i = 0; i < TR_N; i++) {
+        CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, tr_sv[i]), 0);
+        if (i % 3 == 0) CHECK_EQ(async_fiber_fd_open(s, tr_sv[i][1]), 0);
+        CHECK(async_fiber_spawn(s, tr_fiber, (void *)(intptr_t)i, 0) != NULL);
+    }
+    pthread_t a, b;
+    start_thread(&a, tr_writer, (void *)(intptr_t)0);
+    start_thread(&b, tr_writer, (void *)(intptr_t)1);
+    join_within(a, 120000, "writer");
+    join_within(b, 120000, "writer");
+    wait_count(&tr_finished, TR_N, "readers racing their timeouts");
+    CHECK_EQ(atomic_load(&tr_bad), 0);
+    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
+    async_sched_destroy(s);
+    for (int i = 0; i < TR_N; i++) {
+        async_fiber_close(tr_sv[i][1]);
+        close(tr_sv[i][0]);
+    }
+}
+
+static void t_timeout_race_1w(void) { timeout_race(1); }
+static void t_timeout_race_2w(void) { timeout_race(2); }
+
+/* ---- a read cancelled by shutdown: nothing is written into buf after ------ */
+
+#define SB_N 32
+static int sb_sv[SB_N][2];
+static atomic_int sb_parked, sb_bad, sb_ended;
+
+static void sb_fiber(void *arg)
+{
+    int i = (int)(intptr_t)arg;
+    unsigned char *buf = malloc(4096);
+    CHECK(buf != NULL);
+    atomic_fetch_add(&sb_parked, 1);
+    for (;;) {
+        ssize_t r = async_fiber_read(sb_sv[i][1], buf, 4096, i % 2 ? -1 : 5);
+        if (r < 0 && async_last_error() == ASYNC_E_CANCELLED) break;
+        if (r < 0 && async_last_error() == ASYNC_E_TIMEDOUT) continue;
+        if (r <= 0) {
+            fprintf(stderr, "fiber %d: read %zd err %d\n", i, r, async_last_error());
+            atomic_fetch_add(&sb_bad, 1);
+            break;
+        }
+    }
+    /* the call returned: the kernel must not write into buf any more */
+    memset(buf, 0xA5, 4096);
+    for (int k = 0; k < 2000; k++) async_fiber_yield();
+    for (int k = 0; k < 4096; k++)
+        if (buf[k] != 0xA5) {
+            fprintf(stderr, "fiber %d: buf[%d] written after the read returned\n", i, k);
+            atomic_fetch_add(&sb_bad, 1);
+            break;
+        }
+    free(buf);
+    atomic_fetch_add(&sb_ended, 1);
+}
+
+static atomic_int sb_stop;
+static void *sb_writer(void *arg)
+{
+    (void)arg;
+    unsigned char b[256];
+    memset(b, 0x11, sizeof b);
+    while (!atomic_load(&sb_stop))
+        for (int i = 0; i < SB_N; i++) (void)send(sb_sv[i][0], b, sizeof b, MSG_DONTWAIT | MSG_NOSIGNAL);
+    return NULL;
+}
+
+static void t_shutdown_buf(void)
+{
+    for (int round = 0; round < 10; round++) {
+        async_sched_t *s = sched_new(1 + round % 2);
+        atomic_store(&sb_parked, 0);
+        atomic_store(&sb_bad, 0);
+        atomic_store(&sb_ended, 0);
+        atomic_store(&sb_stop, 0);
+        for (int i = 0; i < SB_N; i++) {
+            CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sb_sv[i]), 0);
+            if (i % 4 == 0) CHECK_EQ(async_fiber_fd_open(s, sb_sv[i][1]), 0);
+            CHECK(async_fiber_spawn(s, sb_fiber, (void *)(intptr_t)i, 0) != NULL);
+        }
+        wait_count(&sb_parked, SB_N, "readers started");
+        pthread_t w;
+        start_thread(&w, sb_writer, NULL);
+        usleep(2000 + 1000 * round);
+        CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
+        atomic_store(&sb_stop, 1);
+        join_within(w, BOUND_MS, "writer");
+        CHECK_EQ(atomic_load(&sb_ended), SB_N);
+        CHECK_EQ(atomic_load(&sb_bad), 0);
+        async_sched_destroy(s);
+        for (int i = 0; i < SB_N; i++) {
+            async_fiber_close(sb_sv[i][1]);
+            close(sb_sv[i][0]);
+        }
     }
 }
 
@@ -649,6 +850,9 @@ static const test_case_t cases[] = {
     T(reuse_parked),
     T(cancel_fiber_calls),
     T(destroy_race),
+    T(timeout_race_1w),
+    T(timeout_race_2w),
+    T(shutdown_buf),
 };
 
 TEST_MAIN(cases)
