@@ -576,6 +576,82 @@ static void t_cancel_fiber_calls(void)
     }
 }
 
+/* ---- the dump-on-signal handler on a thread whose cancel is pending --------- */
+
+static atomic_int cds_done;
+static void *cds_thread(void *arg)
+{
+    (void)arg;
+    int old;
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &old);
+    CHECK_EQ(pthread_cancel(pthread_self()), 0);
+    pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, &old);
+    /* the handler runs here, on this thread, and writes the dump */
+    CHECK_EQ(pthread_kill(pthread_self(), SIGUSR1), 0);
+    atomic_store(&cds_done, 1);
+    pthread_testcancel();
+    atomic_store(&cds_done, -1);
+    return NULL;
+}
+
+static void cds_parked(void *arg)
+{
+    int v;
+    (void)async_chan_recv(arg, &v, -1);
+}
+
+static void *cds_destroy(void *arg)
+{
+    async_sched_destroy(arg);
+    return NULL;
+}
+
+static size_t cds_drain(int fd, char *buf, size_t cap)
+{
+    size_t n = 0;
+    for (;;) {
+        struct pollfd p = {fd, POLLIN, 0};
+        if (poll(&p, 1, 200) != 1) break;
+        ssize_t r = read(fd, buf + n, cap - 1 - n);
+        if (r <= 0) break;
+        n += (size_t)r;
+        if (n >= cap - 1) break;
+    }
+    buf[n] = 0;
+    return n;
+}
+
+static void t_cancel_dump_signal(void)
+{
+    async_sched_t *s = sched_new(1);
+    async_chan_t *c = async_chan_create(0, sizeof(int));
+    CHECK(c != NULL);
+    CHECK(async_fiber_spawn(s, cds_parked, c, 0) != NULL);
+    sched_wait_parked(s, 1);
+    int p[2];
+    CHECK_EQ(pipe(p), 0);
+    CHECK_EQ(async_sched_dump_on_signal(s, SIGUSR1, p[1]), 0);
+    pthread_t th;
+    start_thread(&th, cds_thread, NULL);
+    join_within(th, BOUND_MS, "thread that raised the dump signal");
+    if (atomic_load(&cds_done) != 1) fprintf(stderr, "the pending cancel acted inside the dump's signal handler\n");
+    CHECK_EQ(atomic_load(&cds_done), 1);
+    static char buf[65536];
+    CHECK(cds_drain(p[0], buf, sizeof buf) > 0);
+    /* a second dump works (the first one did not stay "running") */
+    CHECK_EQ(pthread_kill(pthread_self(), SIGUSR1), 0);
+    cds_drain(p[0], buf, sizeof buf);
+    if (strstr(buf, "already running")) fprintf(stderr, "second dump: %s\n", buf);
+    CHECK(strstr(buf, "already running") == NULL);
+    CHECK(strstr(buf, "fiber") != NULL);
+    async_chan_close(c);
+    start_thread(&th, cds_destroy, s); /* unregisters the dump: waits for the handlers */
+    join_within(th, BOUND_MS, "async_sched_destroy");
+    async_chan_destroy(c);
+    close(p[0]);
+    close(p[1]);
+}
+
 /* ---- destroy racing host-thread wake-ups, spawns and closes ------------------- */
 
 typedef struct {
@@ -850,6 +926,7 @@ static const test_case_t cases[] = {
     T(reuse_parked),
     T(cancel_fiber_calls),
     T(destroy_race),
+    T(cancel_dump_signal),
     T(timeout_race_1w),
     T(timeout_race_2w),
     T(shutdown_buf),

@@ -410,6 +410,14 @@ static int sig_users[LA_NSIG]; /* registrations per signal (under sig_mu) */
  * disposition, shared with the signal watches), which saves errno. */
 static void dump_signal(int signo) {
     int saved = errno;
+    /* The handler runs on whatever thread the signal hit: a host thread
+     * whose deferred cancel is pending was unwound at the dump's write(2)
+     * with inuse counted and busy set (every later dump said "already
+     * running", and unregistering, async_sched_destroy, waited for ever).
+     * pthread_setcancelstate only flips the thread's cancel bits (glibc,
+     * musl, macOS), so it is safe in a handler. */
+    int cs = LA_CANCEL_KEPT;
+    la_nocancel_enter(&cs);
     for (int i = 0; i < LA_SIGREG; i++) {
         la_sigreg_t *g = &sigreg[i];
         atomic_fetch_add(&g->inuse, 1);
@@ -428,6 +436,7 @@ static void dump_signal(int signo) {
         }
         atomic_fetch_sub(&g->inuse, 1);
     }
+    la_nocancel_leave(&cs);
     errno = saved;
 }
 
