@@ -19,6 +19,10 @@
 
 #define BOUND_MS 20000
 
+#if !defined(MSG_NOSIGNAL)
+#define MSG_NOSIGNAL 0 /* darwin: the peers stay open while the writers run */
+#endif
+
 /* Waits (bounded) until *v >= target; fails with what otherwise. */
 static void wait_count(atomic_int *v, int target, const char *what)
 {
