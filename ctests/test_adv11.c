@@ -920,6 +920,171 @@ static void t_shutdown_buf(void)
     }
 }
 
+/* ---- shutdown racing hand-offs from host threads: nothing lost, no lock kept -- */
+
+typedef struct {
+    async_chan_t *c[2]; /* rendezvous, buffered */
+    async_mutex_t *m;
+    atomic_int sent, got, locked, stop;
+} sh_t;
+
+static sh_t sh;
+
+static void sh_recv_fiber(void *arg)
+{
+    async_chan_t *c = arg;
+    for (;;) {
+        int v;
+        if (async_chan_recv(c, &v, -1) != 0) {
+            int e = async_last_error();
+            CHECK(e == ASYNC_E_CANCELLED || e == ASYNC_E_CLOSED);
+            return;
+        }
+        atomic_fetch_add(&sh.got, 1);
+    }
+}
+
+static void sh_lock_fiber(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        if (async_mutex_lock(sh.m, -1) != 0) {
+            CHECK_ERR(ASYNC_E_CANCELLED);
+            return;
+        }
+        atomic_fetch_add(&sh.locked, 1);
+        CHECK_EQ(async_mutex_unlock(sh.m), 0);
+        async_fiber_yield();
+    }
+}
+
+static void *sh_sender(void *arg)
+{
+    async_chan_t *c = arg;
+    int v = 1;
+    while (!atomic_load(&sh.stop)) {
+        if (async_chan_send(c, &v, 20) == 0)
+            atomic_fetch_add(&sh.sent, 1);
+        else
+            CHECK(async_last_error() == ASYNC_E_TIMEDOUT || async_last_error() == ASYNC_E_FULL);
+    }
+    return NULL;
+}
+
+static void *sh_locker(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&sh.stop)) {
+        if (async_mutex_lock(sh.m, 20) == 0) {
+            CHECK_EQ(async_mutex_unlock(sh.m), 0);
+        } else {
+            CHECK_ERR(ASYNC_E_TIMEDOUT);
+        }
+    }
+    return NULL;
+}
+
+static void t_shutdown_handoff(void)
+{
+    for (int round = 0; round < 20; round++) {
+        async_sched_t *s = sched_new(1 + round % 2);
+        sh.c[0] = async_chan_create(0, sizeof(int));
+        sh.c[1] = async_chan_create(4, sizeof(int));
+        sh.m = async_mutex_create();
+        CHECK(sh.c[0] && sh.c[1] && sh.m);
+        atomic_store(&sh.sent, 0);
+        atomic_store(&sh.got, 0);
+        atomic_store(&sh.locked, 0);
+        atomic_store(&sh.stop, 0);
+        for (int i = 0; i < 8; i++) {
+            CHECK(async_fiber_spawn(s, sh_recv_fiber, sh.c[i % 2], 0) != NULL);
+            CHECK(async_fiber_spawn(s, sh_lock_fiber, NULL, 0) != NULL);
+        }
+        pthread_t th[4];
+        start_thread(&th[0], sh_sender, sh.c[0]);
+        start_thread(&th[1], sh_sender, sh.c[1]);
+        start_thread(&th[2], sh_sender, sh.c[0]);
+        start_thread(&th[3], sh_locker, NULL);
+        usleep(1000 + 700 * (unsigned)round);
+        CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
+        atomic_store(&sh.stop, 1);
+        for (int i = 0; i < 4; i++) join_within(th[i], BOUND_MS, "host thread");
+        int left = 0, v;
+        while (async_chan_try_recv(sh.c[1], &v) == 0) left++;
+        if (atomic_load(&sh.sent) != atomic_load(&sh.got) + left)
+            fprintf(stderr, "round %d: %d sent, %d received, %d left in the buffer\n", round, atomic_load(&sh.sent),
+                    atomic_load(&sh.got), left);
+        CHECK_EQ(atomic_load(&sh.sent), atomic_load(&sh.got) + left);
+        /* no cancelled lock wait kept the mutex */
+        CHECK_EQ(async_mutex_trylock(sh.m), 0);
+        CHECK_EQ(async_mutex_unlock(sh.m), 0);
+        async_sched_destroy(s);
+        async_chan_destroy(sh.c[0]);
+        async_chan_destroy(sh.c[1]);
+        async_mutex_destroy(sh.m);
+    }
+}
+
+/* ---- owned fds of one scheduler closed by another's fibers, during a destroy -- */
+
+#define XC_N 64
+static int xc_sv[XC_N][2];
+static atomic_int xc_ended, xc_closed_ok;
+
+static void xc_reader(void *arg)
+{
+    int fd = (int)(intptr_t)arg;
+    char b;
+    ssize_t r = async_fiber_read(fd, &b, 1, -1);
+    int e = async_last_error();
+    if (!(r == -1 && (e == ASYNC_E_CLOSED || e == ASYNC_E_CANCELLED)))
+        fprintf(stderr, "owned read: %zd err %d\n", r, e);
+    CHECK(r == -1 && (e == ASYNC_E_CLOSED || e == ASYNC_E_CANCELLED));
+    atomic_fetch_add(&xc_ended, 1);
+}
+
+static void xc_closer(void *arg)
+{
+    int i = (int)(intptr_t)arg;
+    if (i % 3 == 0) async_fiber_yield();
+    CHECK_EQ(async_fiber_close(xc_sv[i][1]), 0);
+    atomic_fetch_add(&xc_closed_ok, 1);
+}
+
+static void *xc_destroy(void *arg)
+{
+    async_sched_destroy(arg);
+    return NULL;
+}
+
+static void t_cross_close(void)
+{
+    raise_nofile(4 * XC_N + 64);
+    async_sched_t *s2 = sched_new(2);
+    for (int round = 0; round < 20; round++) {
+        async_sched_t *s1 = sched_new(1 + round % 2);
+        atomic_store(&xc_ended, 0);
+        atomic_store(&xc_closed_ok, 0);
+        for (int i = 0; i < XC_N; i++) {
+            CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, xc_sv[i]), 0);
+            CHECK_EQ(async_fiber_fd_open(s1, xc_sv[i][1]), 0);
+            CHECK(async_fiber_spawn(s1, xc_reader, (void *)(intptr_t)xc_sv[i][1], 0) != NULL);
+        }
+        sched_wait_parked(s1, XC_N);
+        pthread_t th;
+        if (round % 2) start_thread(&th, xc_destroy, s1); /* the owner goes while its fds are closed */
+        for (int i = 0; i < XC_N; i++) CHECK(async_fiber_spawn(s2, xc_closer, (void *)(intptr_t)i, 0) != NULL);
+        wait_count(&xc_closed_ok, XC_N, "closes from the other scheduler");
+        wait_count(&xc_ended, XC_N, "owned reads ended");
+        if (round % 2)
+            join_within(th, BOUND_MS, "destroy");
+        else
+            async_sched_destroy(s1);
+        for (int i = 0; i < XC_N; i++) close(xc_sv[i][0]);
+    }
+    async_sched_destroy(s2);
+}
+
 static const test_case_t cases[] = {
     T(host_wake_1w),
     T(host_wake_2w),
@@ -934,6 +1099,8 @@ static const test_case_t cases[] = {
     T(timeout_race_1w),
     T(timeout_race_2w),
     T(shutdown_buf),
+    T(shutdown_handoff),
+    T(cross_close),
 };
 
 TEST_MAIN(cases)
