@@ -1085,6 +1085,71 @@ static void t_cross_close(void)
     async_sched_destroy(s2);
 }
 
+/* ---- a plain fd made owned while a fiber waits on it, then async_fiber_close -- */
+
+#define OW_N 32
+static atomic_int ow_ended;
+
+static void ow_reader(void *arg)
+{
+    int fd = (int)(intptr_t)arg;
+    char b;
+    ssize_t r = async_fiber_read(fd, &b, 1, -1);
+    int e = async_last_error();
+    if (!(r == -1 && e == ASYNC_E_CLOSED)) fprintf(stderr, "read on fd %d: %zd err %d\n", fd, r, e);
+    CHECK(r == -1);
+    CHECK_EQ(e, ASYNC_E_CLOSED);
+    atomic_fetch_add(&ow_ended, 1);
+}
+
+static void t_own_while_parked(void)
+{
+    async_sched_t *s = sched_new(2);
+    int sv[OW_N][2];
+    atomic_store(&ow_ended, 0);
+    for (int i = 0; i < OW_N; i++) {
+        CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv[i]), 0);
+        CHECK(async_fiber_spawn(s, ow_reader, (void *)(intptr_t)sv[i][1], 0) != NULL);
+    }
+    sched_wait_parked(s, OW_N);
+    for (int i = 0; i < OW_N; i++) {
+        CHECK_EQ(async_fiber_fd_open(s, sv[i][1]), 0);
+        CHECK_EQ(async_fiber_close(sv[i][1]), 0); /* wakes every fiber of s parked on it */
+    }
+    wait_count(&ow_ended, OW_N, "reads begun on a plain fd, ended by async_fiber_close once owned");
+    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
+    async_sched_destroy(s);
+    for (int i = 0; i < OW_N; i++) close(sv[i][0]);
+}
+
+/* A plain fd closed with close(2) under a parked reader (timeout -1), its
+ * number taken by a new socket that s then owns: async_fiber_close of the
+ * number wakes every fiber of s parked on it, the old reader included. */
+static void t_reuse_own_close(void)
+{
+    async_sched_t *s = sched_new(2);
+    atomic_store(&ow_ended, 0);
+    int done = 0;
+    for (int round = 0; round < 50; round++) {
+        int sv[2], nv[2];
+        CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+        CHECK(async_fiber_spawn(s, ow_reader, (void *)(intptr_t)sv[1], 0) != NULL);
+        sched_wait_parked(s, 1);
+        CHECK_EQ(close(sv[1]), 0);
+        CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, nv), 0);
+        int x = nv[0] == sv[1] ? nv[0] : nv[1] == sv[1] ? nv[1] : -1;
+        CHECK(x >= 0); /* the lowest free number comes back */
+        CHECK_EQ(async_fiber_fd_open(s, x), 0);
+        CHECK_EQ(async_fiber_close(x), 0);
+        done++;
+        wait_count(&ow_ended, done, "a read on a closed plain fd whose number s owned and closed");
+        close(sv[0]);
+        close(nv[0] == x ? nv[1] : nv[0]);
+    }
+    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
+    async_sched_destroy(s);
+}
+
 static const test_case_t cases[] = {
     T(host_wake_1w),
     T(host_wake_2w),
@@ -1101,6 +1166,8 @@ static const test_case_t cases[] = {
     T(shutdown_buf),
     T(shutdown_handoff),
     T(cross_close),
+    T(own_while_parked),
+    T(reuse_own_close),
 };
 
 TEST_MAIN(cases)
