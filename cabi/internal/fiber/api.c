@@ -30,6 +30,12 @@ void la_sched_put(la_sched_t *s) { atomic_fetch_sub(&s->refs, 1); }
 /* ---- public API: scheduler -------------------------------------------------------- */
 
 static void sched_free(la_sched_t *s) {
+    /* close(2) of the rings, the poller and its doorbell is a cancellation
+     * point: async_sched_destroy from a host thread whose deferred cancel
+     * is pending was unwound at the first close, leaking the rest of s and
+     * its descriptors (no libasync call is a cancellation point). */
+    int cs = LA_CANCEL_KEPT;
+    la_nocancel_enter(&cs);
 #if defined(LA_URING)
     la_uring_close(s); /* no op in flight: every fiber waited for its CQE */
 #endif
@@ -49,6 +55,7 @@ static void sched_free(la_sched_t *s) {
     free(s->wks);
 #endif
     free(s);
+    la_nocancel_leave(&cs);
 }
 
 async_sched_t *async_sched_create(const async_sched_config_t *cfg) {

@@ -33,7 +33,12 @@ int la_default_workers(void) {
     if (on > 0) n = on > LA_MAX_WORKERS ? LA_MAX_WORKERS : (int)on;
 #endif
 #if !defined(_WIN32)
-    /* cgroup v2 quota (Linux; elsewhere the file is not there) */
+    /* cgroup v2 quota (Linux; elsewhere the file is not there). fopen, fgets
+     * and fclose are cancellation points: a host thread whose deferred
+     * cancel is pending would be unwound inside async_sched_create (no
+     * libasync call is a cancellation point, include/async.h). */
+    int cs = LA_CANCEL_KEPT;
+    la_nocancel_enter(&cs);
     FILE *fp = fopen("/proc/self/cgroup", "r");
     if (fp) {
         char line[512], path[600];
@@ -55,6 +60,7 @@ int la_default_workers(void) {
         }
         fclose(fp);
     }
+    la_nocancel_leave(&cs);
 #endif
     if (n < 1) n = 1;
     if (n > LA_MAX_WORKERS) n = LA_MAX_WORKERS;

@@ -257,7 +257,10 @@ LA_NOINLINE static int sys_arm(la_sched_t *s, la_fdrec_t *r, unsigned want) {
 LA_NOINLINE static int sys_poll1(int fd, short events, int timeout) {
     struct pollfd p = {.fd = fd, .events = events, .revents = 0};
     int r, cs = LA_CANCEL_KEPT;
-    if (timeout != 0) la_nocancel_enter(&cs); /* not a cancellation point (base.h) */
+    /* not a cancellation point (base.h): poll(2) is one also with timeout
+     * 0, where a host thread's pending cancel acted in
+     * async_fiber_wait_fd(fd, ev, 0) (a worker thread is never cancelled) */
+    if (timeout != 0 || !la_current_worker()) la_nocancel_enter(&cs);
     do r = poll(&p, 1, timeout);
     while (r < 0 && errno == EINTR && timeout == 0);
     if (r < 0) r = -errno;
@@ -593,7 +596,17 @@ LA_NOINLINE static int sys_is_tcp(int fd) {
 #endif
 }
 
-LA_NOINLINE static int sys_close(int fd) { return close(fd) == 0 || errno == EINTR ? 0 : -errno; }
+/* close(2) is a cancellation point: glibc acts on a pending deferred cancel
+ * before the system call, so async_fiber_close from a host thread whose
+ * cancel is pending unwound with the ownership already dropped and the fd
+ * still open (no libasync call is a cancellation point, include/async.h). */
+LA_NOINLINE static int sys_close(int fd) {
+    int cs = LA_CANCEL_KEPT;
+    la_nocancel_enter(&cs);
+    int r = close(fd) == 0 || errno == EINTR ? 0 : -errno;
+    la_nocancel_leave(&cs);
+    return r;
+}
 
 /* Ends the ownership of r (under its lock): calls that began before fail
  * with ASYNC_E_CLOSED instead of parking (gen), and the fibers parked on it

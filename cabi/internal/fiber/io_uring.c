@@ -79,8 +79,11 @@
 #define LA_UR_CQ 16384      /* up to 8 workers (256 KiB of CQ each) */
 #define LA_UR_CQ_MANY 4096  /* more workers */
 
+struct la_uop;
+
 struct la_uring {
     la_spin_t sqlk; /* SQ writes and submits (the owner, and cancels from any worker) */
+    struct la_uop *ops; /* the ops started on this ring and not ended yet (under sqlk) */
     la_spin_t cqlk; /* CQ reaping (the owner, or the worker in the poller) */
     int fd;
     unsigned sq_mask, sq_entries, cq_mask;
@@ -94,11 +97,16 @@ struct la_uring {
     _Atomic unsigned pending; /* hint: SQEs written since the last submit */
 };
 
-/* An op in flight: on the stack of the fiber that waits for it. */
-typedef struct {
+/* An op in flight: on the stack of the fiber that waits for it. Listed in
+ * its ring's ops (under the ring's sqlk) from op_start to the end of
+ * op_wait, by fd number: async_fiber_close finds there the ops of a number
+ * whose file was closed with close(2) and replaced (la_uring_cancel_fd). */
+typedef struct la_uop {
     la_spin_t lk;
     int done, res;
     la_waiter_t *w; /* the registered park, or NULL */
+    int fd;
+    struct la_uop *prev, *next; /* in the ring's ops */
 } la_uop_t;
 
 /* ---- system calls ----------------------------------------------------------- */
@@ -429,17 +437,36 @@ static void cancel_op(la_uring_t *r, la_uop_t *op) {
     la_spin_unlock(&r->sqlk);
 }
 
+/* Cancels every op of s on fd (async_fiber_close of an owned fd): by file
+ * (IORING_ASYNC_CANCEL_FD: the ops on the file fd names now), and by op (the
+ * ops started on that number before its file was closed with close(2) and
+ * the number reused: the kernel matches CANCEL_FD by file, so those went on
+ * waiting, with timeout -1 for ever, where the epoll path wakes them). At
+ * most a reader and a writer per number and scheduler (the busy bits), so a
+ * few keys per ring; a key is only compared by the kernel, never read. */
 void la_uring_cancel_fd(la_sched_t *s, int fd) {
     if (!s->uring) return;
     for (int i = 0; i < s->nw; i++) {
         la_uring_t *r = &s->uring[i];
         la_spin_lock(&r->sqlk);
+        la_uop_t *keys[8];
+        int nk = 0;
+        for (la_uop_t *op = r->ops; op && nk < 8; op = op->next)
+            if (op->fd == fd) keys[nk++] = op;
         struct io_uring_sqe *q = sqe_get(r);
         q->opcode = IORING_OP_ASYNC_CANCEL;
         q->fd = fd;
         q->cancel_flags = IORING_ASYNC_CANCEL_FD | IORING_ASYNC_CANCEL_ALL;
         q->user_data = 0;
         sqe_push(r);
+        for (int k = 0; k < nk; k++) {
+            q = sqe_get(r);
+            q->opcode = IORING_OP_ASYNC_CANCEL;
+            q->fd = -1;
+            q->addr = (uint64_t)(uintptr_t)keys[k];
+            q->user_data = 0;
+            sqe_push(r);
+        }
         submit_locked(r, 0); /* what was queued before goes first */
         la_spin_unlock(&r->sqlk);
     }
@@ -575,6 +602,13 @@ static int op_wait(la_fiber_t *f, la_uring_t *r, la_uop_t *op, uint64_t deadline
         }
         kind = LA_PK_BLOCKING; /* until the CQE: never cut short */
     }
+    la_spin_lock(&r->sqlk);
+    if (op->prev)
+        op->prev->next = op->next;
+    else
+        r->ops = op->next;
+    if (op->next) op->next->prev = op->prev;
+    la_spin_unlock(&r->sqlk);
     *why = reason;
     return op->res;
 }
@@ -597,6 +631,11 @@ static struct io_uring_sqe *op_start(la_uop_t *op, la_uring_t **rp, unsigned cha
     q->addr = (uint64_t)(uintptr_t)addr;
     q->len = len > 0x7ffff000u ? 0x7ffff000u : (unsigned)len;
     q->user_data = (uint64_t)(uintptr_t)op;
+    op->fd = fd;
+    op->prev = NULL;
+    op->next = r->ops;
+    if (r->ops) r->ops->prev = op;
+    r->ops = op;
     *rp = r;
     return q;
 }

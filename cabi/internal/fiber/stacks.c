@@ -149,11 +149,16 @@ static int mprotect_budget(void) {
     int b = atomic_load(&mprotect_budget_v);
     if (b >= 0) return b;
     long max = 65530;
+    /* fopen, fscanf, fclose: cancellation points (a first spawn from a host
+     * thread whose cancel is pending; see la_default_workers) */
+    int cs = LA_CANCEL_KEPT;
+    la_nocancel_enter(&cs);
     FILE *f = fopen("/proc/sys/vm/max_map_count", "r");
     if (f) {
         if (fscanf(f, "%ld", &max) != 1) max = 65530;
         fclose(f);
     }
+    la_nocancel_leave(&cs);
     b = max > LA_MAP_RESERVE ? (int)((max - LA_MAP_RESERVE) / 2) : 0;
     if (b > (1 << 30)) b = 1 << 30;
     /* valgrind's own table of mappings (VG_N_SEGMENTS) ends far sooner:

@@ -370,7 +370,14 @@ int async_sched_dump(async_sched_t *sh, int fd) {
     }
     size_t n = total < cap ? total : cap;
     la_out_t o = {.fd = fd};
+    /* write(2) (and sigtimedwait after EPIPE) are cancellation points: a
+     * host thread whose deferred cancel is pending was unwound in there
+     * with s pinned (la_sched_get), and async_sched_destroy then waited for
+     * ever for the pin; and no libasync call is a cancellation point. */
+    int cs = LA_CANCEL_KEPT;
+    la_nocancel_enter(&cs);
     out_dump(&o, s, r, n, total, 0, 0);
+    la_nocancel_leave(&cs);
     free(r);
     la_sched_put(s);
     if (o.err) {
@@ -403,6 +410,14 @@ static int sig_users[LA_NSIG]; /* registrations per signal (under sig_mu) */
  * disposition, shared with the signal watches), which saves errno. */
 static void dump_signal(int signo) {
     int saved = errno;
+    /* The handler runs on whatever thread the signal hit: a host thread
+     * whose deferred cancel is pending was unwound at the dump's write(2)
+     * with inuse counted and busy set (every later dump said "already
+     * running", and unregistering, async_sched_destroy, waited for ever).
+     * pthread_setcancelstate only flips the thread's cancel bits (glibc,
+     * musl, macOS), so it is safe in a handler. */
+    int cs = LA_CANCEL_KEPT;
+    la_nocancel_enter(&cs);
     for (int i = 0; i < LA_SIGREG; i++) {
         la_sigreg_t *g = &sigreg[i];
         atomic_fetch_add(&g->inuse, 1);
@@ -421,6 +436,7 @@ static void dump_signal(int signo) {
         }
         atomic_fetch_sub(&g->inuse, 1);
     }
+    la_nocancel_leave(&cs);
     errno = saved;
 }
 
