@@ -595,11 +595,15 @@ uint64_t la_fiber_coarse_now(la_fiber_t *f) {
  * thief, and a runnable fiber cannot finish), so it may look ahead. The
  * fiber after next: its record; the next one: the top of its stack, which
  * the switch into it pops and the park it resumes in returns through. Both are fetched while f runs. */
+#define LA_PREFETCH_MIN_RUNQ 4
 static inline void prefetch_ahead(la_wk_t *w) {
     uint32_t h = atomic_load_explicit(&w->head, memory_order_relaxed);
     uint32_t n = atomic_load_explicit(&w->tail, memory_order_relaxed) - h;
-    if (n >= 2) __builtin_prefetch(atomic_load_explicit(&w->ring[(h + 1) % LA_RUNQ], memory_order_relaxed), 1);
-    if (n >= 1) {
+    /* A short queue's fibers ran a moment ago: still cached, and a fiber
+     * that yields to one other pays nothing for this look. */
+    if (n < LA_PREFETCH_MIN_RUNQ) return;
+    __builtin_prefetch(atomic_load_explicit(&w->ring[(h + 1) % LA_RUNQ], memory_order_relaxed), 1);
+    {
         la_fiber_t *nx = atomic_load_explicit(&w->ring[h % LA_RUNQ], memory_order_relaxed);
         const char *sp = nx->sp;
         /* the saved registers and the frames of the park it returns into */
