@@ -110,6 +110,23 @@ static void *sig_sender(void *arg)
     return NULL;
 }
 
+/* Starts the sender, waits s->rounds times on sig_rt (each wait must end by a
+ * wakeup from the handler, with no event: bounded, so a lost wakeup fails),
+ * then stops and joins the sender. */
+static void wait_rounds(sigsend_t *s)
+{
+    pthread_t th;
+    start_thread(&th, sig_sender, s);
+    io_event_t ev[MAXEV];
+    for (int r = 1; r <= s->rounds; r++) {
+        atomic_store(&s->waiting, r);
+        int n = async_runtime_wait(sig_rt, ev, MAXEV, 10000);
+        CHECK_EQ(n, 0);
+    }
+    atomic_store(&s->stop, 1);
+    join_within(th, 10000, "sender");
+}
+
 /* Bursts of signals whose handler calls async_runtime_wakeup land on the
  * thread blocked in async_runtime_wait(-1): every round must end (the wait
  * returns), and once the bursts are over a wait must sleep again. */
@@ -123,17 +140,7 @@ static void sig_burst(int flags)
     s.target = pthread_self();
     s.rounds = 2000;
     s.burst = 5;
-    pthread_t th;
-    start_thread(&th, sig_sender, &s);
-    io_event_t ev[MAXEV];
-    for (int r = 1; r <= s.rounds; r++) {
-        atomic_store(&s.waiting, r);
-        /* bounded: a lost wakeup fails instead of hanging */
-        int n = async_runtime_wait(sig_rt, ev, MAXEV, 10000);
-        CHECK_EQ(n, 0);
-    }
-    atomic_store(&s.stop, 1);
-    join_within(th, 10000, "sender");
+    wait_rounds(&s);
     /* Let the last signals land, then the loop must settle. */
     sleep_ms(20);
     check_quiet(sig_rt, 3);
@@ -169,16 +176,7 @@ static void t_sig_other_thread(void)
     /* The victim thread: unblocks SIGUSR1 and naps. */
     start_thread(&victim, adv10_victim, &h.stop);
     s.target = victim;
-    pthread_t th;
-    start_thread(&th, sig_sender, &s);
-    io_event_t ev[MAXEV];
-    for (int r = 1; r <= s.rounds; r++) {
-        atomic_store(&s.waiting, r);
-        int n = async_runtime_wait(sig_rt, ev, MAXEV, 10000);
-        CHECK_EQ(n, 0);
-    }
-    atomic_store(&s.stop, 1);
-    join_within(th, 10000, "sender");
+    wait_rounds(&s);
     atomic_store(&h.stop, 1);
     join_within(victim, 10000, "victim");
     check_quiet(sig_rt, 2);
