@@ -80,10 +80,13 @@
 #define LA_UR_CQ_MANY 4096  /* more workers */
 
 struct la_uop;
+typedef struct {
+    struct la_uop *head, *tail;
+} la_uoplist_t;
 
 struct la_uring {
     la_spin_t sqlk; /* SQ writes and submits (the owner, and cancels from any worker) */
-    struct la_uop *ops; /* the ops started on this ring and not ended yet (under sqlk) */
+    la_uoplist_t ops; /* the ops started on this ring and not ended yet (under sqlk) */
     la_spin_t cqlk; /* CQ reaping (the owner, or the worker in the poller) */
     int fd;
     unsigned sq_mask, sq_entries, cq_mask;
@@ -106,8 +109,10 @@ typedef struct la_uop {
     int done, res;
     la_waiter_t *w; /* the registered park, or NULL */
     int fd;
-    struct la_uop *prev, *next; /* in the ring's ops */
+    struct la_uop *prev, *next; /* in the ring's ops (uop_list, base.h) */
+    int listed;
 } la_uop_t;
+LA_LIST_DEFINE(uop_list, la_uoplist_t, la_uop_t)
 
 /* ---- system calls ----------------------------------------------------------- */
 
@@ -451,7 +456,7 @@ void la_uring_cancel_fd(la_sched_t *s, int fd) {
         la_spin_lock(&r->sqlk);
         la_uop_t *keys[8];
         int nk = 0;
-        for (la_uop_t *op = r->ops; op && nk < 8; op = op->next)
+        for (la_uop_t *op = r->ops.head; op && nk < 8; op = op->next)
             if (op->fd == fd) keys[nk++] = op;
         struct io_uring_sqe *q = sqe_get(r);
         q->opcode = IORING_OP_ASYNC_CANCEL;
@@ -603,11 +608,7 @@ static int op_wait(la_fiber_t *f, la_uring_t *r, la_uop_t *op, uint64_t deadline
         kind = LA_PK_BLOCKING; /* until the CQE: never cut short */
     }
     la_spin_lock(&r->sqlk);
-    if (op->prev)
-        op->prev->next = op->next;
-    else
-        r->ops = op->next;
-    if (op->next) op->next->prev = op->prev;
+    uop_list_remove(&r->ops, op);
     la_spin_unlock(&r->sqlk);
     *why = reason;
     return op->res;
@@ -632,10 +633,7 @@ static struct io_uring_sqe *op_start(la_uop_t *op, la_uring_t **rp, unsigned cha
     q->len = len > 0x7ffff000u ? 0x7ffff000u : (unsigned)len;
     q->user_data = (uint64_t)(uintptr_t)op;
     op->fd = fd;
-    op->prev = NULL;
-    op->next = r->ops;
-    if (r->ops) r->ops->prev = op;
-    r->ops = op;
+    uop_list_push(&r->ops, op);
     *rp = r;
     return q;
 }
