@@ -173,6 +173,35 @@ static uint64_t server_cpu_ns(uint64_t *stat_ns) {
     return total;
 }
 
+/* Voluntary context switches (sleeps) of every thread of the server. */
+static uint64_t server_sleeps(void) {
+    char path[64];
+    uint64_t total = 0;
+    snprintf(path, sizeof path, "/proc/%d/task", (int)server);
+    DIR *d = opendir(path);
+    if (!d) DIE("cannot read %s", path);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char p[PATH_MAX], line[256];
+        snprintf(p, sizeof p, "%s/%s/status", path, e->d_name);
+        FILE *f = fopen(p, "r");
+        if (!f) continue;
+        unsigned long long v;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "voluntary_ctxt_switches: %llu", &v) == 1) total += v;
+        fclose(f);
+    }
+    closedir(d);
+    return total;
+}
+
+static uint64_t my_sleeps(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (uint64_t)ru.ru_nvcsw;
+}
+
 /* How many io_uring and epoll descriptors the server holds. */
 static void server_pollers(int *uring, int *epoll) {
     char path[64];
@@ -301,11 +330,13 @@ int main(int argc, char **argv) {
     }
 
     uint64_t stat0, stat1;
+    uint64_t sl0 = server_sleeps(), csl0 = my_sleeps();
     uint64_t cpu0 = server_cpu_ns(&stat0);
     uint64_t t0 = now_ns();
     run_phase(0, (uint32_t)conns, rts, 1);
     uint64_t t1 = now_ns();
     uint64_t cpu1 = server_cpu_ns(&stat1);
+    uint64_t sl1 = server_sleeps(), csl1 = my_sleeps();
     int uring_fds, epoll_fds;
     server_pollers(&uring_fds, &epoll_fds);
 
@@ -324,9 +355,10 @@ int main(int argc, char **argv) {
     uint64_t p50 = percentile(samples, nsamples, 50), p99 = percentile(samples, nsamples, 99);
     printf("ok=1 conns=%ld round_trips=%.0f msg=%zu secs=%.4f rt_per_s=%.0f cpu_us_per_rt=%.3f "
            "cpu_stat_us_per_rt=%.3f server_cpu_s=%.3f p50_us=%.1f p99_us=%.1f server_io=%s uring_fds=%d "
-           "epoll_fds=%d\n",
+           "epoll_fds=%d server_sleeps=%llu client_sleeps=%llu\n",
            conns, n, msg, secs, n / secs, (double)(cpu1 - cpu0) / 1e3 / n, (double)(stat1 - stat0) / 1e3 / n,
            (double)(cpu1 - cpu0) / 1e9, (double)p50 / 1e3, (double)p99 / 1e3,
-           uring_fds ? "uring" : epoll_fds ? "epoll" : "other", uring_fds, epoll_fds);
+           uring_fds ? "uring" : epoll_fds ? "epoll" : "other", uring_fds, epoll_fds,
+           (unsigned long long)(sl1 - sl0), (unsigned long long)(csl1 - csl0));
     return 0;
 }
