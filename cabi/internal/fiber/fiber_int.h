@@ -37,6 +37,11 @@ struct la_wk {
     _Atomic uint64_t n_run, n_started, n_steal, n_park; /* written by this worker only */
     _Atomic uint64_t n_spawned, n_finished;
     _Atomic uint64_t run_id; /* id of the fiber it runs, 0 in its loop (stall monitor) */
+    /* fd parks begun on this worker minus those ended on it (a fiber may
+     * park on one worker and resume on another): written by this worker
+     * only, summed by la_fd_waiters. A shared counter here cost two locked
+     * read-modify-writes per park, on a line every worker bounced. */
+    _Atomic long fdwait;
     /* A coarse clock of this worker (la_coarse_ns), read every 16th dispatch
      * and after an idle sleep, so that a park can note when it began
      * (async_sched_dump) without a clock read of its own: worker-only. */
@@ -88,7 +93,6 @@ struct la_sched {
     _Atomic int destroying; /* async_sched_destroy began (joins refuse to pin s) */
     /* fds */
     la_poller_t poller;
-    _Atomic int nfdwait;
     pthread_mutex_t fdmu;
     _Atomic(la_fdrec_t *) *fdchunks;
     /* timers */
@@ -141,6 +145,21 @@ static inline int la_timers_due(la_sched_t *s) {
 /* config.c */
 int la_default_workers(void);
 size_t la_default_stack(void);
+
+/* fd parks (io.c, io_windows.c): the current fiber f begins (+1) or ends
+ * (-1) an fd wait; f->wk is the worker it runs on now. */
+static inline void la_fdwait_add(la_fiber_t *f, long d) {
+    la_wk_t *w = f->wk;
+    atomic_store_explicit(&w->fdwait, atomic_load_explicit(&w->fdwait, memory_order_relaxed) + d,
+                          memory_order_relaxed);
+}
+/* Whether some fiber of s may wait for an fd (a hint: the busy workers poll
+ * the fds only then). */
+static inline int la_fd_waiters(la_sched_t *s) {
+    long n = 0;
+    for (int i = 0; i < s->nw; i++) n += atomic_load_explicit(&s->wks[i].fdwait, memory_order_relaxed);
+    return n > 0;
+}
 
 /* io.c */
 #if !defined(_WIN32)

@@ -460,7 +460,6 @@ static int io_args(async_fd_t fd, const void *buf, size_t n, int timeout_ms, ssi
  * owned record (event or close) unlinks the waiter it claims under the lock;
  * a plain record's waiters are always unlinked here. 0 or an async_err_t. */
 static int park_locked(la_fiber_t *f, la_fdrec_t *r, int fd, int dirs, uint64_t deadline, int owned) {
-    la_sched_t *s = f->s;
     la_waiter_t w;
     la_fiber_note(f, LA_WAIT_FD, (uint64_t)(uint32_t)fd | (uint64_t)(dirs & 3) << 32);
     int rc = la_waiter_init(&w, LA_PK_NORMAL);
@@ -471,9 +470,9 @@ static int park_locked(la_fiber_t *f, la_fdrec_t *r, int fd, int dirs, uint64_t 
     if (dirs & 1) r->rw = &w;
     if (dirs & 2) r->ww = &w;
     la_spin_unlock(&r->lk);
-    atomic_fetch_add(&s->nfdwait, 1);
+    la_fdwait_add(f, 1);
     int why = la_waiter_wait(&w, deadline);
-    atomic_fetch_sub(&s->nfdwait, 1);
+    la_fdwait_add(f, -1);
     if (!owned || (why != LA_W_READY && why != LA_W_CLOSED)) {
         la_spin_lock(&r->lk);
         if (r->rw == &w) r->rw = NULL;

@@ -195,9 +195,9 @@ static int fd_park(la_fiber_t *f, SOCKET s, int dirs, uint64_t deadline) {
     }
     op->w = &w;
     la_spin_unlock(&op->lk);
-    atomic_fetch_add(&sc->nfdwait, 1);
+    la_fdwait_add(f, 1);
     int why = la_waiter_wait(&w, deadline);
-    atomic_fetch_sub(&sc->nfdwait, 1);
+    la_fdwait_add(f, -1);
     la_spin_lock(&op->lk);
     int pending = op->w != NULL;
     op->w = NULL;

@@ -847,7 +847,7 @@ static la_fiber_t *find_work(la_wk_t *w) {
 #endif
             if ((f = global_get(s, w, 1)) || (f = inbox_get(s, w))) break;
             timers_run(s);
-            if (atomic_load(&s->nfdwait) > 0 && !s->poller_active) poll_events(s, 0);
+            if (la_fd_waiters(s) && !s->poller_active) poll_events(s, 0);
         }
         if ((f = local_get(w))) {
 #if defined(LA_URING)
@@ -865,7 +865,7 @@ static la_fiber_t *find_work(la_wk_t *w) {
         if (w->lease) live_sub(s, w, w->lease);
         if ((f = global_get(s, w, LA_RUNQ / 2)) || (f = inbox_get(s, w))) break;
         if (timers_run(s) > 0) continue;
-        if (atomic_load(&s->nfdwait) > 0 && !s->poller_active && poll_events(s, 0) > 0) continue;
+        if (la_fd_waiters(s) && !s->poller_active && poll_events(s, 0) > 0) continue;
         if (s->nw > 1) {
             if (!spinning) spinning = spin_begin(s);
             if ((f = spin(w, spinning))) {
