@@ -212,8 +212,15 @@ void la_io_event(void *ctx, void *p, unsigned ev) {
     la_spin_lock(&r->lk);
     int owned = atomic_load_explicit(&r->owned, memory_order_relaxed);
     if (owned) {
-        if (ev & LA_PF_IN) atomic_store(&r->sin, atomic_load_explicit(&r->sin, memory_order_relaxed) + 1);
-        if (ev & LA_PF_OUT) atomic_store(&r->sout, atomic_load_explicit(&r->sout, memory_order_relaxed) + 1);
+        /* relaxed: a park compares the counts under lk (the unlock
+         * publishes them); an unlocked look that reads an older count only
+         * sends the caller to that locked compare */
+        if (ev & LA_PF_IN)
+            atomic_store_explicit(&r->sin, atomic_load_explicit(&r->sin, memory_order_relaxed) + 1,
+                                  memory_order_relaxed);
+        if (ev & LA_PF_OUT)
+            atomic_store_explicit(&r->sout, atomic_load_explicit(&r->sout, memory_order_relaxed) + 1,
+                                  memory_order_relaxed);
         if (ev & LA_PF_PRI) atomic_store_explicit(&r->tcp, 0, memory_order_relaxed);
     }
     if (r->rw && (ev & LA_PF_IN) && la_waiter_claim(r->rw, LA_W_READY)) {
