@@ -70,6 +70,9 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#endif
 
 #include "fiber_int.h"
 
@@ -306,8 +309,31 @@ LA_NOINLINE static void sys_setfl(int fd, int fl) {
     errno = e;
 }
 
+/* A socket's non-blocking receive and send. On a worker thread (a fiber's
+ * call) through syscall(2): libc's recv and send are cancellation points,
+ * and each brackets the call with two atomic updates of the thread's
+ * cancellation state (four locked instructions per echo round trip, about
+ * 0.05 µs); a worker is never cancelled. On a plain thread the libc calls,
+ * cancellation points as async.h says. */
+#if defined(__linux__) && defined(SYS_recvfrom) && defined(SYS_sendto)
+static inline ssize_t sock_recv(int fd, void *buf, size_t n) {
+    if (la_current_worker()) return (ssize_t)syscall(SYS_recvfrom, fd, buf, n, MSG_DONTWAIT, NULL, NULL);
+    return recv(fd, buf, n, MSG_DONTWAIT);
+}
+static inline ssize_t sock_send(int fd, const void *buf, size_t n) {
+    if (la_current_worker())
+        return (ssize_t)syscall(SYS_sendto, fd, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL, NULL, (socklen_t)0);
+    return send(fd, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+#else
+static inline ssize_t sock_recv(int fd, void *buf, size_t n) { return recv(fd, buf, n, MSG_DONTWAIT); }
+static inline ssize_t sock_send(int fd, const void *buf, size_t n) {
+    return send(fd, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+#endif
+
 LA_NOINLINE static ssize_t sys_read(int fd, void *buf, size_t n) {
-    ssize_t r = recv(fd, buf, n, MSG_DONTWAIT);
+    ssize_t r = sock_recv(fd, buf, n);
     if (r >= 0) return r;
     if (errno != ENOTSOCK) return -errno;
     int e = sys_nonblock(fd);
@@ -361,7 +387,7 @@ LA_NOINLINE ssize_t la_write_nosigpipe(int fd, const void *buf, size_t n) {
 }
 
 LA_NOINLINE static ssize_t sys_write(int fd, const void *buf, size_t n) {
-    ssize_t r = send(fd, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+    ssize_t r = sock_send(fd, buf, n);
     if (r >= 0) return r;
     if (errno != ENOTSOCK) return -errno;
     int e = sys_nonblock(fd);
