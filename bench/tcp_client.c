@@ -14,7 +14,12 @@
  *                  (sum of /proc/<pid>/task/<tid>/schedstat run time over its
  *                  threads, ns resolution) / round trips; cpu_stat_us_per_rt
  *                  is the same from utime+stime of /proc/<pid>/stat (10 ms
- *                  ticks) as a cross-check;
+ *                  ticks) as a cross-check, server_user_us_per_rt its utime
+ *                  alone (the server's own code, not the kernel's);
+ *   server_sleeps, client_sleeps: voluntary context switches of the server's
+ *                  threads and of this client; which of the two sleeps
+ *                  decides who pays for the other's wake-ups (see
+ *                  docs/PERFORMANCE.md, "What the numbers say about TCP echo");
  *   p50_us, p99_us: round-trip latency seen by the client (send to last byte
  *                  of the echo), over every round trip;
  *   rt_per_s:      round trips per second;
@@ -140,6 +145,8 @@ static void run_phase(uint32_t lo, uint32_t hi, uint32_t rts, int record) {
 
 /* CPU time of every thread of the server, in ns (schedstat), and in ns from
  * the utime+stime ticks of /proc/<pid>/stat. */
+static uint64_t server_user_ns; /* utime alone, from the last server_cpu_ns */
+
 static uint64_t server_cpu_ns(uint64_t *stat_ns) {
     char path[64];
     uint64_t total = 0;
@@ -170,6 +177,7 @@ static uint64_t server_cpu_ns(uint64_t *stat_ns) {
     if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
         DIE("cannot parse %s", path);
     *stat_ns = (ut + st) * (1000000000ull / (uint64_t)sysconf(_SC_CLK_TCK));
+    server_user_ns = ut * (1000000000ull / (uint64_t)sysconf(_SC_CLK_TCK));
     return total;
 }
 
@@ -331,7 +339,7 @@ int main(int argc, char **argv) {
 
     uint64_t stat0, stat1;
     uint64_t sl0 = server_sleeps(), csl0 = my_sleeps();
-    uint64_t cpu0 = server_cpu_ns(&stat0);
+    uint64_t cpu0 = server_cpu_ns(&stat0), user0 = server_user_ns;
     uint64_t t0 = now_ns();
     run_phase(0, (uint32_t)conns, rts, 1);
     uint64_t t1 = now_ns();
@@ -355,10 +363,11 @@ int main(int argc, char **argv) {
     uint64_t p50 = percentile(samples, nsamples, 50), p99 = percentile(samples, nsamples, 99);
     printf("ok=1 conns=%ld round_trips=%.0f msg=%zu secs=%.4f rt_per_s=%.0f cpu_us_per_rt=%.3f "
            "cpu_stat_us_per_rt=%.3f server_cpu_s=%.3f p50_us=%.1f p99_us=%.1f server_io=%s uring_fds=%d "
-           "epoll_fds=%d server_sleeps=%llu client_sleeps=%llu\n",
+           "epoll_fds=%d server_sleeps=%llu client_sleeps=%llu server_user_us_per_rt=%.3f\n",
            conns, n, msg, secs, n / secs, (double)(cpu1 - cpu0) / 1e3 / n, (double)(stat1 - stat0) / 1e3 / n,
            (double)(cpu1 - cpu0) / 1e9, (double)p50 / 1e3, (double)p99 / 1e3,
            uring_fds ? "uring" : epoll_fds ? "epoll" : "other", uring_fds, epoll_fds,
-           (unsigned long long)(sl1 - sl0), (unsigned long long)(csl1 - csl0));
+           (unsigned long long)(sl1 - sl0), (unsigned long long)(csl1 - csl0),
+           (double)(server_user_ns - user0) / 1e3 / n);
     return 0;
 }
