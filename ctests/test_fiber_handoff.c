@@ -13,6 +13,10 @@
  * Every wait is bounded; no case asserts a speed. */
 #include <stdatomic.h>
 #include <sys/resource.h>
+#if !defined(_WIN32)
+#include <sys/socket.h>
+#include <unistd.h>
+#endif
 
 #include "check.h"
 
@@ -369,6 +373,85 @@ static void t_shutdown_spinning(void) {
     }
 }
 
+#if !defined(_WIN32)
+/* ---- fd waits while every worker stays busy ---------------------------------- */
+
+/* Workers that never run out of fibers poll the fds every few dozen
+ * dispatches, but only while some fiber waits for one: the count of fd
+ * waiters is kept per worker (a park counts on the worker it began on, its
+ * end on the worker it resumed on). Here two yielding fibers keep both
+ * workers busy the whole time, so the reader's wake-ups can only come from
+ * that busy poll: a count that read zero with the reader parked would leave
+ * it parked until the yielders give up (20 s), and the case fails. */
+typedef struct {
+    int fd;
+    atomic_int stop, bad, gave_up;
+    atomic_long rounds;
+} fb_t;
+
+#define FB_ROUNDS 200
+
+static void fb_yielder(void *arg) {
+    fb_t *b = arg;
+    double t0 = now_ms();
+    while (!atomic_load(&b->stop)) {
+        if (now_ms() - t0 > 20000) {
+            atomic_store(&b->gave_up, 1);
+            return;
+        }
+        async_fiber_yield();
+    }
+}
+
+static void fb_reader(void *arg) {
+    fb_t *b = arg;
+    for (long i = 0; i < FB_ROUNDS; i++) {
+        char c;
+        if (async_fiber_read(b->fd, &c, 1, 30000) != 1 || c != (char)i) {
+            atomic_store(&b->bad, 1);
+            break;
+        }
+        atomic_store(&b->rounds, i + 1);
+    }
+    atomic_store(&b->stop, 1);
+}
+
+static void t_fd_wake_busy(void) {
+    for (int owned = 0; owned < 2; owned++) {
+        async_sched_t *s = mk(2);
+        int sv[2];
+        CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+        fb_t b = {.fd = sv[0]};
+        if (owned) CHECK_EQ(async_fiber_fd_open(s, sv[0]), 0);
+        CHECK(async_fiber_spawn(s, fb_yielder, &b, 0));
+        CHECK(async_fiber_spawn(s, fb_yielder, &b, 0));
+        CHECK(async_fiber_spawn(s, fb_reader, &b, 0));
+        for (long i = 0; i < FB_ROUNDS && !atomic_load(&b.bad) && !atomic_load(&b.gave_up); i++) {
+            double t0 = now_ms();
+            while (atomic_load(&b.rounds) < i && !atomic_load(&b.bad) && !atomic_load(&b.gave_up) &&
+                   now_ms() - t0 < 30000)
+                sleep_ms(1);
+            sleep_ms(1); /* most rounds: the reader is parked when the byte comes */
+            char c = (char)i;
+            CHECK_EQ(write(sv[1], &c, 1), 1);
+        }
+        double t0 = now_ms();
+        while (atomic_load(&b.rounds) < FB_ROUNDS && !atomic_load(&b.bad) && !atomic_load(&b.gave_up) &&
+               now_ms() - t0 < 30000)
+            sleep_ms(1);
+        CHECK_EQ(atomic_load(&b.gave_up), 0);
+        CHECK_EQ(atomic_load(&b.bad), 0);
+        CHECK_EQ(atomic_load(&b.rounds), FB_ROUNDS);
+        atomic_store(&b.stop, 1);
+        CHECK_EQ(async_sched_shutdown(s, 30000), 0);
+        if (owned) CHECK_EQ(async_fiber_close(sv[0]), 0);
+        else close(sv[0]);
+        close(sv[1]);
+        async_sched_destroy(s);
+    }
+}
+#endif
+
 static const test_case_t cases[] = {
     T(pingpong),
     T(idle_cpu),
@@ -379,6 +462,9 @@ static const test_case_t cases[] = {
     T(fan_out),
     T(destroy_spinning),
     T(shutdown_spinning),
+#if !defined(_WIN32)
+    T(fd_wake_busy),
+#endif
 };
 
 TEST_MAIN(cases)
