@@ -648,6 +648,36 @@ static void t_nothreads_calls(void)
     run_child("nothreads_calls_child");
 }
 
+/* ---- a joined and destroyed worker gives its descriptor back ------------------- */
+
+/* async_worker_join returned (proc has returned) and async_worker_destroy
+ * released the worker: its stop descriptor is closed by then, so a host at
+ * its descriptor limit can open one at once. Before the fix the worker's
+ * own thread, still on its way out after waking the joiner, closed it a
+ * moment later. */
+static void t_worker_fd_back(void)
+{
+    async_runtime_t *rt = async_runtime_init(); /* Go's poller: two fds, for good */
+    CHECK(rt != NULL);
+    async_runtime_deinit(rt);
+    int n0 = open_fds(), late = 0;
+    for (int i = 0; i < 2000; i++) {
+        async_worker_t *w = async_worker_create(nop_proc, NULL, 0);
+        CHECK(w != NULL);
+        CHECK(async_worker_join(w, BOUND_MS));
+        async_worker_destroy(w);
+        if (open_fds() != n0)
+            late++;
+        double t0 = now_ms();
+        while (open_fds() != n0 && now_ms() - t0 < BOUND_MS)
+            usleep(100);
+        CHECK_EQ(open_fds(), n0); /* never a leak */
+    }
+    if (late)
+        fprintf(stderr, "%d of 2000 workers closed their stop descriptor after destroy returned\n", late);
+    CHECK_EQ(late, 0);
+}
+
 static const test_case_t cases[] = {
     T(nofile_sweep),
     T(load_plain_1w),
@@ -660,6 +690,7 @@ static const test_case_t cases[] = {
     T(nothreads_pool_busy),
     T(nothreads_calls_child),
     T(nothreads_calls),
+    T(worker_fd_back),
 };
 
 TEST_MAIN(cases)
