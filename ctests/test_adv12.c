@@ -159,6 +159,16 @@ static void sweep_once(int left, async_sched_t *live, int *fails)
     if (open_fds() != n0)
         fprintf(stderr, "left %d: async_worker_create: %d fds, %d before\n", left, open_fds(), n0);
     CHECK_EQ(open_fds(), n0);
+    /* the fiber-side signal watch (a pipe once per signal) and a runtime's */
+    async_clear_error();
+    if (async_fiber_watch_signal(SIGUSR2) != 0) {
+        CHECK_ERR(ASYNC_E_SYS);
+        CHECK_EQ(open_fds(), n0);
+        fails[4]++;
+    } else {
+        CHECK_EQ(async_fiber_unwatch_signal(SIGUSR2), 0);
+        n0 = open_fds(); /* the pipe may stay for the next watch */
+    }
     /* the stall monitor: a thread, no descriptor expected */
     async_clear_error();
     if (async_sched_set_stall_ms(live, 1000) != 0) {
@@ -179,11 +189,11 @@ static void t_nofile_sweep(void)
     CHECK(rt != NULL);
     async_runtime_deinit(rt);
     async_sched_t *live = sched_new(2);
-    int fails[4] = {0, 0, 0, 0};
+    int fails[5] = {0, 0, 0, 0, 0};
     for (int left = 0; left <= 24; left++)
         sweep_once(left, live, fails);
-    printf("failures: sched_create %d, runtime_init %d, worker_create %d, stall %d\n", fails[0], fails[1],
-           fails[2], fails[3]);
+    printf("failures: sched_create %d, runtime_init %d, worker_create %d, stall %d, watch_signal %d\n",
+           fails[0], fails[1], fails[2], fails[3], fails[4]);
     CHECK(fails[0] > 0 && fails[1] > 0);
     /* and everything works again */
     for (int i = 0; i < 3; i++) {
@@ -341,9 +351,41 @@ static void ld_famine_probe(void *arg)
     atomic_fetch_add(&ld.famine_checks, 1);
 }
 
-static void nofile_load(int workers, int own_listener)
+static atomic_int sig_stop, sig_count;
+
+static void on_sig(int sig)
 {
+    (void)sig;
+    atomic_fetch_add(&sig_count, 1);
+}
+
+/* Sends SIGUSR1 to the process (whichever thread takes it: workers, the
+ * host, the blocking pool) until told to stop, with a pause now and then. */
+static void *sig_flood(void *arg)
+{
+    (void)arg;
+    for (int i = 0; !atomic_load(&sig_stop); i++) {
+        kill(getpid(), SIGUSR1);
+        if (i % 16 == 0)
+            usleep(50);
+    }
+    return NULL;
+}
+
+static void nofile_load(int workers, int own_listener, int signals)
+{
+    pthread_t flood;
     memset(&ld, 0, sizeof ld);
+    if (signals) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_sig;
+        sa.sa_flags = SA_ONSTACK; /* no SA_RESTART: every slow call sees EINTR */
+        sigemptyset(&sa.sa_mask);
+        CHECK_EQ(sigaction(SIGUSR1, &sa, NULL), 0);
+        atomic_store(&sig_stop, 0);
+        start_thread(&flood, sig_flood, NULL);
+    }
     ld.s = sched_new(workers);
     ld.lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     CHECK(ld.lfd >= 0);
@@ -395,26 +437,52 @@ static void nofile_load(int workers, int own_listener)
     CHECK(atomic_load(&ld.rounds) >= 2 * LD_CLIENTS * LD_ROUNDS);
     CHECK_EQ(async_fiber_close(ld.lfd), 0);
     async_sched_destroy(ld.s);
+    if (signals) {
+        atomic_store(&sig_stop, 1);
+        join_within(flood, BOUND_MS, "signal flood");
+        printf("%d signals handled\n", atomic_load(&sig_count));
+        CHECK(atomic_load(&sig_count) > 0);
+    }
 }
 
 static void t_load_plain_1w(void)
 {
-    nofile_load(1, 0);
+    nofile_load(1, 0, 0);
 }
 
 static void t_load_plain_2w(void)
 {
-    nofile_load(2, 0);
+    nofile_load(2, 0, 0);
 }
 
 static void t_load_owned_1w(void)
 {
-    nofile_load(1, 1);
+    nofile_load(1, 1, 0);
 }
 
 static void t_load_owned_2w(void)
 {
-    nofile_load(2, 1);
+    nofile_load(2, 1, 0);
+}
+
+/* The same with SIGUSR1 arriving all along (a handler without SA_RESTART). */
+static void t_load_signals_1w(void)
+{
+    nofile_load(1, 0, 1);
+}
+
+static void t_load_signals_2w(void)
+{
+    nofile_load(2, 1, 1);
+}
+
+/* A *_child case runs only in the child its parent case starts. */
+static int child_only(void)
+{
+    if (getenv("ADV12_CHILD"))
+        return 1;
+    printf("skipped: run by its parent case in a child process\n");
+    return 0;
 }
 
 /* ---- no thread can be created (RLIMIT_NPROC of an unprivileged user) ---------- */
@@ -538,6 +606,8 @@ static int nt_limit(void)
  * a thread's stack, and two jobs on one worker that wait for each other. */
 static void t_nothreads_pool_empty_child(void)
 {
+    if (!child_only())
+        return;
     async_sched_t *s = sched_new(1);
     if (!nt_limit())
         exit(0);
@@ -557,6 +627,8 @@ static void t_nothreads_pool_empty_child(void)
  * job that waits for the next one. */
 static void t_nothreads_pool_busy_child(void)
 {
+    if (!child_only())
+        return;
     async_sched_t *s = sched_new(2);
     nt_batch(s, 1, 0); /* the pool now has one (idle) thread */
     CHECK_EQ(atomic_load(&nt.ran), 1);
@@ -583,6 +655,8 @@ static void t_nothreads_pool_busy_child(void)
  * is raised. */
 static void t_nothreads_calls_child(void)
 {
+    if (!child_only())
+        return;
     async_sched_t *s = sched_new(1);
     async_runtime_t *rt = async_runtime_init();
     CHECK(rt != NULL);
@@ -628,7 +702,7 @@ static void run_child(const char *name)
         printf("skipped under an emulator\n");
         return;
     }
-    int st = run_self_case(name, NULL);
+    int st = run_self_case(name, "ADV12_CHILD=1");
     CHECK(WIFEXITED(st));
     CHECK_EQ(WEXITSTATUS(st), 0);
 }
@@ -678,12 +752,466 @@ static void t_worker_fd_back(void)
     CHECK_EQ(late, 0);
 }
 
+/* ---- the address space runs out (RLIMIT_AS) while fibers ping-pong ----------- */
+
+typedef struct {
+    async_chan_t *park;    /* never sent to: the spawned fibers wait on it */
+    async_chan_t *ping, *pong;
+    atomic_int pongs, parked_ended, bad, stop;
+} as_t;
+
+static as_t as;
+
+static void as_parker(void *arg)
+{
+    (void)arg;
+    int v;
+    if (async_chan_recv(as.park, &v, -1) == 0 || async_last_error() != ASYNC_E_CLOSED)
+        atomic_fetch_add(&as.bad, 1);
+    atomic_fetch_add(&as.parked_ended, 1);
+}
+
+static void as_ponger(void *arg)
+{
+    (void)arg;
+    int v;
+    while (async_chan_recv(as.ping, &v, -1) == 0) {
+        if (async_chan_send(as.pong, &v, -1) != 0) {
+            atomic_fetch_add(&as.bad, 1);
+            return;
+        }
+    }
+}
+
+static void as_pinger(void *arg)
+{
+    (void)arg;
+    for (int i = 0; !atomic_load(&as.stop); i++) {
+        int v = i, w = -1;
+        if (async_chan_send(as.ping, &v, -1) != 0 || async_chan_recv(as.pong, &w, -1) != 0 || w != i) {
+            atomic_fetch_add(&as.bad, 1);
+            return;
+        }
+        atomic_fetch_add(&as.pongs, 1);
+    }
+    async_chan_close(as.ping);
+}
+
+static long vm_size_kb(void)
+{
+    FILE *fp = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = -1;
+    CHECK(fp != NULL);
+    while (fgets(line, sizeof line, fp))
+        if (sscanf(line, "VmSize: %ld kB", &kb) == 1)
+            break;
+    fclose(fp);
+    return kb;
+}
+
+static void as_set(rlim_t v)
+{
+    struct rlimit rl;
+    CHECK_EQ(getrlimit(RLIMIT_AS, &rl), 0);
+    rl.rlim_cur = v;
+    CHECK_EQ(setrlimit(RLIMIT_AS, &rl), 0);
+}
+
+#define AS_MAX 200000
+
+/* Every constructor at the limit: it works or fails with NOMEM (SYS for a
+ * thread some report so), and the process goes on. */
+static void as_constructors(async_sched_t *s, int *nomem)
+{
+    async_clear_error();
+    async_queue_t *q = async_queue_create(64, 64, 0);
+    if (q) async_queue_destroy(q); else { CHECK_ERR(ASYNC_E_NOMEM); nomem[0]++; }
+    async_chan_t *c = async_chan_create(64, 64);
+    if (c) async_chan_destroy(c); else { CHECK_ERR(ASYNC_E_NOMEM); nomem[1]++; }
+    async_mutex_t *m = async_mutex_create();
+    if (m) async_mutex_destroy(m); else { CHECK_ERR(ASYNC_E_NOMEM); nomem[2]++; }
+    async_clear_error();
+    async_runtime_t *rt = async_runtime_init();
+    if (rt) {
+        uint64_t id = async_runtime_add_timer(rt, 1000, 0, 1);
+        if (!id) CHECK_ERR(ASYNC_E_NOMEM);
+        async_runtime_deinit(rt);
+    } else {
+        CHECK(err_in(async_last_error(), ASYNC_E_NOMEM, ASYNC_E_SYS));
+        nomem[3]++;
+    }
+    async_clear_error();
+    async_worker_t *w = async_worker_create(nop_proc, NULL, 0);
+    if (w) {
+        CHECK(async_worker_join(w, BOUND_MS));
+        async_worker_destroy(w);
+    } else {
+        CHECK(err_in(async_last_error(), ASYNC_E_NOMEM, ASYNC_E_SYS));
+        nomem[4]++;
+    }
+    async_sched_config_t cfg = {2, 0, 0};
+    async_clear_error();
+    async_sched_t *s2 = async_sched_create(&cfg);
+    if (s2) {
+        async_sched_destroy(s2);
+    } else {
+        CHECK(err_in(async_last_error(), ASYNC_E_NOMEM, ASYNC_E_SYS));
+        nomem[5]++;
+    }
+    (void)s;
+}
+
+static void t_as_load_child(void)
+{
+    if (!child_only())
+        return;
+    async_sched_t *s = sched_new(2);
+    static async_fiber_t *fib[AS_MAX];
+    as.park = async_chan_create(1, sizeof(int));
+    as.ping = async_chan_create(0, sizeof(int));
+    as.pong = async_chan_create(0, sizeof(int));
+    CHECK(as.park && as.ping && as.pong);
+    CHECK(async_fiber_spawn(s, as_ponger, NULL, 0) != NULL);
+    CHECK(async_fiber_spawn(s, as_pinger, NULL, 0) != NULL);
+    wait_count(&as.pongs, 100, "pongs before");
+    /* warm the allocators, then leave 96 MiB of address space */
+    long kb = vm_size_kb();
+    CHECK(kb > 0);
+    as_set((rlim_t)kb * 1024 + ((rlim_t)96 << 20));
+    int n = 0, round_n[3] = {0, 0, 0};
+    for (int round = 0; round < 3; round++) {
+        n = 0;
+        for (; n < AS_MAX; n++) {
+            async_clear_error();
+            fib[n] = async_fiber_spawn(s, as_parker, NULL, 0);
+            if (!fib[n]) {
+                if (async_last_error() != ASYNC_E_NOMEM)
+                    fprintf(stderr, "spawn %d: error %d\n", n, async_last_error());
+                CHECK_ERR(ASYNC_E_NOMEM);
+                break;
+            }
+        }
+        CHECK(n > 0 && n < AS_MAX);
+        round_n[round] = n;
+        /* at the limit: the ping-pong goes on, the constructors fail cleanly */
+        int p0 = atomic_load(&as.pongs);
+        wait_count(&as.pongs, p0 + 100, "pongs at the limit");
+        int nomem[6] = {0};
+        as_constructors(s, nomem);
+        printf("round %d: %d fibers; NOMEM: queue %d chan %d mutex %d runtime %d worker %d sched %d\n", round, n,
+               nomem[0], nomem[1], nomem[2], nomem[3], nomem[4], nomem[5]);
+        /* end them all: the memory comes back */
+        async_chan_close(as.park);
+        wait_count(&as.parked_ended, n, "parked fibers ended");
+        for (double t0 = now_ms();;) { /* the parkers' stacks go back when they have finished */
+            async_sched_stats_t st;
+            CHECK_EQ(async_sched_get_stats(s, &st, NULL, 0), 0);
+            if (st.fibers_spawned - st.fibers_finished == 2)
+                break;
+            CHECK(now_ms() - t0 < BOUND_MS);
+            usleep(200);
+        }
+        async_chan_destroy(as.park);
+        as.park = async_chan_create(1, sizeof(int));
+        CHECK(as.park != NULL);
+        atomic_store(&as.parked_ended, 0);
+    }
+    /* the same number again each round (give or take what the load holds) */
+    CHECK(round_n[2] > round_n[0] / 2);
+    as_set(RLIM_INFINITY);
+    atomic_store(&as.stop, 1);
+    CHECK_EQ(async_sched_run(s), 0);
+    CHECK_EQ(atomic_load(&as.bad), 0);
+    async_sched_destroy(s);
+    exit(0);
+}
+
+static void t_as_load(void)
+{
+#if defined(__SANITIZE_ADDRESS__)
+    printf("skipped under ASan (its shadow needs the address space)\n");
+    return;
+#endif
+    run_child("as_load_child");
+}
+
+/* ---- a runtime's completions, timers and registrations at RLIMIT_AS ----------- */
+
+#define RA_POSTS 4000000
+
+static void t_as_runtime_child(void)
+{
+    if (!child_only())
+        return;
+    async_runtime_t *rt = async_runtime_init();
+    CHECK(rt != NULL);
+    long kb = vm_size_kb();
+    as_set((rlim_t)kb * 1024 + ((rlim_t)64 << 20));
+    /* completions until NOMEM */
+    long posted = 0;
+    for (; posted < RA_POSTS; posted++) {
+        async_clear_error();
+        if (async_runtime_post_completion(rt, 7, (uintptr_t)posted) != 0) {
+            CHECK_ERR(ASYNC_E_NOMEM);
+            break;
+        }
+    }
+    /* timers until NOMEM */
+    long timers = 0;
+    for (; timers < RA_POSTS; timers++) {
+        async_clear_error();
+        if (async_runtime_add_timer(rt, 100000, 0, 9) == 0) {
+            CHECK_ERR(ASYNC_E_NOMEM);
+            break;
+        }
+    }
+    /* registrations */
+    int sp[2], added = 0, add_nomem = 0;
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
+    CHECK_EQ(write(sp[1], "x", 1), 1);
+    async_clear_error();
+    if (async_runtime_add(rt, sp[0], ASYNC_EVENT_READ, &added) == 0)
+        added = 1;
+    else {
+        CHECK(err_in(async_last_error(), ASYNC_E_NOMEM, ASYNC_E_SYS));
+        add_nomem = 1;
+    }
+    printf("posted %ld, timers %ld, add %s\n", posted, timers, added ? "ok" : "failed");
+    /* everything posted is delivered, in order, also at the limit */
+    static io_event_t ev[256];
+    long got = 0;
+    int fd_events = 0;
+    double t0 = now_ms();
+    while (got < posted) {
+        int m = async_runtime_wait(rt, ev, 256, 1000);
+        CHECK(m >= 0);
+        for (int i = 0; i < m; i++) {
+            if (ev[i].event_type == ASYNC_EVENT_COMPLETION) {
+                CHECK_EQ(ev[i].data, (uintptr_t)got);
+                got++;
+            } else {
+                CHECK(ev[i].fd == sp[0]);
+                fd_events++;
+            }
+        }
+        CHECK(now_ms() - t0 < 2 * BOUND_MS);
+    }
+    as_set(RLIM_INFINITY);
+    /* and posting works again */
+    CHECK_EQ(async_runtime_post_completion(rt, 8, 1), 0);
+    (void)add_nomem;
+    async_runtime_deinit(rt);
+    exit(0);
+}
+
+static void t_as_runtime(void)
+{
+#if defined(__SANITIZE_ADDRESS__)
+    printf("skipped under ASan (its shadow needs the address space)\n");
+    return;
+#endif
+    run_child("as_runtime_child");
+}
+
+/* ---- fork while fibers do I/O on every worker --------------------------------- */
+
+#define FK_PAIRS 8
+
+typedef struct {
+    async_sched_t *s;
+    int sp[FK_PAIRS][2];
+    async_chan_t *ch;
+    async_mutex_t *mu;
+    async_queue_t *q;
+    atomic_int stop, bytes, bad, forks_from_fiber;
+} fk_t;
+
+static fk_t fk;
+
+static void fk_pinger(void *arg)
+{
+    int i = (int)(intptr_t)arg;
+    unsigned char b = 0, r;
+    while (!atomic_load(&fk.stop)) {
+        if (async_fiber_write(fk.sp[i][0], &b, 1, BOUND_MS) != 1 || async_fiber_read(fk.sp[i][0], &r, 1, BOUND_MS) != 1 ||
+            r != (unsigned char)(b + 1)) {
+            atomic_fetch_add(&fk.bad, 1);
+            return;
+        }
+        b = (unsigned char)(r + 1);
+        atomic_fetch_add(&fk.bytes, 1);
+    }
+    shutdown(fk.sp[i][0], SHUT_WR);
+}
+
+static void fk_ponger(void *arg)
+{
+    int i = (int)(intptr_t)arg;
+    unsigned char b;
+    for (;;) {
+        ssize_t n = async_fiber_read(fk.sp[i][1], &b, 1, BOUND_MS);
+        if (n == 0)
+            return;
+        b++;
+        if (n != 1 || async_fiber_write(fk.sp[i][1], &b, 1, BOUND_MS) != 1) {
+            atomic_fetch_add(&fk.bad, 1);
+            return;
+        }
+    }
+}
+
+/* A fiber that keeps the fiber mutex locked across parks (the child sees it
+ * locked) and a channel receiver. */
+static void fk_locker(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&fk.stop)) {
+        if (async_mutex_lock(fk.mu, BOUND_MS) != 0) {
+            atomic_fetch_add(&fk.bad, 1);
+            return;
+        }
+        async_fiber_sleep(1);
+        async_mutex_unlock(fk.mu);
+        async_fiber_yield();
+    }
+}
+
+#define FK_EXPECT(call, what)                                                                                  \
+    do {                                                                                                       \
+        async_clear_error();                                                                                   \
+        (void)(call);                                                                                          \
+        if (async_last_error() != ASYNC_E_FORKED) {                                                            \
+            fprintf(stderr, "child: %s gave error %d, not ASYNC_E_FORKED\n", what, async_last_error());         \
+            _exit(3);                                                                                          \
+        }                                                                                                      \
+    } while (0)
+
+static void fk_noop(void *arg)
+{
+    (void)arg;
+}
+
+/* In the child: every call fails at once with ASYNC_E_FORKED (an alarm ends
+ * a child that hangs). */
+static void fk_child(void)
+{
+    char b[8];
+    int v = 1;
+    alarm(10);
+    if (async_fiber_current() != NULL)
+        _exit(4);
+    FK_EXPECT(async_fiber_spawn(fk.s, fk_noop, NULL, 0), "spawn");
+    FK_EXPECT(async_chan_send(fk.ch, &v, -1), "chan_send");
+    FK_EXPECT(async_chan_recv(fk.ch, &v, -1), "chan_recv");
+    FK_EXPECT(async_mutex_lock(fk.mu, -1), "mutex_lock");
+    FK_EXPECT(async_fiber_read(fk.sp[0][1], b, 1, -1), "fiber_read");
+    FK_EXPECT(async_fiber_write(fk.sp[0][1], b, 1, -1), "fiber_write");
+    FK_EXPECT(async_fiber_wait_fd(fk.sp[1][1], ASYNC_EVENT_READ, -1), "wait_fd");
+    FK_EXPECT(async_fiber_sleep(10), "sleep");
+    FK_EXPECT(async_fiber_blocking(fk_noop, NULL), "blocking");
+    FK_EXPECT(async_queue_dequeue_wait(fk.q, b, sizeof b, NULL, -1), "queue wait");
+    FK_EXPECT(async_sched_shutdown(fk.s, -1), "sched_shutdown");
+    FK_EXPECT(async_sched_run(fk.s), "sched_run");
+    FK_EXPECT(async_sched_dump(fk.s, 2), "sched_dump");
+    FK_EXPECT(async_sched_create(NULL), "sched_create");
+    FK_EXPECT(async_runtime_init(), "runtime_init");
+    FK_EXPECT(async_worker_create(nop_proc, NULL, 0), "worker_create");
+    FK_EXPECT(async_chan_create(1, 1), "chan_create");
+    FK_EXPECT(async_fiber_close(fk.sp[2][1]), "fiber_close");
+    FK_EXPECT(async_sched_destroy(fk.s), "sched_destroy");
+    async_fiber_yield();
+    _exit(0);
+}
+
+static void fk_wait_child(pid_t pid)
+{
+    int st;
+    CHECK_EQ(waitpid(pid, &st, 0), pid);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        fprintf(stderr, "forked child: status %#x%s\n", st,
+                WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM ? " (it hung)" : "");
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+static void fk_forker_fiber(void *arg)
+{
+    (void)arg;
+    pid_t pid = fork();
+    if (pid == 0)
+        fk_child();
+    if (pid < 0) {
+        atomic_fetch_add(&fk.bad, 1);
+        return;
+    }
+    /* the child exits at once (or its alarm fires): a short block of the
+     * worker; a failed CHECK on a fiber aborts, which the case sees */
+    fk_wait_child(pid);
+    atomic_fetch_add(&fk.forks_from_fiber, 1);
+}
+
+static void fork_load(int workers)
+{
+    memset(&fk, 0, sizeof fk);
+    fk.s = sched_new(workers);
+    fk.ch = async_chan_create(0, sizeof(int));
+    fk.mu = async_mutex_create();
+    fk.q = async_queue_create(4, 8, 0);
+    CHECK(fk.ch && fk.mu && fk.q);
+    for (int i = 0; i < FK_PAIRS; i++) {
+        CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fk.sp[i]), 0);
+        if (i % 2)
+            CHECK_EQ(async_fiber_fd_open(fk.s, fk.sp[i][0]), 0);
+        CHECK(async_fiber_spawn(fk.s, fk_pinger, (void *)(intptr_t)i, 0) != NULL);
+        CHECK(async_fiber_spawn(fk.s, fk_ponger, (void *)(intptr_t)i, 0) != NULL);
+    }
+    CHECK(async_fiber_spawn(fk.s, fk_locker, NULL, 0) != NULL);
+    for (int round = 0; round < 20; round++) {
+        int b0 = atomic_load(&fk.bytes);
+        wait_count(&fk.bytes, b0 + 50, "ping-pong bytes");
+        if (round % 4 == 3) {
+            int f0 = atomic_load(&fk.forks_from_fiber);
+            CHECK(async_fiber_spawn(fk.s, fk_forker_fiber, NULL, 0) != NULL);
+            wait_count(&fk.forks_from_fiber, f0 + 1, "fork from a fiber");
+            continue;
+        }
+        pid_t pid = fork();
+        CHECK(pid >= 0);
+        if (pid == 0)
+            fk_child();
+        fk_wait_child(pid);
+    }
+    atomic_store(&fk.stop, 1);
+    CHECK_EQ(async_sched_run(fk.s), 0);
+    CHECK_EQ(atomic_load(&fk.bad), 0);
+    async_sched_destroy(fk.s);
+    for (int i = 0; i < FK_PAIRS; i++) {
+        close(fk.sp[i][0]);
+        close(fk.sp[i][1]);
+    }
+    async_chan_destroy(fk.ch);
+    async_mutex_destroy(fk.mu);
+    async_queue_destroy(fk.q);
+}
+
+static void t_fork_load_1w(void)
+{
+    fork_load(1);
+}
+
+static void t_fork_load_2w(void)
+{
+    fork_load(2);
+}
+
 static const test_case_t cases[] = {
     T(nofile_sweep),
     T(load_plain_1w),
     T(load_plain_2w),
     T(load_owned_1w),
     T(load_owned_2w),
+    T(load_signals_1w),
+    T(load_signals_2w),
     T(nothreads_pool_empty_child),
     T(nothreads_pool_empty),
     T(nothreads_pool_busy_child),
@@ -691,6 +1219,12 @@ static const test_case_t cases[] = {
     T(nothreads_calls_child),
     T(nothreads_calls),
     T(worker_fd_back),
+    T(as_load_child),
+    T(as_load),
+    T(as_runtime_child),
+    T(as_runtime),
+    T(fork_load_1w),
+    T(fork_load_2w),
 };
 
 TEST_MAIN(cases)
