@@ -420,6 +420,14 @@ static void nofile_load(int workers, int own_listener, int signals)
     int r0 = atomic_load(&ld.rounds);
     wait_count(&ld.rounds, r0 + LD_CLIENTS * 5, "rounds in the famine");
     wait_count(&ld.famine_checks, 1, "famine probe");
+    /* a plain thread's accept at EMFILE: NOMEM at once, the connection stays
+     * pending (it is accepted by the acceptor fiber once the limit is up) */
+    async_clear_error();
+    CHECK(async_fiber_accept(ld.lfd, NULL, NULL, 0) < 0);
+    CHECK_ERR(ASYNC_E_NOMEM);
+    async_clear_error();
+    CHECK(async_fiber_accept(ld.lfd, NULL, NULL, 50) < 0);
+    CHECK_ERR(ASYNC_E_NOMEM);
     CHECK(atomic_load(&ld.accepted) < 2 * LD_CLIENTS);
     famine_end(f);
     free(f);
