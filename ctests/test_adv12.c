@@ -867,7 +867,20 @@ static void as_constructors(async_sched_t *s, int *nomem)
         CHECK(err_in(async_last_error(), ASYNC_E_NOMEM, ASYNC_E_SYS));
         nomem[5]++;
     }
-    (void)s;
+    /* an owned fd: its record may not fit; a plain thread's I/O on it works */
+    int sp[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
+    async_clear_error();
+    if (async_fiber_fd_open(s, sp[0]) != 0) {
+        CHECK_ERR(ASYNC_E_NOMEM);
+        nomem[6]++;
+    }
+    char b = 0;
+    CHECK_EQ(async_fiber_write(sp[1], "z", 1, BOUND_MS), 1);
+    CHECK_EQ(async_fiber_read(sp[0], &b, 1, BOUND_MS), 1);
+    CHECK_EQ(b, 'z');
+    CHECK_EQ(async_fiber_close(sp[0]), 0);
+    CHECK_EQ(async_fiber_close(sp[1]), 0);
 }
 
 static void t_as_load_child(void)
@@ -905,10 +918,23 @@ static void t_as_load_child(void)
         /* at the limit: the ping-pong goes on, the constructors fail cleanly */
         int p0 = atomic_load(&as.pongs);
         wait_count(&as.pongs, p0 + 100, "pongs at the limit");
-        int nomem[6] = {0};
+        int nomem[7] = {0};
         as_constructors(s, nomem);
-        printf("round %d: %d fibers; NOMEM: queue %d chan %d mutex %d runtime %d worker %d sched %d\n", round, n,
-               nomem[0], nomem[1], nomem[2], nomem[3], nomem[4], nomem[5]);
+        printf("round %d: %d fibers; NOMEM: queue %d chan %d mutex %d runtime %d worker %d sched %d fd_open %d\n",
+               round, n, nomem[0], nomem[1], nomem[2], nomem[3], nomem[4], nomem[5], nomem[6]);
+        /* and with malloc exhausted too (the ping-pong allocates nothing) */
+        static void *hog[1 << 18];
+        int nh = 0;
+        while (nh < (1 << 18) && (hog[nh] = malloc(1024)) != NULL)
+            nh++;
+        memset(nomem, 0, sizeof nomem);
+        as_constructors(s, nomem);
+        p0 = atomic_load(&as.pongs);
+        wait_count(&as.pongs, p0 + 100, "pongs with malloc exhausted");
+        while (nh > 0)
+            free(hog[--nh]);
+        printf("  malloc exhausted: NOMEM: queue %d chan %d mutex %d runtime %d worker %d sched %d fd_open %d\n",
+               nomem[0], nomem[1], nomem[2], nomem[3], nomem[4], nomem[5], nomem[6]);
         /* end them all: the memory comes back */
         async_chan_close(as.park);
         wait_count(&as.parked_ended, n, "parked fibers ended");
