@@ -867,6 +867,28 @@ static void as_constructors(async_sched_t *s, int *nomem)
         CHECK(err_in(async_last_error(), ASYNC_E_NOMEM, ASYNC_E_SYS));
         nomem[5]++;
     }
+    /* a dump of every live fiber (built in memory first) */
+    int dn = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    CHECK(dn >= 0);
+    async_clear_error();
+    if (async_sched_dump(s, dn) < 0) {
+        CHECK_ERR(ASYNC_E_NOMEM);
+        nomem[7]++;
+    }
+    close(dn);
+    /* fiber-local storage off a fiber (a plain thread's values) */
+    async_fiber_key_t key;
+    async_clear_error();
+    if (async_fiber_key_create(&key, NULL) == 0) {
+        async_clear_error();
+        if (async_fiber_setspecific(key, &key) == 0)
+            CHECK(async_fiber_getspecific(key) == &key);
+        else
+            CHECK_ERR(ASYNC_E_NOMEM);
+        CHECK_EQ(async_fiber_key_delete(key), 0);
+    } else {
+        CHECK_ERR(ASYNC_E_NOMEM);
+    }
     /* an owned fd: its record may not fit; a plain thread's I/O on it works */
     int sp[2];
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
@@ -918,10 +940,11 @@ static void t_as_load_child(void)
         /* at the limit: the ping-pong goes on, the constructors fail cleanly */
         int p0 = atomic_load(&as.pongs);
         wait_count(&as.pongs, p0 + 100, "pongs at the limit");
-        int nomem[7] = {0};
+        int nomem[8] = {0};
         as_constructors(s, nomem);
-        printf("round %d: %d fibers; NOMEM: queue %d chan %d mutex %d runtime %d worker %d sched %d fd_open %d\n",
-               round, n, nomem[0], nomem[1], nomem[2], nomem[3], nomem[4], nomem[5], nomem[6]);
+        printf("round %d: %d fibers; NOMEM: queue %d chan %d mutex %d runtime %d worker %d sched %d fd_open %d "
+               "dump %d\n",
+               round, n, nomem[0], nomem[1], nomem[2], nomem[3], nomem[4], nomem[5], nomem[6], nomem[7]);
         /* and with malloc exhausted too (the ping-pong allocates nothing) */
         static void *hog[1 << 18];
         int nh = 0;
@@ -933,8 +956,9 @@ static void t_as_load_child(void)
         wait_count(&as.pongs, p0 + 100, "pongs with malloc exhausted");
         while (nh > 0)
             free(hog[--nh]);
-        printf("  malloc exhausted: NOMEM: queue %d chan %d mutex %d runtime %d worker %d sched %d fd_open %d\n",
-               nomem[0], nomem[1], nomem[2], nomem[3], nomem[4], nomem[5], nomem[6]);
+        printf("  malloc exhausted: NOMEM: queue %d chan %d mutex %d runtime %d worker %d sched %d fd_open %d "
+               "dump %d\n",
+               nomem[0], nomem[1], nomem[2], nomem[3], nomem[4], nomem[5], nomem[6], nomem[7]);
         /* end them all: the memory comes back */
         async_chan_close(as.park);
         wait_count(&as.parked_ended, n, "parked fibers ended");
@@ -1238,6 +1262,108 @@ static void t_fork_load_2w(void)
     fork_load(2);
 }
 
+/* ---- spawns racing at the RLIMIT_AS edge: host threads and fibers ------------- */
+
+typedef struct {
+    async_sched_t *s;
+    async_chan_t *gate;          /* closed at the end: every holder returns */
+    atomic_int ok, ran, nomem, other, stop;
+} ch_t;
+
+static ch_t chs;
+
+static void ch_holder(void *arg)
+{
+    /* odd ones hold their stack until the end, even ones return at once */
+    atomic_fetch_add(&chs.ran, 1);
+    if ((intptr_t)arg & 1) {
+        int v;
+        (void)async_chan_recv(chs.gate, &v, -1);
+    }
+}
+
+static void ch_spawn_one(intptr_t i)
+{
+    async_clear_error();
+    if (async_fiber_spawn(chs.s, ch_holder, (void *)i, 0))
+        atomic_fetch_add(&chs.ok, 1);
+    else if (async_last_error() == ASYNC_E_NOMEM)
+        atomic_fetch_add(&chs.nomem, 1);
+    else
+        atomic_fetch_add(&chs.other, 1);
+}
+
+static void ch_spawner_fiber(void *arg)
+{
+    (void)arg;
+    for (intptr_t i = 0; !atomic_load(&chs.stop); i++) {
+        ch_spawn_one(i);
+        if (i % 8 == 0)
+            async_fiber_yield();
+    }
+}
+
+static void *ch_spawner_thread(void *arg)
+{
+    (void)arg;
+    for (intptr_t i = 0; !atomic_load(&chs.stop); i++)
+        ch_spawn_one(i);
+    return NULL;
+}
+
+static void t_as_spawn_race_child(void)
+{
+    if (!child_only())
+        return;
+    memset(&chs, 0, sizeof chs);
+    chs.s = sched_new(2);
+    chs.gate = async_chan_create(0, sizeof(int));
+    CHECK(chs.gate != NULL);
+    as_set((rlim_t)vm_size_kb() * 1024 + ((rlim_t)64 << 20));
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        start_thread(&th[i], ch_spawner_thread, NULL);
+    CHECK(async_fiber_spawn(chs.s, ch_spawner_fiber, NULL, 0) != NULL);
+    wait_count(&chs.nomem, 5000, "spawns refused at the limit");
+    atomic_store(&chs.stop, 1);
+    for (int i = 0; i < 2; i++)
+        join_within(th[i], BOUND_MS, "spawner thread");
+    async_chan_close(chs.gate);
+    CHECK_EQ(async_sched_run(chs.s), 0);
+    printf("spawned %d, ran %d, NOMEM %d, other %d\n", atomic_load(&chs.ok), atomic_load(&chs.ran),
+           atomic_load(&chs.nomem), atomic_load(&chs.other));
+    CHECK_EQ(atomic_load(&chs.other), 0);
+    CHECK_EQ(atomic_load(&chs.ran), atomic_load(&chs.ok)); /* every accepted spawn ran */
+    async_sched_stats_t st;
+    CHECK_EQ(async_sched_get_stats(chs.s, &st, NULL, 0), 0);
+    CHECK_EQ(st.fibers_spawned, st.fibers_finished);
+    /* the stacks came back: as many holders as fit at first fit again */
+    async_chan_destroy(chs.gate);
+    chs.gate = async_chan_create(0, sizeof(int));
+    int n = 0;
+    for (; n < AS_MAX; n++)
+        if (!async_fiber_spawn(chs.s, ch_holder, (void *)1, 0))
+            break;
+    CHECK_ERR(ASYNC_E_NOMEM);
+    printf("holders after: %d\n", n);
+    CHECK(n > 500);
+    async_chan_close(chs.gate);
+    CHECK_EQ(async_sched_run(chs.s), 0);
+    as_set(RLIM_INFINITY);
+    async_sched_destroy(chs.s);
+    async_chan_destroy(chs.gate);
+    exit(0);
+}
+
+static void t_as_spawn_race(void)
+{
+#if defined(__SANITIZE_ADDRESS__)
+    printf("skipped under ASan (its shadow needs the address space)\n");
+    return;
+#endif
+    run_child("as_spawn_race_child");
+}
+
 static const test_case_t cases[] = {
     T(nofile_sweep),
     T(load_plain_1w),
@@ -1257,6 +1383,8 @@ static const test_case_t cases[] = {
     T(as_load),
     T(as_runtime_child),
     T(as_runtime),
+    T(as_spawn_race_child),
+    T(as_spawn_race),
     T(fork_load_1w),
     T(fork_load_2w),
 };
