@@ -730,6 +730,87 @@ static void t_nothreads_calls(void)
     run_child("nothreads_calls_child");
 }
 
+/* ---- only k more threads: partial failures of the constructors ----------------- */
+
+static int threads_now(void)
+{
+    FILE *fp = fopen("/proc/self/status", "r");
+    char line[256];
+    int n = -1;
+    CHECK(fp != NULL);
+    while (fgets(line, sizeof line, fp))
+        if (sscanf(line, "Threads: %d", &n) == 1)
+            break;
+    fclose(fp);
+    return n;
+}
+
+/* Waits (bounded) for the thread count to come down to n: exiting threads
+ * leave the count a moment after their joiners return. */
+static int threads_back_to(int n)
+{
+    double t0 = now_ms();
+    while (threads_now() > n && now_ms() - t0 < BOUND_MS)
+        usleep(200);
+    return threads_now();
+}
+
+static void t_nothreads_partial_child(void)
+{
+    if (!child_only())
+        return;
+    async_sched_t *s = sched_new(1);
+    async_runtime_t *rt = async_runtime_init();
+    CHECK(rt != NULL);
+    async_runtime_deinit(rt);
+    if (!become_unprivileged()) {
+        printf("skipped: cannot become an unprivileged user\n");
+        exit(0);
+    }
+    int failed = 0;
+    for (int k = 0; k <= 6; k++) {
+        int t0 = threads_now();
+        nproc_set((rlim_t)t0 + (rlim_t)k);
+        int f0 = open_fds();
+        for (int workers = 1; workers <= 4; workers++) {
+            async_sched_config_t cfg = {workers, 0, 0};
+            async_clear_error();
+            async_sched_t *s2 = async_sched_create(&cfg);
+            if (s2) {
+                async_sched_destroy(s2);
+            } else {
+                CHECK(err_in(async_last_error(), ASYNC_E_NOMEM, ASYNC_E_SYS));
+                failed++;
+            }
+            CHECK_EQ(open_fds(), f0);
+            int t1 = threads_back_to(t0);
+            if (t1 != t0)
+                fprintf(stderr, "k %d, %d workers: %d threads, %d before\n", k, workers, t1, t0);
+            CHECK_EQ(t1, t0);
+        }
+        async_clear_error();
+        if (async_sched_set_stall_ms(s, 50) == 0)
+            CHECK_EQ(async_sched_set_stall_ms(s, 0), 0);
+        else
+            CHECK(err_in(async_last_error(), ASYNC_E_NOMEM, ASYNC_E_SYS));
+        CHECK_EQ(threads_back_to(t0), t0);
+        nproc_set(RLIM_INFINITY);
+    }
+    printf("%d scheduler creations refused\n", failed);
+    CHECK(failed > 0);
+    async_sched_config_t cfg = {4, 0, 0};
+    async_sched_t *s2 = async_sched_create(&cfg);
+    CHECK(s2 != NULL);
+    async_sched_destroy(s2);
+    async_sched_destroy(s);
+    exit(0);
+}
+
+static void t_nothreads_partial(void)
+{
+    run_child("nothreads_partial_child");
+}
+
 /* ---- a joined and destroyed worker gives its descriptor back ------------------- */
 
 /* async_worker_join returned (proc has returned) and async_worker_destroy
@@ -1378,6 +1459,8 @@ static const test_case_t cases[] = {
     T(nothreads_pool_busy),
     T(nothreads_calls_child),
     T(nothreads_calls),
+    T(nothreads_partial_child),
+    T(nothreads_partial),
     T(worker_fd_back),
     T(as_load_child),
     T(as_load),
