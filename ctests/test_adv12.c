@@ -1438,6 +1438,24 @@ static void t_as_spawn_race(void)
     run_child("as_spawn_race_child");
 }
 
+/* ---- destroy racing the worker thread's exit ------------------------------------ */
+
+/* async_worker_destroy without a join, at random moments around the end of
+ * a short proc: the last reference may be the handle's or the thread's,
+ * never freed under the other (ASan sees a use after free otherwise). */
+static void t_worker_destroy_exit(void)
+{
+    unsigned seed = 12345;
+    for (int i = 0; i < 4000; i++) {
+        async_worker_t *w = async_worker_create(nop_proc, NULL, 0);
+        CHECK(w != NULL);
+        seed = seed * 1103515245u + 12345u;
+        for (volatile unsigned k = 0, n = (seed >> 16) % 4000; k < n; k++) {
+        }
+        async_worker_destroy(w);
+    }
+}
+
 static const test_case_t cases[] = {
     T(nofile_sweep),
     T(load_plain_1w),
@@ -1455,6 +1473,7 @@ static const test_case_t cases[] = {
     T(nothreads_partial_child),
     T(nothreads_partial),
     T(worker_fd_back),
+    T(worker_destroy_exit),
     T(as_load_child),
     T(as_load),
     T(as_runtime_child),

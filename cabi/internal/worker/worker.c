@@ -46,6 +46,10 @@ static __thread la_worker_t *current_worker;
  * descriptor readable). */
 
 static void worker_free(la_worker_t *w) {
+    /* The exiting thread drops its reference while it still holds mu
+     * (worker_end): wait for its unlock before mu goes. */
+    pthread_mutex_lock(&w->mu);
+    pthread_mutex_unlock(&w->mu);
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->cv);
 #if defined(_WIN32)
@@ -80,7 +84,10 @@ static la_worker_t *worker_get(const async_worker_t *h) {
  * the record (and closes the stop descriptor) in destroy, not a moment
  * later on this thread (a host at its descriptor limit would find the
  * descriptor still taken). The last reference frees after the unlock (a
- * joiner that wakes then only unlocks, and holds a reference of its own). */
+ * joiner that wakes then only unlocks, and holds a reference of its own);
+ * whoever else drops the last one (async_worker_destroy right after the
+ * decrement below) takes mu first in worker_free, so mu and the record
+ * outlive this thread's unlock. */
 static void worker_end(la_worker_t *w, void *r) {
     current_worker = NULL;
     la_wpark_set_self(NULL);
