@@ -1158,7 +1158,11 @@ int async_fiber_close(async_fd_t fd);
  * scheduler s: async_sched_shutdown(s) only starts the shutdown and returns
  * 0 without waiting, async_sched_destroy(s) and async_sched_run(s) fail with
  * ASYNC_E_STATE, and async_fiber_join of the calling fiber too.
- * Returns 0; -1 with ASYNC_E_INVAL if fn is NULL.
+ * Returns 0, or -1: ASYNC_E_INVAL if fn is NULL; ASYNC_E_NOMEM when no
+ * pool thread is idle and the system refuses a new one (RLIMIT_NPROC,
+ * threads-max, memory for its stack): fn was not run (it is never left
+ * waiting for a busy thread, nor run on the fiber); ASYNC_E_SYS when
+ * starting the thread failed otherwise (fn was not run).
  * Thread-safe; parks. */
 int async_fiber_blocking(void (*fn)(void *), void *arg);
 

@@ -8,7 +8,11 @@
  * thread absorb a burst: the jobs ran one at a time, and jobs that wait for
  * each other deadlocked well below the limit. Such parks are not cancelled
  * by a scheduler shutdown: fn may use the fiber's stack, so the fiber waits
- * for it to return. */
+ * for it to return. A job that finds no idle thread and whose thread cannot
+ * be started (EAGAIN: RLIMIT_NPROC, threads-max, no memory for a stack) is
+ * refused with ASYNC_E_NOMEM: queued behind busy threads it could wait for
+ * ever for a job that waits for it, and run in place it would run as the
+ * fiber on its small stack. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <signal.h>
@@ -119,30 +123,36 @@ int async_fiber_blocking(void (*fn)(void *), void *arg) {
         int err = pthread_create(&th, &attr, pool_main, NULL);
         pthread_attr_destroy(&attr);
         if (err) {
+            /* No thread for our job. Left queued it would wait for a busy
+             * thread to finish, which may be waiting for it (jobs may wait
+             * for each other); run here it would run on the fiber's small
+             * stack, as the fiber, blocking its worker. It is refused
+             * instead, unless a thread has taken it meanwhile. */
             pthread_mutex_lock(&mu);
             nthreads--;
-            /* the job stays queued: an existing thread takes it; with none,
-             * run it here (blocking this worker) rather than lose it */
-            int none = nthreads == 0;
-            if (none) {
-                /* unlink our job */
-                la_job_t **pp = &head;
-                while (*pp && *pp != &job) pp = &(*pp)->next;
-                if (*pp) {
-                    *pp = job.next;
-                    nqueued--;
-                    if (tail == &job) {
-                        tail = NULL;
-                        for (la_job_t *q = head; q; q = q->next) tail = q;
-                    }
-                }
+            int found = 0;
+            la_job_t **pp = &head, *prev = NULL;
+            while (*pp && *pp != &job) {
+                prev = *pp;
+                pp = &(*pp)->next;
+            }
+            if (*pp) {
+                *pp = job.next;
+                nqueued--;
+                if (tail == &job) tail = prev;
+                found = 1;
             }
             pthread_mutex_unlock(&mu);
-            if (none) {
+            if (found) {
                 atomic_store(&f->claim, LA_W_IDLE);
                 atomic_store(&f->state, LA_FS_RUNNING);
-                fn(arg);
-                return 0;
+                atomic_store(&f->park_kind, LA_PK_NORMAL);
+                atomic_store_explicit(&f->wait_what, LA_WAIT_NONE, memory_order_relaxed);
+                if (err == EAGAIN)
+                    la_set_error(ASYNC_E_NOMEM);
+                else
+                    la_set_error_os(ASYNC_E_SYS, err);
+                return -1;
             }
         }
     }

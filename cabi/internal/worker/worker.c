@@ -45,8 +45,11 @@ static __thread la_worker_t *current_worker;
  * async_worker_current (a signal_stop there would make the parent's stop
  * descriptor readable). */
 
-static void worker_unref(la_worker_t *w) {
-    if (atomic_fetch_sub(&w->refs, 1) != 1) return;
+static void worker_free(la_worker_t *w) {
+    /* The exiting thread drops its reference while it still holds mu
+     * (worker_end): wait for its unlock before mu goes. */
+    pthread_mutex_lock(&w->mu);
+    pthread_mutex_unlock(&w->mu);
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->cv);
 #if defined(_WIN32)
@@ -56,6 +59,10 @@ static void worker_unref(la_worker_t *w) {
     if (w->stop_wfd != w->stop_rfd) close(w->stop_wfd);
 #endif
     free(w);
+}
+
+static void worker_unref(la_worker_t *w) {
+    if (atomic_fetch_sub(&w->refs, 1) == 1) worker_free(w);
 }
 
 /* Pins the worker behind h (a reference the caller drops with worker_unref). */
@@ -72,7 +79,15 @@ static la_worker_t *worker_get(const async_worker_t *h) {
  * or the thread left through pthread_exit or cancellation (the cleanup
  * handler below; result NULL). Joiners wake, the state becomes STOPPED, and
  * the thread's reference (with the stop descriptor when it is the last one)
- * goes. */
+ * goes. The reference is dropped before the mutex is released: a join can
+ * only return after that, so a join followed by async_worker_destroy frees
+ * the record (and closes the stop descriptor) in destroy, not a moment
+ * later on this thread (a host at its descriptor limit would find the
+ * descriptor still taken). The last reference frees after the unlock (a
+ * joiner that wakes then only unlocks, and holds a reference of its own);
+ * whoever else drops the last one (async_worker_destroy right after the
+ * decrement below) takes mu first in worker_free, so mu and the record
+ * outlive this thread's unlock. */
 static void worker_end(la_worker_t *w, void *r) {
     current_worker = NULL;
     la_wpark_set_self(NULL);
@@ -82,8 +97,9 @@ static void worker_end(la_worker_t *w, void *r) {
     w->done = 1;
     atomic_store(&w->state, ASYNC_WORKER_STOPPED);
     pthread_cond_broadcast(&w->cv);
+    int last = atomic_fetch_sub(&w->refs, 1) == 1;
     pthread_mutex_unlock(&w->mu);
-    worker_unref(w);
+    if (last) worker_free(w);
 }
 
 static void worker_unwound(void *arg) { worker_end(arg, NULL); }
