@@ -536,8 +536,13 @@ static int become_unprivileged(void)
 {
     if (geteuid() != 0)
         return 1;
+#if defined(__linux__)
     if (setresgid(65534, 65534, 65534) != 0 || setresuid(65534, 65534, 65534) != 0)
         return 0;
+#else /* no setresuid on darwin: setgid/setuid as root set all three ids */
+    if (setgid(65534) != 0 || setuid(65534) != 0)
+        return 0;
+#endif
     return 1;
 }
 
