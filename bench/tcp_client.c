@@ -143,11 +143,9 @@ static void run_phase(uint32_t lo, uint32_t hi, uint32_t rts, int record) {
     }
 }
 
-/* CPU time of every thread of the server, in ns (schedstat), and in ns from
- * the utime+stime ticks of /proc/<pid>/stat. */
-static uint64_t server_user_ns; /* utime alone, from the last server_cpu_ns */
-
-static uint64_t server_cpu_ns(uint64_t *stat_ns) {
+/* Sum over the server's threads of what parse reads from each thread's
+ * /proc/<pid>/task/<tid>/<file> (a thread gone meanwhile counts 0). */
+static uint64_t sum_tasks(const char *file, uint64_t (*parse)(FILE *)) {
     char path[64];
     uint64_t total = 0;
     snprintf(path, sizeof path, "/proc/%d/task", (int)server);
@@ -157,15 +155,36 @@ static uint64_t server_cpu_ns(uint64_t *stat_ns) {
     while ((e = readdir(d))) {
         if (e->d_name[0] == '.') continue;
         char p[PATH_MAX];
-        snprintf(p, sizeof p, "%s/%s/schedstat", path, e->d_name);
+        snprintf(p, sizeof p, "%s/%s/%s", path, e->d_name, file);
         FILE *f = fopen(p, "r");
-        unsigned long long run = 0;
-        if (f) {
-            if (fscanf(f, "%llu", &run) == 1) total += run;
-            fclose(f);
-        }
+        if (!f) continue;
+        total += parse(f);
+        fclose(f);
     }
     closedir(d);
+    return total;
+}
+
+static uint64_t parse_run_ns(FILE *f) { /* schedstat: run time first */
+    unsigned long long run = 0;
+    return fscanf(f, "%llu", &run) == 1 ? run : 0;
+}
+
+static uint64_t parse_sleeps(FILE *f) { /* status: voluntary_ctxt_switches */
+    char line[256];
+    unsigned long long v;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "voluntary_ctxt_switches: %llu", &v) == 1) return v;
+    return 0;
+}
+
+static uint64_t server_user_ns; /* utime alone, from the last server_cpu_ns */
+
+/* CPU time of every thread of the server, in ns (schedstat), and in ns from
+ * the utime+stime ticks of /proc/<pid>/stat. */
+static uint64_t server_cpu_ns(uint64_t *stat_ns) {
+    uint64_t total = sum_tasks("schedstat", parse_run_ns);
+    char path[64];
     snprintf(path, sizeof path, "/proc/%d/stat", (int)server);
     FILE *f = fopen(path, "r");
     char line[1024] = "";
@@ -182,27 +201,7 @@ static uint64_t server_cpu_ns(uint64_t *stat_ns) {
 }
 
 /* Voluntary context switches (sleeps) of every thread of the server. */
-static uint64_t server_sleeps(void) {
-    char path[64];
-    uint64_t total = 0;
-    snprintf(path, sizeof path, "/proc/%d/task", (int)server);
-    DIR *d = opendir(path);
-    if (!d) DIE("cannot read %s", path);
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (e->d_name[0] == '.') continue;
-        char p[PATH_MAX], line[256];
-        snprintf(p, sizeof p, "%s/%s/status", path, e->d_name);
-        FILE *f = fopen(p, "r");
-        if (!f) continue;
-        unsigned long long v;
-        while (fgets(line, sizeof line, f))
-            if (sscanf(line, "voluntary_ctxt_switches: %llu", &v) == 1) total += v;
-        fclose(f);
-    }
-    closedir(d);
-    return total;
-}
+static uint64_t server_sleeps(void) { return sum_tasks("status", parse_sleeps); }
 
 static uint64_t my_sleeps(void) {
     struct rusage ru;
