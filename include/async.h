@@ -50,6 +50,15 @@
  *    they are inside a libasync call) run on small stacks; a handler without
  *    SA_ONSTACK that lands there can crash the process ("traceback did not
  *    unwind completely", SIGSEGV). See docs/EMBEDDING.md, "Signals".
+ *  - Out of memory: memory the library keeps in C (queues, completions,
+ *    timers, fibers and their stacks, channels) running out is
+ *    ASYNC_E_NOMEM. What lives in the Go runtime's heap (a runtime and its
+ *    fd registrations: async_runtime_init, async_runtime_add) cannot fail
+ *    that way: when the process has no address space left for it
+ *    (RLIMIT_AS, ulimit -v) Go ends the process ("fatal error: out of
+ *    memory"), and so it does when it cannot start a thread it needs. See
+ *    docs/EMBEDDING.md ("Memory: the reservation, and ulimit -v") and
+ *    docs/RELIABILITY.md (adversarial pass 12).
  */
 #ifndef ASYNC_H
 #define ASYNC_H
