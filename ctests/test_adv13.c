@@ -1,0 +1,547 @@
+/* test_adv13.c — adversarial pass 13: fiber fd I/O across workers. Fibers
+ * that migrate between 2-4 workers while they park on fds (owned and plain),
+ * with every worker kept busy by yielding fibers so that only the busy
+ * workers' periodic poll delivers fd events; timeouts racing readiness (no
+ * byte lost or read twice); close and shutdown racing parked fibers;
+ * non-socket fds (pipes, packet pipes, eventfd, a pty) and datagram /
+ * seqpacket sockets through async_fiber_read/write on fibers and on plain
+ * threads; EPIPE without SIGPIPE; pthread_cancel of plain threads inside
+ * async_fiber_read/write. See docs/RELIABILITY.md, "Adversarial pass 13".
+ * No assertion is timed: every wait is bounded so that a hang fails. */
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <termios.h>
+
+#include "check.h"
+
+#define BOUND_MS 8000
+
+static void wait_count(atomic_int *v, int target, const char *what)
+{
+    double t0 = now_ms();
+    while (atomic_load(v) < target) {
+        if (now_ms() - t0 > BOUND_MS) {
+            fprintf(stderr, "%s: %d of %d after %d ms\n", what, atomic_load(v), target, BOUND_MS);
+            CHECK(atomic_load(v) >= target);
+        }
+        usleep(200);
+    }
+}
+
+/* ---- busy workers: fibers that yield until told to stop ---- */
+
+static atomic_int busy_stop;
+static void busy_fn(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&busy_stop))
+        async_fiber_yield();
+}
+
+static void busy_start(async_sched_t *s, int n)
+{
+    atomic_store(&busy_stop, 0);
+    for (int i = 0; i < n; i++)
+        CHECK(async_fiber_spawn(s, busy_fn, NULL, 0) != NULL);
+}
+
+/* ---- ping-pong across workers: every message parks both ends ---- */
+
+#define PP_PAIRS 24
+#define PP_ROUNDS 60
+typedef struct {
+    int fd;
+    int echo; /* 1: read then write back; 0: write then read */
+} pp_arg_t;
+static pp_arg_t pp_args[PP_PAIRS * 2];
+static atomic_int pp_done;
+static int pp_sv[PP_PAIRS][2];
+
+static void pp_fn(void *arg)
+{
+    pp_arg_t *a = arg;
+    for (int i = 0; i < PP_ROUNDS; i++) {
+        unsigned char b = (unsigned char)i, got = 0;
+        if (!a->echo)
+            CHECK_EQ(async_fiber_write(a->fd, &b, 1, BOUND_MS), 1);
+        CHECK_EQ(async_fiber_read(a->fd, &got, 1, BOUND_MS), 1);
+        CHECK_EQ(got, b);
+        if (a->echo)
+            CHECK_EQ(async_fiber_write(a->fd, &got, 1, BOUND_MS), 1);
+        if (i % 7 == 0)
+            async_fiber_yield();
+    }
+    atomic_fetch_add(&pp_done, 1);
+}
+
+/* kind 0: unix stream, 1: TCP loopback (short-read hint), 2: pipes pair
+ * would need two fds: unix seqpacket instead */
+static void make_pair(int kind, int sv[2])
+{
+    if (kind == 0) {
+        CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    } else if (kind == 2) {
+        CHECK_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+    } else {
+        struct sockaddr_in a;
+        socklen_t len = sizeof a;
+        int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        CHECK(l >= 0);
+        memset(&a, 0, sizeof a);
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        CHECK_EQ(bind(l, (struct sockaddr *)&a, sizeof a), 0);
+        CHECK_EQ(listen(l, 4), 0);
+        CHECK_EQ(getsockname(l, (struct sockaddr *)&a, &len), 0);
+        sv[0] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        CHECK(sv[0] >= 0);
+        CHECK_EQ(connect(sv[0], (struct sockaddr *)&a, sizeof a), 0);
+        sv[1] = accept4(l, NULL, NULL, SOCK_CLOEXEC);
+        CHECK(sv[1] >= 0);
+        close(l);
+    }
+}
+
+static void pingpong(int workers, int kind, int owned)
+{
+    async_sched_t *s = sched_new(workers);
+    atomic_store(&pp_done, 0);
+    busy_start(s, workers * 2);
+    for (int i = 0; i < PP_PAIRS; i++) {
+        make_pair(kind, pp_sv[i]);
+        for (int j = 0; j < 2; j++) {
+            if (owned && (owned == 2 || (i + j) % 2 == 0))
+                CHECK_EQ(async_fiber_fd_open(s, pp_sv[i][j]), 0);
+            pp_args[2 * i + j].fd = pp_sv[i][j];
+            pp_args[2 * i + j].echo = j;
+        }
+    }
+    for (int i = 0; i < PP_PAIRS * 2; i++)
+        CHECK(async_fiber_spawn(s, pp_fn, &pp_args[i], 0) != NULL);
+    wait_count(&pp_done, PP_PAIRS * 2, "ping-pong fibers");
+    atomic_store(&busy_stop, 1);
+    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
+    async_sched_destroy(s);
+    for (int i = 0; i < PP_PAIRS; i++) {
+        close(pp_sv[i][0]);
+        close(pp_sv[i][1]);
+    }
+}
+
+static void t_busy_pp_unix_2w(void) { pingpong(2, 0, 0); }
+static void t_busy_pp_unix_4w_owned(void) { pingpong(4, 0, 2); }
+static void t_busy_pp_tcp_3w_mixed(void) { pingpong(3, 1, 1); }
+static void t_busy_pp_tcp_2w_owned(void) { pingpong(2, 1, 2); }
+static void t_busy_pp_seqpacket_3w(void) { pingpong(3, 2, 1); }
+
+/* ---- timeouts racing readiness: every byte read exactly once ---- */
+
+#define TR_FDS 8
+#define TR_BYTES 3000
+static int tr_sv[TR_FDS][2];
+static atomic_int tr_got[TR_FDS], tr_done;
+static unsigned char tr_seen[TR_FDS][TR_BYTES];
+
+static void tr_reader(void *arg)
+{
+    int i = (int)(intptr_t)arg;
+    unsigned char buf[64];
+    int total = 0, next = 0, it = 0;
+    while (total < TR_BYTES) {
+        ssize_t n = async_fiber_read(tr_sv[i][1], buf, (size_t)(1 + it % 37), (it % 3) ? 1 : 0);
+        it++;
+        if (n < 0) {
+            int e = async_last_error();
+            CHECK_EQ(e, ASYNC_E_TIMEDOUT);
+            async_fiber_yield();
+            continue;
+        }
+        CHECK(n > 0);
+        for (ssize_t k = 0; k < n; k++) {
+            CHECK_EQ(buf[k], (unsigned char)(next & 0xff));
+            next++;
+        }
+        total += (int)n;
+    }
+    atomic_store(&tr_got[i], total);
+    atomic_fetch_add(&tr_done, 1);
+}
+
+static void tr_writer(void *arg)
+{
+    int i = (int)(intptr_t)arg;
+    for (int k = 0; k < TR_BYTES;) {
+        unsigned char buf[16];
+        int n = 1 + k % 13;
+        if (n > TR_BYTES - k)
+            n = TR_BYTES - k;
+        for (int j = 0; j < n; j++)
+            buf[j] = (unsigned char)((k + j) & 0xff);
+        CHECK_EQ(async_fiber_write(tr_sv[i][0], buf, (size_t)n, BOUND_MS), n);
+        k += n;
+        if (k % 5 == 0)
+            async_fiber_yield();
+    }
+    atomic_fetch_add(&tr_done, 1);
+}
+
+static void timeout_race(int workers, int kind, int owned)
+{
+    async_sched_t *s = sched_new(workers);
+    atomic_store(&tr_done, 0);
+    busy_start(s, workers);
+    for (int i = 0; i < TR_FDS; i++) {
+        make_pair(kind, tr_sv[i]);
+        if (owned)
+            CHECK_EQ(async_fiber_fd_open(s, tr_sv[i][1]), 0);
+        CHECK(async_fiber_spawn(s, tr_reader, (void *)(intptr_t)i, 0) != NULL);
+        CHECK(async_fiber_spawn(s, tr_writer, (void *)(intptr_t)i, 0) != NULL);
+    }
+    wait_count(&tr_done, 2 * TR_FDS, "timeout race fibers");
+    atomic_store(&busy_stop, 1);
+    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
+    async_sched_destroy(s);
+    for (int i = 0; i < TR_FDS; i++) {
+        CHECK_EQ(atomic_load(&tr_got[i]), TR_BYTES);
+        close(tr_sv[i][0]);
+        close(tr_sv[i][1]);
+    }
+    (void)tr_seen;
+}
+
+static void t_timeout_race_tcp(void) { timeout_race(3, 1, 0); }
+static void t_timeout_race_tcp_owned(void) { timeout_race(2, 1, 1); }
+static void t_timeout_race_unix_owned(void) { timeout_race(4, 0, 1); }
+
+/* ---- close and shutdown racing parked fibers on busy workers ---- */
+
+#define CR_N 32
+static int cr_fd[CR_N][2];
+static atomic_int cr_ended, cr_bad;
+
+static void cr_parked(void *arg)
+{
+    int i = (int)(intptr_t)arg;
+    char b;
+    ssize_t n = async_fiber_read(cr_fd[i][1], &b, 1, -1);
+    int e = async_last_error();
+    if (n >= 0 || (e != ASYNC_E_CLOSED && e != ASYNC_E_CANCELLED && e != ASYNC_E_BADFD))
+        atomic_fetch_add(&cr_bad, 1);
+    atomic_fetch_add(&cr_ended, 1);
+}
+
+static void cr_closer(void *arg)
+{
+    int i = (int)(intptr_t)arg;
+    async_fiber_yield();
+    CHECK_EQ(async_fiber_close(cr_fd[i][1]), 0);
+    cr_fd[i][1] = -1;
+}
+
+/* Owned read ends closed by another fiber while every worker is busy. */
+static void t_owned_close_busy(void)
+{
+    async_sched_t *s = sched_new(3);
+    atomic_store(&cr_ended, 0);
+    atomic_store(&cr_bad, 0);
+    busy_start(s, 3);
+    for (int i = 0; i < CR_N; i++) {
+        int p[2];
+        CHECK_EQ(pipe2(p, O_CLOEXEC), 0);
+        cr_fd[i][0] = p[1];
+        cr_fd[i][1] = p[0];
+        CHECK_EQ(async_fiber_fd_open(s, cr_fd[i][1]), 0);
+        CHECK(async_fiber_spawn(s, cr_parked, (void *)(intptr_t)i, 0) != NULL);
+    }
+    for (int i = 0; i < CR_N; i++)
+        CHECK(async_fiber_spawn(s, cr_closer, (void *)(intptr_t)i, 0) != NULL);
+    wait_count(&cr_ended, CR_N, "parked readers woken by async_fiber_close");
+    CHECK_EQ(atomic_load(&cr_bad), 0);
+    atomic_store(&busy_stop, 1);
+    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
+    async_sched_destroy(s);
+    for (int i = 0; i < CR_N; i++)
+        close(cr_fd[i][0]);
+}
+
+/* Parked readers (owned and plain) on busy workers; shutdown ends them all. */
+static void t_shutdown_parked_busy(void)
+{
+    async_sched_t *s = sched_new(4);
+    atomic_store(&cr_ended, 0);
+    atomic_store(&cr_bad, 0);
+    busy_start(s, 4);
+    for (int i = 0; i < CR_N; i++) {
+        CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, cr_fd[i]), 0);
+        if (i % 2)
+            CHECK_EQ(async_fiber_fd_open(s, cr_fd[i][1]), 0);
+        CHECK(async_fiber_spawn(s, cr_parked, (void *)(intptr_t)i, 0) != NULL);
+    }
+    sched_wait_parked(s, CR_N);
+    (void)async_sched_shutdown(s, 0); /* the busy fibers do not stop by themselves */
+    atomic_store(&busy_stop, 1);
+    wait_count(&cr_ended, CR_N, "parked readers ended by shutdown");
+    CHECK_EQ(atomic_load(&cr_bad), 0);
+    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
+    async_sched_destroy(s);
+    for (int i = 0; i < CR_N; i++) {
+        close(cr_fd[i][0]);
+        close(cr_fd[i][1]);
+    }
+}
+
+/* ---- non-socket fds and datagram sockets ---- */
+
+static int nk_fd[2];
+static atomic_int nk_done;
+
+static void dgram_reader(void *arg)
+{
+    (void)arg;
+    char buf[100];
+    for (int i = 0; i < 3; i++) {
+        ssize_t n = async_fiber_read(nk_fd[1], buf, sizeof buf, BOUND_MS);
+        CHECK_EQ(n, 10 + i);
+        for (int k = 0; k < n; k++)
+            CHECK_EQ(buf[k], 'a' + i);
+    }
+    atomic_fetch_add(&nk_done, 1);
+}
+
+/* Three datagrams queued before the reader runs: each short read must not
+ * make the next read park on data that is there (owned: edge-triggered). */
+static void dgram_case(int kind, int owned, int plain_thread)
+{
+    async_sched_t *s = sched_new(2);
+    atomic_store(&nk_done, 0);
+    if (kind == 0)
+        CHECK_EQ(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, nk_fd), 0);
+    else if (kind == 1)
+        CHECK_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, nk_fd), 0);
+    else {
+        int p[2];
+        CHECK_EQ(pipe2(p, O_CLOEXEC | O_DIRECT), 0);
+        nk_fd[0] = p[1];
+        nk_fd[1] = p[0];
+    }
+    if (owned)
+        CHECK_EQ(async_fiber_fd_open(s, nk_fd[1]), 0);
+    for (int i = 0; i < 3; i++) {
+        char m[16];
+        memset(m, 'a' + i, sizeof m);
+        CHECK_EQ(write(nk_fd[0], m, (size_t)(10 + i)), 10 + i);
+    }
+    if (plain_thread)
+        dgram_reader(NULL);
+    else
+        CHECK(async_fiber_spawn(s, dgram_reader, NULL, 0) != NULL);
+    wait_count(&nk_done, 1, "datagram reader");
+    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
+    async_sched_destroy(s);
+    close(nk_fd[0]);
+    close(nk_fd[1]);
+}
+
+static void t_dgram_unix_owned(void) { dgram_case(0, 1, 0); }
+static void t_dgram_seqpacket_owned(void) { dgram_case(1, 1, 0); }
+static void t_dgram_packet_pipe_owned(void) { dgram_case(2, 1, 0); }
+static void t_dgram_packet_pipe_plain(void) { dgram_case(2, 0, 1); }
+static void t_dgram_seqpacket_fiber(void) { dgram_case(1, 0, 0); }
+
+/* eventfd, pty, pipe EPIPE on a fiber and on a plain thread */
+static void misc_fds_body(void *arg)
+{
+    (void)arg;
+    uint64_t v = 5, got = 0;
+    int efd = eventfd(0, EFD_CLOEXEC);
+    CHECK(efd >= 0);
+    CHECK_EQ(async_fiber_write(efd, &v, 8, BOUND_MS), 8);
+    CHECK_EQ(async_fiber_read(efd, &got, 8, BOUND_MS), 8);
+    CHECK_EQ(got, 5);
+    CHECK(async_fiber_read(efd, &got, 8, 1) < 0);
+    CHECK_ERR(ASYNC_E_TIMEDOUT);
+    close(efd);
+
+    int p[2];
+    CHECK_EQ(pipe2(p, O_CLOEXEC), 0);
+    close(p[0]);
+    CHECK(async_fiber_write(p[1], "x", 1, BOUND_MS) < 0);
+    CHECK_ERR(ASYNC_E_CLOSED);
+    sigset_t pend;
+    sigpending(&pend);
+    CHECK(!sigismember(&pend, SIGPIPE));
+    close(p[1]);
+
+    int m = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (m >= 0 && grantpt(m) == 0 && unlockpt(m) == 0) {
+        char *name = ptsname(m);
+        int sl = name ? open(name, O_RDWR | O_NOCTTY | O_CLOEXEC) : -1;
+        if (sl >= 0) {
+            struct termios t;
+            char buf[16];
+            CHECK_EQ(tcgetattr(sl, &t), 0);
+            cfmakeraw(&t);
+            CHECK_EQ(tcsetattr(sl, TCSANOW, &t), 0);
+            CHECK_EQ(async_fiber_write(m, "ptyok", 5, BOUND_MS), 5);
+            size_t tot = 0;
+            while (tot < 5) {
+                ssize_t n = async_fiber_read(sl, buf + tot, sizeof buf - tot, BOUND_MS);
+                CHECK(n > 0);
+                tot += (size_t)n;
+            }
+            CHECK(memcmp(buf, "ptyok", 5) == 0);
+            close(sl);
+        }
+    }
+    if (m >= 0)
+        close(m);
+    atomic_fetch_add(&nk_done, 1);
+}
+
+static void t_misc_fds_fiber(void)
+{
+    async_sched_t *s = sched_new(2);
+    atomic_store(&nk_done, 0);
+    CHECK(async_fiber_spawn(s, misc_fds_body, NULL, 0) != NULL);
+    wait_count(&nk_done, 1, "misc fds fiber");
+    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
+    async_sched_destroy(s);
+}
+
+static void t_misc_fds_plain(void)
+{
+    atomic_store(&nk_done, 0);
+    misc_fds_body(NULL);
+}
+
+/* ---- pthread_cancel of plain threads inside async_fiber_read/write ---- */
+
+static int cx_fd[2];
+static atomic_int cx_in;
+
+static void *cx_reader(void *arg)
+{
+    char b;
+    (void)arg;
+    atomic_store(&cx_in, 1);
+    async_fiber_read(cx_fd[1], &b, 1, -1);
+    return NULL;
+}
+
+static void *cx_writer(void *arg)
+{
+    static char big[1 << 16];
+    (void)arg;
+    atomic_store(&cx_in, 1);
+    for (;;)
+        if (async_fiber_write(cx_fd[0], big, sizeof big, -1) < 0)
+            return NULL;
+}
+
+static atomic_int cx_ok;
+static void cx_fiber_read(void *arg)
+{
+    (void)arg;
+    char b[4] = {0};
+    ssize_t n = async_fiber_read(cx_fd[1], b, 1, BOUND_MS);
+    CHECK_EQ(n, 1);
+    CHECK_EQ(b[0], 'z');
+    atomic_fetch_add(&cx_ok, 1);
+}
+
+/* Only the I/O itself is a cancellation point (include/async.h): a plain
+ * thread cancelled while it waits in async_fiber_read/write unwinds at the
+ * recv/send that follows the readiness, before it consumed anything; then
+ * the fd works for the next thread and for a fiber, and the scheduler goes. */
+static void cancel_case(int owned)
+{
+    async_sched_t *s = sched_new(2);
+    char sink[1 << 16];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, cx_fd), 0);
+    if (owned)
+        CHECK_EQ(async_fiber_fd_open(s, cx_fd[1]), 0);
+    for (int round = 0; round < 12; round++) {
+        pthread_t t;
+        atomic_store(&cx_in, 0);
+        start_thread(&t, cx_reader, NULL);
+        wait_count(&cx_in, 1, "reader thread");
+        if (round % 2)
+            sleep_ms(1);
+        CHECK_EQ(pthread_cancel(t), 0);
+        CHECK_EQ(write(cx_fd[0], "z", 1), 1); /* readiness: the recv acts on the cancel */
+        join_within(t, BOUND_MS, "cancelled reader");
+        /* the byte was not taken by the cancelled thread: a fiber reads it */
+        atomic_store(&cx_ok, 0);
+        CHECK(async_fiber_spawn(s, cx_fiber_read, NULL, 0) != NULL);
+        wait_count(&cx_ok, 1, "fiber read after a cancel");
+    }
+    /* writers cancelled while they wait for room (cx_fd[0] is plain) */
+    for (int round = 0; round < 6; round++) {
+        pthread_t t;
+        atomic_store(&cx_in, 0);
+        start_thread(&t, cx_writer, NULL);
+        wait_count(&cx_in, 1, "writer thread");
+        sleep_ms(2); /* not a verdict: the cancel acts wherever the writer is */
+        CHECK_EQ(pthread_cancel(t), 0);
+        /* make room until the writer is gone (bounded by join_within's loop) */
+        double t0 = now_ms();
+        for (;;) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 20000000L;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            while (recv(cx_fd[1], sink, sizeof sink, MSG_DONTWAIT) > 0) {
+            }
+            if (pthread_timedjoin_np(t, NULL, &ts) == 0)
+                break;
+            CHECK(now_ms() - t0 < BOUND_MS);
+        }
+    }
+    while (recv(cx_fd[1], sink, sizeof sink, MSG_DONTWAIT) > 0) {
+    }
+    CHECK_EQ(write(cx_fd[0], "z", 1), 1);
+    atomic_store(&cx_ok, 0);
+    CHECK(async_fiber_spawn(s, cx_fiber_read, NULL, 0) != NULL);
+    wait_count(&cx_ok, 1, "fiber read after the cancelled writers");
+    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
+    async_sched_destroy(s);
+    close(cx_fd[0]);
+    close(cx_fd[1]);
+}
+
+static void t_cancel_plain(void) { cancel_case(0); }
+static void t_cancel_owned(void) { cancel_case(1); }
+
+static const test_case_t cases[] = {
+    T(busy_pp_unix_2w),
+    T(busy_pp_unix_4w_owned),
+    T(busy_pp_tcp_3w_mixed),
+    T(busy_pp_tcp_2w_owned),
+    T(busy_pp_seqpacket_3w),
+    T(timeout_race_tcp),
+    T(timeout_race_tcp_owned),
+    T(timeout_race_unix_owned),
+    T(owned_close_busy),
+    T(shutdown_parked_busy),
+    T(dgram_unix_owned),
+    T(dgram_seqpacket_owned),
+    T(dgram_packet_pipe_owned),
+    T(dgram_packet_pipe_plain),
+    T(dgram_seqpacket_fiber),
+    T(misc_fds_fiber),
+    T(misc_fds_plain),
+    T(cancel_plain),
+    T(cancel_owned),
+};
+
+TEST_MAIN(cases)
