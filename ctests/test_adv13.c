@@ -522,6 +522,36 @@ static void cancel_case(int owned)
 static void t_cancel_plain(void) { cancel_case(0); }
 static void t_cancel_owned(void) { cancel_case(1); }
 
+/* ---- a signal wait while every worker is busy yielding ---- */
+
+static atomic_int sg_state;
+static void sg_waiter(void *arg)
+{
+    (void)arg;
+    atomic_store(&sg_state, 1);
+    int n = async_fiber_wait_signal(SIGUSR2, BOUND_MS);
+    atomic_store(&sg_state, n >= 1 ? 2 : 3);
+}
+
+static void t_signal_busy(void)
+{
+    async_sched_t *s = sched_new(2);
+    CHECK_EQ(async_fiber_watch_signal(SIGUSR2), 0);
+    atomic_store(&sg_state, 0);
+    busy_start(s, 4);
+    CHECK(async_fiber_spawn(s, sg_waiter, NULL, 0) != NULL);
+    sched_wait_parked(s, 1);
+    CHECK_EQ(kill(getpid(), SIGUSR2), 0);
+    double t0 = now_ms();
+    while (atomic_load(&sg_state) < 2 && now_ms() - t0 < 2 * BOUND_MS)
+        usleep(200);
+    CHECK_EQ(atomic_load(&sg_state), 2);
+    atomic_store(&busy_stop, 1);
+    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
+    async_sched_destroy(s);
+    CHECK_EQ(async_fiber_unwatch_signal(SIGUSR2), 0);
+}
+
 static const test_case_t cases[] = {
     T(busy_pp_unix_2w),
     T(busy_pp_unix_4w_owned),
@@ -542,6 +572,7 @@ static const test_case_t cases[] = {
     T(misc_fds_plain),
     T(cancel_plain),
     T(cancel_owned),
+    T(signal_busy),
 };
 
 TEST_MAIN(cases)
