@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <termios.h>
 
@@ -428,7 +429,7 @@ static atomic_int cx_in;
 
 static void *cx_reader(void *arg)
 {
-    char b;
+    static char b; /* no local in the frame the cancel unwinds */
     (void)arg;
     atomic_store(&cx_in, 1);
     async_fiber_read(cx_fd[1], &b, 1, -1);
@@ -552,6 +553,210 @@ static void t_signal_busy(void)
     CHECK_EQ(async_fiber_unwatch_signal(SIGUSR2), 0);
 }
 
+/* ---- shutdown and destroy in the middle of the ping-pong ---- */
+
+static atomic_int mf_msgs, mf_ended, mf_bad;
+static void mf_fn(void *arg)
+{
+    pp_arg_t *a = arg;
+    for (int i = 0;; i++) {
+        unsigned char b = (unsigned char)i, got = 0;
+        if (!a->echo && async_fiber_write(a->fd, &b, 1, BOUND_MS) != 1)
+            break;
+        if (async_fiber_read(a->fd, &got, 1, BOUND_MS) != 1)
+            break;
+        if (got != b)
+            atomic_fetch_add(&mf_bad, 1);
+        if (a->echo && async_fiber_write(a->fd, &got, 1, BOUND_MS) != 1)
+            break;
+        atomic_fetch_add(&mf_msgs, 1);
+    }
+    int e = async_last_error();
+    /* the shutdown, or the peer's end: its fiber was cancelled (a hang-up
+     * reads as 0 bytes, a closed peer writes ASYNC_E_CLOSED) */
+    if (e != ASYNC_E_CANCELLED && e != ASYNC_E_CLOSED && e != 0)
+        atomic_fetch_add(&mf_bad, 1);
+    atomic_fetch_add(&mf_ended, 1);
+}
+
+typedef struct {
+    async_sched_t *s;
+} mf_destroy_t;
+static void *mf_destroyer(void *arg)
+{
+    async_sched_destroy(((mf_destroy_t *)arg)->s);
+    return NULL;
+}
+
+static void midflight(int workers, int owned, int by_destroy)
+{
+    async_sched_t *s = sched_new(workers);
+    atomic_store(&mf_msgs, 0);
+    atomic_store(&mf_ended, 0);
+    atomic_store(&mf_bad, 0);
+    busy_start(s, workers);
+    for (int i = 0; i < PP_PAIRS; i++) {
+        make_pair(i % 2, pp_sv[i]);
+        for (int j = 0; j < 2; j++) {
+            if (owned && (i + j) % 2 == 0)
+                CHECK_EQ(async_fiber_fd_open(s, pp_sv[i][j]), 0);
+            pp_args[2 * i + j].fd = pp_sv[i][j];
+            pp_args[2 * i + j].echo = j;
+            CHECK(async_fiber_spawn(s, mf_fn, &pp_args[2 * i + j], 0) != NULL);
+        }
+    }
+    wait_count(&mf_msgs, 2000, "messages before the shutdown");
+    if (!by_destroy) {
+        (void)async_sched_shutdown(s, 0); /* the busy fibers do not stop by themselves */
+        wait_count(&mf_ended, PP_PAIRS * 2, "ping-pong fibers ended by the shutdown");
+        atomic_store(&busy_stop, 1);
+        CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
+        async_sched_destroy(s);
+    } else {
+        pthread_t t;
+        mf_destroy_t d = {s};
+        start_thread(&t, mf_destroyer, &d);
+        wait_count(&mf_ended, PP_PAIRS * 2, "ping-pong fibers ended by the destroy");
+        atomic_store(&busy_stop, 1);
+        join_within(t, BOUND_MS, "async_sched_destroy");
+    }
+    CHECK_EQ(atomic_load(&mf_bad), 0);
+    for (int i = 0; i < PP_PAIRS; i++) {
+        close(pp_sv[i][0]);
+        close(pp_sv[i][1]);
+    }
+}
+
+static void t_midflight_shutdown(void) { midflight(3, 1, 0); }
+static void t_midflight_destroy(void) { midflight(4, 1, 1); }
+
+/* ---- dumps and stats while fibers park and migrate ---- */
+
+static void t_dump_busy(void)
+{
+    async_sched_t *s = sched_new(3);
+    int dn = memfd_create("adv13dump", MFD_CLOEXEC);
+    static char dbuf[1 << 16];
+    int fd_lines = 0;
+    async_sched_worker_stats_t ws[3];
+    async_sched_stats_t st;
+    CHECK(dn >= 0);
+    atomic_store(&pp_done, 0);
+    busy_start(s, 3);
+    for (int i = 0; i < PP_PAIRS; i++) {
+        make_pair(i % 3, pp_sv[i]);
+        for (int j = 0; j < 2; j++) {
+            if (j)
+                CHECK_EQ(async_fiber_fd_open(s, pp_sv[i][j]), 0);
+            pp_args[2 * i + j].fd = pp_sv[i][j];
+            pp_args[2 * i + j].echo = j;
+        }
+    }
+    for (int i = 0; i < PP_PAIRS * 2; i++)
+        CHECK(async_fiber_spawn(s, pp_fn, &pp_args[i], 0) != NULL);
+    double t0 = now_ms();
+    while (atomic_load(&pp_done) < PP_PAIRS * 2) {
+        CHECK_EQ(ftruncate(dn, 0), 0);
+        CHECK_EQ(lseek(dn, 0, SEEK_SET), 0);
+        int lines = async_sched_dump(s, dn);
+        CHECK(lines >= 0);
+        ssize_t len = pread(dn, dbuf, sizeof dbuf - 1, 0);
+        CHECK(len >= 0);
+        dbuf[len] = 0;
+        /* every "fd <n>" a parked fiber waits on is one of ours */
+        for (char *q = strstr(dbuf, " fd "); q; q = strstr(q + 1, " fd ")) {
+            int n = atoi(q + 4), ours = 0;
+            for (int i = 0; i < PP_PAIRS; i++)
+                ours |= n == pp_sv[i][0] || n == pp_sv[i][1];
+            if (!ours)
+                fprintf(stderr, "dump names fd %d: %.80s\n", n, q);
+            CHECK(ours);
+            fd_lines++;
+        }
+        CHECK_EQ(async_sched_get_stats(s, &st, ws, 3), 3); /* the workers filled in */
+        CHECK_EQ(st.workers, 3);
+        CHECK(now_ms() - t0 < BOUND_MS);
+    }
+    atomic_store(&busy_stop, 1);
+    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
+    async_sched_destroy(s);
+    close(dn);
+    (void)fd_lines;
+    for (int i = 0; i < PP_PAIRS; i++) {
+        close(pp_sv[i][0]);
+        close(pp_sv[i][1]);
+    }
+}
+
+/* ---- owned numbers closed by the library and reused while fibers wait ---- */
+
+#define RU_N 16
+static int ru_fd[RU_N][2];
+static atomic_int ru_ended, ru_bad, ru_newok;
+
+static void ru_old(void *arg)
+{
+    int fd = (int)(intptr_t)arg;
+    char b;
+    ssize_t n = async_fiber_read(fd, &b, 1, -1); /* only the close can end it */
+    if (n >= 0 || async_last_error() != ASYNC_E_CLOSED)
+        atomic_fetch_add(&ru_bad, 1);
+    atomic_fetch_add(&ru_ended, 1);
+}
+
+static void ru_new(void *arg)
+{
+    int fd = (int)(intptr_t)arg;
+    char b = 0;
+    ssize_t n = async_fiber_read(fd, &b, 1, BOUND_MS);
+    if (n == 1 && b == 'n')
+        atomic_fetch_add(&ru_newok, 1);
+    else
+        atomic_fetch_add(&ru_bad, 1);
+    atomic_fetch_add(&ru_ended, 1);
+}
+
+static void t_reuse_owned_busy(void)
+{
+    async_sched_t *s = sched_new(3);
+    atomic_store(&ru_ended, 0);
+    atomic_store(&ru_bad, 0);
+    atomic_store(&ru_newok, 0);
+    busy_start(s, 3);
+    for (int round = 0; round < 4; round++) {
+        int base = atomic_load(&ru_ended);
+        for (int i = 0; i < RU_N; i++) {
+            CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ru_fd[i]), 0);
+            CHECK_EQ(async_fiber_fd_open(s, ru_fd[i][1]), 0);
+            CHECK(async_fiber_spawn(s, ru_old, (void *)(intptr_t)ru_fd[i][1], 0) != NULL);
+        }
+        sched_wait_parked(s, RU_N);
+        /* close from this host thread; the numbers come back at once */
+        for (int i = 0; i < RU_N; i++) {
+            int old = ru_fd[i][1];
+            CHECK_EQ(async_fiber_close(old), 0);
+            close(ru_fd[i][0]);
+            int sv[2];
+            CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+            ru_fd[i][0] = sv[0];
+            ru_fd[i][1] = sv[1];
+            CHECK_EQ(async_fiber_fd_open(s, sv[1]), 0);
+            CHECK(async_fiber_spawn(s, ru_new, (void *)(intptr_t)sv[1], 0) != NULL);
+            CHECK_EQ(write(sv[0], "n", 1), 1);
+        }
+        wait_count(&ru_ended, base + 2 * RU_N, "old and new readers");
+        for (int i = 0; i < RU_N; i++) {
+            CHECK_EQ(async_fiber_close(ru_fd[i][1]), 0);
+            close(ru_fd[i][0]);
+        }
+    }
+    CHECK_EQ(atomic_load(&ru_bad), 0);
+    CHECK_EQ(atomic_load(&ru_newok), 4 * RU_N);
+    atomic_store(&busy_stop, 1);
+    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
+    async_sched_destroy(s);
+}
+
 static const test_case_t cases[] = {
     T(busy_pp_unix_2w),
     T(busy_pp_unix_4w_owned),
@@ -573,6 +778,10 @@ static const test_case_t cases[] = {
     T(cancel_plain),
     T(cancel_owned),
     T(signal_busy),
+    T(midflight_shutdown),
+    T(midflight_destroy),
+    T(dump_busy),
+    T(reuse_owned_busy),
 };
 
 TEST_MAIN(cases)
