@@ -1084,6 +1084,61 @@ static void t_destroy_vs_close(void)
     }
 }
 
+/* ---- a pty whose other side is gone; an eventfd whose write must wait ---- */
+
+static int pt_m, pt_res[4], pt_err[4];
+static atomic_int pt_done;
+static void pt_body(void *arg)
+{
+    (void)arg;
+    char b[8];
+    async_clear_error();
+    pt_res[0] = (int)async_fiber_read(pt_m, b, sizeof b, 2000);
+    pt_err[0] = async_last_error();
+    async_clear_error();
+    pt_res[1] = (int)async_fiber_write(pt_m, "x", 1, 2000);
+    pt_err[1] = async_last_error();
+    async_clear_error();
+    pt_res[2] = async_fiber_wait_fd(pt_m, ASYNC_EVENT_READ, 2000);
+    pt_err[2] = async_last_error();
+    atomic_fetch_add(&pt_done, 1);
+}
+
+static void pty_gone(int fiber, int owned)
+{
+    pt_m = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (pt_m < 0 || grantpt(pt_m) != 0 || unlockpt(pt_m) != 0) {
+        fprintf(stderr, "no pty: skipped\n");
+        return;
+    }
+    int sl = open(ptsname(pt_m), O_RDWR | O_NOCTTY | O_CLOEXEC);
+    CHECK(sl >= 0);
+    close(sl); /* hang-up */
+    async_sched_t *s = sched_new(2);
+    atomic_store(&pt_done, 0);
+    if (owned)
+        CHECK_EQ(async_fiber_fd_open(s, pt_m), 0);
+    if (fiber)
+        CHECK(async_fiber_spawn(s, pt_body, NULL, 0) != NULL);
+    else
+        pt_body(NULL);
+    wait_count(&pt_done, 1, "pty calls");
+    /* the hang-up reads as end of file (Linux says EIO), as for a pipe */
+    CHECK_EQ(pt_res[0], 0);
+    CHECK_EQ(pt_err[0], 0);
+    /* the wait returns at once with the hang-up */
+    CHECK(pt_res[2] > 0 && (pt_res[2] & ASYNC_EVENT_CLOSE));
+    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
+    async_sched_destroy(s);
+    if (owned)
+        CHECK_EQ(async_fiber_close(pt_m), 0);
+    else
+        close(pt_m);
+}
+static void t_pty_gone_fiber(void) { pty_gone(1, 0); }
+static void t_pty_gone_owned(void) { pty_gone(1, 1); }
+static void t_pty_gone_plain(void) { pty_gone(0, 0); }
+
 static const test_case_t cases[] = {
     T(busy_pp_unix_2w),
     T(busy_pp_unix_4w_owned),
@@ -1116,6 +1171,9 @@ static const test_case_t cases[] = {
     T(sigpipe_pending_plain),
     T(cancel_accept),
     T(destroy_vs_close),
+    T(pty_gone_fiber),
+    T(pty_gone_owned),
+    T(pty_gone_plain),
 };
 
 TEST_MAIN(cases)
