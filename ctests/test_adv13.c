@@ -1139,6 +1139,131 @@ static void t_pty_gone_fiber(void) { pty_gone(1, 0); }
 static void t_pty_gone_owned(void) { pty_gone(1, 1); }
 static void t_pty_gone_plain(void) { pty_gone(0, 0); }
 
+/* ---- writes that must park on non-sockets: a full pipe, an eventfd at its
+ * maximum; busy workers; a plain thread on one end ---- */
+
+#define BW_BYTES (1 << 20)
+static int bw_p[2];
+static atomic_int bw_done;
+static unsigned char bw_out[BW_BYTES];
+
+static void bw_writer(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < BW_BYTES; i++)
+        bw_out[i] = (unsigned char)(i * 7 + (i >> 12));
+    for (int off = 0; off < BW_BYTES;) {
+        int n = 65536 + 4096 + 3;
+        if (n > BW_BYTES - off)
+            n = BW_BYTES - off;
+        CHECK_EQ(async_fiber_write(bw_p[1], bw_out + off, (size_t)n, BOUND_MS), n);
+        off += n;
+    }
+    atomic_fetch_add(&bw_done, 1);
+}
+
+static void bw_reader(void *arg)
+{
+    (void)arg;
+    static unsigned char in[8191];
+    int got = 0;
+    while (got < BW_BYTES) {
+        ssize_t n = async_fiber_read(bw_p[0], in, sizeof in, BOUND_MS);
+        CHECK(n > 0);
+        for (ssize_t k = 0; k < n; k++)
+            if (in[k] != (unsigned char)((got + k) * 7 + ((got + k) >> 12)))
+                CHECK_EQ(in[k], (unsigned char)((got + k) * 7 + ((got + k) >> 12)));
+        got += (int)n;
+    }
+    CHECK_EQ(async_fiber_read(bw_p[0], in, sizeof in, BOUND_MS), 0); /* the writer closed */
+    atomic_fetch_add(&bw_done, 1);
+}
+
+static void *bw_plain_writer(void *arg)
+{
+    bw_writer(arg);
+    close(bw_p[1]);
+    return NULL;
+}
+
+static void bw_fiber_writer_close(void *arg)
+{
+    bw_writer(arg);
+    CHECK_EQ(async_fiber_close(bw_p[1]), 0);
+}
+
+static void pipe_big(int plain_writer)
+{
+    async_sched_t *s = sched_new(3);
+    atomic_store(&bw_done, 0);
+    busy_start(s, 3);
+    CHECK_EQ(pipe2(bw_p, O_CLOEXEC), 0);
+    CHECK_EQ(async_fiber_fd_open(s, bw_p[0]), 0);
+    if (!plain_writer)
+        CHECK_EQ(async_fiber_fd_open(s, bw_p[1]), 0);
+    CHECK(async_fiber_spawn(s, bw_reader, NULL, 0) != NULL);
+    pthread_t t;
+    if (plain_writer)
+        start_thread(&t, bw_plain_writer, NULL);
+    else
+        CHECK(async_fiber_spawn(s, bw_fiber_writer_close, NULL, 0) != NULL);
+    wait_count(&bw_done, 2, "pipe writer and reader");
+    if (plain_writer)
+        join_within(t, BOUND_MS, "plain writer");
+    atomic_store(&busy_stop, 1);
+    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
+    async_sched_destroy(s);
+    CHECK_EQ(async_fiber_close(bw_p[0]), 0);
+}
+static void t_pipe_big_owned(void) { pipe_big(0); }
+static void t_pipe_big_plain_writer(void) { pipe_big(1); }
+
+static int ef_fd;
+static atomic_int ef_state;
+static void ef_writer(void *arg)
+{
+    (void)arg;
+    uint64_t v = 0xfffffffffffffffeULL;
+    CHECK_EQ(async_fiber_write(ef_fd, &v, 8, BOUND_MS), 8);
+    atomic_store(&ef_state, 1);
+    v = 1;
+    CHECK_EQ(async_fiber_write(ef_fd, &v, 8, BOUND_MS), 8); /* parks: the counter is at its maximum */
+    atomic_store(&ef_state, 3);
+}
+static void ef_reader(void *arg)
+{
+    (void)arg;
+    uint64_t v = 0;
+    atomic_store(&ef_state, 2);
+    CHECK_EQ(async_fiber_read(ef_fd, &v, 8, BOUND_MS), 8);
+    CHECK_EQ(v, 0xfffffffffffffffeULL);
+}
+
+static void eventfd_full(int owned)
+{
+    async_sched_t *s = sched_new(2);
+    ef_fd = eventfd(0, EFD_CLOEXEC);
+    CHECK(ef_fd >= 0);
+    if (owned)
+        CHECK_EQ(async_fiber_fd_open(s, ef_fd), 0);
+    atomic_store(&ef_state, 0);
+    busy_start(s, 2);
+    CHECK(async_fiber_spawn(s, ef_writer, NULL, 0) != NULL);
+    wait_count(&ef_state, 1, "first eventfd write");
+    sched_wait_parked(s, 1);
+    CHECK(async_fiber_spawn(s, ef_reader, NULL, 0) != NULL);
+    wait_count(&ef_state, 3, "eventfd writer after the read");
+    atomic_store(&busy_stop, 1);
+    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
+    async_sched_destroy(s);
+    if (owned)
+        CHECK_EQ(async_fiber_close(ef_fd), 0);
+    else
+        close(ef_fd);
+}
+static void t_eventfd_full_owned(void) { eventfd_full(1); }
+static void t_eventfd_full_plain(void) { eventfd_full(0); }
+
 static const test_case_t cases[] = {
     T(busy_pp_unix_2w),
     T(busy_pp_unix_4w_owned),
@@ -1174,6 +1299,10 @@ static const test_case_t cases[] = {
     T(pty_gone_fiber),
     T(pty_gone_owned),
     T(pty_gone_plain),
+    T(pipe_big_owned),
+    T(pipe_big_plain_writer),
+    T(eventfd_full_owned),
+    T(eventfd_full_plain),
 };
 
 TEST_MAIN(cases)
