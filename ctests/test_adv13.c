@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <termios.h>
@@ -1264,6 +1265,135 @@ static void eventfd_full(int owned)
 static void t_eventfd_full_owned(void) { eventfd_full(1); }
 static void t_eventfd_full_plain(void) { eventfd_full(0); }
 
+/* ---- accept and connect storms on busy workers (owned and plain listener) ---- */
+
+#define AC_CONNS 48
+static int as_l;
+static struct sockaddr_in as_addr;
+static atomic_int as_done;
+
+static void as_server(void *arg)
+{
+    (void)arg;
+    int c = async_fiber_accept(as_l, NULL, NULL, BOUND_MS);
+    CHECK(c >= 0);
+    char b = 0;
+    CHECK_EQ(async_fiber_read(c, &b, 1, BOUND_MS), 1);
+    CHECK_EQ(async_fiber_write(c, &b, 1, BOUND_MS), 1);
+    CHECK_EQ(async_fiber_close(c), 0);
+    atomic_fetch_add(&as_done, 1);
+}
+
+static void as_client(void *arg)
+{
+    int i = (int)(intptr_t)arg;
+    int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK(c >= 0);
+    if (i % 2)
+        CHECK_EQ(async_fiber_fd_open(NULL, c), 0);
+    CHECK_EQ(async_fiber_connect(c, (struct sockaddr *)&as_addr, sizeof as_addr, BOUND_MS), 0);
+    char b = (char)i, got = 0;
+    CHECK_EQ(async_fiber_write(c, &b, 1, BOUND_MS), 1);
+    CHECK_EQ(async_fiber_read(c, &got, 1, BOUND_MS), 1);
+    CHECK_EQ(got, b);
+    CHECK_EQ(async_fiber_read(c, &got, 1, BOUND_MS), 0); /* the server closed */
+    CHECK_EQ(async_fiber_close(c), 0);
+    atomic_fetch_add(&as_done, 1);
+}
+
+static void accept_storm(int owned)
+{
+    async_sched_t *s = sched_new(3);
+    socklen_t len = sizeof as_addr;
+    atomic_store(&as_done, 0);
+    as_l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK(as_l >= 0);
+    memset(&as_addr, 0, sizeof as_addr);
+    as_addr.sin_family = AF_INET;
+    as_addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    CHECK_EQ(bind(as_l, (struct sockaddr *)&as_addr, sizeof as_addr), 0);
+    CHECK_EQ(listen(as_l, AC_CONNS), 0);
+    CHECK_EQ(getsockname(as_l, (struct sockaddr *)&as_addr, &len), 0);
+    if (owned)
+        CHECK_EQ(async_fiber_fd_open(s, as_l), 0);
+    busy_start(s, 3);
+    /* one acceptor at a time may wait (one-reader rule): they take turns */
+    for (int i = 0; i < AC_CONNS; i++)
+        CHECK(async_fiber_spawn(s, as_client, (void *)(intptr_t)i, 0) != NULL);
+    for (int i = 0; i < AC_CONNS; i++) {
+        int before = atomic_load(&as_done);
+        CHECK(async_fiber_spawn(s, as_server, NULL, 0) != NULL);
+        wait_count(&as_done, before + 1, "one accepted connection served");
+    }
+    wait_count(&as_done, 2 * AC_CONNS, "clients and servers");
+    atomic_store(&busy_stop, 1);
+    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
+    async_sched_destroy(s);
+    if (owned)
+        CHECK_EQ(async_fiber_close(as_l), 0);
+    else
+        close(as_l);
+}
+static void t_accept_storm_owned(void) { accept_storm(1); }
+static void t_accept_storm_plain(void) { accept_storm(0); }
+
+/* ---- many fibers parked on many fds; a host thread wakes them in a
+ * scrambled order while every worker is busy ---- */
+
+#define MF_N 400
+static int mfd[MF_N][2];
+static atomic_int mfd_done;
+static void mfd_reader(void *arg)
+{
+    int i = (int)(intptr_t)arg;
+    char b = 0;
+    CHECK_EQ(async_fiber_read(mfd[i][1], &b, 1, BOUND_MS), 1);
+    CHECK_EQ(b, (char)(i & 0x7f));
+    CHECK_EQ(async_fiber_write(mfd[i][1], &b, 1, BOUND_MS), 1);
+    atomic_fetch_add(&mfd_done, 1);
+}
+
+static void t_many_fds_busy(void)
+{
+    struct rlimit rl;
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    if (rl.rlim_cur < 2 * MF_N + 64) {
+        rl.rlim_cur = rl.rlim_max < 2 * MF_N + 64 ? rl.rlim_max : 2 * MF_N + 64;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    int n = (int)((rl.rlim_cur - 64) / 2 < MF_N ? (rl.rlim_cur - 64) / 2 : MF_N);
+    async_sched_t *s = sched_new(4);
+    atomic_store(&mfd_done, 0);
+    busy_start(s, 4);
+    for (int i = 0; i < n; i++) {
+        CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, mfd[i]), 0);
+        if (i % 3)
+            CHECK_EQ(async_fiber_fd_open(s, mfd[i][1]), 0);
+        CHECK(async_fiber_spawn(s, mfd_reader, (void *)(intptr_t)i, 0) != NULL);
+    }
+    sched_wait_parked(s, (size_t)n);
+    for (int k = 0; k < n; k++) {
+        int i = (int)(((unsigned)k * 7919u) % (unsigned)n);
+        char b = (char)(i & 0x7f);
+        CHECK_EQ(write(mfd[i][0], &b, 1), 1);
+    }
+    wait_count(&mfd_done, n, "readers of many fds");
+    for (int i = 0; i < n; i++) {
+        char b = 0;
+        struct pollfd p = {mfd[i][0], POLLIN, 0};
+        CHECK_EQ(poll(&p, 1, BOUND_MS), 1);
+        CHECK_EQ(read(mfd[i][0], &b, 1), 1);
+        CHECK_EQ(b, (char)(i & 0x7f));
+    }
+    atomic_store(&busy_stop, 1);
+    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
+    async_sched_destroy(s);
+    for (int i = 0; i < n; i++) {
+        close(mfd[i][0]);
+        close(mfd[i][1]);
+    }
+}
+
 static const test_case_t cases[] = {
     T(busy_pp_unix_2w),
     T(busy_pp_unix_4w_owned),
@@ -1303,6 +1433,9 @@ static const test_case_t cases[] = {
     T(pipe_big_plain_writer),
     T(eventfd_full_owned),
     T(eventfd_full_plain),
+    T(accept_storm_owned),
+    T(accept_storm_plain),
+    T(many_fds_busy),
 };
 
 TEST_MAIN(cases)
