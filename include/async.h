@@ -1060,7 +1060,9 @@ int async_fiber_wait_signal(int signo, int timeout_ms);
  * an empty datagram is read as 0 too, and a datagram longer than n is cut
  * to n). buf NULL with n > 0, or n > SSIZE_MAX: ASYNC_E_INVAL. The fd is switched to O_NONBLOCK if it is not a socket; sockets are
  * read with MSG_DONTWAIT. A peer's hang-up ends the read with 0 (end of
- * file) and a socket error with its error (once: the next read waits again).
+ * file; also a terminal's hang-up, e.g. a pty master whose slave side is
+ * closed, which read(2) reports as EIO on Linux) and a socket error with its
+ * error (once: the next read waits again).
  * timeout_ms is always honoured, also when the fd number was closed and
  * reused meanwhile, or the fd reports a condition its read does not clear.
  * Errors: ASYNC_E_INVAL, ASYNC_E_BADFD, ASYNC_E_TIMEDOUT (nothing read),

@@ -339,7 +339,18 @@ LA_NOINLINE static ssize_t sys_read(int fd, void *buf, size_t n) {
     int e = sys_nonblock(fd);
     if (e) return e;
     r = read(fd, buf, n);
-    return r >= 0 ? r : -errno;
+    if (r >= 0) return r;
+    e = errno;
+    /* A terminal's hang-up reads as EIO on Linux (a pty master whose slave
+     * side is closed), where a pipe or socket reads 0: it is the end of
+     * file async.h promises for a peer's hang-up. Only with the hang-up
+     * (POLLHUP) there: an EIO without it (a background read on an orphaned
+     * process group's terminal) stays an error. */
+    if (e == EIO && isatty(fd)) {
+        int re = sys_poll1(fd, POLLIN, 0);
+        if (re > 0 && (re & POLLHUP)) return 0;
+    }
+    return -e;
 }
 
 /* write(2) to a non-socket (a pipe, say) without SIGPIPE: a write to a pipe
