@@ -15,7 +15,32 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__linux__)
 #include <sys/eventfd.h>
+#else
+/* Other systems only build this file (scripts/cross.sh, darwin): no eventfd,
+ * no packet-mode pipes there; the cases that use them fail if run. */
+#include <errno.h>
+#define EFD_CLOEXEC 0
+static inline int eventfd(unsigned v, int flags)
+{
+    (void)v;
+    (void)flags;
+    errno = ENOSYS;
+    return -1;
+}
+#ifndef O_DIRECT
+#define O_DIRECT 0
+#endif
+#define MFD_CLOEXEC 0
+static inline int memfd_create(const char *name, unsigned flags)
+{
+    (void)name;
+    (void)flags;
+    errno = ENOSYS;
+    return -1;
+}
+#endif
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
