@@ -13,6 +13,7 @@
 #endif
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,6 +83,21 @@ static inline void sleep_ms(int ms)
     ts.tv_sec = ms / 1000;
     ts.tv_nsec = (long)(ms % 1000) * 1000000L;
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+/* Waits until *v >= target; fails (naming what) after bound_ms instead of
+ * hanging. Polls every 0.2 ms. */
+static inline void wait_count_within(atomic_int *v, int target, int bound_ms, const char *what)
+{
+    double t0 = now_ms();
+    while (atomic_load(v) < target) {
+        if (now_ms() - t0 > bound_ms) {
+            fprintf(stderr, "%s: %d of %d after %d ms\n", what, atomic_load(v), target, bound_ms);
+            CHECK(atomic_load(v) >= target);
+        }
+        struct timespec ts = {0, 200000};
+        nanosleep(&ts, NULL);
     }
 }
 

@@ -21,18 +21,7 @@
 
 #define BOUND_MS 20000
 
-/* Waits (bounded) until *v >= target. */
-static void wait_count(atomic_int *v, int target, const char *what)
-{
-    double t0 = now_ms();
-    while (atomic_load(v) < target) {
-        if (now_ms() - t0 > BOUND_MS) {
-            fprintf(stderr, "%s: %d of %d after %d ms\n", what, atomic_load(v), target, BOUND_MS);
-            CHECK(atomic_load(v) >= target);
-        }
-        usleep(200);
-    }
-}
+#define wait_count(v, target, what) wait_count_within(v, target, BOUND_MS, what)
 
 /* ---- a descriptor famine: fill every free number up to a lowered limit ---- */
 

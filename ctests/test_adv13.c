@@ -51,17 +51,7 @@ static inline int memfd_create(const char *name, unsigned flags)
 
 #define BOUND_MS 8000
 
-static void wait_count(atomic_int *v, int target, const char *what)
-{
-    double t0 = now_ms();
-    while (atomic_load(v) < target) {
-        if (now_ms() - t0 > BOUND_MS) {
-            fprintf(stderr, "%s: %d of %d after %d ms\n", what, atomic_load(v), target, BOUND_MS);
-            CHECK(atomic_load(v) >= target);
-        }
-        usleep(200);
-    }
-}
+#define wait_count(v, target, what) wait_count_within(v, target, BOUND_MS, what)
 
 /* ---- busy workers: fibers that yield until told to stop ---- */
 
