@@ -988,7 +988,10 @@ int async_sched_set_stall_ms(async_sched_t *s, int ms);
 /* Waits until fd is ready for `events` (ASYNC_EVENT_READ and/or
  * ASYNC_EVENT_WRITE) and returns the ready events (READ, WRITE, ERROR, CLOSE
  * bits; level semantics: data left unread is reported again, and so is a
- * hang-up or error condition while it lasts). At most one
+ * hang-up or error condition while it lasts; a hang-up is READ|CLOSE when
+ * READ was asked, since a read then returns at once: 0, or the error, also
+ * where the kernel reports the hang-up alone, as for an empty pipe whose
+ * writer is gone or a pty whose other side closed). At most one
  * fiber may wait for reading and one for writing on an fd of a scheduler at
  * a time: a call that has to wait in a direction another fiber already
  * waits in gets ASYNC_E_BUSY; a call that finds fd ready for one of its

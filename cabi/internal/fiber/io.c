@@ -599,12 +599,17 @@ static int wait_dir(int fd, int dir, uint64_t deadline, int timeout_ms, const la
     return 0;
 }
 
-static uint32_t from_poll(int re) {
+/* The events for async_fiber_wait_fd from poll's revents re; asked: the
+ * caller's events. A hang-up is READ|CLOSE when READ was asked: a read does
+ * not wait then (it returns 0, or the error), whether or not the kernel also
+ * says POLLIN (a socket does, an empty pipe or a hung-up terminal does
+ * not); the Windows path says the same. */
+static uint32_t from_poll(int re, uint32_t asked) {
     uint32_t ev = 0;
     if (re & POLLIN) ev |= ASYNC_EVENT_READ;
     if (re & POLLOUT) ev |= ASYNC_EVENT_WRITE;
     if (re & POLLERR) ev |= ASYNC_EVENT_ERROR;
-    if (re & (POLLHUP | POLLRDHUP)) ev |= ASYNC_EVENT_CLOSE;
+    if (re & (POLLHUP | POLLRDHUP)) ev |= ASYNC_EVENT_CLOSE | (asked & ASYNC_EVENT_READ);
     return ev;
 }
 
@@ -888,7 +893,7 @@ int async_fiber_wait_fd(async_fd_t fd, uint32_t events, int timeout_ms) {
             la_set_error(ASYNC_E_TIMEDOUT);
             return -1;
         }
-        return (int)from_poll(r);
+        return (int)from_poll(r, events);
     }
     la_fdrec_t *rec = fdrec(f->s, fd);
     la_fdsnap_t sn = LA_FDSNAP_START;
@@ -899,7 +904,7 @@ int async_fiber_wait_fd(async_fd_t fd, uint32_t events, int timeout_ms) {
             la_set_error(map_errno(-r));
             return -1;
         }
-        if (r > 0) return (int)from_poll(r);
+        if (r > 0) return (int)from_poll(r, events);
         if (timeout_ms == 0) {
             la_set_error(ASYNC_E_TIMEDOUT);
             return -1;
