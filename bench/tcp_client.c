@@ -17,8 +17,8 @@
  *                  ticks) as a cross-check, server_user_us_per_rt its utime
  *                  alone (the server's own code, not the kernel's);
  *   server_sleeps, client_sleeps: voluntary context switches of the server's
- *                  threads and of this client; which of the two sleeps
- *                  decides who pays for the other's wake-ups (see
+ *                  threads and of this client (on loopback a send runs the
+ *                  receiver's input path and its wake-up: see
  *                  docs/PERFORMANCE.md, "What the numbers say about TCP echo");
  *   p50_us, p99_us: round-trip latency seen by the client (send to last byte
  *                  of the echo), over every round trip;
