@@ -198,6 +198,25 @@ static inline void join_within(pthread_t t, int ms, const char *what)
 
 #if !defined(_WIN32)
 #include <sys/wait.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+/* A TCP socket listening on 127.0.0.1 on a port the kernel picks
+ * (close-on-exec, blocking); *addr gets its address, for connect. */
+static inline int loopback_listener(int backlog, struct sockaddr_in *addr)
+{
+    socklen_t len = sizeof *addr;
+    int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK(l >= 0);
+    memset(addr, 0, sizeof *addr);
+    addr->sin_family = AF_INET;
+    addr->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    CHECK_EQ(bind(l, (struct sockaddr *)addr, sizeof *addr), 0);
+    CHECK_EQ(listen(l, backlog), 0);
+    CHECK_EQ(getsockname(l, (struct sockaddr *)addr, &len), 0);
+    return l;
+}
 
 /* Runs this test binary's case child_case in a child process (through
  * ASYNC_TEST_EMULATOR under qemu-user), with env ("NAME=value", or NULL)

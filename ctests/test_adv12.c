@@ -382,14 +382,7 @@ static void nofile_load(int workers, int own_listener, int signals)
         start_thread(&flood, sig_flood, NULL);
     }
     ld.s = sched_new(workers);
-    ld.lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    CHECK(ld.lfd >= 0);
-    ld.addr.sin_family = AF_INET;
-    ld.addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    CHECK_EQ(bind(ld.lfd, (struct sockaddr *)&ld.addr, sizeof ld.addr), 0);
-    socklen_t al = sizeof ld.addr;
-    CHECK_EQ(getsockname(ld.lfd, (struct sockaddr *)&ld.addr, &al), 0);
-    CHECK_EQ(listen(ld.lfd, 128), 0);
+    ld.lfd = loopback_listener(128, &ld.addr);
     if (own_listener)
         CHECK_EQ(async_fiber_fd_open(ld.s, ld.lfd), 0);
     for (int i = 0; i < 2 * LD_CLIENTS; i++) {

@@ -109,15 +109,7 @@ static void make_pair(int kind, int sv[2])
         CHECK_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
     } else {
         struct sockaddr_in a;
-        socklen_t len = sizeof a;
-        int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        CHECK(l >= 0);
-        memset(&a, 0, sizeof a);
-        a.sin_family = AF_INET;
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        CHECK_EQ(bind(l, (struct sockaddr *)&a, sizeof a), 0);
-        CHECK_EQ(listen(l, 4), 0);
-        CHECK_EQ(getsockname(l, (struct sockaddr *)&a, &len), 0);
+        int l = loopback_listener(4, &a);
         sv[0] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         CHECK(sv[0] >= 0);
         CHECK_EQ(connect(sv[0], (struct sockaddr *)&a, sizeof a), 0);
@@ -984,15 +976,7 @@ static void t_cancel_accept(void)
 {
     async_sched_t *s = sched_new(2);
     struct sockaddr_in a;
-    socklen_t len = sizeof a;
-    ac_l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    CHECK(ac_l >= 0);
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    CHECK_EQ(bind(ac_l, (struct sockaddr *)&a, sizeof a), 0);
-    CHECK_EQ(listen(ac_l, 16), 0);
-    CHECK_EQ(getsockname(ac_l, (struct sockaddr *)&a, &len), 0);
+    ac_l = loopback_listener(16, &a);
     pad_accept.fn = ac_thread;
     for (int round = 0; round < 6; round++) {
         pthread_t t;
@@ -1319,16 +1303,8 @@ static void as_client(void *arg)
 static void accept_storm(int owned)
 {
     async_sched_t *s = sched_new(3);
-    socklen_t len = sizeof as_addr;
     atomic_store(&as_done, 0);
-    as_l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    CHECK(as_l >= 0);
-    memset(&as_addr, 0, sizeof as_addr);
-    as_addr.sin_family = AF_INET;
-    as_addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    CHECK_EQ(bind(as_l, (struct sockaddr *)&as_addr, sizeof as_addr), 0);
-    CHECK_EQ(listen(as_l, AC_CONNS), 0);
-    CHECK_EQ(getsockname(as_l, (struct sockaddr *)&as_addr, &len), 0);
+    as_l = loopback_listener(AC_CONNS, &as_addr);
     if (owned)
         CHECK_EQ(async_fiber_fd_open(s, as_l), 0);
     busy_start(s, 3);
