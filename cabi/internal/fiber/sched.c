@@ -525,7 +525,6 @@ static la_fiber_t *fiber_alloc(void) {
 #endif
 }
 
-
 /* A new record with a stack and a live handle (state NEW), or NULL with *rc. */
 la_fiber_t *la_fiber_new(la_sched_t *s, la_wk_t *w, int *rc) {
     la_fiber_t *f = w ? w->fcache : NULL;
