@@ -10,7 +10,8 @@
  * exchange); both are checked every 61 dispatches and whenever the local
  * queue is empty.
  * An idle worker spins (looks for work with pauses) for up to LA_SPIN_NS if
- * fewer than half of the busy workers already do, then parks: the first idle
+ * fewer than half of the busy workers already do, and only while some other
+ * worker is busy (its ring is what a spinner takes from), then parks: the first idle
  * worker blocks in the fd poller (poller.h; timeout = next timer), the others
  * on a condvar. Work made runnable while some worker is idle and none is
  * spinning wakes one of them (wake_one), which counts as spinning until it
@@ -789,17 +790,19 @@ static inline void cpu_relax(void) {
 #define LA_NEXT_STALE_NS 4000
 #define LA_SPIN_SEEN 32 /* victims (the first ones) whose LIFO slot is watched */
 
-/* Becomes a spinning worker unless half of the busy workers already spin. */
+/* Becomes a spinning worker unless half of the busy workers already spin,
+ * or no other worker is busy (spin, below). */
 static int spin_begin(la_sched_t *s) {
-    int busy = s->nw - atomic_load_explicit(&s->nidle, memory_order_relaxed);
-    if (2 * atomic_load_explicit(&s->nspinning, memory_order_relaxed) >= busy) return 0;
+    int busy = s->nw - atomic_load_explicit(&s->nidle, memory_order_relaxed); /* this one too */
+    if (busy < 2 || 2 * atomic_load_explicit(&s->nspinning, memory_order_relaxed) >= busy) return 0;
     atomic_fetch_add(&s->nspinning, 1);
     return 1;
 }
 
 /* Looks for work in the other workers' rings, the global queue and the inbox.
  * bounded == 0: one sweep that also takes LIFO slots (before sleeping);
- * else repeated sweeps for up to LA_SPIN_NS, then that final sweep. */
+ * else repeated sweeps for up to LA_SPIN_NS (less once no other worker is
+ * busy), then that final sweep. */
 LA_NOINLINE static la_fiber_t *spin(la_wk_t *w, int bounded) {
     la_sched_t *s = w->s;
 #if defined(LA_URING)
@@ -828,6 +831,12 @@ LA_NOINLINE static la_fiber_t *spin(la_wk_t *w, int bounded) {
             uint64_t now = la_now_ns();
             if (!t0) t0 = now;
             if (now - t0 >= LA_SPIN_NS) bounded = 0; /* the final sweep */
+            /* Every other worker idle (asleep or in the poller): no ring
+             * will fill while it looks, and work from the poller, the inbox
+             * or a timer wakes a sleeper. Spinning then only burns a CPU
+             * (the 2-worker TCP echo server: the idle worker spun 50 µs
+             * after every burst of fd events, docs/PERFORMANCE.md). */
+            if (atomic_load_explicit(&s->nidle, memory_order_relaxed) >= s->nw - 1) bounded = 0;
             stale = 0;
             for (int i = 0; i < nseen; i++) {
                 la_wk_t *v = &s->wks[i];
