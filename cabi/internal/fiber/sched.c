@@ -826,6 +826,8 @@ LA_NOINLINE static la_fiber_t *spin(la_wk_t *w, int bounded) {
         if (!f) f = global_get(s, w, LA_RUNQ / 2);
         if (!f) f = inbox_get(s, w);
         if (!f && la_timers_due(s) && timers_run(s) > 0) f = local_get(w);
+        if (!f && (round & 3) == 3 && la_fd_waiters(s) && !s->poller_active && poll_events(s, 0) > 0)
+            f = local_get(w);
         if (f || !bounded || atomic_load_explicit(&s->stopping, memory_order_relaxed)) return f;
         if ((round & 3) == 3) {
             uint64_t now = la_now_ns();
