@@ -22,6 +22,11 @@ type pollPoller struct {
 	regs    map[int]pollReg
 	dirty   bool
 	waiting bool
+	// rang: a change rang the doorbell during this wait. One byte per wait
+	// restarts it; a byte per change filled the pipe (64 KiB) while the
+	// waiter was slow to run, and an async_runtime_wakeup then found it
+	// full: its WakeupByte was never written, and the wakeup was lost.
+	rang bool
 
 	seq  uint64
 	fds  []unix.PollFd // owned by the waiting thread
@@ -118,7 +123,8 @@ func (p *pollPoller) change(fd int, events uint32, op int) error {
 	}
 	p.dirty = true
 	var err error
-	if p.waiting {
+	if p.waiting && !p.rang {
+		p.rang = true
 		err = p.write(RingByte) // restart the wait with the new set
 	}
 	p.mu.Unlock()
@@ -177,6 +183,7 @@ func (p *pollPoller) Wait(evs []Event, timeoutMs int) (int, WaitResult, error) {
 
 	p.mu.Lock()
 	p.waiting = false
+	p.rang = false // its byte is drained below, or ends the next poll at once
 	p.mu.Unlock()
 	if err != nil {
 		if err == unix.EINTR {
