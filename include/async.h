@@ -1036,8 +1036,10 @@ int async_fiber_wait_signal(int signo, int timeout_ms);
  * async_sched_create, chooses how a scheduler's fibers wait in the four
  * calls below: "epoll" or unset (the default) through the scheduler's fd
  * poller, "uring" through io_uring on Linux 5.19 or later (one ring per
- * worker; where the kernel refuses io_uring, epoll is used and an
- * ASYNC_LOG_INFO message says so; other platforms ignore it). The promises
+ * worker; where io_uring cannot be used, epoll is used and an
+ * ASYNC_LOG_INFO message says why: a kernel older than 5.19 or one that
+ * refuses io_uring, valgrind, or no descriptor or memory left for the
+ * rings when the scheduler is created; other platforms ignore it). The promises
  * below hold for both. With io_uring: a socket call of a fiber with
  * timeout_ms other than 0 is submitted to the ring; a timeout or shutdown
  * cancels it and waits for the kernel to confirm before returning (the

@@ -198,9 +198,11 @@ static const char *ring_open(la_uring_t *r, int solo, unsigned ncq) {
         p.cq_entries = ncq;
         fd = ur_setup(LA_UR_SQ, &p);
     }
-    if (fd < 0) return fd == -ENOSYS ? "io_uring_setup: not implemented"
-                       : fd == -EPERM ? "io_uring_setup: not permitted"
-                                      : "io_uring_setup failed";
+    if (fd < 0) return fd == -ENOSYS                   ? "io_uring_setup: not implemented"
+                       : fd == -EPERM                    ? "io_uring_setup: not permitted"
+                       : fd == -EMFILE || fd == -ENFILE ? "io_uring_setup: no descriptor left"
+                       : fd == -ENOMEM                   ? "io_uring_setup: out of memory"
+                                                         : "io_uring_setup failed";
     r->fd = fd;
     unsigned need = IORING_FEAT_NODROP | IORING_FEAT_SUBMIT_STABLE | IORING_FEAT_FAST_POLL;
     if ((p.features & need) != need) return "kernel lacks io_uring features (NODROP, SUBMIT_STABLE, FAST_POLL)";
@@ -266,6 +268,7 @@ int la_uring_open(la_sched_t *s) {
     if (!rings || busy_init(s) != 0) {
         free(rings);
         busy_free(s);
+        la_log(ASYNC_LOG_INFO, "fiber I/O: io_uring unavailable (out of memory): epoll is used");
         return -1;
     }
     const char *why = NULL;
