@@ -42,7 +42,10 @@
  *    async_worker_current, which work as usual, and async_fiber_current,
  *    which returns NULL (the child has
  *    no fibers, even when fork() was called on one), and async_fiber_yield
- *    (sched_yield).
+ *    (sched_yield). The child is known by the library's pthread_atfork
+ *    handler: a child made by _Fork() or a raw clone(2) runs none, is not
+ *    known, and must not call libasync at all (as with any function that
+ *    is not async-signal-safe in the child of a threaded process).
  *  - Timeouts are in milliseconds: -1 waits forever, 0 does not wait, n > 0
  *    waits at least n ms. Other negative values fail with ASYNC_E_INVAL.
  *  - Signal handlers the host installs must use SA_ONSTACK (sigaction). The
