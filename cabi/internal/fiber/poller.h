@@ -7,6 +7,10 @@
 #ifndef LA_POLLER_H
 #define LA_POLLER_H
 
+/* The most fd events one la_poller_wait hands out (what a busy worker's
+ * periodic poll must have room for in its run queue, sched.c). */
+#define LA_POLL_MAX 128
+
 /* Directions, in what a waiter wants and in what an event reports (an error
  * or a hang-up reports both). */
 enum { LA_PF_IN = 1, LA_PF_OUT = 2, LA_PF_PRI = 4 /* epoll: urgent data (EPOLLPRI), with IN */ };

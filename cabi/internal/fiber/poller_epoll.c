@@ -72,8 +72,8 @@ int la_poller_disown(la_poller_t *p, int fd) {
 }
 
 int la_poller_wait(la_poller_t *p, int timeout_ms, void (*fn)(void *ctx, void *rec, unsigned got), void *ctx) {
-    struct epoll_event evs[128];
-    int n = epoll_wait(p->fd, evs, 128, timeout_ms);
+    struct epoll_event evs[LA_POLL_MAX];
+    int n = epoll_wait(p->fd, evs, LA_POLL_MAX, timeout_ms);
     int nfd = 0;
     for (int i = 0; i < n; i++) {
         /* what the next events' dispatch touches, fetched while this one is

@@ -175,14 +175,14 @@ int la_poller_disown(la_poller_t *p, int fd) {
 }
 
 int la_poller_wait(la_poller_t *p, int timeout_ms, void (*fn)(void *ctx, void *rec, unsigned got), void *ctx) {
-    struct kevent evs[128];
+    struct kevent evs[LA_POLL_MAX];
     struct timespec ts, *tp = NULL;
     if (timeout_ms >= 0) {
         ts.tv_sec = timeout_ms / 1000;
         ts.tv_nsec = (long)(timeout_ms % 1000) * 1000000L;
         tp = &ts;
     }
-    int n = kevent(p->fd, NULL, 0, evs, 128, tp);
+    int n = kevent(p->fd, NULL, 0, evs, LA_POLL_MAX, tp);
     int nfd = 0;
     for (int i = 0; i < n; i++) {
         void *rec = (void *)(intptr_t)evs[i].udata;

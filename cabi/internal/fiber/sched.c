@@ -137,6 +137,15 @@ static la_fiber_t *runq_get(la_wk_t *w) {
     }
 }
 
+/* Room in w's ring for a poll's worth of readied fibers (LA_POLL_MAX):
+ * more would spill the oldest half of the ring to the global queue, where
+ * a busy worker takes one every 61 dispatches, behind everything readied
+ * after them (the tail of the TCP echo's round trips). */
+static inline int runq_room(la_wk_t *w) {
+    uint32_t h = atomic_load_explicit(&w->head, memory_order_relaxed);
+    return atomic_load_explicit(&w->tail, memory_order_relaxed) - h <= LA_RUNQ - LA_POLL_MAX;
+}
+
 static int runq_empty(la_wk_t *w) {
     uint32_t h = atomic_load_explicit(&w->head, memory_order_acquire);
     uint32_t t = atomic_load_explicit(&w->tail, memory_order_acquire);
@@ -876,7 +885,7 @@ static la_fiber_t *find_work(la_wk_t *w) {
 #endif
             if ((f = global_get(s, w, 1)) || (f = inbox_get(s, w))) break;
             timers_run(s);
-            if (la_fd_waiters(s) && !s->poller_active) poll_events(s, 0);
+            if (la_fd_waiters(s) && !s->poller_active && runq_room(w)) poll_events(s, 0);
         }
         if ((f = local_get(w))) {
 #if defined(LA_URING)
