@@ -880,7 +880,7 @@ static la_fiber_t *find_work(la_wk_t *w) {
 #if defined(LA_URING)
             if (w->ur) { /* a busy worker submits too, and reaps what sleeping workers' rings got */
                 la_uring_flush(w->ur, 16);
-                if (s->nw > 1) la_uring_reap_others(s, w->ur);
+                if (s->nw > 1 && runq_room(w)) la_uring_reap_others(s, w->ur);
             }
 #endif
             if ((f = global_get(s, w, 1)) || (f = inbox_get(s, w))) break;
