@@ -20,6 +20,8 @@
  *                  threads and of this client (on loopback a send runs the
  *                  receiver's input path and its wake-up: see
  *                  docs/PERFORMANCE.md, "What the numbers say about TCP echo");
+ *   server_preempted: involuntary context switches of the server's threads
+ *                  (the CPU taken from them, by the client among others);
  *   p50_us, p99_us: round-trip latency seen by the client (send to last byte
  *                  of the echo), over every round trip;
  *   rt_per_s:      round trips per second;
@@ -178,6 +180,14 @@ static uint64_t parse_sleeps(FILE *f) { /* status: voluntary_ctxt_switches */
     return 0;
 }
 
+static uint64_t parse_preempted(FILE *f) { /* status: nonvoluntary_ctxt_switches */
+    char line[256];
+    unsigned long long v;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "nonvoluntary_ctxt_switches: %llu", &v) == 1) return v;
+    return 0;
+}
+
 static uint64_t server_user_ns; /* utime alone, from the last server_cpu_ns */
 
 /* CPU time of every thread of the server, in ns (schedstat), and in ns from
@@ -202,6 +212,9 @@ static uint64_t server_cpu_ns(uint64_t *stat_ns) {
 
 /* Voluntary context switches (sleeps) of every thread of the server. */
 static uint64_t server_sleeps(void) { return sum_tasks("status", parse_sleeps); }
+
+/* Involuntary context switches (preemptions) of every thread of the server. */
+static uint64_t server_preempted(void) { return sum_tasks("status", parse_preempted); }
 
 static uint64_t my_sleeps(void) {
     struct rusage ru;
@@ -337,13 +350,13 @@ int main(int argc, char **argv) {
     }
 
     uint64_t stat0, stat1;
-    uint64_t sl0 = server_sleeps(), csl0 = my_sleeps();
+    uint64_t sl0 = server_sleeps(), csl0 = my_sleeps(), pre0 = server_preempted();
     uint64_t cpu0 = server_cpu_ns(&stat0), user0 = server_user_ns;
     uint64_t t0 = now_ns();
     run_phase(0, (uint32_t)conns, rts, 1);
     uint64_t t1 = now_ns();
     uint64_t cpu1 = server_cpu_ns(&stat1);
-    uint64_t sl1 = server_sleeps(), csl1 = my_sleeps();
+    uint64_t sl1 = server_sleeps(), csl1 = my_sleeps(), pre1 = server_preempted();
     int uring_fds, epoll_fds;
     server_pollers(&uring_fds, &epoll_fds);
 
@@ -362,11 +375,11 @@ int main(int argc, char **argv) {
     uint64_t p50 = percentile(samples, nsamples, 50), p99 = percentile(samples, nsamples, 99);
     printf("ok=1 conns=%ld round_trips=%.0f msg=%zu secs=%.4f rt_per_s=%.0f cpu_us_per_rt=%.3f "
            "cpu_stat_us_per_rt=%.3f server_cpu_s=%.3f p50_us=%.1f p99_us=%.1f server_io=%s uring_fds=%d "
-           "epoll_fds=%d server_sleeps=%llu client_sleeps=%llu server_user_us_per_rt=%.3f\n",
+           "epoll_fds=%d server_sleeps=%llu client_sleeps=%llu server_user_us_per_rt=%.3f server_preempted=%llu\n",
            conns, n, msg, secs, n / secs, (double)(cpu1 - cpu0) / 1e3 / n, (double)(stat1 - stat0) / 1e3 / n,
            (double)(cpu1 - cpu0) / 1e9, (double)p50 / 1e3, (double)p99 / 1e3,
            uring_fds ? "uring" : epoll_fds ? "epoll" : "other", uring_fds, epoll_fds,
            (unsigned long long)(sl1 - sl0), (unsigned long long)(csl1 - csl0),
-           (double)(server_user_ns - user0) / 1e3 / n);
+           (double)(server_user_ns - user0) / 1e3 / n, (unsigned long long)(pre1 - pre0));
     return 0;
 }
