@@ -11,7 +11,9 @@
  * queue is empty.
  * An idle worker spins (looks for work with pauses) for up to LA_SPIN_NS if
  * fewer than half of the busy workers already do, and only while some other
- * worker is busy (its ring is what a spinner takes from), then parks: the first idle
+ * worker is busy (its ring is what a spinner takes from; every fourth sweep
+ * it also polls the fds without blocking when nobody sits in the poller),
+ * then parks: the first idle
  * worker blocks in the fd poller (poller.h; timeout = next timer), the others
  * on a condvar. Work made runnable while some worker is idle and none is
  * spinning wakes one of them (wake_one), which counts as spinning until it
