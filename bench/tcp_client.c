@@ -172,21 +172,18 @@ static uint64_t parse_run_ns(FILE *f) { /* schedstat: run time first */
     return fscanf(f, "%llu", &run) == 1 ? run : 0;
 }
 
-static uint64_t parse_sleeps(FILE *f) { /* status: voluntary_ctxt_switches */
+/* The number after "key:" at the start of a line of a status file. */
+static uint64_t status_field(FILE *f, const char *key) {
     char line[256];
+    size_t k = strlen(key);
     unsigned long long v;
     while (fgets(line, sizeof line, f))
-        if (sscanf(line, "voluntary_ctxt_switches: %llu", &v) == 1) return v;
+        if (strncmp(line, key, k) == 0 && line[k] == ':' && sscanf(line + k + 1, "%llu", &v) == 1) return v;
     return 0;
 }
 
-static uint64_t parse_preempted(FILE *f) { /* status: nonvoluntary_ctxt_switches */
-    char line[256];
-    unsigned long long v;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "nonvoluntary_ctxt_switches: %llu", &v) == 1) return v;
-    return 0;
-}
+static uint64_t parse_sleeps(FILE *f) { return status_field(f, "voluntary_ctxt_switches"); }
+static uint64_t parse_preempted(FILE *f) { return status_field(f, "nonvoluntary_ctxt_switches"); }
 
 static uint64_t server_user_ns; /* utime alone, from the last server_cpu_ns */
 
