@@ -178,8 +178,97 @@ static void t_kick_stolen_inbox(void) {
     close(p[1]);
     async_sched_destroy(s);
 }
+
+typedef struct {
+    atomic_long go, done;
+    atomic_int bad;
+} tk_t;
+
+/* Keeps its worker busy (waits for `go` without parking), then sleeps 1 ms:
+ * the timer is the earliest, so adding it kicks the worker in the poller. */
+static void timer_kicker(void *arg) {
+    tk_t *t = arg;
+    for (long i = 1;; i++) {
+        double t0 = now_ms();
+        while (atomic_load(&t->go) < i) {
+            if (atomic_load(&t->go) < 0) return;
+            if (now_ms() - t0 > 30000) {
+                atomic_store(&t->bad, 1);
+                return;
+            }
+        }
+        if (async_fiber_sleep(1) != 0) {
+            atomic_store(&t->bad, 2);
+            return;
+        }
+        atomic_store(&t->done, i);
+    }
+}
+
+/* The timer path of the same theft: three workers, one kept busy by a
+ * fiber that then sleeps 1 ms, one in the poller (its timeout set before
+ * that sleep began: the quiet reader's 60 s), one in a held non-blocking
+ * poll that takes the kick the new earliest timer sent. The poller slept on
+ * past the 1 ms, and the other workers, which had found no timer due, slept
+ * on the condition variable: the sleeper woke after the quiet reader's
+ * timeout, not after 1 ms. Plain-thread hand-offs to an echo fiber keep the
+ * workers moving between rounds. */
+static void t_kick_stolen_timer(void) {
+    async_sched_t *s = mk(3);
+    int p[2];
+    CHECK_EQ(pipe(p), 0);
+    quiet_t q = {p[0], 0};
+    CHECK(async_fiber_spawn(s, quiet_reader, &q, 0));
+    sched_wait_parked(s, 1);
+    echo_t e = {async_chan_create(0, sizeof(long)), async_chan_create(0, sizeof(long)), 1L << 40, 0};
+    tk_t t = {0, 0, 0};
+    CHECK(e.in && e.out);
+    CHECK(async_fiber_spawn(s, echo_fiber, &e, 0));
+    CHECK(async_fiber_spawn(s, timer_kicker, &t, 0));
+    long rounds = 200, staged_rounds = 0;
+    atomic_store(&nb_bells, 0);
+    atomic_store(&staged, 1);
+    for (long i = 1; i <= rounds; i++) {
+        long v = i;
+        CHECK_EQ(async_chan_send(e.in, &v, 10000), 0);
+        CHECK_EQ(async_chan_recv(e.out, &v, 10000), 0);
+        atomic_store(&sent, 0);
+        atomic_store(&nb_after, 0);
+        double t0 = now_ms();
+        while (!(atomic_load(&nb_in) && atomic_load(&b_in)) && now_ms() - t0 < 20) pause_us(20);
+        staged_rounds += atomic_load(&nb_in) && atomic_load(&b_in);
+        atomic_store(&t.go, i);
+        pause_us(300); /* the sleep began: its timer is in, the poller kicked */
+        atomic_store(&sent, 1);
+        t0 = now_ms();
+        while (atomic_load(&t.done) < i && !atomic_load(&t.bad) && now_ms() - t0 < 10000) pause_us(100);
+        if (atomic_load(&t.done) < i) {
+            printf("round %ld: the 1 ms sleep did not end within 10 s\n", i);
+            fflush(stdout);
+            async_sched_dump(s, 1);
+        }
+        CHECK_EQ(atomic_load(&t.bad), 0);
+        CHECK_EQ(atomic_load(&t.done), i);
+    }
+    atomic_store(&staged, 0);
+    atomic_store(&sent, 0);
+    printf("rounds staged: %ld of %ld, doorbells taken by non-blocking polls: %ld\n", staged_rounds, rounds,
+           atomic_load(&nb_bells));
+    atomic_store(&t.go, -1);
+    CHECK_EQ(write(p[1], "x", 1), 1);
+    double t1 = now_ms();
+    while (atomic_load(&q.rc) == 1 && now_ms() - t1 < 20000) sleep_ms(1);
+    CHECK_EQ(async_sched_shutdown(s, 20000), 0); /* ends the echo fiber's wait */
+    CHECK_EQ(atomic_load(&q.rc), 0);
+    async_chan_destroy(e.in);
+    async_chan_destroy(e.out);
+    close(p[0]);
+    close(p[1]);
+    async_sched_destroy(s);
+}
 #else
 static void t_kick_stolen_inbox(void) { printf("skipped: interposes epoll_wait (Linux)\n"); }
+static void t_kick_stolen_timer(void) { printf("skipped: interposes epoll_wait (Linux)\n"); }
 #endif
 
 /* ---- a storm of fd events from a plain thread ---------------------------------- */
@@ -651,6 +740,7 @@ static void t_shutdown_storm(void) { printf("skipped: pipes (not Windows)\n"); }
 
 static const test_case_t cases[] = {
     T(kick_stolen_inbox),
+    T(kick_stolen_timer),
     T(fd_storm),
     T(mixed_wakes),
     T(idle_cpu_fd_waiter),
