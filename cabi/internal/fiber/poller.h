@@ -66,9 +66,13 @@ int la_poller_own(la_poller_t *p, int fd, void *rec, int replace);
  * ends). 0 or -errno (-ENOENT: not registered). */
 int la_poller_disown(la_poller_t *p, int fd);
 /* Waits up to timeout_ms (-1 forever) and calls fn(ctx, rec, got) for each
- * fd event; a kick is consumed, not reported. Returns the number of fd
- * events. */
-int la_poller_wait(la_poller_t *p, int timeout_ms, void (*fn)(void *ctx, void *rec, unsigned got), void *ctx);
+ * fd event; a kick is consumed, not reported to fn: *rang (when not NULL) is
+ * set to 1 if this call took one, else 0. Returns the number of fd events.
+ * Several threads may wait at once (a blocking one, non-blocking ones); a
+ * kick goes to whichever takes it first, so a non-blocking caller that took
+ * one must pass it on (sched.c, poll_now). */
+int la_poller_wait(la_poller_t *p, int timeout_ms, void (*fn)(void *ctx, void *rec, unsigned got), void *ctx,
+                   int *rang);
 
 #if defined(_WIN32)
 /* Windows replaces la_poller_arm with one-shot AFD polls that io_windows.c

@@ -71,16 +71,19 @@ int la_poller_disown(la_poller_t *p, int fd) {
     return epoll_ctl(p->fd, EPOLL_CTL_DEL, fd, &ev) == 0 ? 0 : -errno;
 }
 
-int la_poller_wait(la_poller_t *p, int timeout_ms, void (*fn)(void *ctx, void *rec, unsigned got), void *ctx) {
+int la_poller_wait(la_poller_t *p, int timeout_ms, void (*fn)(void *ctx, void *rec, unsigned got), void *ctx,
+                   int *rang) {
     struct epoll_event evs[LA_POLL_MAX];
     int n = epoll_wait(p->fd, evs, LA_POLL_MAX, timeout_ms);
     int nfd = 0;
+    if (rang) *rang = 0;
     for (int i = 0; i < n; i++) {
         /* what the next events' dispatch touches, fetched while this one is
          * handled: the record two ahead, the waiter of the next (io.c) */
         if (i + 2 < n) __builtin_prefetch(evs[i + 2].data.ptr, 1);
         if (fn == la_io_event && i + 1 < n && evs[i + 1].data.ptr) la_io_prefetch(evs[i + 1].data.ptr);
         if (evs[i].data.ptr == NULL) {
+            if (rang) *rang = 1;
             if (++p->bell_unread >= LA_BELL_DRAIN) {
                 uint64_t v;
                 ssize_t r = la_read_nc(p->bell, &v, sizeof v);

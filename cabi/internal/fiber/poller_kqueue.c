@@ -174,7 +174,8 @@ int la_poller_disown(la_poller_t *p, int fd) {
     return errs[0] && errs[1] ? -errs[0] : 0;
 }
 
-int la_poller_wait(la_poller_t *p, int timeout_ms, void (*fn)(void *ctx, void *rec, unsigned got), void *ctx) {
+int la_poller_wait(la_poller_t *p, int timeout_ms, void (*fn)(void *ctx, void *rec, unsigned got), void *ctx,
+                   int *rang) {
     struct kevent evs[LA_POLL_MAX];
     struct timespec ts, *tp = NULL;
     if (timeout_ms >= 0) {
@@ -184,9 +185,11 @@ int la_poller_wait(la_poller_t *p, int timeout_ms, void (*fn)(void *ctx, void *r
     }
     int n = kevent(p->fd, NULL, 0, evs, LA_POLL_MAX, tp);
     int nfd = 0;
+    if (rang) *rang = 0;
     for (int i = 0; i < n; i++) {
         void *rec = (void *)(intptr_t)evs[i].udata;
         if (rec == NULL) {
+            if (rang) *rang = 1;
 #if !defined(LA_KQ_USER)
             char buf[64];
             while (read(p->bell, buf, sizeof buf) > 0) {

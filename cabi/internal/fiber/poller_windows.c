@@ -91,16 +91,19 @@ static void afd_done(la_afd_op_t *op) {
 
 void la_afd_op_unref(la_afd_op_t *op) { afd_done(op); }
 
-/* Takes what the port has (up to timeout_ms); fn may be NULL (close). */
-static int drain(la_poller_t *p, int timeout_ms, void (*fn)(void *, void *, unsigned), void *ctx) {
+/* Takes what the port has (up to timeout_ms); fn may be NULL (close);
+ * *rang (not NULL): whether it took the doorbell's packet. */
+static int drain(la_poller_t *p, int timeout_ms, void (*fn)(void *, void *, unsigned), void *ctx, int *rang) {
     OVERLAPPED_ENTRY ents[64];
     ULONG n = 0;
     DWORD t = timeout_ms < 0 ? INFINITE : (DWORD)timeout_ms;
+    if (rang) *rang = 0;
     if (!GetQueuedCompletionStatusEx(p->port, ents, 64, &n, t, FALSE)) return 0;
     int nfd = 0;
     for (ULONG i = 0; i < n; i++) {
         if (ents[i].lpCompletionKey == LA_KEY_BELL) {
             atomic_store(&p->kicked, 0);
+            if (rang) *rang = 1;
             continue;
         }
         la_afd_op_t *op = (la_afd_op_t *)ents[i].lpOverlapped;
@@ -125,7 +128,7 @@ void la_poller_close(la_poller_t *p) {
         /* Closing the handle cancels its polls; their packets still come. */
         CloseHandle(p->afd);
         p->afd = NULL;
-        for (int i = 0; i < 100 && atomic_load(&p->nops) > 0; i++) drain(p, 10, NULL, NULL);
+        for (int i = 0; i < 100 && atomic_load(&p->nops) > 0; i++) drain(p, 10, NULL, NULL, NULL);
         /* A request the kernel never returned keeps its memory (leaked
          * rather than freed under a late write). */
     }
@@ -137,8 +140,9 @@ void la_poller_kick(la_poller_t *p) {
     if (!atomic_exchange(&p->kicked, 1)) PostQueuedCompletionStatus(p->port, 0, LA_KEY_BELL, NULL);
 }
 
-int la_poller_wait(la_poller_t *p, int timeout_ms, void (*fn)(void *ctx, void *rec, unsigned got), void *ctx) {
-    return drain(p, timeout_ms, fn, ctx);
+int la_poller_wait(la_poller_t *p, int timeout_ms, void (*fn)(void *ctx, void *rec, unsigned got), void *ctx,
+                   int *rang) {
+    return drain(p, timeout_ms, fn, ctx, rang);
 }
 
 static SRWLOCK afd_mu = SRWLOCK_INIT;

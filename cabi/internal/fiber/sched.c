@@ -688,12 +688,32 @@ static void run_fiber(la_wk_t *w, la_fiber_t *f) {
 }
 
 /* Dispatches fd events (io.c) after a kick or a timeout; returns the
- * number of fd events. */
-static int poll_events(la_sched_t *s, int timeout_ms) {
+ * number of fd events. *rang: as la_poller_wait. */
+static int poll_events(la_sched_t *s, int timeout_ms, int *rang) {
 #if defined(LA_URING)
-    if (s->uring) return la_poller_wait(&s->poller, timeout_ms, la_uring_event, s);
+    if (s->uring) return la_poller_wait(&s->poller, timeout_ms, la_uring_event, s, rang);
 #endif
-    return la_poller_wait(&s->poller, timeout_ms, la_io_event, s);
+    return la_poller_wait(&s->poller, timeout_ms, la_io_event, s, rang);
+}
+
+/* A non-blocking poll of the fds by a worker that is not the poller (a busy
+ * or a spinning one, which saw no poller: poller_active read without imu).
+ * The doorbell is in the same poller set: if that worker is preempted after
+ * its look, another one may become the poller meanwhile and be kicked
+ * (wake_one, an earlier timer), and the kick is then taken here. The poller
+ * slept on (until an fd event or its timeout: for ever without either), and
+ * with a wake_one's kick it kept the spinning unit it was handed, so that no
+ * later ready woke anybody: a lost wake-up (ctest adv14.kick_stolen_inbox).
+ * A kick taken here is rung again while there is a poller. */
+static int poll_now(la_sched_t *s) {
+    int rang = 0;
+    int n = poll_events(s, 0, &rang);
+    if (rang) {
+        pthread_mutex_lock(&s->imu);
+        if (s->poller_active) la_kick_poller(s);
+        pthread_mutex_unlock(&s->imu);
+    }
+    return n;
 }
 
 /* Sleeps until woken (or, as the poller, until an fd event or the next
@@ -721,7 +741,7 @@ LA_NOINLINE static int idle_park(la_wk_t *w) {
          * (sleep for ever) before */
         uint64_t d = atomic_load(&s->next_deadline);
         int timeout = d == UINT64_MAX ? -1 : la_ms_left(d ? d : 1);
-        poll_events(s, timeout);
+        poll_events(s, timeout, NULL);
         w->coarse = la_coarse_ns();
         pthread_mutex_lock(&s->imu);
         s->poller_active = 0;
@@ -837,7 +857,7 @@ LA_NOINLINE static la_fiber_t *spin(la_wk_t *w, int bounded) {
         if (!f) f = global_get(s, w, LA_RUNQ / 2);
         if (!f) f = inbox_get(s, w);
         if (!f && la_timers_due(s) && timers_run(s) > 0) f = local_get(w);
-        if (!f && (round & 3) == 3 && la_fd_waiters(s) && !s->poller_active && poll_events(s, 0) > 0)
+        if (!f && (round & 3) == 3 && la_fd_waiters(s) && !s->poller_active && poll_now(s) > 0)
             f = local_get(w);
         if (f || !bounded || atomic_load_explicit(&s->stopping, memory_order_relaxed)) return f;
         if ((round & 3) == 3) {
@@ -887,7 +907,7 @@ static la_fiber_t *find_work(la_wk_t *w) {
 #endif
             if ((f = global_get(s, w, 1)) || (f = inbox_get(s, w))) break;
             timers_run(s);
-            if (la_fd_waiters(s) && !s->poller_active && runq_room(w)) poll_events(s, 0);
+            if (la_fd_waiters(s) && !s->poller_active && runq_room(w)) poll_now(s);
         }
         if ((f = local_get(w))) {
 #if defined(LA_URING)
@@ -905,7 +925,7 @@ static la_fiber_t *find_work(la_wk_t *w) {
         if (w->lease) live_sub(s, w, w->lease);
         if ((f = global_get(s, w, LA_RUNQ / 2)) || (f = inbox_get(s, w))) break;
         if (timers_run(s) > 0) continue;
-        if (la_fd_waiters(s) && !s->poller_active && poll_events(s, 0) > 0) continue;
+        if (la_fd_waiters(s) && !s->poller_active && poll_now(s) > 0) continue;
         if (s->nw > 1) {
             if (!spinning) spinning = spin_begin(s);
             if ((f = spin(w, spinning))) {
