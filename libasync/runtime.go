@@ -180,6 +180,8 @@ const fdEventMask = EventRead | EventWrite | EventError | EventClose
 // Add watches fd for events (EventRead|EventWrite|EventClose; errors and a
 // hang-up of both sides are always reported, a read-side hang-up alone only
 // with EventClose: see port.Poller); ctx comes back in its events.
+// ErrBadFd for a number that names no open descriptor (negative, above
+// math.MaxInt32 on Unix, or not open), ErrExists if fd is registered.
 func (rt *Runtime) Add(fd int, events uint32, ctx uintptr) error {
 	if events&^fdEventMask != 0 {
 		return ErrInval

@@ -101,7 +101,7 @@ func epollBits(events uint32) uint32 {
 }
 
 func (p *epollPoller) ctl(op, fd int, events uint32) error {
-	if fd < 0 {
+	if badFdNumber(fd) {
 		return ErrBadFd
 	}
 	p.mu.Lock()

@@ -139,7 +139,7 @@ func (p *kqueuePoller) lookup(fd int) (*kqReg, error) {
 }
 
 func (p *kqueuePoller) Add(fd int, events uint32) error {
-	if fd < 0 {
+	if badFdNumber(fd) {
 		return ErrBadFd
 	}
 	p.mu.Lock()
@@ -176,7 +176,7 @@ func (p *kqueuePoller) Add(fd int, events uint32) error {
 }
 
 func (p *kqueuePoller) Modify(fd int, events uint32) error {
-	if fd < 0 {
+	if badFdNumber(fd) {
 		return ErrBadFd
 	}
 	p.mu.Lock()
@@ -216,7 +216,7 @@ func (p *kqueuePoller) Modify(fd int, events uint32) error {
 }
 
 func (p *kqueuePoller) Remove(fd int) error {
-	if fd < 0 {
+	if badFdNumber(fd) {
 		return ErrBadFd
 	}
 	p.mu.Lock()

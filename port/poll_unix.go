@@ -68,7 +68,7 @@ func validFd(fd int) bool {
 }
 
 func (p *pollPoller) change(fd int, events uint32, op int) error {
-	if fd < 0 {
+	if badFdNumber(fd) {
 		return ErrBadFd
 	}
 	p.mu.Lock()

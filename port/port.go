@@ -10,6 +10,7 @@ package port
 
 import (
 	"errors"
+	"math"
 	"os"
 	"unsafe"
 )
@@ -61,7 +62,10 @@ type Poller interface {
 	// Add starts watching fd for events (EventRead|EventWrite|EventClose).
 	// Errors and a hang-up of both sides are always reported; a read-side
 	// hang-up alone (the peer's shutdown(SHUT_WR)) is EventClose only when
-	// EventClose was asked for (data may still be unread).
+	// EventClose was asked for (data may still be unread). On Unix, Add,
+	// Modify and Remove fail with ErrBadFd for a number that cannot name a
+	// descriptor (negative or above math.MaxInt32) and leave every
+	// registration alone.
 	Add(fd int, events uint32) error
 	// Modify changes the watched events of a registered fd.
 	Modify(fd int, events uint32) error
@@ -130,6 +134,13 @@ func Backends() []string {
 	}
 	return names
 }
+
+// badFdNumber reports whether fd cannot name a descriptor of a Unix
+// poller: negative, or beyond the kernel's int. The syscalls (epoll_ctl,
+// fstat, fcntl, kevent's ident, poll's int32 field) keep only the low 32
+// bits, so fd + 2^32 would silently name fd itself: its registration
+// removed or watched twice behind the caller's back (adversarial pass 15).
+func badFdNumber(fd int) bool { return fd < 0 || int64(fd) > math.MaxInt32 }
 
 var backends = map[string]func() (Poller, error){}
 
