@@ -279,7 +279,10 @@ func (q *Queue) Stats() QueueStats {
 
 // Attach makes the queue (made with SignalOnData) post (key, data) to rt on
 // every empty -> non-empty transition; rt == nil detaches. A non-empty queue
-// posts once at once.
+// posts once at once. Attaching again replaces the runtime and key. Once rt
+// is closed (before or after Attach) the queue simply posts nothing; its
+// Enqueue is unaffected. ErrInval without SignalOnData, ErrClosed after the
+// queue's Close.
 func (q *Queue) Attach(rt *Runtime, key, data uintptr) error {
 	if q.flags&SignalOnData == 0 {
 		return ErrInval
