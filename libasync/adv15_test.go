@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/libasync/libasync/port"
 	"golang.org/x/sys/unix"
@@ -1051,4 +1052,52 @@ func TestAdv15RuntimeFdExhaustion(t *testing.T) {
 			}
 		})
 	}
+}
+
+// adv15HugeEvents returns an out slice of n events backed by lazily mapped
+// memory (MAP_NORESERVE: nothing is committed until written), so that a Wait
+// with an out beyond epoll's limit costs no real memory; skips where the
+// host refuses such a mapping.
+func adv15HugeEvents(t *testing.T, n int) []Event {
+	size := n * int(unsafe.Sizeof(Event{}))
+	b, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANON|unix.MAP_NORESERVE)
+	if err != nil {
+		t.Skipf("cannot map %d bytes: %v", size, err)
+	}
+	t.Cleanup(func() { unix.Munmap(b) })
+	return unsafe.Slice((*Event)(unsafe.Pointer(&b[0])), n)
+}
+
+// A Wait whose out holds more than epoll_wait's limit (INT_MAX/12 records,
+// about 179 million) failed with ErrClosed on an open runtime (the epoll
+// port passed len(out)+1 as maxevents and took the EINVAL for a closed
+// poller), after allocating gigabytes of buffers that followed len(out).
+// Now the harvest is bounded (port.MaxHarvest): the events come, the
+// runtime stays open.
+func TestAdv15WaitHugeOut(t *testing.T) {
+	if math.MaxInt == math.MaxInt32 {
+		t.Skip("32-bit int")
+	}
+	out := adv15HugeEvents(t, 179_000_000)
+	backends(t, func(t *testing.T, rt *Runtime) {
+		r, w := adv15Pipe(t)
+		if err := rt.Add(r, EventRead, 4); err != nil {
+			t.Fatal(err)
+		}
+		unix.Write(w, []byte("x"))
+		rt.Post(1, 2)
+		got := map[uint32]int{}
+		for i := 0; i < 3 && (got[EventRead] == 0 || got[EventCompletion] == 0); i++ {
+			n, err := rt.Wait(out, 2*time.Second)
+			if err != nil {
+				t.Fatalf("Wait with len(out) %d: %v", len(out), err)
+			}
+			for _, e := range out[:n] {
+				got[e.Type&(EventRead|EventCompletion)]++
+			}
+		}
+		if got[EventRead] == 0 || got[EventCompletion] != 1 {
+			t.Fatalf("events %v", got)
+		}
+	})
 }

@@ -365,7 +365,9 @@ func (rt *Runtime) CancelTimer(id uint64) error {
 // async_runtime_get_stats). Under tmu.
 func (rt *Runtime) countTimers() { atomic.StoreInt64(&rt.sh.Timers, int64(rt.wheel.live)) }
 
-// Wait fills out with events and returns how many. timeout < 0 waits
+// Wait fills out with events and returns how many, at most
+// port.MaxHarvest per call (what does not fit stays for the next call).
+// timeout < 0 waits
 // forever, 0 polls, otherwise at least timeout (rounded up to whole ms).
 // It returns early with 0 on Wakeup or when a signal interrupted the wait.
 func (rt *Runtime) Wait(out []Event, timeout time.Duration) (int, error) {
@@ -431,6 +433,11 @@ func (rt *Runtime) beginWait(out []Event, timeout time.Duration) (*waitCall, err
 	if rt.shut.Load() {
 		rt.waitMu.Unlock()
 		return nil, ErrClosed
+	}
+	if len(out) > port.MaxHarvest {
+		// The poller harvests no more per call, and the buffer for its
+		// records would follow a huge out (see port.MaxHarvest).
+		out = out[:port.MaxHarvest]
 	}
 	w := &rt.wcall
 	*w = waitCall{rt: rt, out: out, timeout: timeout, deadline: -1}

@@ -72,7 +72,8 @@ type Poller interface {
 	// Remove stops watching fd.
 	Remove(fd int) error
 	// Wait blocks up to timeoutMs (-1 forever, 0 poll) and fills evs with
-	// ready fds (the doorbell is never among them). r says whether the
+	// ready fds (the doorbell is never among them), at most MaxHarvest on
+	// Unix (the rest come next time). r says whether the
 	// doorbell was drained, whether that included an explicit Wakeup, and
 	// whether a signal interrupted the wait.
 	Wait(evs []Event, timeoutMs int) (n int, r WaitResult, err error)
@@ -134,6 +135,13 @@ func Backends() []string {
 	}
 	return names
 }
+
+// MaxHarvest bounds the fd records one Wait of a Unix poller harvests,
+// whatever len(evs): epoll_wait refuses more than INT_MAX/12 (EINVAL, which
+// the epoll port took for a closed poller), and the raw buffer would follow
+// a caller's huge evs (gigabytes). Readiness is level-triggered: the records
+// not harvested now are harvested by the next Wait.
+const MaxHarvest = 1 << 16
 
 // badFdNumber reports whether fd cannot name a descriptor of a Unix
 // poller: negative, or beyond the kernel's int. The syscalls (epoll_ctl,
