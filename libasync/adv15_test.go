@@ -1101,3 +1101,61 @@ func TestAdv15WaitHugeOut(t *testing.T) {
 		}
 	})
 }
+
+// Modify of a registered fd that was closed without Remove: the poll
+// backend said nil (ModifyContext even took the new context), and once the
+// number named another file, Modify said nil again and that file, never
+// added, was reported with the context given to the failed ModifyContext.
+// epoll says ErrBadFd, then ErrNotFound; so do both now. (The poll backend
+// may still report the new file under the number's old context until
+// Remove or Add, as documented for async_runtime_add; not with ctx 5.)
+func TestAdv15ModifyClosedOrReusedFd(t *testing.T) {
+	backends(t, func(t *testing.T, rt *Runtime) {
+		var p [2]int
+		if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Close(p[1])
+		if err := rt.Add(p[0], EventRead, 1); err != nil {
+			t.Fatal(err)
+		}
+		unix.Close(p[0])
+		if err := rt.Modify(p[0], EventRead|EventWrite); !errors.Is(err, ErrBadFd) {
+			t.Errorf("Modify of a closed fd: %v, want ErrBadFd", err)
+		}
+		if err := rt.ModifyContext(p[0], EventRead, 5); !errors.Is(err, ErrBadFd) {
+			t.Errorf("ModifyContext of a closed fd: %v, want ErrBadFd", err)
+		}
+		q0, q1 := adv15Pipe(t)
+		if q0 != p[0] {
+			t.Skipf("fd number not reused (%d vs %d)", q0, p[0])
+		}
+		if err := rt.Modify(q0, EventRead); !errors.Is(err, ErrNotFound) {
+			t.Errorf("Modify of a reused number: %v, want ErrNotFound", err)
+		}
+		if err := rt.ModifyContext(q0, EventRead, 5); !errors.Is(err, ErrNotFound) {
+			t.Errorf("ModifyContext of a reused number: %v, want ErrNotFound", err)
+		}
+		unix.Write(q1, []byte("x"))
+		ev := make([]Event, 4)
+		n, err := rt.Wait(ev, 20*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range ev[:n] {
+			if e.Context == 5 {
+				t.Errorf("event with the context of a failed ModifyContext: %+v", e)
+			}
+		}
+		if err := rt.Remove(q0); err != nil {
+			t.Fatalf("Remove of the old registration: %v", err)
+		}
+		if err := rt.Add(q0, EventRead, 9); err != nil {
+			t.Fatal(err)
+		}
+		n, err = rt.Wait(ev, 2*time.Second)
+		if err != nil || n != 1 || ev[0].Fd != q0 || ev[0].Context != 9 {
+			t.Fatalf("after re-add: n=%d err=%v ev=%+v", n, err, ev[:n])
+		}
+	})
+}

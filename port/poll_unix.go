@@ -103,6 +103,20 @@ func (p *pollPoller) change(fd int, events uint32, op int) error {
 			}
 			return ErrNotFound
 		}
+		// The registration is of the file the number named at Add: if
+		// that file was closed, or the number now names another file,
+		// there is nothing of the caller's to change (as epoll: EBADF,
+		// ENOENT). Changing it anyway watched the new file, which was
+		// never added, with the old context (adversarial pass 15).
+		dev, ino, ok := fileID(fd)
+		if !ok {
+			p.mu.Unlock()
+			return ErrBadFd
+		}
+		if reg.dev != dev || reg.ino != ino {
+			p.mu.Unlock()
+			return ErrNotFound
+		}
 		reg.events = events & (EventRead | EventWrite | EventClose)
 		p.regs[fd] = reg
 	case opDel:
