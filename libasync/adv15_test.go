@@ -1159,3 +1159,84 @@ func TestAdv15ModifyClosedOrReusedFd(t *testing.T) {
 		}
 	})
 }
+
+// Blocked queue callers with huge and negative timeouts (time.Now().Add
+// overflows for MaxInt64) are woken by the other side, and by Close.
+func TestAdv15QueueHugeTimeoutsWake(t *testing.T) {
+	for _, to := range []time.Duration{-1, math.MinInt64, math.MaxInt64, math.MaxInt64 - 1} {
+		q := mustQueue(t, 1, 4, BlockWriter)
+		res := make(chan error, 2)
+		buf := make([]byte, 4)
+		go func() { _, err := q.DequeueTimeout(buf, to); res <- err }()
+		time.Sleep(time.Millisecond) // usually blocked by now; either way it must get the message
+		q.Enqueue([]byte("a"))
+		select {
+		case err := <-res:
+			if err != nil || buf[0] != 'a' {
+				t.Fatalf("timeout %d: dequeue %v %q", to, err, buf[:1])
+			}
+		case <-time.After(adv15Limit(t)):
+			t.Fatalf("timeout %d: blocked reader not woken by Enqueue", to)
+		}
+		q.Enqueue([]byte("b"))
+		go func() { res <- q.EnqueueTimeout([]byte("c"), to) }()
+		time.Sleep(time.Millisecond)
+		if n, err := q.DequeueTimeout(buf, time.Second); err != nil || string(buf[:n]) != "b" {
+			t.Fatalf("timeout %d: %q %v", to, buf[:n], err)
+		}
+		select {
+		case err := <-res:
+			if err != nil {
+				t.Fatalf("timeout %d: blocked writer: %v", to, err)
+			}
+		case <-time.After(adv15Limit(t)):
+			t.Fatalf("timeout %d: blocked writer not woken by Dequeue", to)
+		}
+		go func() { res <- q.EnqueueTimeout([]byte("d"), to) }() // full again: blocks
+		go func() { time.Sleep(time.Millisecond); q.Close() }()
+		select {
+		case err := <-res:
+			if !errors.Is(err, ErrClosed) {
+				t.Fatalf("timeout %d: writer at Close: %v", to, err)
+			}
+		case <-time.After(adv15Limit(t)):
+			t.Fatalf("timeout %d: blocked writer not woken by Close", to)
+		}
+	}
+}
+
+// Wakeup with nobody waiting: the next Wait returns at once (with 0), even
+// with a long timeout and timers pending, on both backends.
+func TestAdv15WakeupBeforeWait(t *testing.T) {
+	backends(t, func(t *testing.T, rt *Runtime) {
+		r, _ := adv15Pipe(t)
+		ev := make([]Event, 4)
+		for _, withFd := range []bool{false, true} {
+			if withFd {
+				if err := rt.Add(r, EventRead, 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			id, _ := rt.AddTimer(1e6, 0, 1) // pending, far
+			for _, to := range []time.Duration{-1, time.Hour} {
+				if err := rt.Wakeup(); err != nil {
+					t.Fatal(err)
+				}
+				done := make(chan struct{})
+				var n int
+				var err error
+				go func() { n, err = rt.Wait(ev, to); close(done) }()
+				select {
+				case <-done:
+					if n != 0 || err != nil {
+						t.Fatalf("fd %v timeout %v: n=%d err=%v", withFd, to, n, err)
+					}
+				case <-time.After(adv15Limit(t)):
+					rt.Close()
+					t.Fatalf("fd %v timeout %v: Wait after Wakeup did not return", withFd, to)
+				}
+			}
+			rt.CancelTimer(id)
+		}
+	})
+}
