@@ -1240,3 +1240,64 @@ func TestAdv15WakeupBeforeWait(t *testing.T) {
 		}
 	})
 }
+
+// A registered fd closed without Remove while a dup keeps its file open
+// (epoll keeps a ghost registration), its number reused by another file:
+// Remove of the number works, the old file's readiness is never reported
+// again, and the new file once added comes with its own context only.
+func TestAdv15GhostOfDupAndReusedNumber(t *testing.T) {
+	backends(t, func(t *testing.T, rt *Runtime) {
+		var p [2]int
+		if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Close(p[1])
+		if err := rt.Add(p[0], EventRead, 1); err != nil {
+			t.Fatal(err)
+		}
+		d, err := unix.Dup(p[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Close(d)
+		unix.Close(p[0])
+		q0, q1 := adv15Pipe(t)
+		if q0 != p[0] {
+			t.Skipf("fd number not reused (%d vs %d)", q0, p[0])
+		}
+		if err := rt.Remove(q0); err != nil {
+			t.Fatalf("Remove of the reused number: %v", err)
+		}
+		unix.Write(p[1], []byte("old")) // the old file (still open through d) is readable
+		ev := make([]Event, 4)
+		for i := 0; i < 3; i++ {
+			n, err := rt.Wait(ev, 5*time.Millisecond)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range ev[:n] {
+				t.Fatalf("event after Remove: %+v", e)
+			}
+		}
+		if err := rt.Add(q0, EventRead, 2); err != nil {
+			t.Fatalf("Add of the new file: %v", err)
+		}
+		unix.Write(q1, []byte("new"))
+		seen := 0
+		for i := 0; i < 5; i++ {
+			n, err := rt.Wait(ev, 5*time.Millisecond)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range ev[:n] {
+				if e.Fd != q0 || e.Context != 2 {
+					t.Fatalf("event %+v (want fd %d ctx 2 only)", e, q0)
+				}
+				seen++
+			}
+		}
+		if seen == 0 {
+			t.Fatal("the new file's readiness never came")
+		}
+	})
+}

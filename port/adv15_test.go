@@ -5,6 +5,7 @@ package port
 import (
 	"math"
 	"testing"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -47,6 +48,60 @@ func TestAdv15EpollHugeEvs(t *testing.T) {
 			got, r, err := p.Wait(evs, 1000)
 			if err != nil || got != 1 || evs[0].Fd != fds[0] || !r.Woken {
 				t.Fatalf("Wait with len(evs) %d: n=%d r=%+v err=%v", n, got, r, err)
+			}
+		})
+	}
+}
+
+// Wait's timeoutMs beyond the kernel's int: epoll_pwait kept the low 32
+// bits (1<<32 ms became 0: a busy return at once; 1<<32+5 became 5 ms), and
+// the poll port's ms*1e6 overflowed for MaxInt (a negative timespec: EINVAL
+// as an error). A huge timeout waits (at most MaxInt32 ms); here it must
+// still be waiting when the wakeup comes.
+func TestAdv15PortHugeTimeoutMs(t *testing.T) {
+	if math.MaxInt == math.MaxInt32 {
+		t.Skip("32-bit int")
+	}
+	for _, name := range Backends() {
+		t.Run(name, func(t *testing.T) {
+			p, err := NewNamed(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			evs := make([]Event, 4)
+			for _, ms := range []int{1 << 32, 1<<32 + 1, 1 << 40, math.MaxInt, math.MinInt, -2} {
+				type res struct {
+					n   int
+					r   WaitResult
+					err error
+				}
+				done := make(chan res, 1)
+				go func() {
+					for {
+						n, r, err := p.Wait(evs, ms)
+						if r.Interrupted && err == nil {
+							continue
+						}
+						done <- res{n, r, err}
+						return
+					}
+				}()
+				select {
+				case x := <-done:
+					t.Fatalf("timeoutMs %d: returned before the wakeup: n=%d r=%+v err=%v", ms, x.n, x.r, x.err)
+				case <-time.After(30 * time.Millisecond):
+				}
+				p.Wakeup()
+				select {
+				case x := <-done:
+					if x.err != nil || !x.r.Woken {
+						t.Fatalf("timeoutMs %d: n=%d r=%+v err=%v", ms, x.n, x.r, x.err)
+					}
+				case <-time.After(10 * time.Second):
+					p.Close()
+					t.Fatalf("timeoutMs %d: not woken", ms)
+				}
 			}
 		})
 	}

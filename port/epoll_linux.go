@@ -172,6 +172,7 @@ func (p *epollPoller) Remove(fd int) error {
 
 func (p *epollPoller) Wait(evs []Event, timeoutMs int) (int, WaitResult, error) {
 	var r WaitResult
+	timeoutMs = waitMs(timeoutMs)
 	want := min(len(evs), MaxHarvest) + 1 // room for the doorbell
 	if cap(p.raw) < want {
 		p.raw = make([]unix.EpollEvent, want)

@@ -238,6 +238,7 @@ func (p *kqueuePoller) Remove(fd int) error {
 
 func (p *kqueuePoller) Wait(evs []Event, timeoutMs int) (int, WaitResult, error) {
 	var r WaitResult
+	timeoutMs = waitMs(timeoutMs)
 	want := 2*min(len(evs), MaxHarvest) + 1 // two filters per fd, and the doorbell
 	if cap(p.raw) < want {
 		p.raw = make([]unix.Kevent_t, want)

@@ -182,6 +182,7 @@ func (p *pollPoller) rebuild() {
 
 func (p *pollPoller) Wait(evs []Event, timeoutMs int) (int, WaitResult, error) {
 	var r WaitResult
+	timeoutMs = waitMs(timeoutMs)
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()

@@ -73,7 +73,8 @@ type Poller interface {
 	Remove(fd int) error
 	// Wait blocks up to timeoutMs (-1 forever, 0 poll) and fills evs with
 	// ready fds (the doorbell is never among them), at most MaxHarvest on
-	// Unix (the rest come next time). r says whether the
+	// Unix (the rest come next time). Any negative timeoutMs is forever; one
+	// above math.MaxInt32 waits math.MaxInt32 ms on Unix. r says whether the
 	// doorbell was drained, whether that included an explicit Wakeup, and
 	// whether a signal interrupted the wait.
 	Wait(evs []Event, timeoutMs int) (n int, r WaitResult, err error)
@@ -142,6 +143,21 @@ func Backends() []string {
 // a caller's huge evs (gigabytes). Readiness is level-triggered: the records
 // not harvested now are harvested by the next Wait.
 const MaxHarvest = 1 << 16
+
+// waitMs is a Wait's timeoutMs as the kernel's int takes it: negative is
+// -1 (forever), above math.MaxInt32 is math.MaxInt32 (about 24.8 days; Wait
+// may return early, with nothing). Passed as it was, epoll_pwait and kevent
+// kept its low 32 bits (1<<32 ms: no wait at all) and poll's ms*1e6
+// overflowed (EINVAL) (adversarial pass 15).
+func waitMs(ms int) int {
+	if ms < 0 {
+		return -1
+	}
+	if int64(ms) > math.MaxInt32 {
+		return math.MaxInt32
+	}
+	return ms
+}
 
 // badFdNumber reports whether fd cannot name a descriptor of a Unix
 // poller: negative, or beyond the kernel's int. The syscalls (epoll_ctl,
