@@ -1301,3 +1301,14 @@ func TestAdv15GhostOfDupAndReusedNumber(t *testing.T) {
 		}
 	})
 }
+
+// NewRuntime with an unknown ASYNC_BACKEND: ErrNotSup, nothing made.
+func TestAdv15UnknownBackend(t *testing.T) {
+	t.Setenv("ASYNC_BACKEND", "no-such-backend")
+	if rt, err := NewRuntime(); rt != nil || !errors.Is(err, ErrNotSup) {
+		t.Fatalf("rt %v err %v, want ErrNotSup", rt, err)
+	}
+	if _, err := port.NewNamed("no-such-backend"); !errors.Is(err, port.ErrBackend) {
+		t.Fatalf("port.NewNamed: %v", err)
+	}
+}
