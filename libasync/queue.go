@@ -22,14 +22,16 @@ type QueueStats struct {
 }
 
 // Queue is a bounded FIFO of copied messages, safe for any number of
-// producers and consumers. Message buffers are allocated on first use of a
-// ring slot and reused afterwards, so memory follows what is actually queued.
+// producers and consumers. The ring grows (doubling, up to capacity) as
+// messages accumulate, and message buffers are allocated on first use of a
+// ring slot and reused afterwards, so memory follows what is actually
+// queued: a queue of capacity 2^30 costs nothing until it fills.
 type Queue struct {
 	mu       sync.Mutex
 	capacity int
 	maxMsg   int
 	flags    QueueFlags
-	slots    [][]byte
+	slots    [][]byte // the ring: len grows up to capacity (see grow)
 	head     int
 	count    int
 	enq      uint64
@@ -52,7 +54,23 @@ func NewQueue(capacity, maxMsg int, flags QueueFlags) (*Queue, error) {
 	if capacity > 1<<30 {
 		return nil, ErrInval
 	}
-	return &Queue{capacity: capacity, maxMsg: maxMsg, flags: flags, slots: make([][]byte, capacity)}, nil
+	return &Queue{capacity: capacity, maxMsg: maxMsg, flags: flags, slots: make([][]byte, min(capacity, initialSlots))}, nil
+}
+
+// initialSlots is the ring's first size. It was capacity, allocated at
+// once: NewQueue(1<<30, ...) asked for 24 GiB and, where that is more
+// than the host has, the Go runtime died with "out of memory" instead of
+// the call failing (adversarial pass 15).
+const initialSlots = 16
+
+// grow doubles the ring (at most to capacity), unwrapping it so that the
+// head is at 0; it keeps the slot buffers for reuse. Under mu, when full.
+func (q *Queue) grow() {
+	n := min(2*len(q.slots), q.capacity)
+	s := make([][]byte, n)
+	k := copy(s, q.slots[q.head:])
+	copy(s[k:], q.slots[:q.head])
+	q.slots, q.head = s, 0
 }
 
 // Flags returns the flags the queue was made with.
@@ -88,6 +106,9 @@ func (q *Queue) EnqueueWait(data []byte, timeout time.Duration, wait bool) error
 			return ErrClosed
 		}
 		if q.count < q.capacity {
+			if q.count == len(q.slots) {
+				q.grow()
+			}
 			break
 		}
 		if q.flags&DropOldest != 0 {
@@ -111,8 +132,8 @@ func (q *Queue) EnqueueWait(data []byte, timeout time.Duration, wait bool) error
 		}
 	}
 	tail := q.head + q.count
-	if tail >= q.capacity {
-		tail -= q.capacity
+	if tail >= len(q.slots) {
+		tail -= len(q.slots)
 	}
 	buf := q.slots[tail]
 	if cap(buf) < len(data) {
@@ -147,7 +168,7 @@ func roundUp(n, max int) int {
 
 func (q *Queue) dropHead() {
 	q.head++
-	if q.head == q.capacity {
+	if q.head == len(q.slots) {
 		q.head = 0
 	}
 	q.count--
@@ -258,7 +279,10 @@ func (q *Queue) Stats() QueueStats {
 
 // Attach makes the queue (made with SignalOnData) post (key, data) to rt on
 // every empty -> non-empty transition; rt == nil detaches. A non-empty queue
-// posts once at once.
+// posts once at once. Attaching again replaces the runtime and key. Once rt
+// is closed (before or after Attach) the queue simply posts nothing; its
+// Enqueue is unaffected. ErrInval without SignalOnData, ErrClosed after the
+// queue's Close.
 func (q *Queue) Attach(rt *Runtime, key, data uintptr) error {
 	if q.flags&SignalOnData == 0 {
 		return ErrInval

@@ -180,6 +180,8 @@ const fdEventMask = EventRead | EventWrite | EventError | EventClose
 // Add watches fd for events (EventRead|EventWrite|EventClose; errors and a
 // hang-up of both sides are always reported, a read-side hang-up alone only
 // with EventClose: see port.Poller); ctx comes back in its events.
+// ErrBadFd for a number that names no open descriptor (negative, above
+// math.MaxInt32 on Unix, or not open), ErrExists if fd is registered.
 func (rt *Runtime) Add(fd int, events uint32, ctx uintptr) error {
 	if events&^fdEventMask != 0 {
 		return ErrInval
@@ -363,7 +365,9 @@ func (rt *Runtime) CancelTimer(id uint64) error {
 // async_runtime_get_stats). Under tmu.
 func (rt *Runtime) countTimers() { atomic.StoreInt64(&rt.sh.Timers, int64(rt.wheel.live)) }
 
-// Wait fills out with events and returns how many. timeout < 0 waits
+// Wait fills out with events and returns how many, at most
+// port.MaxHarvest per call (what does not fit stays for the next call).
+// timeout < 0 waits
 // forever, 0 polls, otherwise at least timeout (rounded up to whole ms).
 // It returns early with 0 on Wakeup or when a signal interrupted the wait.
 func (rt *Runtime) Wait(out []Event, timeout time.Duration) (int, error) {
@@ -429,6 +433,11 @@ func (rt *Runtime) beginWait(out []Event, timeout time.Duration) (*waitCall, err
 	if rt.shut.Load() {
 		rt.waitMu.Unlock()
 		return nil, ErrClosed
+	}
+	if len(out) > port.MaxHarvest {
+		// The poller harvests no more per call, and the buffer for its
+		// records would follow a huge out (see port.MaxHarvest).
+		out = out[:port.MaxHarvest]
 	}
 	w := &rt.wcall
 	*w = waitCall{rt: rt, out: out, timeout: timeout, deadline: -1}

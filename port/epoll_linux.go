@@ -101,7 +101,7 @@ func epollBits(events uint32) uint32 {
 }
 
 func (p *epollPoller) ctl(op, fd int, events uint32) error {
-	if fd < 0 {
+	if badFdNumber(fd) {
 		return ErrBadFd
 	}
 	p.mu.Lock()
@@ -172,7 +172,8 @@ func (p *epollPoller) Remove(fd int) error {
 
 func (p *epollPoller) Wait(evs []Event, timeoutMs int) (int, WaitResult, error) {
 	var r WaitResult
-	want := len(evs) + 1 // room for the doorbell
+	timeoutMs = waitMs(timeoutMs)
+	want := min(len(evs), MaxHarvest) + 1 // room for the doorbell
 	if cap(p.raw) < want {
 		p.raw = make([]unix.EpollEvent, want)
 	}

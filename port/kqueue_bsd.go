@@ -139,7 +139,7 @@ func (p *kqueuePoller) lookup(fd int) (*kqReg, error) {
 }
 
 func (p *kqueuePoller) Add(fd int, events uint32) error {
-	if fd < 0 {
+	if badFdNumber(fd) {
 		return ErrBadFd
 	}
 	p.mu.Lock()
@@ -176,7 +176,7 @@ func (p *kqueuePoller) Add(fd int, events uint32) error {
 }
 
 func (p *kqueuePoller) Modify(fd int, events uint32) error {
-	if fd < 0 {
+	if badFdNumber(fd) {
 		return ErrBadFd
 	}
 	p.mu.Lock()
@@ -216,7 +216,7 @@ func (p *kqueuePoller) Modify(fd int, events uint32) error {
 }
 
 func (p *kqueuePoller) Remove(fd int) error {
-	if fd < 0 {
+	if badFdNumber(fd) {
 		return ErrBadFd
 	}
 	p.mu.Lock()
@@ -238,7 +238,8 @@ func (p *kqueuePoller) Remove(fd int) error {
 
 func (p *kqueuePoller) Wait(evs []Event, timeoutMs int) (int, WaitResult, error) {
 	var r WaitResult
-	want := 2*len(evs) + 1 // two filters per fd, and the doorbell
+	timeoutMs = waitMs(timeoutMs)
+	want := 2*min(len(evs), MaxHarvest) + 1 // two filters per fd, and the doorbell
 	if cap(p.raw) < want {
 		p.raw = make([]unix.Kevent_t, want)
 	}

@@ -68,7 +68,7 @@ func validFd(fd int) bool {
 }
 
 func (p *pollPoller) change(fd int, events uint32, op int) error {
-	if fd < 0 {
+	if badFdNumber(fd) {
 		return ErrBadFd
 	}
 	p.mu.Lock()
@@ -101,6 +101,20 @@ func (p *pollPoller) change(fd int, events uint32, op int) error {
 			if !validFd(fd) {
 				return ErrBadFd
 			}
+			return ErrNotFound
+		}
+		// The registration is of the file the number named at Add: if
+		// that file was closed, or the number now names another file,
+		// there is nothing of the caller's to change (as epoll: EBADF,
+		// ENOENT). Changing it anyway watched the new file, which was
+		// never added, with the old context (adversarial pass 15).
+		dev, ino, ok := fileID(fd)
+		if !ok {
+			p.mu.Unlock()
+			return ErrBadFd
+		}
+		if reg.dev != dev || reg.ino != ino {
+			p.mu.Unlock()
 			return ErrNotFound
 		}
 		reg.events = events & (EventRead | EventWrite | EventClose)
@@ -168,6 +182,7 @@ func (p *pollPoller) rebuild() {
 
 func (p *pollPoller) Wait(evs []Event, timeoutMs int) (int, WaitResult, error) {
 	var r WaitResult
+	timeoutMs = waitMs(timeoutMs)
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()

@@ -10,6 +10,7 @@ package port
 
 import (
 	"errors"
+	"math"
 	"os"
 	"unsafe"
 )
@@ -61,14 +62,19 @@ type Poller interface {
 	// Add starts watching fd for events (EventRead|EventWrite|EventClose).
 	// Errors and a hang-up of both sides are always reported; a read-side
 	// hang-up alone (the peer's shutdown(SHUT_WR)) is EventClose only when
-	// EventClose was asked for (data may still be unread).
+	// EventClose was asked for (data may still be unread). On Unix, Add,
+	// Modify and Remove fail with ErrBadFd for a number that cannot name a
+	// descriptor (negative or above math.MaxInt32) and leave every
+	// registration alone.
 	Add(fd int, events uint32) error
 	// Modify changes the watched events of a registered fd.
 	Modify(fd int, events uint32) error
 	// Remove stops watching fd.
 	Remove(fd int) error
 	// Wait blocks up to timeoutMs (-1 forever, 0 poll) and fills evs with
-	// ready fds (the doorbell is never among them). r says whether the
+	// ready fds (the doorbell is never among them), at most MaxHarvest on
+	// Unix (the rest come next time). Any negative timeoutMs is forever; one
+	// above math.MaxInt32 waits math.MaxInt32 ms on Unix. r says whether the
 	// doorbell was drained, whether that included an explicit Wakeup, and
 	// whether a signal interrupted the wait.
 	Wait(evs []Event, timeoutMs int) (n int, r WaitResult, err error)
@@ -130,6 +136,35 @@ func Backends() []string {
 	}
 	return names
 }
+
+// MaxHarvest bounds the fd records one Wait of a Unix poller harvests,
+// whatever len(evs): epoll_wait refuses more than INT_MAX/12 (EINVAL, which
+// the epoll port took for a closed poller), and the raw buffer would follow
+// a caller's huge evs (gigabytes). Readiness is level-triggered: the records
+// not harvested now are harvested by the next Wait.
+const MaxHarvest = 1 << 16
+
+// waitMs is a Wait's timeoutMs as the kernel's int takes it: negative is
+// -1 (forever), above math.MaxInt32 is math.MaxInt32 (about 24.8 days; Wait
+// may return early, with nothing). Passed as it was, epoll_pwait and kevent
+// kept its low 32 bits (1<<32 ms: no wait at all) and poll's ms*1e6
+// overflowed (EINVAL) (adversarial pass 15).
+func waitMs(ms int) int {
+	if ms < 0 {
+		return -1
+	}
+	if int64(ms) > math.MaxInt32 {
+		return math.MaxInt32
+	}
+	return ms
+}
+
+// badFdNumber reports whether fd cannot name a descriptor of a Unix
+// poller: negative, or beyond the kernel's int. The syscalls (epoll_ctl,
+// fstat, fcntl, kevent's ident, poll's int32 field) keep only the low 32
+// bits, so fd + 2^32 would silently name fd itself: its registration
+// removed or watched twice behind the caller's back (adversarial pass 15).
+func badFdNumber(fd int) bool { return fd < 0 || int64(fd) > math.MaxInt32 }
 
 var backends = map[string]func() (Poller, error){}
 
