@@ -487,14 +487,16 @@ func (p *iocpPoller) Wait(evs []Event, timeoutMs int) (int, WaitResult, error) {
 		timeoutMs = 0
 	}
 
-	want := len(evs) - out + 2 // and room for the two doorbell packets
+	want := min(len(evs)-out, MaxHarvest) + 2 // and room for the two doorbell packets
 	if cap(p.ents) < want {
 		p.ents = make([]overlappedEntry, want)
 	}
 	ents := p.ents[:want]
 	ms := uint32(windows.INFINITE)
 	if timeoutMs >= 0 {
-		ms = uint32(timeoutMs)
+		// clamped as the Unix pollers do: 1<<32 ms was 0 (no wait) and
+		// 1<<32-1 INFINITE
+		ms = uint32(waitMs(timeoutMs))
 	}
 	var got uint32
 	ok, _, err := procGQCSEx.Call(uintptr(p.iocp), uintptr(unsafe.Pointer(&ents[0])), uintptr(len(ents)),
