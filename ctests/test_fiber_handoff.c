@@ -385,11 +385,10 @@ static void t_shutdown_spinning(void) {
  * it parked until the yielders give up (20 s), and the case fails. */
 typedef struct {
     int fd;
+    long rounds_want;
     atomic_int stop, bad, gave_up;
     atomic_long rounds;
 } fb_t;
-
-#define FB_ROUNDS 200
 
 static void fb_yielder(void *arg) {
     fb_t *b = arg;
@@ -405,7 +404,7 @@ static void fb_yielder(void *arg) {
 
 static void fb_reader(void *arg) {
     fb_t *b = arg;
-    for (long i = 0; i < FB_ROUNDS; i++) {
+    for (long i = 0; i < b->rounds_want; i++) {
         char c;
         if (async_fiber_read(b->fd, &c, 1, 30000) != 1 || c != (char)i) {
             atomic_store(&b->bad, 1);
@@ -416,17 +415,19 @@ static void fb_reader(void *arg) {
     atomic_store(&b->stop, 1);
 }
 
-static void t_fd_wake_busy(void) {
+/* `yielders` fibers that yield until the reader is done keep the workers
+ * busy; the reader reads `rounds` bytes written one at a time by this
+ * thread, on a plain and on an owned descriptor. */
+static void fd_wake_run(int workers, int yielders, long rounds) {
     for (int owned = 0; owned < 2; owned++) {
-        async_sched_t *s = mk(2);
+        async_sched_t *s = mk(workers);
         int sv[2];
         CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-        fb_t b = {.fd = sv[0]};
+        fb_t b = {.fd = sv[0], .rounds_want = rounds};
         if (owned) CHECK_EQ(async_fiber_fd_open(s, sv[0]), 0);
-        CHECK(async_fiber_spawn(s, fb_yielder, &b, 0));
-        CHECK(async_fiber_spawn(s, fb_yielder, &b, 0));
+        for (int k = 0; k < yielders; k++) CHECK(async_fiber_spawn(s, fb_yielder, &b, 0));
         CHECK(async_fiber_spawn(s, fb_reader, &b, 0));
-        for (long i = 0; i < FB_ROUNDS && !atomic_load(&b.bad) && !atomic_load(&b.gave_up); i++) {
+        for (long i = 0; i < rounds && !atomic_load(&b.bad) && !atomic_load(&b.gave_up); i++) {
             double t0 = now_ms();
             while (atomic_load(&b.rounds) < i && !atomic_load(&b.bad) && !atomic_load(&b.gave_up) &&
                    now_ms() - t0 < 30000)
@@ -436,17 +437,75 @@ static void t_fd_wake_busy(void) {
             CHECK_EQ(write(sv[1], &c, 1), 1);
         }
         double t0 = now_ms();
-        while (atomic_load(&b.rounds) < FB_ROUNDS && !atomic_load(&b.bad) && !atomic_load(&b.gave_up) &&
+        while (atomic_load(&b.rounds) < rounds && !atomic_load(&b.bad) && !atomic_load(&b.gave_up) &&
                now_ms() - t0 < 30000)
             sleep_ms(1);
+        if (atomic_load(&b.gave_up) || atomic_load(&b.rounds) < rounds)
+            fprintf(stderr, "%d workers, %d yielders, owned %d: %ld of %ld bytes read\n", workers, yielders, owned,
+                    atomic_load(&b.rounds), rounds);
         CHECK_EQ(atomic_load(&b.gave_up), 0);
         CHECK_EQ(atomic_load(&b.bad), 0);
-        CHECK_EQ(atomic_load(&b.rounds), FB_ROUNDS);
+        CHECK_EQ(atomic_load(&b.rounds), rounds);
         atomic_store(&b.stop, 1);
         CHECK_EQ(async_sched_shutdown(s, 30000), 0);
         if (owned) CHECK_EQ(async_fiber_close(sv[0]), 0);
         else close(sv[0]);
         close(sv[1]);
+        async_sched_destroy(s);
+    }
+}
+
+static void t_fd_wake_busy(void) { fd_wake_run(2, 2, 200); }
+
+/* The same with so many yielders that each worker's run queue stays more
+ * than half full: the periodic poll, which waits for room in the queue (so
+ * that the fibers it readies do not overflow it), must still come (at
+ * least every fourth time), and with the ring overflowing into the global
+ * queue, the periodic look must get to the inbox (the reader is spawned
+ * last) and to the poll: before, the reader never ran, then was never
+ * woken. */
+static void t_fd_wake_crowded(void) {
+    fd_wake_run(1, 200, 50); /* the ring stays at ~200: never room for a poll's worth */
+    fd_wake_run(1, 300, 50); /* the ring overflows into the global queue */
+    fd_wake_run(2, 600, 50);
+}
+
+/* A sleeper spawned (from this plain thread) after 300 yielding fibers on
+ * one worker: their ring overflows into the global queue for good. Before,
+ * the worker's periodic look took a fiber from the global queue and went
+ * no further: the inbox (where the sleeper was spawned) and the due timers
+ * were never looked at while the yielders ran, so the sleeper neither
+ * started nor woke until they gave up (20 s). */
+typedef struct {
+    fb_t *b;
+    atomic_int naps;
+} sleeper_t;
+
+static void crowd_sleeper(void *arg) {
+    sleeper_t *z = arg;
+    for (int i = 0; i < 20; i++) {
+        async_fiber_sleep(2);
+        atomic_store(&z->naps, i + 1);
+    }
+    atomic_store(&z->b->stop, 1);
+}
+
+static void t_sleep_crowded(void) {
+    for (int workers = 1; workers <= 2; workers++) {
+        async_sched_t *s = mk(workers);
+        fb_t b = {.fd = -1};
+        sleeper_t z = {.b = &b};
+        for (int k = 0; k < 300 * workers; k++) CHECK(async_fiber_spawn(s, fb_yielder, &b, 0));
+        CHECK(async_fiber_spawn(s, crowd_sleeper, &z, 0));
+        double t0 = now_ms();
+        while (atomic_load(&z.naps) < 20 && !atomic_load(&b.gave_up) && now_ms() - t0 < 30000) sleep_ms(1);
+        if (atomic_load(&z.naps) < 20)
+            fprintf(stderr, "%d workers: %d of 20 naps (yielders gave up: %d)\n", workers, atomic_load(&z.naps),
+                    atomic_load(&b.gave_up));
+        CHECK_EQ(atomic_load(&b.gave_up), 0);
+        CHECK_EQ(atomic_load(&z.naps), 20);
+        atomic_store(&b.stop, 1);
+        CHECK_EQ(async_sched_shutdown(s, 30000), 0);
         async_sched_destroy(s);
     }
 }
@@ -464,6 +523,8 @@ static const test_case_t cases[] = {
     T(shutdown_spinning),
 #if !defined(_WIN32)
     T(fd_wake_busy),
+    T(fd_wake_crowded),
+    T(sleep_crowded),
 #endif
 };
 

@@ -47,6 +47,9 @@ struct la_wk {
      * (async_sched_dump) without a clock read of its own: worker-only. */
     uint64_t coarse;
     uint32_t coarse_tick;
+    /* periodic fd polls skipped in a row for want of room in the ring
+     * (sched.c, find_work): worker-only */
+    uint32_t poll_skips;
     /* Caches of this worker (touched by it only): finished fiber records
      * (each keeping its reserved handle slot), stacks, fiber ids. */
     la_fiber_t *fcache;

@@ -142,7 +142,9 @@ static la_fiber_t *runq_get(la_wk_t *w) {
 /* Room in w's ring for a poll's worth of readied fibers (LA_POLL_MAX):
  * more would spill the oldest half of the ring to the global queue, where
  * a busy worker takes one every 61 dispatches, behind everything readied
- * after them (the tail of the TCP echo's round trips). */
+ * after them (the tail of the TCP echo's round trips). A busy worker's
+ * periodic poll waits for room, LA_POLL_SKIPS times at most. */
+#define LA_POLL_SKIPS 4
 static inline int runq_room(la_wk_t *w) {
     uint32_t h = atomic_load_explicit(&w->head, memory_order_relaxed);
     return atomic_load_explicit(&w->tail, memory_order_relaxed) - h <= LA_RUNQ - LA_POLL_MAX;
@@ -899,15 +901,31 @@ static la_fiber_t *find_work(la_wk_t *w) {
             break;
         }
         if (++w->tick % 61 == 0) {
+            /* The fibers a poll (or a reap of the other rings) readies need
+             * room in the ring (runq_room); without it, wait, but at the
+             * latest every LA_POLL_SKIPS-th time: a ring kept full by
+             * runnable fibers (many yielding ones) must not shut out the
+             * fd waiters (ctest fiber_handoff.fd_wake_crowded). */
+            int take = runq_room(w) || ++w->poll_skips >= LA_POLL_SKIPS;
+            if (take) w->poll_skips = 0;
 #if defined(LA_URING)
             if (w->ur) { /* a busy worker submits too, and reaps what sleeping workers' rings got */
                 la_uring_flush(w->ur, 16);
-                if (s->nw > 1 && runq_room(w)) la_uring_reap_others(s, w->ur);
+                if (s->nw > 1 && take) la_uring_reap_others(s, w->ur);
             }
 #endif
-            if ((f = global_get(s, w, 1)) || (f = inbox_get(s, w))) break;
+            /* Timers and fds first: a global queue that is never empty
+             * (a ring overflowing with yielding fibers) made this break out
+             * before them every time, and a sleeper or an fd waiter among
+             * those fibers was never woken (ctest fiber_handoff.crowded). */
             timers_run(s);
-            if (la_fd_waiters(s) && !s->poller_active && runq_room(w)) poll_now(s);
+            if (take && la_fd_waiters(s) && !s->poller_active) poll_now(s);
+            /* Both queues: with the global one never empty, the inbox (the
+             * fibers spawned or readied from outside) was never looked at
+             * here, and while the ring did not run dry, not at all. */
+            la_fiber_t *g = global_get(s, w, 1), *in = inbox_get(s, w);
+            if (g && in) runq_put(w, in);
+            if ((f = g ? g : in)) break;
         }
         if ((f = local_get(w))) {
 #if defined(LA_URING)
