@@ -917,7 +917,7 @@ static la_fiber_t *find_work(la_wk_t *w) {
             /* Timers and fds first: a global queue that is never empty
              * (a ring overflowing with yielding fibers) made this break out
              * before them every time, and a sleeper or an fd waiter among
-             * those fibers was never woken (ctest fiber_handoff.crowded). */
+             * those fibers was never woken (ctests fiber_handoff.*_crowded). */
             timers_run(s);
             if (take && la_fd_waiters(s) && !s->poller_active) poll_now(s);
             /* Both queues: with the global one never empty, the inbox (the
