@@ -6,10 +6,10 @@
 #   2. the whole library as a Windows DLL (cgo + mingw-w64, go vet of cabi),
 #      with a check that it exports exactly the functions async.h declares;
 #   3. under wine: the Go tests of port/ and libasync/ (IOCP backend), the
-#      Windows C smoke test (scripts/win_smoke.c), the classic API's test
-#      (scripts/win_classic.c), the portable C queue tests and
-#      ctests/test_worker_stop.c, all against the DLL; (3b) the Windows
-#      fiber tests (scripts/win_fiber.c);
+#      Windows C smoke test (ctests/windows/smoke.c), the classic API's test
+#      (ctests/windows/classic.c), the portable C queue tests and
+#      ctests/worker/stop.c, all against the DLL; (3b) the Windows
+#      fiber tests (ctests/windows/fiber.c);
 #   4. linux/arm64: go vet (cgo), libasync.so and every C test built with the
 #      cross gcc and run under qemu-user (ctest: epoll and poll backends,
 #      fibers included), and the Go tests of libasync/ under qemu;
@@ -129,13 +129,13 @@ win_c_build() {
     # The smoke test (win32 threads) and the portable C queue tests (POSIX
     # threads from winpthreads), linked against the DLL.
     x86_64-w64-mingw32-gcc -std=c11 -Wall -Wextra -Werror -O1 -Iinclude -o "$WIN/win_smoke.exe" \
-        scripts/win_smoke.c "$WIN/libasync.dll" -lws2_32 -static-libgcc &&
+        ctests/windows/smoke.c "$WIN/libasync.dll" -lws2_32 -static-libgcc &&
         x86_64-w64-mingw32-gcc -std=c11 -Wall -Wextra -Werror -O1 -Iinclude -o "$WIN/win_classic.exe" \
-            scripts/win_classic.c "$WIN/libasync.dll" -lws2_32 -static-libgcc &&
-        x86_64-w64-mingw32-gcc-posix -std=c11 -D_GNU_SOURCE -Wall -Wextra -O1 -static -Iinclude -Ictests \
-            -o "$WIN/test_queue.exe" ctests/test_queue.c "$WIN/libasync.dll" -lpthread &&
-        x86_64-w64-mingw32-gcc-posix -std=c11 -D_GNU_SOURCE -Wall -Wextra -O1 -static -Iinclude -Ictests \
-            -o "$WIN/test_worker_stop.exe" ctests/test_worker_stop.c "$WIN/libasync.dll" -lpthread &&
+            ctests/windows/classic.c "$WIN/libasync.dll" -lws2_32 -static-libgcc &&
+        x86_64-w64-mingw32-gcc-posix -std=c11 -D_GNU_SOURCE -Wall -Wextra -O1 -static -Iinclude -Ictests/common \
+            -o "$WIN/test_queue.exe" ctests/queue/queue.c "$WIN/libasync.dll" -lpthread &&
+        x86_64-w64-mingw32-gcc-posix -std=c11 -D_GNU_SOURCE -Wall -Wextra -O1 -static -Iinclude -Ictests/common \
+            -o "$WIN/test_worker_stop.exe" ctests/worker/stop.c "$WIN/libasync.dll" -lpthread &&
         GOOS=windows GOARCH=amd64 CGO_ENABLED=0 go test -c -o "$WIN/" ./libasync ./port
 }
 
@@ -198,7 +198,7 @@ wine_c_tests() {
     # takes minutes under wine's emulated futexes: it runs natively and
     # under qemu instead.
     local cases c n=0 bad=0 failed=""
-    cases=$(sed -nE 's/^    T\(([a-z0-9_]+)\),$/\1/p' ctests/test_queue.c)
+    cases=$(sed -nE 's/^    T\(([a-z0-9_]+)\),.*$/\1/p' ctests/queue/queue.c)
     for c in $cases; do
         [ "$c" = mpmc ] && continue
         n=$((n + 1))
@@ -216,7 +216,7 @@ wine_c_tests() {
     echo "test_queue under wine: $((n - bad)) passed, $bad failed"
     # A stop reaches a worker's queue waits (WaitOnAddress on Windows).
     local wn=0 wbad=0
-    for c in $(sed -nE 's/^    T\(([a-z0-9_]+)\),$/\1/p' ctests/test_worker_stop.c); do
+    for c in $(sed -nE 's/^    T\(([a-z0-9_]+)\),.*$/\1/p' ctests/worker/stop.c); do
         wn=$((wn + 1))
         if ! wine_run 120 test_worker_stop.exe "$c" >"$LOG/wine-worker_stop-$c.out" 2>&1; then
             wbad=$((wbad + 1))
@@ -237,7 +237,7 @@ if want win; then
 fi
 
 # ---- 3b. fibers on Windows, under wine ------------------------------------------------
-# scripts/win_fiber.c (Windows cases) and ctests/test_fiber.c (its cases
+# ctests/windows/fiber.c (Windows cases) and ctests/fiber_sched/fiber.c (its cases
 # outside #if !defined(_WIN32)) against the DLL, one process per case like the
 # queue cases. docs/PLATFORMS.md lists every fiber ctest case that does not
 # run here and why. Needs the DLL and prefix of step 3.
@@ -250,10 +250,10 @@ fi
 #                         runs 20000)
 WIN_FIBER_SKIP=${WIN_FIBER_SKIP-"guard_modes fib_100k parked_100k"}
 win_fiber_build() {
-    x86_64-w64-mingw32-gcc-posix -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -O1 -static -Iinclude -Ictests \
-        -o "$WIN/win_fiber.exe" scripts/win_fiber.c "$WIN/libasync.dll" -lws2_32 -lpthread &&
-        x86_64-w64-mingw32-gcc-posix -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -O1 -static -Iinclude -Ictests \
-            -o "$WIN/test_fiber.exe" ctests/test_fiber.c "$WIN/libasync.dll" -lws2_32 -lpthread
+    x86_64-w64-mingw32-gcc-posix -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -O1 -static -Iinclude -Ictests/common \
+        -o "$WIN/win_fiber.exe" ctests/windows/fiber.c "$WIN/libasync.dll" -lws2_32 -lpthread &&
+        x86_64-w64-mingw32-gcc-posix -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -O1 -static -Iinclude -Ictests/common \
+            -o "$WIN/test_fiber.exe" ctests/fiber_sched/fiber.c "$WIN/libasync.dll" -lws2_32 -lpthread
 }
 wine_fiber_tests() {
     local exe c cases n=0 bad=0 failed=""
@@ -397,14 +397,16 @@ darwin_c_build() { # <goarch>
     local d=$DARWIN/$1 t=x86_64 n
     [ "$1" = arm64 ] && t=aarch64
     # darwin_shim.h: stand-ins for the glibc calls the tests use (it says which)
-    local cc=("$ZIG" cc -target "$t-macos" -std=c11 -D_GNU_SOURCE -Wall -Wextra -O1 -Iinclude -Ictests
-        -Ictests/darwin_shim -include darwin_shim.h "-DASYNC_SOURCE_DIR=\"$ROOT\"")
+    local cc=("$ZIG" cc -target "$t-macos" -std=c11 -D_GNU_SOURCE -Wall -Wextra -O1 -Iinclude -Ictests/common
+        -Ictests/common/darwin_shim -include darwin_shim.h "-DASYNC_SOURCE_DIR=\"$ROOT\"")
     local lib=$d/libasync.dylib cw=examples/console_worker dns=examples/async_dns
     mkdir -p "$d/bin"
-    n=$(ls ctests/test_*.c | wc -l)
+    local srcs
+    srcs=$(ls ctests/*/*.c | grep -vE '^ctests/(windows|header)/')
+    n=$(echo "$srcs" | wc -l)
     # shellcheck disable=SC2016 # $0, $1, $@ belong to the inner sh
-    printf '%s\n' ctests/test_*.c | xargs -P "$JOBS" -I{} sh -c \
-        'src=$1; shift; "$@" -o "$0/bin/$(basename "$src" .c)" "$src" "$0/libasync.dylib" -lpthread' \
+    echo "$srcs" | xargs -P "$JOBS" -I{} sh -c \
+        'src=$1; shift; b=${src#ctests/}; "$@" -o "$0/bin/${b%%/*}_$(basename "$src" .c)" "$src" "$0/libasync.dylib" -lpthread' \
         "$d" {} "${cc[@]}" || return 1
     "${cc[@]}" -o "$d/bin/console_worker" $cw/console_worker.c "$lib" &&
         "${cc[@]}" -DCONSOLE_WORKER_PATH='"console_worker"' -o "$d/bin/console_latency_bench" \
@@ -414,7 +416,7 @@ darwin_c_build() { # <goarch>
         "${cc[@]}" -I$dns -o "$d/bin/test_async_dns" $dns/test_async_dns.c $dns/resolver.c "$lib" -lpthread ||
         return 1
     echo "$n C tests and 5 example programs built for $t-macos"
-    file "$d/bin/test_fiber"
+    file "$d/bin/fiber_sched_fiber"
 }
 if want darwin; then
     if step zig-install zig_install; then

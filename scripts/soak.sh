@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Soak: runs the stress cases of ctests/test_stress for minutes each (and the
+# Soak: runs the stress cases of ctests/runtime/stress.c for minutes each (and the
 # fiber echo with 10000 connections), sampling every second the process's
 # resident memory (VmRSS in /proc/<pid>/status) and open descriptors
 # (/proc/<pid>/fd). A case fails if it fails on its own (every case checks
@@ -14,7 +14,7 @@
 #   scripts/soak.sh
 #
 # Environment:
-#   BUILD              build directory holding ctests/test_stress (default: build;
+#   BUILD              build directory holding ctests/runtime/stress.c (default: build;
 #                      built with `make build` first)
 #   SOAK_SECONDS       seconds per case (default 180)
 #   SOAK_CASES         cases to run (default: all of test_stress)
@@ -29,14 +29,14 @@ cd "$(dirname "$0")/.."
 
 BUILD=${BUILD:-build}
 SOAK_SECONDS=${SOAK_SECONDS:-180}
-SOAK_CASES=${SOAK_CASES:-"queue_none queue_drop_oldest queue_block_writer completions timers attach fds fibers_park echo_soak"}
+SOAK_CASES=${SOAK_CASES:-"queue_none queue_drop_oldest queue_block_writer stress_completions stress_timers attach fds fibers_park echo_soak"}
 SOAK_BACKENDS=${SOAK_BACKENDS:-"epoll poll"}
 SOAK_CONNS=${SOAK_CONNS:-10000}
 SOAK_RSS_PCT=${SOAK_RSS_PCT:-25}
 SOAK_RSS_SLACK_KB=${SOAK_RSS_SLACK_KB:-16384}
 SOAK_FD_SLACK=${SOAK_FD_SLACK:-8}
 SOAK_OUT=${SOAK_OUT:-$BUILD/soak}
-bin=$BUILD/ctests/test_stress
+bin=$BUILD/ctests/runtime/stress
 
 if [ ! -x "$bin" ]; then
   echo "soak: $bin not found; build first (make build, or BUILD=<dir>)" >&2
@@ -45,7 +45,7 @@ fi
 mkdir -p "$SOAK_OUT"
 
 # runtime cases run on every backend; the others once
-runtime_case() { case "$1" in completions | timers | attach | fds) return 0 ;; esac; return 1; }
+runtime_case() { case "$1" in stress_completions | stress_timers | attach | fds) return 0 ;; esac; return 1; }
 
 # The fds case itself opens and closes up to 4 threads x 16 slots x 2 fds at
 # any moment: its samples move within that band.
