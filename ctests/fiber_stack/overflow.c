@@ -106,6 +106,39 @@ static void t_auto_overflow(void) {
     }
 }
 
+/* ---- each explicit mode: the overflow is reported, then the process aborts ---------- */
+
+/* A 32 KiB stack in guard mode ASYNC_TEST_GUARD overflowed by deep: in the
+ * guard modes (1, 2) the overflow hits the guard page; in canary mode (3)
+ * it stays in the slot's own spare page and is found at the next switch. */
+static void t_mode_overflow_child(void) {
+    const char *m = getenv("ASYNC_TEST_GUARD");
+    async_sched_config_t cfg = {1, 32 * 1024, m ? atoi(m) : 0};
+    async_sched_t *s = async_sched_create(&cfg);
+    CHECK(s);
+    CHECK(async_fiber_spawn(s, deep, NULL, 0));
+    async_sched_run(s);
+    printf("survived\n");
+    exit(0);
+}
+
+/* Guard modes 1, 2 and 3: the whole report line (fiber id, how it was
+ * found, the advice) on stderr, then SIGABRT. */
+static void t_overflow_each_mode(void) {
+    static const char *envs[] = {"ASYNC_TEST_GUARD=1", "ASYNC_TEST_GUARD=2", "ASYNC_TEST_GUARD=3"};
+    for (int i = 0; i < 3; i++) {
+        if (i == 0 && getenv("ASYNC_TEST_EMULATOR")) {
+            printf("mode 1 skipped: qemu-user accepts MADV_GUARD_INSTALL but ignores it\n");
+            continue;
+        }
+        char out[4096];
+        int st = run_self_case_out("mode_overflow_child", envs[i], out, sizeof out);
+        CHECK(strstr(out, "libasync: fiber stack overflow in fiber ") != NULL);
+        CHECK(strstr(out, "; raise async_sched_config_t.stack_size or ASYNC_FIBER_STACK_KB)\n") != NULL);
+        CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT);
+    }
+}
+
 /* ---- automatic mode past the mapping budget -------------------------------------------- */
 
 static async_chan_t *hold;
@@ -285,12 +318,14 @@ static void t_capacity(void) {
 }
 
 static const test_case_t cases[] = {
-    T(auto_overflow),
-    T(auto_budget),
-    T(mprotect_budget),
-    T(canary_neighbour),
+    T(auto_overflow), // valgrind
+    T(overflow_each_mode), // valgrind
+    T(auto_budget), // valgrind
+    T(mprotect_budget), // valgrind
+    T(canary_neighbour), // valgrind
     /* children and measurements, not tests of their own */
     {"auto_overflow_child", t_auto_overflow_child},
+    {"mode_overflow_child", t_mode_overflow_child},
     {"canary_child", t_canary_child},
     {"capacity", t_capacity},
 };

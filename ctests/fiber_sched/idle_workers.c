@@ -1,20 +1,17 @@
-/* Adversarial pass 14: the fiber scheduler's idle and wake-up paths
- * (docs/FIBERS.md "Idle workers and hand-offs", docs/RELIABILITY.md
- * "Adversarial pass 14: scheduler idle and wake-up paths").
- *
- * What must hold, whatever the timing: every fiber readied (an fd event, a
- * timeout, a channel send from a fiber or a plain thread, join, mutex,
- * cancellation, shutdown) runs, with 1 to 4 workers, epoll or io_uring;
- * idle workers go back to sleep; destroy and shutdown while workers spin,
- * poll or sleep stay clean. Every wait is bounded: a lost wake-up fails the
- * case instead of hanging it.
+/* The scheduler's idle and wake-up paths (docs/FIBERS.md "Idle workers and
+ * hand-offs"): every fiber readied (an fd event, a timeout, a channel send
+ * from a fiber or a plain thread, join, mutex, cancellation, shutdown) runs,
+ * with 1 to 4 workers, epoll or io_uring, including work handed to a worker
+ * that is between its look at the scheduler's state and its poll; idle
+ * workers go back to sleep (little CPU with a fiber waiting on a quiet fd);
+ * close, destroy and shutdown while workers spin, poll or sleep stay clean.
+ * Every wait is bounded: a lost wake-up fails the case instead of hanging it.
  *
  * On Linux this program interposes epoll_wait() (libasync's scheduler calls
- * it through the PLT, as ctests/test_deadlines.c relies on). When `delays`
- * is on, a poll delays its system call: a worker preempted between its look
- * at the scheduler's state and the call, stretched to milliseconds so that
- * the other threads act inside the window in most rounds. Off, it only
- * forwards. */
+ * it through the PLT). When `staged` is on, a poll delays its system call,
+ * standing for a worker preempted between its look at the scheduler's state
+ * and the call, stretched to milliseconds so that the other threads act
+ * inside the window in most rounds. Off, it only forwards. */
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -77,13 +74,6 @@ int epoll_wait(int ep, struct epoll_event *evs, int n, int timeout) {
 #define HAVE_DELAYS 1
 #endif
 
-static async_sched_t *mk(int workers) {
-    async_sched_config_t cfg = {workers, 0, 0};
-    async_sched_t *s = async_sched_create(&cfg);
-    CHECK(s != NULL);
-    return s;
-}
-
 /* ---- a fiber parked on an fd that stays quiet -------------------------------- */
 
 #if !defined(_WIN32)
@@ -134,7 +124,7 @@ static void echo_fiber(void *arg) {
  * given it, so no later ready woke anybody and the next hand-off to the
  * sleeping scheduler was lost. */
 static void t_kick_stolen_inbox(void) {
-    async_sched_t *s = mk(2);
+    async_sched_t *s = sched_new(2);
     int p[2];
     CHECK_EQ(pipe(p), 0);
     quiet_t q = {p[0], 0};
@@ -214,7 +204,7 @@ static void timer_kicker(void *arg) {
  * timeout, not after 1 ms. Plain-thread hand-offs to an echo fiber keep the
  * workers moving between rounds. */
 static void t_kick_stolen_timer(void) {
-    async_sched_t *s = mk(3);
+    async_sched_t *s = sched_new(3);
     int p[2];
     CHECK_EQ(pipe(p), 0);
     quiet_t q = {p[0], 0};
@@ -349,7 +339,7 @@ static void *storm_writer(void *arg) {
 }
 
 static void storm_run(int workers, int owned) {
-    async_sched_t *s = mk(workers);
+    async_sched_t *s = sched_new(workers);
     storm_t *st = calloc(1, sizeof *st);
     storm_arg_t args[ST_PIPES];
     CHECK(st);
@@ -491,7 +481,7 @@ static void *mixed_feeder(void *arg) {
 }
 
 static void mixed_run(int workers) {
-    async_sched_t *s = mk(workers);
+    async_sched_t *s = sched_new(workers);
     enum { LOCKERS = 4 };
     mixed_t m = {0};
     int sv[2];
@@ -550,7 +540,7 @@ static void t_mixed_wakes(void) { printf("skipped: socketpair (not Windows)\n");
  * poller): well under a core over a second (generous bound: 30%). */
 static void t_idle_cpu_fd_waiter(void) {
     for (int workers = 2; workers <= 4; workers += 2) {
-        async_sched_t *s = mk(workers);
+        async_sched_t *s = sched_new(workers);
         int p[2];
         CHECK_EQ(pipe(p), 0);
         quiet_t q = {p[0], 0};
@@ -607,7 +597,7 @@ static void closed_reader(void *arg) {
  * each of those fibers wakes with ASYNC_E_CLOSED, whoever polls. */
 static void t_close_while_polled(void) {
     for (int workers = 2; workers <= 4; workers++) {
-        async_sched_t *s = mk(workers);
+        async_sched_t *s = sched_new(workers);
         closer_t cl[CL_FDS];
         int peer[CL_FDS];
         for (int k = 0; k < CL_FDS; k++) {
@@ -693,7 +683,7 @@ static void sd_reader(void *arg) {
 static void t_shutdown_storm(void) {
     for (int round = 0; round < 8; round++) {
         int workers = 1 + round % 4;
-        async_sched_t *s = mk(workers);
+        async_sched_t *s = sched_new(workers);
         storm_t *st = calloc(1, sizeof *st);
         sd_feed_t f = {{0}, async_chan_create(0, sizeof(long)), 0};
         storm_arg_t args[ST_PIPES];

@@ -1,6 +1,7 @@
-/* Scheduler lifecycle races (issue 10, items 3 and 4): async_sched_destroy
- * racing spawns from plain threads and from fibers, joins from plain
- * threads, shutdown, run and stats. The promises under test (include/async.h):
+/* async_sched_destroy racing the rest of the scheduler's API: spawns from
+ * plain threads and from fibers, joins from plain threads, shutdown, run and
+ * stats, and host threads sending to channels, spawning, dumping and opening,
+ * readying and closing owned fds. The promises under test (include/async.h):
  *   - a spawn that returned a handle has its function run before
  *     async_sched_destroy returns (every accepted fiber runs);
  *   - a spawn that failed because the scheduler is shutting down or being
@@ -9,9 +10,11 @@
  *   - a join racing destroy returns 0 (the fiber returned) or -1 with
  *     ASYNC_E_BADHANDLE, and never touches freed memory (run under ASan).
  * Every case repeats its race many times; none sleeps to order events. */
+#include <fcntl.h>
 #include <stdatomic.h>
+#include <sys/socket.h>
 
-#include "check.h"
+#include "fibers.h"
 
 #define ROUNDS 60
 
@@ -346,6 +349,96 @@ static void t_spawn_cancelled(void) {
     CHECK_FAIL(async_fiber_spawn(s, sleeper, NULL, 0) == NULL, ASYNC_E_BADHANDLE);
 }
 
+/* ---- host threads sending, spawning, dumping and closing while destroy runs ---------- */
+
+typedef struct {
+    async_sched_t *s;
+    async_chan_t *c;
+    int devnull;
+    atomic_int stop;
+} dr_t;
+
+static void dr_fiber(void *arg)
+{
+    dr_t *d = arg;
+    int v;
+    while (async_chan_recv(d->c, &v, 1000) == 0 || async_last_error() == ASYNC_E_TIMEDOUT) {
+    }
+}
+
+static void dr_fd_fiber(void *arg)
+{
+    int fd = (int)(intptr_t)arg;
+    char b;
+    (void)async_fiber_read(fd, &b, 1, 1000);
+}
+
+static void *dr_host(void *arg)
+{
+    dr_t *d = arg;
+    unsigned seed = (unsigned)(uintptr_t)pthread_self();
+    while (!atomic_load(&d->stop)) {
+        int v = 1;
+        switch (rand_r(&seed) % 4) {
+        case 3: {
+            /* a dump racing the parks, wake-ups and the destroy */
+            int r = async_sched_dump(d->s, d->devnull);
+            if (r < 0) CHECK_ERR(ASYNC_E_BADHANDLE);
+            async_sched_stats_t st;
+            if (async_sched_get_stats(d->s, &st, NULL, 0) != 0) CHECK_ERR(ASYNC_E_BADHANDLE);
+            break;
+        }
+        case 0:
+            (void)async_chan_try_send(d->c, &v);
+            break;
+        case 1: {
+            async_fiber_t *f = async_fiber_spawn(d->s, dr_fiber, d, 0);
+            if (!f) {
+                int e = async_last_error();
+                CHECK(e == ASYNC_E_CANCELLED || e == ASYNC_E_BADHANDLE);
+            }
+            break;
+        }
+        default: {
+            int sv[2];
+            CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+            int owned = async_fiber_fd_open(d->s, sv[1]) == 0;
+            async_fiber_t *f = async_fiber_spawn(d->s, dr_fd_fiber, (void *)(intptr_t)sv[1], 0);
+            (void)f;
+            (void)write(sv[0], "q", 1);
+            (void)owned;
+            /* the fiber may still be parked on it: async_fiber_close wakes it */
+            CHECK_EQ(async_fiber_close(sv[1]), 0);
+            close(sv[0]);
+        }
+        }
+    }
+    return NULL;
+}
+
+static void t_destroy_vs_host_wakes(void)
+{
+    for (int round = 0; round < 30; round++) {
+        dr_t d;
+        d.s = sched_new(1 + round % 2);
+        d.c = async_chan_create(8, sizeof(int));
+        CHECK(d.c != NULL);
+        atomic_store(&d.stop, 0);
+        d.devnull = open("/dev/null", O_WRONLY);
+        CHECK(d.devnull >= 0);
+        for (int i = 0; i < 8; i++) CHECK(async_fiber_spawn(d.s, dr_fiber, &d, 0) != NULL);
+        pthread_t th[3];
+        for (int i = 0; i < 3; i++) start_thread(&th[i], dr_host, &d);
+        usleep(5000 + 1000 * (round % 7));
+        async_chan_close(d.c); /* dr_fiber loops end */
+        async_sched_destroy(d.s);
+        atomic_store(&d.stop, 1);
+        for (int i = 0; i < 3; i++) join_within(th[i], BOUND_MS, "host thread");
+        async_chan_destroy(d.c);
+        close(d.devnull);
+    }
+}
+
 static const test_case_t cases[] = {
     T(spawn_vs_destroy),
     T(fiber_spawn_vs_destroy),
@@ -353,6 +446,7 @@ static const test_case_t cases[] = {
     T(shutdown_vs_destroy),
     T(spawn_cancelled),
     T(wake_vs_destroy),
+    T(destroy_vs_host_wakes), // uring adversarial
 };
 
 TEST_MAIN(cases)
