@@ -67,18 +67,20 @@ test-asan: deps
 test-cross: deps
 	bash scripts/cross.sh
 
-# The fiber C tests (ctest folders fiber_sched, fiber_stack) under valgrind memcheck,
-# any error fails. libasync is built with -tags=valgrind (Go's runtime then
-# describes its heap and stacks to memcheck) and with DWARF 4 (valgrind 3.19
-# cannot read Go's DWARF 5). Two cases are left out: they hold 100k fiber
-# stacks at once, more guarded stacks than valgrind's mapping table takes.
+# The fiber C tests that carry the ctest label valgrind (the basic scheduler,
+# channel, fd I/O and stack cases of fiber_sched, fiber_sync, fiber_io and
+# fiber_stack) under valgrind memcheck, any error fails. libasync is built with
+# -tags=valgrind (Go's runtime then describes its heap and stacks to memcheck)
+# and with DWARF 4 (valgrind 3.19 cannot read Go's DWARF 5). Two cases are left
+# out: they hold 100k fiber stacks at once, more guarded stacks than
+# valgrind's mapping table takes.
 VG_EXCLUDE ?= ^fiber_sched\.(fib_100k|parked_100k)$$
 test-valgrind:
 	@bash scripts/deps.sh valgrind
 	cmake -S . -B $(BUILD_VG) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DASYNC_VALGRIND=ON \
 		-DASYNC_GOFLAGS=-tags=valgrind >/dev/null
 	GOEXPERIMENT=nodwarf5 cmake --build $(BUILD_VG) -j$(JOBS)
-	ctest --test-dir $(BUILD_VG) $(CTEST_FLAGS) -L '^fiber_(sched|stack)$$' -E '$(VG_EXCLUDE)'
+	ctest --test-dir $(BUILD_VG) $(CTEST_FLAGS) -L '^valgrind$$' -E '$(VG_EXCLUDE)'
 
 test-install: build
 	bash scripts/install_test.sh $(BUILD)

@@ -237,33 +237,48 @@ if want win; then
 fi
 
 # ---- 3b. fibers on Windows, under wine ------------------------------------------------
-# ctests/windows/fiber.c (Windows cases) and ctests/fiber_sched/fiber.c (its cases
-# outside #if !defined(_WIN32)) against the DLL, one process per case like the
-# queue cases. docs/PLATFORMS.md lists every fiber ctest case that does not
-# run here and why. Needs the DLL and prefix of step 3.
-# Left out of test_fiber.c's cases:
+# ctests/windows/fiber.c (Windows cases) and the fiber ctest files of
+# WIN_FIBER_FILES (their cases outside #if !defined(_WIN32)) against the DLL,
+# one process per case like the queue cases. docs/PLATFORMS.md lists every
+# fiber ctest case that does not run here and why. Needs the DLL and prefix
+# of step 3.
+# Left out of the WIN_FIBER_FILES cases:
 #   guard_modes           Linux modes 1 and 3 give ASYNC_E_NOTSUP on Windows
 #                         (win_fiber guard_modes checks Windows' modes)
 #   fib_100k parked_100k  100000 stacks: wine maps each stack as 2-3 Linux
 #                         mappings, and vm.max_map_count (65530) runs out near
 #                         30000; wine itself then fails (win_fiber many_fibers
 #                         runs 20000)
+WIN_FIBER_FILES="ctests/fiber_sched/spawn_join.c ctests/fiber_sched/bad_args.c ctests/fiber_sched/work_spread.c
+    ctests/fiber_sched/blocking.c ctests/fiber_sched/calls_from_fibers.c ctests/fiber_sched/shutdown.c
+    ctests/fiber_sync/channels.c ctests/fiber_sync/select.c ctests/fiber_stack/guard_modes.c"
 WIN_FIBER_SKIP=${WIN_FIBER_SKIP-"guard_modes fib_100k parked_100k"}
+# The executable a WIN_FIBER_FILES file is built into: ctests/fiber_sync/select.c
+# -> fiber_sync_select (.exe).
+win_fiber_exe() {
+    local b=${1#ctests/}
+    echo "${b%%/*}_$(basename "$1" .c)"
+}
 win_fiber_build() {
+    local src
     x86_64-w64-mingw32-gcc-posix -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -O1 -static -Iinclude -Ictests/common \
-        -o "$WIN/win_fiber.exe" ctests/windows/fiber.c "$WIN/libasync.dll" -lws2_32 -lpthread &&
-        x86_64-w64-mingw32-gcc-posix -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -O1 -static -Iinclude -Ictests/common \
-            -o "$WIN/test_fiber.exe" ctests/fiber_sched/fiber.c "$WIN/libasync.dll" -lws2_32 -lpthread
+        -o "$WIN/win_fiber.exe" ctests/windows/fiber.c "$WIN/libasync.dll" -lws2_32 -lpthread || return 1
+    for src in $WIN_FIBER_FILES; do
+        x86_64-w64-mingw32-gcc-posix -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -O1 -static -Iinclude \
+            -Ictests/common -o "$WIN/$(win_fiber_exe "$src").exe" "$src" "$WIN/libasync.dll" -lws2_32 -lpthread ||
+            return 1
+    done
 }
 wine_fiber_tests() {
-    local exe c cases n=0 bad=0 failed=""
-    for exe in win_fiber test_fiber; do
+    local exe c cases src n=0 bad=0 failed="" exes=win_fiber
+    for src in $WIN_FIBER_FILES; do exes="$exes $(win_fiber_exe "$src")"; done
+    for exe in $exes; do
         # the cases the Windows build has (check.h's usage line lists them)
         cases=$(wine_run 60 $exe.exe 2>&1 | sed -n 's/^cases://p' | tr -d '\r')
         [ -n "$cases" ] || { echo "$exe.exe lists no cases"; return 1; }
         for c in $cases; do
-            [ $exe = test_fiber ] && [[ " $WIN_FIBER_SKIP " == *" $c "* ]] && continue
-            # the child process of overflow, not a case of its own
+            [ $exe != win_fiber ] && [[ " $WIN_FIBER_SKIP " == *" $c "* ]] && continue
+            # win_fiber's child process of overflow, not a case of its own
             [ "$c" = overflow_child ] && continue
             n=$((n + 1))
             if ! wine_run 300 $exe.exe "$c" >"$LOG/wine-$exe-$c.out" 2>&1; then
@@ -416,7 +431,7 @@ darwin_c_build() { # <goarch>
         "${cc[@]}" -I$dns -o "$d/bin/test_async_dns" $dns/test_async_dns.c $dns/resolver.c "$lib" -lpthread ||
         return 1
     echo "$n C tests and 5 example programs built for $t-macos"
-    file "$d/bin/fiber_sched_fiber"
+    file "$d/bin/fiber_sched_spawn_join"
 }
 if want darwin; then
     if step zig-install zig_install; then
