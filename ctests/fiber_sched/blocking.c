@@ -83,12 +83,13 @@ static void t_blocking(void) {
 
 #if !defined(_WIN32)
 
-/* --- blocking_self_*: a function async_fiber_blocking runs for a fiber of s
- * calls the waits of s that need that very fiber to return: async_sched_run,
+/* ---- a blocking function waiting for its own fiber ------------------------
+ * A function async_fiber_blocking runs for a fiber of s calls a wait of s
+ * that needs that very fiber to return: async_sched_run,
  * async_sched_shutdown(s, -1), async_sched_destroy, async_fiber_join of the
- * fiber itself. They hung for good (the fiber waits for the function, the
- * function for the fiber); now they fail with ASYNC_E_STATE, or (shutdown)
- * start the shutdown and return 0 without waiting, as on a worker. ------- */
+ * fiber itself. Each would wait for ever (the fiber waits for the function,
+ * the function for the fiber): they fail with ASYNC_E_STATE, or (shutdown)
+ * start the shutdown and return 0 without waiting, as on a worker. */
 
 static async_sched_t *bs_s;
 static async_fiber_t *volatile bs_f;
@@ -153,8 +154,9 @@ static void t_blocking_self_shutdown(void) { blocking_self(1, 0, ASYNC_OK); }
 static void t_blocking_self_destroy(void) { blocking_self(2, -1, ASYNC_E_STATE); }
 static void t_blocking_self_join(void) { blocking_self(3, -1, ASYNC_E_STATE); }
 
-/* blocking_other: the check is narrow: a blocking job still joins another
- * fiber of its own scheduler, and shuts down and destroys another scheduler. */
+/* ---- a blocking function waiting for other fibers and schedulers ------------
+ * The check above is narrow: a blocking function still joins another fiber
+ * of its own scheduler, and shuts down and destroys another scheduler. */
 static async_fiber_t *bo_g;
 static async_sched_t *bo_s2;
 static atomic_int bo_res = 99;

@@ -1,4 +1,4 @@
-/* Cross-worker hand-offs (issue 13 item 1, docs/FIBERS.md "Idle workers and
+/* Cross-worker hand-offs (docs/FIBERS.md "Idle workers and
  * hand-offs"): idle workers spin for a bounded time before they sleep, a
  * waker wakes a sleeper only when nobody spins (and hands the woken one its
  * spinning unit), fibers readied by threads outside the scheduler go through

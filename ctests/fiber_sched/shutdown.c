@@ -171,10 +171,11 @@ static void t_shutdown_timeout(void) {
 
 #if !defined(_WIN32)
 
-/* --- shutdown_nowait: after async_sched_shutdown, only waits are cancelled:
- * a call that completes at once still does (the header said "every later
- * one" fails, and that a fiber that yields can be stopped). A documentation
- * item: this passed before the header was fixed. ---------------------------- */
+/* ---- after shutdown only waits are cancelled ----------------------------------
+ * A call that completes at once (send to room, recv of a buffered element,
+ * an uncontended lock, a join of a finished fiber) still succeeds after
+ * async_sched_shutdown; one that has to wait fails with ASYNC_E_CANCELLED;
+ * a fiber that only yields is not stopped. */
 
 static atomic_int sn_go, sn_bad, sn_ready;
 static void sn_nop(void *arg) { (void)arg; }

@@ -166,7 +166,7 @@ static void t_several_scheds(void) {
 
 #if !defined(_WIN32)
 
-/* --- probe: join variants ---------------------------------------------------- */
+/* ---- join variants ---------------------------------------------------- */
 
 static async_fiber_t *volatile self_f;
 static atomic_int self_err;

@@ -95,8 +95,8 @@ static void churn(int n) {
     }
 }
 
-/* The C heap in use after N more cycles does not grow with N (each cycle
- * used to keep its arena's owner array: ~4 KB with the default stacks).
+/* The C heap in use after N more cycles does not grow with N (a cycle that
+ * kept its arena's owner array would leak ~4 KB with the default stacks).
  * Not timing: a byte count, with a generous bound (1 KB per cycle). */
 static void t_heap_per_cycle(void) {
 #if !defined(LA_TEST_ASAN) && !defined(LA_TEST_MALLINFO2)

@@ -114,7 +114,7 @@ static void t_chan_close(void) {
 
 #if !defined(_WIN32)
 
-/* --- probe: chan destroy racing everything ------------------------------------ */
+/* ---- chan destroy racing everything ------------------------------------ */
 
 static async_chan_t *volatile dr_c;
 static atomic_int dr_stop;

@@ -191,7 +191,7 @@ static void t_fls_badinput(void) {
     CHECK_EQ(async_fiber_key_delete(k), 0);
 }
 
-/* --- probe: keys reused ------------------------------------------------------ */
+/* ---- keys reused ------------------------------------------------------ */
 
 static atomic_int key_dtor_calls;
 static void key_dtor(void *v) { (void)v; atomic_fetch_add(&key_dtor_calls, 1); }
@@ -232,7 +232,7 @@ static void t_fls_key_reuse(void)
     CHECK_EQ(atomic_load(&key_dtor_calls), 0);
 }
 
-/* --- probe: destructors that use the API ----------------------------------- */
+/* ---- destructors that use the API ----------------------------------- */
 
 static async_fiber_key_t dk;
 static atomic_int dk_rounds;

@@ -161,7 +161,7 @@ static void t_chan_select_stress(void) {
 
 #if !defined(_WIN32)
 
-/* --- probe: select with one channel twice (send + recv, rendezvous) ---------- */
+/* ---- select with one channel twice (send + recv, rendezvous) ---------- */
 
 static void t_select_self(void)
 {

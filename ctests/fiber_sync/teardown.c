@@ -1,5 +1,6 @@
 /* Mutexes and condition variables torn down under their waiters: destroy
- * wakes every waiter (fiber or thread) with ASYNC_E_CLOSED, destroy racing
+ * wakes every waiter (fiber or thread) with ASYNC_E_CLOSED (ASYNC_E_BADHANDLE
+ * for a call that starts after the destroy), destroy racing
  * lock, wait and signal, scheduler shutdown cancels the waits of its
  * fibers, and in a forked child every call fails at once with
  * ASYNC_E_FORKED. Every wait is bounded. */

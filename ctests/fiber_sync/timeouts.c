@@ -9,7 +9,7 @@
 
 #include "fibers.h"
 
-/* --- probe: sleep with a huge value ------------------------------------------ */
+/* ---- sleep with a huge value ------------------------------------------ */
 
 static atomic_int sleep_rc = 99;
 static atomic_int sleep_err;
@@ -36,7 +36,7 @@ static void t_sleep_huge(void)
     async_sched_destroy(s);
 }
 
-/* --- probe: INT_MAX timeouts still wait, and wake on close -------------------- */
+/* ---- INT_MAX timeouts still wait, and wake on close -------------------- */
 
 static async_chan_t *intmax_c;
 static void *intmax_thread(void *arg)
@@ -67,7 +67,7 @@ static void t_timeout_intmax(void)
     async_chan_destroy(intmax_c);
 }
 
-/* --- probe: rendezvous send with timeouts races receivers: no loss, no dup ---- */
+/* ---- rendezvous send with timeouts races receivers: no loss, no dup ---- */
 
 #define RV_N 20000
 static async_chan_t *rv_c;
@@ -124,7 +124,7 @@ static void t_rendezvous_timeouts(void)
     async_chan_destroy(rv_c);
 }
 
-/* --- probe: mutex with timeouts: the hand-off is never lost ------------------- */
+/* ---- mutex with timeouts: the hand-off is never lost ------------------- */
 
 static async_mutex_t *mt_m;
 static atomic_long mt_in;

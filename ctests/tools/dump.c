@@ -374,6 +374,11 @@ static void t_dump_signal(void) {
     close(p[1]);
 }
 
+/* ---- a dump to a pipe whose reader is gone ------------------------------------------
+ * async_sched_dump from a plain thread fails with ASYNC_E_SYS (EPIPE) and
+ * leaves no SIGPIPE pending; the dump-on-signal handler writing there does
+ * not kill the process either. */
+
 static void de_sleeper(void *arg)
 {
     (void)arg;
