@@ -21,6 +21,15 @@ static inline void wait_count(atomic_int *v, int target, const char *what)
     wait_count_within(v, target, BOUND_MS, what);
 }
 
+/* Busy-waits us microseconds (a sleep would last far longer than asked on
+ * a loaded machine). */
+static inline void spin_us(double us)
+{
+    double t0 = now_ms();
+    while ((now_ms() - t0) * 1e3 < us) {
+    }
+}
+
 /* A fiber that returns at once. */
 static inline void nop_fiber(void *arg)
 {

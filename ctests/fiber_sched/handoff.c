@@ -18,14 +18,8 @@
 #include <unistd.h>
 #endif
 
-#include "check.h"
+#include "fibers.h"
 
-static async_sched_t *mk(int workers) {
-    async_sched_config_t cfg = {workers, 0, 0};
-    async_sched_t *s = async_sched_create(&cfg);
-    CHECK(s != NULL);
-    return s;
-}
 
 
 /* ---- ping-pong across workers ------------------------------------------------ */
@@ -81,7 +75,7 @@ static void run_pingpong(async_sched_t *s, long n) {
  * value arrives (each park is woken, wherever the partner runs). */
 static void t_pingpong(void) {
     for (int workers = 2; workers <= 4; workers += 2) {
-        async_sched_t *s = mk(workers);
+        async_sched_t *s = sched_new(workers);
         run_pingpong(s, 200000);
         async_sched_destroy(s);
     }
@@ -101,7 +95,7 @@ static double cpu_over(int ms) {
  * Generous bound (30% of one core over 1 s): the spin lasts microseconds. */
 static void t_idle_cpu(void) {
     for (int workers = 2; workers <= 4; workers += 2) {
-        async_sched_t *s = mk(workers);
+        async_sched_t *s = sched_new(workers);
         sleep_ms(50);
         double fresh = cpu_over(1000);
         run_pingpong(s, 20000);
@@ -130,18 +124,12 @@ static void rx_fiber(void *arg) {
     }
 }
 
-static void spin_us(double us) {
-    double t0 = now_ms();
-    while ((now_ms() - t0) * 1e3 < us) {
-    }
-}
-
 /* A plain thread readies a parked fiber after delays spread over the
  * workers' spin window (0 to ~200 us, then a few ms: asleep): each send
  * (a hand-off to the fiber, through the inbox) must be taken, or the
  * bounded send fails. */
 static void t_wake_after_spin(void) {
-    async_sched_t *s = mk(2);
+    async_sched_t *s = sched_new(2);
     rx_t r = {async_chan_create(0, sizeof(long)), 400, 0};
     CHECK(r.c);
     CHECK(async_fiber_spawn(s, rx_fiber, &r, 0));
@@ -185,7 +173,7 @@ static void *remote_sender(void *arg) {
  * is a remote ready (the inbox, with its exchange-all consumers racing the
  * pushes); 4 threads x 16 fibers x 2000 values all arrive. */
 static void t_remote_ready(void) {
-    async_sched_t *s = mk(2);
+    async_sched_t *s = sched_new(2);
     remote_t *r = calloc(1, sizeof *r);
     CHECK(r);
     for (int k = 0; k < RT_FIBERS; k++) {
@@ -222,7 +210,7 @@ static void xs_sender(void *arg) {
 /* Fibers of scheduler A wake fibers of scheduler B (and back, through the
  * rendezvous): readies from a foreign worker go through B's inbox. */
 static void t_cross_sched(void) {
-    async_sched_t *a = mk(2), *b = mk(2);
+    async_sched_t *a = sched_new(2), *b = sched_new(2);
     enum { PAIRS = 8 };
     rx_t rx[PAIRS];
     for (int k = 0; k < PAIRS; k++) {
@@ -275,7 +263,7 @@ static void meet_recv(void *arg) {
 }
 
 static void t_busy_lifo_slot(void) {
-    async_sched_t *s = mk(2);
+    async_sched_t *s = sched_new(2);
     for (int round = 0; round < 200; round++) {
         meet_t m = {async_chan_create(0, sizeof(long)), 0, 0};
         CHECK(m.c);
@@ -308,7 +296,7 @@ static void fan_producer(void *arg) {
 /* One fiber readies 64 others over and over (each wake lands on its worker,
  * the other workers spin and steal): every value arrives. */
 static void t_fan_out(void) {
-    async_sched_t *s = mk(4);
+    async_sched_t *s = sched_new(4);
     fan_t *f = calloc(1, sizeof *f);
     CHECK(f);
     for (int k = 0; k < FAN; k++) {
@@ -339,7 +327,7 @@ static void short_fiber(void *arg) {
  * (looking for work for up to the spin bound): destroy must stop them. */
 static void t_destroy_spinning(void) {
     for (int round = 0; round < 200; round++) {
-        async_sched_t *s = mk(round % 2 ? 2 : 4);
+        async_sched_t *s = sched_new(round % 2 ? 2 : 4);
         atomic_long n = 0;
         for (int i = 0; i < 8; i++) CHECK(async_fiber_spawn(s, short_fiber, &n, 0));
         CHECK_EQ(async_sched_run(s), 0);
@@ -356,7 +344,7 @@ static void sleep_fiber(void *arg) {
 /* Shutdown while one fiber is parked and the other workers spin. */
 static void t_shutdown_spinning(void) {
     for (int round = 0; round < 100; round++) {
-        async_sched_t *s = mk(2);
+        async_sched_t *s = sched_new(2);
         atomic_long n = 0, cancelled = 0;
         CHECK(async_fiber_spawn(s, sleep_fiber, &cancelled, 0));
         for (int i = 0; i < 4; i++) CHECK(async_fiber_spawn(s, short_fiber, &n, 0));
@@ -414,7 +402,7 @@ static void fb_reader(void *arg) {
  * thread, on a plain and on an owned descriptor. */
 static void fd_wake_run(int workers, int yielders, long rounds) {
     for (int owned = 0; owned < 2; owned++) {
-        async_sched_t *s = mk(workers);
+        async_sched_t *s = sched_new(workers);
         int sv[2];
         CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
         fb_t b = {.fd = sv[0], .rounds_want = rounds};
@@ -486,7 +474,7 @@ static void crowd_sleeper(void *arg) {
 
 static void t_sleep_crowded(void) {
     for (int workers = 1; workers <= 2; workers++) {
-        async_sched_t *s = mk(workers);
+        async_sched_t *s = sched_new(workers);
         fb_t b = {.fd = -1};
         sleeper_t z = {.b = &b};
         for (int k = 0; k < 300 * workers; k++) CHECK(async_fiber_spawn(s, fb_yielder, &b, 0));

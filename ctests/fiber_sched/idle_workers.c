@@ -22,7 +22,7 @@
 #include <unistd.h>
 #endif
 
-#include "check.h"
+#include "fibers.h"
 
 #if defined(__linux__)
 #include <sys/epoll.h>
@@ -269,14 +269,6 @@ static uint32_t rng_next(uint32_t *x) {
     *x ^= *x >> 17;
     *x ^= *x << 5;
     return *x;
-}
-
-/* Busy-waits us microseconds (the writer's small random gaps: a sleep
- * would be far longer than asked on a loaded machine). */
-static void spin_us(int us) {
-    double t0 = now_ms();
-    while ((now_ms() - t0) * 1e3 < us) {
-    }
 }
 
 enum { ST_PIPES = 24 };
