@@ -14,6 +14,9 @@
 
 #include "fibers.h"
 
+/* ---- pipes: numbered messages from writer fibers reach reader fibers in
+ * order, then EOF ---------------------------------------------------------- */
+
 typedef struct {
     int fd;
     int msgs;

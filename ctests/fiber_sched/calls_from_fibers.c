@@ -9,6 +9,8 @@
 
 #include "fibers.h"
 
+/* ---- queues: blocking enqueue and dequeue park the fiber ------------------ */
+
 typedef struct {
     async_queue_t *q;
     int n;

@@ -10,6 +10,8 @@
 
 #include "fibers.h"
 
+/* ---- one selector, two senders, a quit channel ------------------------------ */
+
 typedef struct {
     async_chan_t *a, *b, *quit;
     long from_a, from_b;
