@@ -168,6 +168,21 @@ static inline void *nop_proc(void *arg)
     return arg;
 }
 
+/* A number from /proc/self/status: fmt is its line's sscanf format (e.g.
+ * "Threads: %ld"); -1 where the line is missing. */
+static inline long proc_status_field(const char *fmt)
+{
+    FILE *fp = fopen("/proc/self/status", "r");
+    char line[256];
+    long v = -1;
+    CHECK(fp != NULL);
+    while (fgets(line, sizeof line, fp))
+        if (sscanf(line, fmt, &v) == 1)
+            break;
+    fclose(fp);
+    return v;
+}
+
 /* e is a or b. */
 static inline int err_in(int e, int a, int b)
 {

@@ -142,8 +142,7 @@ static void t_accept_args(void) {
     async_sched_destroy(s);
 }
 
-/* ---- SIGPIPE: peers that reset or vanish mid-write ------------------------------- */
-
+/* Fills socket and pipe buffers. */
 static char bigbuf[8 << 20];
 
 /* ---- sockets in states their call does not fit: an answer, never a hang or SIGPIPE ------------ */
@@ -413,7 +412,7 @@ static void t_accept_storm_owned(void) { accept_storm(1); }
 
 static void t_accept_storm_plain(void) { accept_storm(0); }
 
-/* ---- echo: accept, connect, read, write through the rings -------------------- */
+/* ---- echo: accept, connect, read and write over loopback TCP ------------------ */
 
 #define ECHO_CONNS 200
 

@@ -69,15 +69,7 @@ static void as_pinger(void *arg)
 
 static long vm_size_kb(void)
 {
-    FILE *fp = fopen("/proc/self/status", "r");
-    char line[256];
-    long kb = -1;
-    CHECK(fp != NULL);
-    while (fgets(line, sizeof line, fp))
-        if (sscanf(line, "VmSize: %ld kB", &kb) == 1)
-            break;
-    fclose(fp);
-    return kb;
+    return proc_status_field("VmSize: %ld kB");
 }
 
 static void as_set(rlim_t v)

@@ -62,8 +62,7 @@ static void t_reuse_number_other_kind(void) {
     reuse_kind_body(NULL);
 }
 
-/* ---- SIGPIPE: peers that reset or vanish mid-write ------------------------------- */
-
+/* Fills socket and pipe buffers. */
 static char bigbuf[8 << 20];
 
 /* ---- a number closed and reused while a fiber is parked on it ---------------------- */

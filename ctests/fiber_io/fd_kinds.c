@@ -93,8 +93,7 @@ static void t_fd_kinds_fiber(void) {
 
 static void t_fd_kinds_thread(void) { kinds_body(NULL); }
 
-/* ---- SIGPIPE: peers that reset or vanish mid-write ------------------------------- */
-
+/* Fills socket and pipe buffers. */
 static char bigbuf[8 << 20];
 
 /* ---- O_NONBLOCK taken away behind the library's back, or a fresh blocking

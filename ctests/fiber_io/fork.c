@@ -62,22 +62,12 @@ static void t_fork_on_fiber(void) {
     async_sched_destroy(s);
 }
 
-/* ---- the offload pool ---------------------------------------------------------------- */
-
-static atomic_int off_count;
-
-static void off_sleep(void *arg) {
-    (void)arg;
-    usleep(1000);
-    atomic_fetch_add(&off_count, 1);
-}
-
-static void off_fiber(void *arg) {
-    (void)arg;
-    CHECK_EQ(async_fiber_blocking(off_sleep, NULL), 0);
-}
-
 /* ---- fork while fibers are parked on fds ------------------------------------------------ */
+
+static void fk_noop(void *arg)
+{
+    (void)arg;
+}
 
 static int fk_fd;
 
@@ -106,9 +96,9 @@ static void t_fork_parked(void) {
         ok &= async_fiber_read(sp[0], b, 4, 100) == -1 && async_last_error() == ASYNC_E_FORKED;
         ok &= async_fiber_write(sp[1], "x", 1, 100) == -1 && async_last_error() == ASYNC_E_FORKED;
         ok &= async_fiber_wait_fd(sp[0], ASYNC_EVENT_READ, 100) == -1 && async_last_error() == ASYNC_E_FORKED;
-        ok &= async_fiber_blocking(off_sleep, NULL) == -1 && async_last_error() == ASYNC_E_FORKED;
+        ok &= async_fiber_blocking(fk_noop, NULL) == -1 && async_last_error() == ASYNC_E_FORKED;
         ok &= async_fiber_accept(sp[0], NULL, NULL, 100) == -1 && async_last_error() == ASYNC_E_FORKED;
-        ok &= async_fiber_spawn(s, off_fiber, NULL, 0) == NULL && async_last_error() == ASYNC_E_FORKED;
+        ok &= async_fiber_spawn(s, fk_noop, NULL, 0) == NULL && async_last_error() == ASYNC_E_FORKED;
         ok &= async_sched_shutdown(s, 100) == -1 && async_last_error() == ASYNC_E_FORKED;
         ok &= async_fiber_close(sp[0]) == -1 && async_last_error() == ASYNC_E_FORKED;
         ok &= async_fiber_current() == NULL;
@@ -207,11 +197,6 @@ static void fk_locker(void *arg)
             _exit(3);                                                                                          \
         }                                                                                                      \
     } while (0)
-
-static void fk_noop(void *arg)
-{
-    (void)arg;
-}
 
 /* In the child: every call fails at once with ASYNC_E_FORKED (an alarm ends
  * a child that hangs). */

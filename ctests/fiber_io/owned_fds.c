@@ -665,10 +665,10 @@ static void t_owned_errors(void) {
 }
 
 /* s1 owns a number whose file was closed with close(2) (a bug the header
- * names) and reused by a new file: async_fiber_fd_open(s2, number) gave
- * ASYNC_E_EXISTS, and s1's parked reader of the old file was never woken.
- * The header promises fd_open detects that the old file is gone, from any
- * scheduler: now s2 owns the new file and s1's reader gets ASYNC_E_CLOSED. */
+ * names) and reused by a new file. The header promises fd_open detects that
+ * the old file is gone, from any scheduler: async_fiber_fd_open(s2, number)
+ * succeeds (not ASYNC_E_EXISTS), s2 owns the new file, and s1's reader
+ * parked on the old file is woken with ASYNC_E_CLOSED. */
 static int rfd;
 
 static _Atomic int rerr = -1;
@@ -707,8 +707,8 @@ static void t_owned_stale_number_other_sched(void) {
     async_sched_destroy(s2);
 }
 
-/* async_fiber_fd_open of a file it cannot own (a regular file: BADFD) left
- * O_NONBLOCK set on it. A failed call now leaves the file as it was. */
+/* async_fiber_fd_open of a file it cannot own (a regular file: BADFD)
+ * leaves the file as it was: no O_NONBLOCK set on it. */
 static void t_failed_open_keeps_flags(void) {
     async_sched_t *s = sched_new(1);
     char path[] = "/tmp/libasync-test-XXXXXX";

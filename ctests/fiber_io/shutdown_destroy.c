@@ -27,8 +27,7 @@
 
 #include "check.h"
 
-/* ---- SIGPIPE: peers that reset or vanish mid-write ------------------------------- */
-
+/* Fills socket and pipe buffers. */
 static char bigbuf[8 << 20];
 
 /* ---- shutdown while fibers sit in each call ------------------------------------------ */
@@ -344,20 +343,13 @@ static void inflight(int destroy_only) {
         p[i] = (park_t){sv[i][0], 0, &parked, &done};
         CHECK(async_fiber_spawn(s, park_reader, &p[i], 0) != NULL);
     }
-    int lfd;
     struct sockaddr_in a;
-    lfd = loopback_listener(1024, &a);
+    int lfd = loopback_listener(1024, &a);
     p[PARK_N] = (park_t){lfd, 0, &parked, &done};
     CHECK(async_fiber_spawn(s, park_acceptor, &p[PARK_N], 0) != NULL);
     wait_count_within(&parked, PARK_N + 1, 30000, "parking");
     /* each is parked (or about to): stats say when all are */
-    for (double t0 = now_ms();;) {
-        async_sched_stats_t st;
-        CHECK_EQ(async_sched_get_stats(s, &st, NULL, 0), 0);
-        if (st.fibers_parked == PARK_N + 1) break;
-        CHECK(now_ms() - t0 < 30000);
-        sleep_ms(2);
-    }
+    sched_wait_parked(s, PARK_N + 1);
     if (!destroy_only) CHECK_EQ(async_sched_shutdown(s, 30000), 0);
     async_sched_destroy(s);
     CHECK_EQ(atomic_load(&done), PARK_N + 1);

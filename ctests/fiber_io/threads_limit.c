@@ -257,15 +257,7 @@ static void t_nothreads_calls(void)
 
 static int threads_now(void)
 {
-    FILE *fp = fopen("/proc/self/status", "r");
-    char line[256];
-    int n = -1;
-    CHECK(fp != NULL);
-    while (fgets(line, sizeof line, fp))
-        if (sscanf(line, "Threads: %d", &n) == 1)
-            break;
-    fclose(fp);
-    return n;
+    return (int)proc_status_field("Threads: %ld");
 }
 
 /* Waits (bounded) for the thread count to come down to n: exiting threads

@@ -69,8 +69,7 @@ static void t_huge_timeout(void) {
     async_sched_destroy(s);
 }
 
-/* ---- SIGPIPE: peers that reset or vanish mid-write ------------------------------- */
-
+/* Fills socket and pipe buffers. */
 static char bigbuf[8 << 20];
 
 /* ---- tiny timeouts: a cancelled receive or accept loses nothing --------------------------- */
@@ -547,9 +546,8 @@ static void acc_fiber(void *arg) {
 
 static void t_accept_timeout_takes_nothing(void) {
     async_sched_t *s = sched_new(1);
-    int lfd;
     struct sockaddr_in a;
-    lfd = loopback_listener(1024, &a);
+    int lfd = loopback_listener(1024, &a);
     io_probe_t m;
     memset(&m, 0, sizeof m);
     m.fd = lfd;

@@ -168,20 +168,13 @@ static void t_uring_pipe_uses_poller(void) {
     close(p2[1]);
 }
 
-/* Adversarial pass 5: a read that went to the ring while fd was plain, then
- * fd owned (async_fiber_fd_open) and closed through the library
- * (async_fiber_close): the close wakes every fiber of the owner parked on fd
- * with ASYNC_E_CLOSED, io_uring's too. Before, the ring op was not a waiter
- * the close could reach: the read ran to its timeout, and the op kept the
- * socket open (the peer saw no hang-up). */
-static int op_fd;
+/* ---- a ring op is submitted while its worker computes --------------------------- */
 
-/* Adversarial pass 5: a ring op was submitted only when its worker ran out
- * of work (or at its 61st dispatch): a fiber computing on that worker held a
- * read back although the data was there and the other worker idled (1.5 s
- * in the report). Now a worker that goes on to another fiber while another
- * worker idles submits first. Here the computing fiber waits (up to 5 s) to
- * see the read complete; before, it never did while it ran. */
+/* A worker that goes on to another fiber while another worker idles submits
+ * its ring ops first (not only when it runs out of work): a fiber computing
+ * on that worker does not hold back a read whose data is there. The
+ * computing fiber waits (up to 5 s) to see the read complete. */
+static int op_fd;
 static _Atomic int busy_read_done, busy_saw_done;
 
 static void computer(void *arg) {
@@ -264,16 +257,10 @@ static void ovf_hog(void *arg) {
 }
 
 static void t_uring_cq_overflow(void) {
-    struct rlimit rl;
-    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &rl), 0);
-    rlim_t want = OVF_N + 256;
-    if (rl.rlim_cur < want) {
-        rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= want ? want : rl.rlim_max;
-        if (rl.rlim_cur < want) rl.rlim_max = rl.rlim_cur = want; /* root may raise the hard limit */
-        if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
-            printf("RLIMIT_NOFILE cannot reach %lu here: skipped\n", (unsigned long)want);
-            return;
-        }
+    int want = OVF_N + 256;
+    if (raise_nofile(want) < want) {
+        printf("RLIMIT_NOFILE cannot reach %d here: skipped\n", want);
+        return;
     }
     async_sched_config_t cfg = {1, 16384, 0};
     async_sched_t *s = mk_uring_cfg(&cfg);

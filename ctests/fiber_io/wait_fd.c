@@ -286,13 +286,7 @@ static void t_second_reader_busy(void) {
     m.fd = sv[0];
     CHECK(async_fiber_spawn(s, busy_first, &m, 0) != NULL);
     wait_count_within(&m.step, 1, 30000, "first reader");
-    for (double t0 = now_ms();;) {
-        async_sched_stats_t st;
-        CHECK_EQ(async_sched_get_stats(s, &st, NULL, 0), 0);
-        if (st.fibers_parked == 1) break;
-        CHECK(now_ms() - t0 < 30000);
-        sleep_ms(2);
-    }
+    sched_wait_parked(s, 1);
     CHECK(async_fiber_spawn(s, busy_second, &m, 0) != NULL);
     wait_count_within(&m.step, 101, 30000, "second reader");
     CHECK_EQ(m.r2, -1);
