@@ -5,24 +5,14 @@
  * answer, never a hang or SIGPIPE), accept and connect storms on busy
  * workers, and an echo load over loopback TCP on 1 and 4 workers. Every wait
  * is bounded: a regression fails the case instead of hanging it. */
-#include <arpa/inet.h>
-#include <dirent.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/uio.h>
-#include <sys/wait.h>
 #include <termios.h>
 
 #include "check.h"

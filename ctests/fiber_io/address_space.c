@@ -4,14 +4,8 @@
  * with its documented error (NOMEM), and the process goes on. Each *_child
  * case runs only in the child its parent case starts (net.h, run_child).
  * Every wait is bounded. */
-#include <dirent.h>
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
-#include <signal.h>
 #include <stdatomic.h>
-#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 

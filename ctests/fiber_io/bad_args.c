@@ -2,18 +2,12 @@
  * open (negative, closed, far above RLIMIT_NOFILE, INT_MAX) fails at once
  * with ASYNC_E_BADFD, and bad buffers or lengths never crash nor read bytes
  * from beyond the buffer, on a fiber and on a plain thread. */
-#include <arpa/inet.h>
-#include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 
 #include "check.h"
 #include "net.h"

@@ -4,19 +4,9 @@
  * scheduler, a job offloaded after the shutdown began still runs) and the
  * thread-blocking calls a fiber is refused (runtime_wait, worker_join with a
  * timeout). Every wait is bounded. */
-#include <arpa/inet.h>
-#include <dirent.h>
 #include <fcntl.h>
-#include <limits.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
-#include <sys/resource.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 
 #include "check.h"
 #include "net.h"

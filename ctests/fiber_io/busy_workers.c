@@ -6,7 +6,6 @@
  * stats while fibers park and migrate, and many fibers on many fds woken in
  * a scrambled order. Every wait is bounded. */
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -15,8 +14,6 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/uio.h>
-#include <termios.h>
 
 #include "check.h"
 #include "net.h"

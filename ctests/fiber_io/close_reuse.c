@@ -5,24 +5,11 @@
  * numbers closed with close(2) and owned ones closed by the library, reused
  * while fibers wait on busy workers; a stale reader parked for ever on a
  * closed number. Every wait is bounded. */
-#include <arpa/inet.h>
-#include <dirent.h>
 #include <fcntl.h>
-#include <limits.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/uio.h>
-#include <sys/wait.h>
-#include <termios.h>
 
 #include "check.h"
 #include "net.h"

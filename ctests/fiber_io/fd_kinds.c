@@ -4,23 +4,13 @@
  * ancillary data on a unix stream (a read stops there; no read may then
  * park), and a file whose O_NONBLOCK was taken away behind the library's
  * back. On fibers and on plain threads; every wait is bounded. */
-#include <arpa/inet.h>
-#include <dirent.h>
 #include <fcntl.h>
-#include <limits.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/uio.h>
-#include <sys/wait.h>
 #include <termios.h>
 
 #include "check.h"

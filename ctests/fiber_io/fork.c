@@ -2,20 +2,9 @@
  * fibers parked on fds, and while fibers do I/O on every worker. In the child
  * every fiber call fails at once with ASYNC_E_FORKED. Every wait is
  * bounded. */
-#include <arpa/inet.h>
-#include <dirent.h>
-#include <fcntl.h>
-#include <limits.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
-#include <sys/mman.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include "check.h"

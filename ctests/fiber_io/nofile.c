@@ -4,20 +4,13 @@
  * arriving all along), accept out of descriptors, an open fd above a lowered
  * limit, and descriptors and memory that stay flat over many timed-out,
  * cancelled and failed calls. Every wait is bounded. */
-#include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdatomic.h>
-#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 
 #include "check.h"
 #include "net.h"

@@ -4,7 +4,6 @@
  * close() and send() (libasync calls them through the PLT), only for the one
  * fd the case names, to widen the window a loaded machine's preemption opens
  * anyway. */
-#include <fcntl.h>
 #include <stdatomic.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>

@@ -4,46 +4,19 @@
  * with a plain thread on one end), and both directions of one fd used at
  * once by fibers on different workers. Every wait is bounded. */
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/uio.h>
-#include <sys/wait.h>
 #include <termios.h>
 
 #include "check.h"
 #include "net.h"
 
 /* ---- async_fiber_read/write with n == 0 return 0 at once ------------------ */
-
-static void tcp_pair(int sv[2]) {
-    int l = socket(AF_INET, SOCK_STREAM, 0);
-    CHECK(l >= 0);
-    struct sockaddr_in a = {.sin_family = AF_INET};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    CHECK_EQ(bind(l, (struct sockaddr *)&a, sizeof a), 0);
-    CHECK_EQ(listen(l, 1), 0);
-    CHECK_EQ(getsockname(l, (struct sockaddr *)&a, &len), 0);
-    sv[0] = socket(AF_INET, SOCK_STREAM, 0);
-    CHECK(sv[0] >= 0);
-    CHECK_EQ(connect(sv[0], (struct sockaddr *)&a, sizeof a), 0);
-    sv[1] = accept(l, NULL, NULL);
-    CHECK(sv[1] >= 0);
-    close(l);
-}
 
 typedef struct {
     int fds[4]; /* two idle socket pairs: AF_UNIX stream, TCP */
@@ -86,7 +59,7 @@ static void *zero_thread(void *arg) {
 
 static void zero_setup(zero_t *z) {
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, z->fds), 0);
-    tcp_pair(z->fds + 2);
+    make_pair(1, z->fds + 2); /* TCP */
     z->closed = 1000; /* far above the numbers this process opens */
     CHECK(fcntl(z->closed, F_GETFD) == -1 && errno == EBADF);
     atomic_store(&z->done, 0);

@@ -5,25 +5,12 @@
  * destroy racing async_fiber_close and fd_open of owned fds from host
  * threads. (With every worker busy: busy_workers.c.) Every wait is
  * bounded. */
-#include <arpa/inet.h>
-#include <dirent.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/uio.h>
-#include <sys/wait.h>
-#include <termios.h>
 
 #include "check.h"
 

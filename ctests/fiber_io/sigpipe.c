@@ -3,25 +3,13 @@
  * fiber (whose worker must not be left with one pending) and on a plain
  * thread; a SIGPIPE pending before the call stays pending and none is added.
  * Every wait is bounded. */
-#include <arpa/inet.h>
-#include <dirent.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/uio.h>
-#include <sys/wait.h>
-#include <termios.h>
 
 #include "check.h"
 #include "net.h"

@@ -2,18 +2,10 @@
  * accept: only the I/O itself is a cancellation point (include/async.h); a
  * thread cancelled while it waits unwinds without having consumed anything.
  * Every wait is bounded. */
-#include <fcntl.h>
 #include <netinet/in.h>
-#include <poll.h>
-#include <signal.h>
 #include <stdatomic.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/uio.h>
-#include <termios.h>
 
 #include "check.h"
 

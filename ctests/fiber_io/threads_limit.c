@@ -4,16 +4,8 @@
  * errors and leave nothing behind; all works once the limit is raised).
  * Each *_child case runs only in the child its parent case starts (net.h,
  * run_child). Every wait is bounded. */
-#include <dirent.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
-#include <signal.h>
 #include <stdatomic.h>
-#include <sys/mman.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
 
 #include "check.h"
 #include "net.h"

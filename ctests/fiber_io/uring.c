@@ -7,11 +7,7 @@
  * io_uring is unavailable (old kernel, seccomp, kernel.io_uring_disabled)
  * the case prints "skipped" and passes. Every wait is bounded. */
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
-#include <poll.h>
-#include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <sys/resource.h>
 #include <sys/socket.h>

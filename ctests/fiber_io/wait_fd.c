@@ -4,20 +4,9 @@
  * reused, shutdown(2) ending a parked read, two schedulers parked on one fd,
  * and urgent data only (readiness the read cannot clear). Every wait is
  * bounded. */
-#include <arpa/inet.h>
-#include <dirent.h>
-#include <fcntl.h>
-#include <limits.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
-#include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 
 #include "check.h"
 #include "net.h"

@@ -1,16 +1,7 @@
 /* async_worker teardown: a joined and destroyed worker gives its stop
  * descriptor back at once, and async_worker_destroy without a join racing
  * the worker thread's exit frees the worker exactly once. */
-#include <dirent.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
-#include <signal.h>
 #include <stdatomic.h>
-#include <sys/mman.h>
-#include <sys/resource.h>
-#include <sys/socket.h>
 
 #include "check.h"
 #include "net.h"
