@@ -279,19 +279,6 @@ static void closed_waiter(void *arg) {
     atomic_store(&c->result, rc ? async_last_error() : 0);
 }
 
-static int tcp_listener(struct sockaddr_in *a) {
-    int l = socket(AF_INET, SOCK_STREAM, 0);
-    CHECK(l >= 0);
-    memset(a, 0, sizeof *a);
-    a->sin_family = AF_INET;
-    a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    CHECK_EQ(bind(l, (struct sockaddr *)a, sizeof *a), 0);
-    socklen_t len = sizeof *a;
-    CHECK_EQ(getsockname(l, (struct sockaddr *)a, &len), 0);
-    CHECK_EQ(listen(l, 128), 0);
-    return l;
-}
-
 /* A reader and a writer parked on one owned fd, and an acceptor parked on an
  * owned listening socket: async_fiber_close from a plain thread wakes each
  * at once with ASYNC_E_CLOSED (not at its 20 s timeout). */
@@ -302,7 +289,7 @@ static void t_owned_close_wakes_all(void) {
     int small = 4096;
     CHECK_EQ(setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof small), 0);
     struct sockaddr_in a;
-    int l = tcp_listener(&a);
+    int l = loopback_listener(128, &a);
     CHECK_EQ(async_fiber_fd_open(s, sv[0]), 0);
     CHECK_EQ(async_fiber_fd_open(s, l), 0);
     cw_t c[3] = {{sv[0], 0, -1}, {sv[0], 1, -1}, {l, 2, -1}};
@@ -504,7 +491,7 @@ static void plain_accept(void *arg) {
 static void t_accept_plain(void) {
     async_sched_t *s = sched_new(1);
     struct sockaddr_in a;
-    plain_l = tcp_listener(&a);
+    plain_l = loopback_listener(128, &a);
     CHECK(async_fiber_spawn(s, plain_accept, NULL, 0) != NULL);
     int c = socket(AF_INET, SOCK_STREAM, 0);
     CHECK(c >= 0);
@@ -524,7 +511,7 @@ static void t_accept_plain(void) {
 static void t_owned_tcp_echo(void) {
     async_sched_t *s = sched_new(2);
     cl_s = s;
-    int l = tcp_listener(&tcp_addr);
+    int l = loopback_listener(128, &tcp_addr);
     CHECK_EQ(async_fiber_fd_open(s, l), 0);
     CHECK(async_fiber_spawn(s, tcp_server, (void *)(intptr_t)l, 0) != NULL);
     for (int i = 0; i < 8; i++) CHECK(async_fiber_spawn(s, tcp_client, NULL, 0) != NULL);
@@ -561,7 +548,7 @@ static void urg_reader(void *arg) {
 static void t_owned_tcp_urgent(void) {
     async_sched_t *s = sched_new(1);
     struct sockaddr_in a;
-    int l = tcp_listener(&a);
+    int l = loopback_listener(128, &a);
     CHECK_EQ(async_fiber_fd_open(s, l), 0);
     CHECK(async_fiber_spawn(s, urg_reader, (void *)(intptr_t)l, 0) != NULL);
     int c = socket(AF_INET, SOCK_STREAM, 0);

@@ -154,8 +154,7 @@ static void ta_acceptor(void *arg) {
 
 static void t_tiny_timeout_accept(void) {
     async_sched_t *s = sched_new(2);
-    int l = loopback_listener(16, &ta_sa);
-    CHECK_EQ(listen(l, 512), 0);
+    int l = loopback_listener(512, &ta_sa);
     static int cfds[TA_CONNS];
     pthread_t th;
     CHECK_EQ(pthread_create(&th, NULL, ta_clients, cfds), 0);
