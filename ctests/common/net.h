@@ -100,6 +100,16 @@ static inline void on_fiber(async_sched_t *s, void (*fn)(void *), void *arg)
     CHECK_EQ(async_fiber_join(f, 30000), 0);
 }
 
+/* Runs fn(NULL) on a fiber of a fresh 2-worker scheduler, then on this
+ * (plain) thread: a case that holds on both. */
+static inline void on_fiber_then_thread(void (*fn)(void *))
+{
+    async_sched_t *s = sched_new(2);
+    on_fiber(s, fn, NULL);
+    async_sched_destroy(s);
+    fn(NULL);
+}
+
 /* Busy workers: fibers that yield until busy_stop is set, so that only a
  * busy worker's periodic look delivers fd events. */
 static atomic_int busy_stop NET_UNUSED;

@@ -196,10 +196,7 @@ static void states_body(void *arg) {
 
 static void t_sock_wrong_state(void) {
     signal(SIGPIPE, SIG_DFL);
-    async_sched_t *s = sched_new(2);
-    on_fiber(s, states_body, NULL);
-    async_sched_destroy(s);
-    states_body(NULL);
+    on_fiber_then_thread(states_body);
 }
 
 /* ---- a connect that timed out is still in progress: a second
@@ -321,10 +318,7 @@ static void pa_body(void *arg) {
 
 static void t_accept_parked(void) {
     pa_l = loopback_listener(16, &pa_sa);
-    async_sched_t *s = sched_new(2);
-    on_fiber(s, pa_body, NULL);
-    async_sched_destroy(s);
-    pa_body(NULL);
+    on_fiber_then_thread(pa_body);
     close(pa_l);
 }
 

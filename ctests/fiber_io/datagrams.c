@@ -127,10 +127,7 @@ static void udp_body(void *arg) {
 }
 
 static void t_udp_empty_and_truncated(void) {
-    async_sched_t *s = sched_new(2);
-    on_fiber(s, udp_body, NULL);
-    async_sched_destroy(s);
-    udp_body(NULL);
+    on_fiber_then_thread(udp_body);
 }
 
 #define BOUND_MS 8000

@@ -54,10 +54,7 @@ static void t_fd_above_limit(void) {
     hi_peer = want - 1;
     rl.rlim_cur = 256;
     CHECK_EQ(setrlimit(RLIMIT_NOFILE, &rl), 0);
-    async_sched_t *s = sched_new(2);
-    on_fiber(s, hi_body, NULL);
-    async_sched_destroy(s);
-    hi_body(NULL);
+    on_fiber_then_thread(hi_body);
     close(hi_fd);
     close(hi_peer);
     CHECK_EQ(setrlimit(RLIMIT_NOFILE, &save), 0);

@@ -193,10 +193,7 @@ static void reset_body(void *arg) {
 }
 
 static void t_peer_reset_mid_write(void) {
-    async_sched_t *s = sched_new(2);
-    on_fiber(s, reset_body, NULL);
-    async_sched_destroy(s);
-    reset_body(NULL);
+    on_fiber_then_thread(reset_body);
 }
 
 /* A writer parked on a full socket whose peer resets it from another

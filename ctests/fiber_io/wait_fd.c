@@ -243,10 +243,7 @@ static void oob_body(void *arg) {
 }
 
 static void t_urgent_data_only(void) {
-    async_sched_t *s = sched_new(2);
-    on_fiber(s, oob_body, NULL);
-    async_sched_destroy(s);
-    oob_body(NULL);
+    on_fiber_then_thread(oob_body);
 }
 
 static void busy_first(void *arg) {
