@@ -380,6 +380,8 @@ static void t_pipe_big_owned(void) { pipe_big(0); }
 
 static void t_pipe_big_plain_writer(void) { pipe_big(1); }
 
+/* ---- end of file, a write to a closed peer, a refused connect ---------------- */
+
 static void ends_fiber(void *arg) {
     io_probe_t *m = arg;
     char b[8];
@@ -388,16 +390,7 @@ static void ends_fiber(void *arg) {
     m->r2 = async_fiber_write(m->fd, "xyz", 3, 10000);
     if (m->r2 < 0) m->e2 = async_last_error();
     /* refused */
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = 0;
-    int l = socket(AF_INET, SOCK_STREAM, 0);
-    socklen_t len = sizeof a;
-    bind(l, (struct sockaddr *)&a, sizeof a);
-    getsockname(l, (struct sockaddr *)&a, &len);
-    close(l); /* a port nobody listens on */
+    struct sockaddr_in a = refused_addr();
     int c = socket(AF_INET, SOCK_STREAM, 0);
     int rc = async_fiber_connect(c, (struct sockaddr *)&a, sizeof a, 10000);
     m->e1 = rc < 0 ? async_last_error() : 0;

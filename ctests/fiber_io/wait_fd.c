@@ -246,6 +246,8 @@ static void t_urgent_data_only(void) {
     on_fiber_then_thread(oob_body);
 }
 
+/* ---- one reader per fd: a second read of it gets ASYNC_E_BUSY ---------------- */
+
 static void busy_first(void *arg) {
     io_probe_t *m = arg;
     char b[8];
