@@ -72,7 +72,7 @@ static void t_blocking_calls_refused_on_fiber(void) {
     async_sched_t *s = sched_new(1);
     CHECK(async_fiber_spawn(s, counter_fiber, &x.cnt, 0));
     CHECK(async_fiber_spawn(s, blk_fiber, &x, 0));
-    wait_flag(&x.done, 20000, "block_on_fiber");
+    wait_flag(&x.done, 20000, "blocking_calls_refused_on_fiber");
     if (x.step != 7) fprintf(stderr, "stopped after step %d: %s\n", x.step, async_strerror(x.err));
     CHECK_EQ(x.step, 7);
     CHECK_EQ(async_sched_run(s), 0);

@@ -121,7 +121,7 @@ static void t_uring_nofile_falls_back(void) {
     CHECK(async_fiber_spawn(s, fb_read, &r, 0) != NULL);
     sleep_ms(20);
     CHECK_EQ(write(sv[1], "x", 1), 1);
-    wait_count_within(&r.done, 1, 5000, "nofile_fallback read");
+    wait_count_within(&r.done, 1, 5000, "read after the fallback");
     CHECK_EQ(r.got, 1);
     async_sched_destroy(s);
     close(sv[0]);
@@ -288,7 +288,7 @@ static void t_uring_cq_overflow(void) {
     for (int i = 0; i < OVF_N; i++)
         CHECK_EQ(sendto(tx, &i, sizeof i, 0, (struct sockaddr *)&addr[i], sizeof addr[i]), (ssize_t)sizeof i);
     atomic_store(&ovf_go, 1);
-    wait_count_within(&ovf_done, OVF_N, 60000, "cq_overflow receives");
+    wait_count_within(&ovf_done, OVF_N, 60000, "receives past the completion ring");
     CHECK_EQ(atomic_load(&ovf_bad), 0);
     close(tx);
     for (int i = 0; i < OVF_N; i++) close(ovf_fd[i]);

@@ -83,7 +83,7 @@ static void t_hangup_number_reused(void) {
     CHECK(async_fiber_spawn(s, hup_reader, &x, 0));
     sched_wait_parked(s, 2); /* the reader is parked in its first read */
     CHECK_EQ(close(x.peer), 0);
-    wait_flag(&x.done, 20000, "hup_reuse");
+    wait_flag(&x.done, 20000, "hangup_number_reused");
     if (x.step != 5) fprintf(stderr, "stopped after step %d: %s\n", x.step, async_strerror(x.err));
     CHECK_EQ(x.step, 5);
     CHECK_EQ(async_sched_run(s), 0);
