@@ -1,18 +1,19 @@
-/* Owned descriptors (issue 13 item 2): async_fiber_fd_open,
- * async_fiber_close, async_fiber_accept returning owned fds. An owned fd is
- * registered once (edge-triggered) and parks with no poller call; a close
- * through the library wakes its parked fibers with ASYNC_E_CLOSED. One case
- * per ctest test (group fiber_ownfd, see CMakeLists.txt). Every wait is
- * bounded: a regression fails the case instead of hanging it. The epoll
- * checks (seccomp, /proc/self/fdinfo) are Linux-only; elsewhere (darwin,
- * built by scripts/cross.sh) the cases run without them. */
+/* Owned descriptors: async_fiber_fd_open, async_fiber_close, and
+ * async_fiber_accept returning owned fds. An owned fd is registered once
+ * (edge-triggered) and parks with no poller call; a close through the
+ * library wakes its parked fibers with ASYNC_E_CLOSED (also a read parked
+ * before the fd was owned); a number owned by one scheduler is a plain fd to
+ * another; a failed fd_open leaves the file as it was. The epoll checks
+ * (seccomp, /proc/self/fdinfo) are Linux-only; elsewhere (darwin, built by
+ * scripts/cross.sh) the cases run without them. Every wait is bounded. */
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <pthread.h>
+#include <poll.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #if defined(__linux__)
 #include <dirent.h>
 #include <linux/filter.h>
@@ -23,28 +24,6 @@
 #endif
 
 #include "check.h"
-
-static async_sched_t *mk(int workers) {
-    async_sched_config_t cfg = {workers, 0, 0};
-    async_sched_t *s = async_sched_create(&cfg);
-    CHECK(s != NULL);
-    return s;
-}
-
-/* Waits until n fibers of s are parked; fails after 30 s. */
-static void wait_parked(async_sched_t *s, size_t n) {
-    async_sched_stats_t st;
-    double t0 = now_ms();
-    for (;;) {
-        CHECK_EQ(async_sched_get_stats(s, &st, NULL, 0), 0);
-        if (st.fibers_parked == n) return;
-        if (now_ms() - t0 > 30000) {
-            fprintf(stderr, "%zu fibers parked after 30 s, expected %zu\n", st.fibers_parked, n);
-            CHECK(st.fibers_parked == n);
-        }
-        sleep_ms(2);
-    }
-}
 
 static void pair(int sv[2]) { CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0); }
 
@@ -162,8 +141,8 @@ static void pingpong(async_sched_t *s, int (*sv)[2], int npairs, int rounds, siz
  * every epoll_ctl of the process fail with EPERM, and thousands of parks and
  * wake-ups on owned fds still work (the one-shot path re-arms with
  * EPOLL_CTL_MOD at every park, and fails there). */
-static void t_steady_no_ctl(void) {
-    async_sched_t *s = mk(1);
+static void t_owned_steady_no_epoll_ctl(void) {
+    async_sched_t *s = sched_new(1);
     int sv[2][2];
     for (int i = 0; i < 2; i++) {
         pair(sv[i]);
@@ -206,8 +185,8 @@ static void t_steady_no_ctl(void) {
 }
 
 /* Many fibers, many pairs, 2 workers, sizes up to 256 KiB: data intact. */
-static void t_pingpong_many(void) {
-    async_sched_t *s = mk(2);
+static void t_owned_pingpong_many(void) {
+    async_sched_t *s = sched_new(2);
     enum { N = 64 };
     int sv[N][2];
     for (int i = 0; i < N; i++) {
@@ -255,8 +234,8 @@ fail:
     atomic_fetch_add(d->fails, 1);
 }
 
-static void t_duplex(void) {
-    async_sched_t *s = mk(2);
+static void t_owned_duplex(void) {
+    async_sched_t *s = sched_new(2);
     int sv[2];
     pair(sv);
     CHECK_EQ(async_fiber_fd_open(s, sv[0]), 0);
@@ -300,35 +279,22 @@ static void closed_waiter(void *arg) {
     atomic_store(&c->result, rc ? async_last_error() : 0);
 }
 
-static int tcp_listener(struct sockaddr_in *a) {
-    int l = socket(AF_INET, SOCK_STREAM, 0);
-    CHECK(l >= 0);
-    memset(a, 0, sizeof *a);
-    a->sin_family = AF_INET;
-    a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    CHECK_EQ(bind(l, (struct sockaddr *)a, sizeof *a), 0);
-    socklen_t len = sizeof *a;
-    CHECK_EQ(getsockname(l, (struct sockaddr *)a, &len), 0);
-    CHECK_EQ(listen(l, 128), 0);
-    return l;
-}
-
 /* A reader and a writer parked on one owned fd, and an acceptor parked on an
  * owned listening socket: async_fiber_close from a plain thread wakes each
  * at once with ASYNC_E_CLOSED (not at its 20 s timeout). */
-static void t_close_wakes_all(void) {
-    async_sched_t *s = mk(2);
+static void t_owned_close_wakes_all(void) {
+    async_sched_t *s = sched_new(2);
     int sv[2];
     pair(sv);
     int small = 4096;
     CHECK_EQ(setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof small), 0);
     struct sockaddr_in a;
-    int l = tcp_listener(&a);
+    int l = loopback_listener(128, &a);
     CHECK_EQ(async_fiber_fd_open(s, sv[0]), 0);
     CHECK_EQ(async_fiber_fd_open(s, l), 0);
     cw_t c[3] = {{sv[0], 0, -1}, {sv[0], 1, -1}, {l, 2, -1}};
     for (int i = 0; i < 3; i++) CHECK(async_fiber_spawn(s, closed_waiter, &c[i], 0) != NULL);
-    wait_parked(s, 3);
+    sched_wait_parked(s, 3);
     double t0 = now_ms();
     CHECK_EQ(async_fiber_close(sv[0]), 0);
     CHECK_EQ(async_fiber_close(l), 0);
@@ -343,14 +309,16 @@ static void t_close_wakes_all(void) {
 
 /* The same from a fiber of the owning scheduler, with async_fiber_wait_fd. */
 static async_sched_t *cl_s;
+
 static int cl_fd;
+
 static void closer(void *arg) {
     (void)arg;
     CHECK_EQ(async_fiber_close(cl_fd), 0);
 }
 
-static void t_close_from_fiber(void) {
-    async_sched_t *s = mk(1);
+static void t_owned_close_from_fiber(void) {
+    async_sched_t *s = sched_new(1);
     cl_s = s;
     int sv[2];
     pair(sv);
@@ -358,7 +326,7 @@ static void t_close_from_fiber(void) {
     CHECK_EQ(async_fiber_fd_open(s, sv[0]), 0);
     cw_t c = {sv[0], 3, -1};
     CHECK(async_fiber_spawn(s, closed_waiter, &c, 0) != NULL);
-    wait_parked(s, 1);
+    sched_wait_parked(s, 1);
     CHECK(async_fiber_spawn(s, closer, NULL, 0) != NULL);
     CHECK_EQ(async_sched_run(s), 0);
     CHECK_EQ(atomic_load(&c.result), ASYNC_E_CLOSED);
@@ -368,8 +336,8 @@ static void t_close_from_fiber(void) {
 
 /* ---- reuse of the number ------------------------------------------------------ */
 
-static void t_reuse_after_close(void) {
-    async_sched_t *s = mk(1);
+static void t_owned_reuse_after_close(void) {
+    async_sched_t *s = sched_new(1);
     int sv[2][2];
     pair(sv[0]);
     CHECK_EQ(async_fiber_fd_open(s, sv[0][0]), 0);
@@ -425,8 +393,8 @@ static void eof_writer(void *arg) {
     atomic_store(&e->err, r < 0 ? async_last_error() : 0);
 }
 
-static void t_eof_hangup(void) {
-    async_sched_t *s = mk(1);
+static void t_owned_eof_hangup(void) {
+    async_sched_t *s = sched_new(1);
     /* a socket: the parked read ends with 0 when the peer closes, and so
      * does the next one; a write then fails with CLOSED */
     int sv[2];
@@ -434,7 +402,7 @@ static void t_eof_hangup(void) {
     CHECK_EQ(async_fiber_fd_open(s, sv[0]), 0);
     eof_t e = {sv[0], -2, -2, -1};
     CHECK(async_fiber_spawn(s, eof_reader, &e, 0) != NULL);
-    wait_parked(s, 1);
+    sched_wait_parked(s, 1);
     close(sv[1]);
     CHECK_EQ(async_sched_run(s), 0);
     CHECK_EQ(atomic_load(&e.r1), 0);
@@ -449,9 +417,9 @@ static void t_eof_hangup(void) {
     CHECK_EQ(async_fiber_fd_open(s, p[0]), 0);
     eof_t e2 = {p[0], -2, -2, -1};
     CHECK(async_fiber_spawn(s, eof_reader, &e2, 0) != NULL);
-    wait_parked(s, 1);
+    sched_wait_parked(s, 1);
     CHECK_EQ(write(p[1], "x", 1), 1);
-    wait_parked(s, 1); /* the second read parks */
+    sched_wait_parked(s, 1); /* the second read parks */
     close(p[1]);
     CHECK_EQ(async_sched_run(s), 0);
     CHECK_EQ(atomic_load(&e2.r1), 1);
@@ -463,6 +431,7 @@ static void t_eof_hangup(void) {
 /* ---- TCP: accept returns owned fds ---------------------------------------------- */
 
 static struct sockaddr_in tcp_addr;
+
 static _Atomic int tcp_fails;
 
 static void tcp_conn(void *arg) {
@@ -513,15 +482,16 @@ static void tcp_client(void *arg) {
 /* A plain listening socket gives plain fds, as before owned fds existed
  * (a program that closes them with close(2) stays correct). */
 static int plain_l, plain_fd = -1;
+
 static void plain_accept(void *arg) {
     (void)arg;
     plain_fd = async_fiber_accept(plain_l, NULL, NULL, 20000);
 }
 
 static void t_accept_plain(void) {
-    async_sched_t *s = mk(1);
+    async_sched_t *s = sched_new(1);
     struct sockaddr_in a;
-    plain_l = tcp_listener(&a);
+    plain_l = loopback_listener(128, &a);
     CHECK(async_fiber_spawn(s, plain_accept, NULL, 0) != NULL);
     int c = socket(AF_INET, SOCK_STREAM, 0);
     CHECK(c >= 0);
@@ -538,10 +508,10 @@ static void t_accept_plain(void) {
     async_sched_destroy(s);
 }
 
-static void t_tcp_echo(void) {
-    async_sched_t *s = mk(2);
+static void t_owned_tcp_echo(void) {
+    async_sched_t *s = sched_new(2);
     cl_s = s;
-    int l = tcp_listener(&tcp_addr);
+    int l = loopback_listener(128, &tcp_addr);
     CHECK_EQ(async_fiber_fd_open(s, l), 0);
     CHECK(async_fiber_spawn(s, tcp_server, (void *)(intptr_t)l, 0) != NULL);
     for (int i = 0; i < 8; i++) CHECK(async_fiber_spawn(s, tcp_client, NULL, 0) != NULL);
@@ -557,8 +527,11 @@ static void t_tcp_echo(void) {
  * for such an fd (EPOLLPRI turns it off), or the second read parks until its
  * timeout. */
 static int urg_fd = -1;
+
 static _Atomic int urg_go;
+
 static _Atomic ssize_t urg_r1 = -2, urg_r2 = -2;
+
 static char urg_b2[8];
 
 static void urg_reader(void *arg) {
@@ -572,10 +545,10 @@ static void urg_reader(void *arg) {
     CHECK_EQ(async_fiber_close(urg_fd), 0);
 }
 
-static void t_tcp_urgent(void) {
-    async_sched_t *s = mk(1);
+static void t_owned_tcp_urgent(void) {
+    async_sched_t *s = sched_new(1);
     struct sockaddr_in a;
-    int l = tcp_listener(&a);
+    int l = loopback_listener(128, &a);
     CHECK_EQ(async_fiber_fd_open(s, l), 0);
     CHECK(async_fiber_spawn(s, urg_reader, (void *)(intptr_t)l, 0) != NULL);
     int c = socket(AF_INET, SOCK_STREAM, 0);
@@ -600,7 +573,9 @@ static void t_tcp_urgent(void) {
 /* ---- other schedulers, plain threads ----------------------------------------------- */
 
 static int other_fd;
+
 static _Atomic ssize_t other_got = -2;
+
 static void other_reader(void *arg) {
     (void)arg;
     char b[16];
@@ -608,15 +583,15 @@ static void other_reader(void *arg) {
 }
 
 /* An fd owned by A: a fiber of B and a plain thread read it as a plain fd. */
-static void t_other_sched(void) {
-    async_sched_t *a = mk(1), *b = mk(1);
+static void t_owned_other_sched(void) {
+    async_sched_t *a = sched_new(1), *b = sched_new(1);
     int sv[2];
     pair(sv);
     other_fd = sv[0];
     CHECK_EQ(async_fiber_fd_open(a, sv[0]), 0);
     CHECK_FAIL(async_fiber_fd_open(b, sv[0]) != 0, ASYNC_E_EXISTS);
     CHECK(async_fiber_spawn(b, other_reader, NULL, 0) != NULL);
-    wait_parked(b, 1);
+    sched_wait_parked(b, 1);
     CHECK_EQ(write(sv[1], "hello", 5), 5);
     CHECK_EQ(async_sched_run(b), 0);
     CHECK_EQ(atomic_load(&other_got), 5);
@@ -626,7 +601,7 @@ static void t_other_sched(void) {
     /* the owner still works */
     atomic_store(&other_got, -2);
     CHECK(async_fiber_spawn(a, other_reader, NULL, 0) != NULL);
-    wait_parked(a, 1);
+    sched_wait_parked(a, 1);
     CHECK_EQ(write(sv[1], "xy", 2), 2);
     CHECK_EQ(async_sched_run(a), 0);
     CHECK_EQ(atomic_load(&other_got), 2);
@@ -636,7 +611,7 @@ static void t_other_sched(void) {
     CHECK_EQ(async_fiber_fd_open(b, sv[0]), 0);
     atomic_store(&other_got, -2);
     CHECK(async_fiber_spawn(b, other_reader, NULL, 0) != NULL);
-    wait_parked(b, 1);
+    sched_wait_parked(b, 1);
     CHECK_EQ(write(sv[1], "z", 1), 1);
     CHECK_EQ(async_sched_run(b), 0);
     CHECK_EQ(atomic_load(&other_got), 1);
@@ -647,8 +622,8 @@ static void t_other_sched(void) {
 
 /* ---- errors ---------------------------------------------------------------------- */
 
-static void t_errors(void) {
-    async_sched_t *s = mk(1);
+static void t_owned_errors(void) {
+    async_sched_t *s = sched_new(1);
     int sv[2];
     pair(sv);
     CHECK_FAIL(async_fiber_fd_open(NULL, sv[0]) != 0, ASYNC_E_STATE); /* plain thread */
@@ -673,19 +648,120 @@ static void t_errors(void) {
     async_sched_destroy(s);
 }
 
+/* s1 owns a number whose file was closed with close(2) (a bug the header
+ * names) and reused by a new file. The header promises fd_open detects that
+ * the old file is gone, from any scheduler: async_fiber_fd_open(s2, number)
+ * succeeds (not ASYNC_E_EXISTS), s2 owns the new file, and s1's reader
+ * parked on the old file is woken with ASYNC_E_CLOSED. */
+static int rfd;
+
+static _Atomic int rerr = -1;
+
+static void reader(void *arg) {
+    (void)arg;
+    char b[8];
+    ssize_t r = async_fiber_read(rfd, b, sizeof b, 20000);
+    atomic_store(&rerr, r < 0 ? async_last_error() : 0);
+}
+
+static void t_owned_stale_number_other_sched(void) {
+    async_sched_t *s1 = sched_new(2), *s2 = sched_new(1);
+    int sv[2], nv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    rfd = sv[0];
+    CHECK_EQ(async_fiber_fd_open(s1, rfd), 0);
+    async_fiber_t *f = async_fiber_spawn(s1, reader, NULL, ASYNC_FIBER_JOINABLE);
+    CHECK(f != NULL);
+    sched_wait_parked(s1, 1);
+    CHECK_EQ(close(rfd), 0); /* behind the library's back */
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, nv), 0);
+    CHECK_EQ(nv[0], rfd); /* the lowest free number: the same */
+    CHECK_EQ(async_fiber_fd_open(s2, nv[0]), 0);
+    CHECK_EQ(async_fiber_join(f, 10000), 0);
+    CHECK_EQ(atomic_load(&rerr), ASYNC_E_CLOSED);
+    /* s2 really owns it now; a third scheduler cannot take it */
+    async_sched_t *s3 = sched_new(1);
+    CHECK_FAIL(async_fiber_fd_open(s3, nv[0]) == -1, ASYNC_E_EXISTS);
+    /* and s1 does not still own it either: s2's close works, s1 is untouched */
+    CHECK_EQ(async_fiber_close(nv[0]), 0);
+    close(nv[1]);
+    close(sv[1]);
+    async_sched_destroy(s3);
+    async_sched_destroy(s1);
+    async_sched_destroy(s2);
+}
+
+/* async_fiber_fd_open of a file it cannot own (a regular file: BADFD)
+ * leaves the file as it was: no O_NONBLOCK set on it. */
+static void t_failed_open_keeps_flags(void) {
+    async_sched_t *s = sched_new(1);
+    char path[] = "/tmp/libasync-test-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    unlink(path);
+    int before = fcntl(fd, F_GETFL);
+    CHECK(!(before & O_NONBLOCK));
+    CHECK_FAIL(async_fiber_fd_open(s, fd) == -1, ASYNC_E_BADFD);
+    CHECK_EQ(fcntl(fd, F_GETFL), before);
+    close(fd);
+    async_sched_destroy(s);
+}
+
+/* A read that parked while fd was plain, then fd owned
+ * (async_fiber_fd_open) and closed through the library (async_fiber_close):
+ * the close wakes every fiber of the owner parked on fd with
+ * ASYNC_E_CLOSED, a read in flight in io_uring too (the ring op is a waiter
+ * the close reaches), and the file is really closed (the peer sees the
+ * hang-up). */
+static int op_fd;
+static _Atomic int op_err = -1;
+
+static void ring_reader(void *arg) {
+    (void)arg;
+    char b[16];
+    ssize_t r = async_fiber_read(op_fd, b, sizeof b, 30000);
+    atomic_store(&op_err, r < 0 ? async_last_error() : 0);
+}
+
+static void t_owned_close_wakes_read_parked_before_open(void) {
+    async_sched_t *s = sched_new(2);
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    op_fd = sv[0];
+    atomic_store(&op_err, -1);
+    async_fiber_t *f = async_fiber_spawn(s, ring_reader, NULL, ASYNC_FIBER_JOINABLE);
+    CHECK(f != NULL);
+    sched_wait_parked(s, 1);
+    CHECK_EQ(async_fiber_fd_open(s, op_fd), 0);
+    CHECK_EQ(async_fiber_close(op_fd), 0);
+    CHECK_EQ(async_fiber_join(f, 10000), 0); /* not at the 30 s timeout */
+    CHECK_EQ(atomic_load(&op_err), ASYNC_E_CLOSED);
+    /* the file is really closed: the peer sees the hang-up */
+    struct pollfd p = {.fd = sv[1], .events = POLLIN};
+    CHECK_EQ(poll(&p, 1, 10000), 1);
+    CHECK(p.revents & (POLLIN | POLLHUP));
+    char c;
+    CHECK_EQ(read(sv[1], &c, 1), 0);
+    close(sv[1]);
+    async_sched_destroy(s);
+}
+
 static const test_case_t cases[] = {
-    T(steady_no_ctl),
-    T(pingpong_many), // uring
-    T(duplex), // uring
-    T(close_wakes_all), // uring
-    T(close_from_fiber), // uring
-    T(reuse_after_close),
-    T(eof_hangup),
-    T(tcp_echo), // uring
+    T(owned_steady_no_epoll_ctl),
+    T(owned_pingpong_many), // uring
+    T(owned_duplex), // uring
+    T(owned_close_wakes_all), // uring
+    T(owned_close_from_fiber), // uring
+    T(owned_reuse_after_close),
+    T(owned_eof_hangup),
+    T(owned_tcp_echo), // uring
     T(accept_plain), // uring
-    T(tcp_urgent),
-    T(other_sched), // uring
-    T(errors),
+    T(owned_tcp_urgent),
+    T(owned_other_sched), // uring
+    T(owned_errors),
+    T(owned_stale_number_other_sched), // adversarial
+    T(failed_open_keeps_flags), // adversarial
+    T(owned_close_wakes_read_parked_before_open), // linux uring
 };
 
 TEST_MAIN(cases)
