@@ -1,6 +1,9 @@
 package libasync
 
 import (
+	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -70,5 +73,49 @@ func startWait(t *testing.T, rt *Runtime, ev []Event, timeout time.Duration) fun
 			t.Fatalf("%s: Wait did not return", what)
 			return 0, nil
 		}
+	}
+}
+
+// closeWhileBusy checks a Close racing every method of an object. It
+// starts n goroutines together; goroutine g makes op := newOp(g) and calls
+// op(0), op(1), ... until it returns ErrClosed. After pause, closeFn closes
+// the object. The test fails if op returns ErrClosed before closeFn was
+// called or any other error, or if a goroutine has not ended within
+// testLimit of the close.
+func closeWhileBusy(t *testing.T, n int, pause time.Duration, newOp func(g int) func(i int) error, closeFn func()) {
+	t.Helper()
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	var closing atomic.Bool
+	bad := make(chan error, n)
+	for g := 0; g < n; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			<-start
+			op := newOp(g)
+			for i := 0; ; i++ {
+				err := op(i)
+				if errors.Is(err, ErrClosed) {
+					if !closing.Load() {
+						bad <- errors.New("ErrClosed before Close")
+					}
+					return
+				}
+				if err != nil {
+					bad <- err
+					return
+				}
+			}
+		}(g)
+	}
+	close(start)
+	time.Sleep(pause)
+	closing.Store(true)
+	closeFn()
+	within(t, "callers after Close", wg.Wait)
+	close(bad)
+	for err := range bad {
+		t.Fatal(err)
 	}
 }

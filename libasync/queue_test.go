@@ -606,58 +606,10 @@ func TestQueueCloseRacingEveryMethod(t *testing.T) {
 			t.Fatal(err)
 		}
 		q := mustQueue(t, 4, 16, BlockWriter|SignalOnData)
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		bad := make(chan error, 64)
-		for g := 0; g < 8; g++ {
-			wg.Add(1)
-			go func(g int) {
-				defer wg.Done()
-				<-start
-				buf := make([]byte, 16)
-				for i := 0; ; i++ {
-					var err error
-					switch (g + i) % 9 {
-					case 0:
-						err = q.Enqueue([]byte("hello"))
-					case 1:
-						err = q.EnqueueTimeout([]byte("x"), -1)
-					case 2:
-						_, err = q.DequeueTimeout(buf, -1)
-					case 3:
-						_, err = q.Dequeue(buf)
-					case 4:
-						q.Clear()
-						q.IsEmpty()
-						q.IsFull()
-						q.Stats()
-					case 5:
-						err = q.Attach(rt, 1, 2)
-					case 6:
-						err = q.Attach(nil, 0, 0)
-					case 7:
-						err = q.EnqueueWait([]byte("y"), time.Millisecond, true)
-					case 8:
-						_, err = q.DequeueTimeout(buf, time.Millisecond)
-					}
-					if errors.Is(err, ErrClosed) {
-						return
-					}
-					if err != nil && !errors.Is(err, ErrEmpty) && !errors.Is(err, ErrTimedOut) && !errors.Is(err, ErrFull) {
-						bad <- err
-						return
-					}
-				}
-			}(g)
-		}
-		close(start)
-		time.Sleep(time.Duration(round%4) * time.Millisecond)
-		q.Close()
-		within(t, "queue users after Close", wg.Wait)
-		close(bad)
-		for err := range bad {
-			t.Fatalf("unexpected error: %v", err)
-		}
+		closeWhileBusy(t, 8, time.Duration(round%4)*time.Millisecond, func(g int) func(i int) error {
+			buf := make([]byte, 16)
+			return func(i int) error { return queueOp(q, rt, (g+i)%9, buf) }
+		}, q.Close)
 		if err := q.Enqueue([]byte("z")); !errors.Is(err, ErrClosed) {
 			t.Fatalf("enqueue after close: %v", err)
 		}
@@ -673,6 +625,39 @@ func TestQueueCloseRacingEveryMethod(t *testing.T) {
 		}
 		rt.Close()
 	}
+}
+
+// queueOp is operation op (0 to 8) of q's methods, with the errors a
+// concurrent caller may expect (empty, full, timed out) taken as success.
+func queueOp(q *Queue, rt *Runtime, op int, buf []byte) error {
+	var err error
+	switch op {
+	case 0:
+		err = q.Enqueue([]byte("hello"))
+	case 1:
+		err = q.EnqueueTimeout([]byte("x"), -1)
+	case 2:
+		_, err = q.DequeueTimeout(buf, -1)
+	case 3:
+		_, err = q.Dequeue(buf)
+	case 4:
+		q.Clear()
+		q.IsEmpty()
+		q.IsFull()
+		q.Stats()
+	case 5:
+		err = q.Attach(rt, 1, 2)
+	case 6:
+		err = q.Attach(nil, 0, 0)
+	case 7:
+		err = q.EnqueueWait([]byte("y"), time.Millisecond, true)
+	case 8:
+		_, err = q.DequeueTimeout(buf, time.Millisecond)
+	}
+	if errors.Is(err, ErrEmpty) || errors.Is(err, ErrTimedOut) || errors.Is(err, ErrFull) {
+		return nil
+	}
+	return err
 }
 
 // Attach: to a closed runtime (the queue then posts nothing, as after the

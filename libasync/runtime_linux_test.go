@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -81,48 +79,21 @@ func TestRuntimeCloseRacingEveryMethod(t *testing.T) {
 				}
 				rt := NewRuntimeWith(p)
 				r, _ := testPipe(t)
-				var wg sync.WaitGroup
-				start := make(chan struct{})
-				var closing atomic.Bool
-				bad := make(chan error, 64)
-				for g := 0; g < 8; g++ {
-					wg.Add(1)
-					go func(g int) {
-						defer wg.Done()
-						<-start
-						ev := make([]Event, 4)
-						var ids []uint64
-						for i := 0; ; i++ {
-							err := runtimeOp(rt, (g+i)%10, r, ev, &ids, uintptr(g), uintptr(i))
-							if errors.Is(err, ErrClosed) {
-								if closing.Load() {
-									return
-								}
-								bad <- errors.New("ErrClosed before Close")
-								return
-							}
-							if err != nil {
-								bad <- err
-								return
-							}
-						}
-					}(g)
-				}
-				close(start)
-				time.Sleep(time.Duration(round%5) * time.Millisecond)
-				closing.Store(true)
-				within(t, "Close", func() {
-					if err := rt.Close(); err != nil {
-						t.Errorf("Close: %v", err)
-					}
-				})
 				// Close waits for the waiter to leave, so no Wait(-1) can
 				// sleep past it: every caller still trying sees ErrClosed.
-				within(t, "callers after Close", wg.Wait)
-				close(bad)
-				for err := range bad {
-					t.Fatalf("round %d: %v", round, err)
-				}
+				closeWhileBusy(t, 8, time.Duration(round%5)*time.Millisecond, func(g int) func(i int) error {
+					ev := make([]Event, 4)
+					var ids []uint64
+					return func(i int) error {
+						return runtimeOp(rt, (g+i)%10, r, ev, &ids, uintptr(g), uintptr(i))
+					}
+				}, func() {
+					within(t, "Close", func() {
+						if err := rt.Close(); err != nil {
+							t.Errorf("Close: %v", err)
+						}
+					})
+				})
 				checkAllClosed(t, rt, r)
 			}
 		})

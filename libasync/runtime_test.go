@@ -362,7 +362,6 @@ func TestPostWakeupStormExactlyOnceInOrder(t *testing.T) {
 	backends(t, func(t *testing.T, rt *Runtime) {
 		const posters, per = 4, 5000
 		var wg sync.WaitGroup
-		stop := make(chan struct{})
 		for p := 0; p < posters; p++ {
 			wg.Add(1)
 			go func(p int) {
@@ -378,54 +377,15 @@ func TestPostWakeupStormExactlyOnceInOrder(t *testing.T) {
 				}
 			}(p)
 		}
-		var wakers sync.WaitGroup
+		stop := make(chan struct{})
+		var storm sync.WaitGroup
 		for k := 0; k < 2; k++ {
-			wakers.Add(1)
-			go func() {
-				defer wakers.Done()
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					if err := rt.Wakeup(); err != nil {
-						t.Errorf("wakeup: %v", err)
-						return
-					}
-					time.Sleep(20 * time.Microsecond)
-				}
-			}()
+			repeat(t, &storm, stop, 20*time.Microsecond, func(int) error { return rt.Wakeup() })
 		}
-		type tm struct {
-			at    time.Time
-			delay time.Duration
-		}
-		var tmu sync.Mutex
-		timers := map[uint64]tm{}
-		wakers.Add(1)
-		go func() {
-			defer wakers.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				d := uint64(i % 4)
-				tmu.Lock()
-				at := time.Now()
-				id, err := rt.AddTimer(d, 0, 99)
-				if err != nil {
-					tmu.Unlock()
-					t.Errorf("AddTimer: %v", err)
-					return
-				}
-				timers[id] = tm{at, time.Duration(d) * time.Millisecond}
-				tmu.Unlock()
-				time.Sleep(300 * time.Microsecond)
-			}
-		}()
+		timers := timerLog{added: map[uint64]timerAdded{}}
+		repeat(t, &storm, stop, 300*time.Microsecond, func(i int) error {
+			return timers.add(rt, uint64(i%4), 99)
+		})
 		next := make([]uintptr, posters)
 		total := 0
 		ev := make([]Event, 7)
@@ -445,16 +405,7 @@ func TestPostWakeupStormExactlyOnceInOrder(t *testing.T) {
 					next[e.Key]++
 					total++
 				case EventTimer:
-					tmu.Lock()
-					x, ok := timers[uint64(e.Data)]
-					delete(timers, uint64(e.Data))
-					tmu.Unlock()
-					if !ok || e.Key != 99 {
-						t.Fatalf("unknown or duplicate timer %+v", e)
-					}
-					if el := now.Sub(x.at); el < x.delay {
-						t.Fatalf("timer of %v fired after %v", x.delay, el)
-					}
+					timers.fired(t, e, now, 99)
 				default:
 					t.Fatalf("unexpected event %+v", e)
 				}
@@ -465,7 +416,7 @@ func TestPostWakeupStormExactlyOnceInOrder(t *testing.T) {
 		}
 		close(stop)
 		within(t, "posters", wg.Wait)
-		within(t, "wakers", wakers.Wait)
+		within(t, "wakers and timers", storm.Wait)
 		// Nothing more than was posted.
 		for i := 0; i < 3; i++ {
 			n, _ := rt.Wait(ev, time.Millisecond)
@@ -476,6 +427,69 @@ func TestPostWakeupStormExactlyOnceInOrder(t *testing.T) {
 			}
 		}
 	})
+}
+
+// repeat calls f(0), f(1), ... in a goroutine counted in wg, pausing
+// between calls, until stop is closed or f fails (which fails the test).
+func repeat(t *testing.T, wg *sync.WaitGroup, stop <-chan struct{}, pause time.Duration, f func(i int) error) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := f(i); err != nil {
+				t.Error(err)
+				return
+			}
+			time.Sleep(pause)
+		}
+	}()
+}
+
+// timerLog records the timers added to a runtime, to check that each fires
+// once and never early.
+type timerLog struct {
+	mu    sync.Mutex
+	added map[uint64]timerAdded
+}
+
+type timerAdded struct {
+	at    time.Time
+	delay time.Duration
+}
+
+// add starts a one-shot timer of delayMs with key and records it (under
+// the log's lock, so that it is recorded before it can be seen firing).
+func (l *timerLog) add(rt *Runtime, delayMs uint64, key uintptr) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	at := time.Now()
+	id, err := rt.AddTimer(delayMs, 0, key)
+	if err != nil {
+		return fmt.Errorf("AddTimer: %w", err)
+	}
+	l.added[id] = timerAdded{at, time.Duration(delayMs) * time.Millisecond}
+	return nil
+}
+
+// fired checks the timer event e, seen at now: a recorded timer with key,
+// not seen before, its delay passed.
+func (l *timerLog) fired(t *testing.T, e Event, now time.Time, key uintptr) {
+	t.Helper()
+	l.mu.Lock()
+	x, ok := l.added[uint64(e.Data)]
+	delete(l.added, uint64(e.Data))
+	l.mu.Unlock()
+	if !ok || e.Key != key {
+		t.Fatalf("unknown or duplicate timer %+v", e)
+	}
+	if el := now.Sub(x.at); el < x.delay {
+		t.Fatalf("timer of %v fired after %v", x.delay, el)
+	}
 }
 
 // Two goroutines calling Wait at once: exactly one waits, the other gets

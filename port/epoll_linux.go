@@ -323,22 +323,13 @@ func (p *epollPoller) drain() uint64 {
 		uint64(p.drained[6])<<48 | uint64(p.drained[7])<<56
 }
 
+// write adds v to the eventfd counter.
 func (p *epollPoller) write(v uint64) error {
 	var b [8]byte
 	for i := range b {
 		b[i] = byte(v >> (8 * i))
 	}
-	for {
-		_, err := unix.Write(p.efd, b[:])
-		switch err {
-		case nil, unix.EAGAIN:
-			// EAGAIN: the counter is saturated, so the waiter wakes anyway.
-			return nil
-		case unix.EINTR:
-			continue
-		}
-		return err
-	}
+	return ringFd(p.efd, b[:])
 }
 
 func (p *epollPoller) Ring() error   { return p.ring(1) }
