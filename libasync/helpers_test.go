@@ -1,5 +1,8 @@
 package libasync
 
+// Helpers shared by the package's tests: every backend, bounded waits, and
+// a Close racing every method.
+
 import (
 	"errors"
 	"sync"

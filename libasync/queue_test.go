@@ -1,5 +1,10 @@
 package libasync
 
+// Tests of Queue: configuration and bad input, FIFO order and copies, the
+// full policies, blocking and timeouts (huge and negative ones too), growth
+// of the ring, many producers and consumers, Close racing every method,
+// and Attach to a runtime.
+
 import (
 	"encoding/binary"
 	"errors"

@@ -2,6 +2,11 @@
 
 package libasync
 
+// Tests of the runtime that need Linux: pipes made with pipe2, the
+// epoll-specific fate of a closed registration, /proc/self/fd, and
+// MAP_NORESERVE memory for a huge event buffer. Every wait is bounded
+// (testLimit): a hang fails.
+
 import (
 	"errors"
 	"fmt"
@@ -14,11 +19,6 @@ import (
 	"github.com/libasync/libasync/port"
 	"golang.org/x/sys/unix"
 )
-
-// Tests of the runtime that need Linux: pipes made with pipe2, the
-// epoll-specific fate of a closed registration, /proc/self/fd, and
-// MAP_NORESERVE memory for a huge event buffer. Every wait is bounded
-// (testLimit): a hang fails.
 
 // testPipe makes a non-blocking pipe closed when the test ends.
 func testPipe(t *testing.T) (r, w int) {

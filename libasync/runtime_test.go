@@ -1,5 +1,9 @@
 package libasync
 
+// Tests of the Runtime that need no descriptor: completions, Wakeup, Wait
+// timeouts (huge and negative ones too) and waiters, the backend choice, the
+// Go part of a wait driven from outside Go, and the Shared counters.
+
 import (
 	"errors"
 	"fmt"

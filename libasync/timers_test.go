@@ -1,5 +1,8 @@
 package libasync
 
+// Tests of timers: the wheel against a model and at its limits, and the
+// runtime's timers (order, never early, repeating, cancel, bad ids).
+
 import (
 	"errors"
 	"math"

@@ -1,5 +1,7 @@
 package port
 
+// Tests of what every backend's Wait shares, on Linux: the harvest bound.
+
 import (
 	"math"
 	"testing"

@@ -1,5 +1,7 @@
 package port
 
+// Tests of what every backend's Wait shares: the timeout bound.
+
 import (
 	"math"
 	"testing"
