@@ -117,11 +117,7 @@ func TestTimerAddedWhileSleepingWakesWaiter(t *testing.T) {
 func TestWheelAgainstModel(t *testing.T) {
 	r := rand.New(rand.NewSource(1))
 	w := newWheel()
-	type model struct {
-		due    uint64
-		period uint64
-	}
-	live := map[uint64]*model{}
+	live := wheelModel{}
 	now := uint64(0)
 	for step := 0; step < 20000; step++ {
 		switch r.Intn(4) {
@@ -142,7 +138,7 @@ func TestWheelAgainstModel(t *testing.T) {
 				period = uint64(1 + r.Intn(100))
 			}
 			id := w.add(now+d, period, uintptr(step))
-			live[id] = &model{now + d, period}
+			live[id] = &modelTimer{now + d, period}
 		case 2:
 			for id := range live {
 				if !w.cancel(id) {
@@ -157,35 +153,45 @@ func TestWheelAgainstModel(t *testing.T) {
 				jump = uint64(r.Intn(1 << 20))
 			}
 			now += jump
-			w.advance(now)
-			for {
-				_, id, ok := w.pop()
-				if !ok {
-					break
-				}
-				m := live[id]
-				if m == nil {
-					t.Fatalf("unknown timer %x fired", id)
-				}
-				if m.due > now {
-					t.Fatalf("timer due %d fired at %d", m.due, now)
-				}
-				if m.period == 0 {
-					delete(live, id)
-				} else {
-					for m.due <= now {
-						m.due += m.period
-					}
-				}
-			}
-			for id, m := range live {
-				if m.due <= now {
-					t.Fatalf("timer %x due %d not fired at %d", id, m.due, now)
-				}
-			}
+			live.advance(t, w, now)
 		}
 		if w.live != len(live) {
 			t.Fatalf("wheel has %d live, model %d", w.live, len(live))
+		}
+	}
+}
+
+// wheelModel is what a wheel must hold: the next due tick and the period
+// of every live timer, by id.
+type wheelModel map[uint64]*modelTimer
+
+type modelTimer struct{ due, period uint64 }
+
+// advance moves w and the model to tick now and checks what fires: only
+// live timers that are due, each once, and every one that is due.
+func (m wheelModel) advance(t *testing.T, w *wheel, now uint64) {
+	t.Helper()
+	w.advance(now)
+	for {
+		_, id, ok := w.pop()
+		if !ok {
+			break
+		}
+		mt := m[id]
+		if mt == nil || mt.due > now {
+			t.Fatalf("timer %x fired wrongly at %d (%+v)", id, now, mt)
+		}
+		if mt.period == 0 {
+			delete(m, id)
+		} else {
+			for mt.due <= now {
+				mt.due += mt.period
+			}
+		}
+	}
+	for id, mt := range m {
+		if mt.due <= now {
+			t.Fatalf("timer %x due %d not fired at %d", id, mt.due, now)
 		}
 	}
 }
