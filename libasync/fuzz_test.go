@@ -115,8 +115,7 @@ func FuzzWheel(f *testing.F) {
 	f.Add([]byte{0, 255, 0, 255, 3, 255, 3, 255, 3, 255, 1, 0})
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		w := newWheel()
-		type m struct{ due, period uint64 }
-		live := map[uint64]*m{}
+		live := wheelModel{}
 		var ids []uint64
 		now := uint64(0)
 		for i := 0; i+1 < len(ops); i += 2 {
@@ -129,7 +128,7 @@ func FuzzWheel(f *testing.F) {
 					period = arg%13 + 1
 				}
 				id := w.add(now+d, period, 0)
-				live[id] = &m{now + d, period}
+				live[id] = &modelTimer{now + d, period}
 				ids = append(ids, id)
 			case 1: // cancel (maybe a dead id)
 				if len(ids) == 0 {
@@ -143,29 +142,7 @@ func FuzzWheel(f *testing.F) {
 				delete(live, id)
 			default: // advance
 				now += arg * arg * (arg%3 + 1)
-				w.advance(now)
-				for {
-					_, id, ok := w.pop()
-					if !ok {
-						break
-					}
-					mm := live[id]
-					if mm == nil || mm.due > now {
-						t.Fatalf("timer %x fired wrongly at %d (%+v)", id, now, mm)
-					}
-					if mm.period == 0 {
-						delete(live, id)
-					} else {
-						for mm.due <= now {
-							mm.due += mm.period
-						}
-					}
-				}
-				for id, mm := range live {
-					if mm.due <= now {
-						t.Fatalf("timer %x due %d missed at %d", id, mm.due, now)
-					}
-				}
+				live.advance(t, w, now)
 			}
 		}
 	})

@@ -57,10 +57,10 @@ func NewQueue(capacity, maxMsg int, flags QueueFlags) (*Queue, error) {
 	return &Queue{capacity: capacity, maxMsg: maxMsg, flags: flags, slots: make([][]byte, min(capacity, initialSlots))}, nil
 }
 
-// initialSlots is the ring's first size. It was capacity, allocated at
-// once: NewQueue(1<<30, ...) asked for 24 GiB and, where that is more
-// than the host has, the Go runtime died with "out of memory" instead of
-// the call failing (adversarial pass 15).
+// initialSlots is the ring's first size, whatever the capacity: the ring
+// grows with what is queued (see grow), so that a large capacity (up to
+// 2^30 slots, 24 GiB of slice headers at once) costs nothing until it
+// fills.
 const initialSlots = 16
 
 // grow doubles the ring (at most to capacity), unwrapping it so that the

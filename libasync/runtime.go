@@ -413,8 +413,8 @@ type waitCall struct {
 
 // busyOrClosed is why waitMu could not be taken: Close holds it while it
 // waits for the waiter to leave (it sets shut first), and a wait that comes
-// then is told ErrClosed, not ErrBusy (ctest adv9.poll.deinit_race: a wait
-// racing deinit got ASYNC_E_BUSY); otherwise another wait is in progress.
+// then is told ErrClosed, not ErrBusy, as any wait racing Close is;
+// otherwise another wait is in progress.
 func (rt *Runtime) busyOrClosed() error {
 	if rt.shut.Load() {
 		return ErrClosed

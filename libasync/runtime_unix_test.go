@@ -2,6 +2,9 @@
 
 package libasync
 
+// Tests of fd registration on Unix: level-triggered readiness, Modify and
+// ModifyContext, and a closed fd's number reused.
+
 import (
 	"errors"
 	"os"

@@ -171,34 +171,24 @@ func (p *epollPoller) Remove(fd int) error {
 }
 
 func (p *epollPoller) Wait(evs []Event, timeoutMs int) (int, WaitResult, error) {
-	var r WaitResult
-	timeoutMs = waitMs(timeoutMs)
-	want := min(len(evs), MaxHarvest) + 1 // room for the doorbell
-	if cap(p.raw) < want {
-		p.raw = make([]unix.EpollEvent, want)
-	}
-	raw := p.raw[:want]
-	var n int
-	var err error
-	if timeoutMs == 0 {
-		n, err = unix.EpollWait(p.epfd, raw, 0)
-	} else {
-		var set unix.Sigset_t
-		n, err = epollPwait(p.epfd, raw, timeoutMs, waitMask(&set))
-	}
+	raw := rawBuf(&p.raw, evs, 1, 1) // and the doorbell's record
+	n, err := p.wait(raw, waitMs(timeoutMs))
 	if err != nil {
-		if err == unix.EINTR {
-			r.Interrupted = true
-			return 0, r, nil
-		}
-		if err == unix.EBADF || err == unix.EINVAL {
-			return 0, r, ErrClosed
-		}
-		return 0, r, err
+		// EINVAL: epfd is no epoll descriptor (raw's size is in range).
+		return waitFailed(err, unix.EBADF, unix.EINVAL)
 	}
-	out, r2 := p.consume(raw[:n], evs)
-	r2.Interrupted = r.Interrupted
-	return out, r2, nil
+	out, r := p.consume(raw[:n], evs)
+	return out, r, nil
+}
+
+// wait is epoll_wait for a poll (ms 0), and epoll_pwait with Go's
+// preemption signal blocked (see waitMask) for a wait that may sleep.
+func (p *epollPoller) wait(raw []unix.EpollEvent, ms int) (int, error) {
+	if ms == 0 {
+		return unix.EpollWait(p.epfd, raw, 0)
+	}
+	var set unix.Sigset_t
+	return epollPwait(p.epfd, raw, ms, waitMask(&set))
 }
 
 func (p *epollPoller) wasStray(fd int) bool {
@@ -272,8 +262,7 @@ func (p *epollPoller) ConsumeRaw(raw unsafe.Pointer, n int, evs []Event) (int, W
 }
 
 func (p *epollPoller) consume(raw []unix.EpollEvent, evs []Event) (int, WaitResult) {
-	var r WaitResult
-	out := 0
+	h := harvest{evs: evs}
 	p.mu.Lock() // regs
 	p.fresh = p.fresh[:0]
 	defer func() {
@@ -287,10 +276,7 @@ func (p *epollPoller) consume(raw []unix.EpollEvent, evs []Event) (int, WaitResu
 		e := &raw[i]
 		fd := int(e.Fd)
 		if fd == p.efd {
-			r.Rung = true
-			if p.drain() >= WakeupIncrement {
-				r.Woken = true
-			}
+			h.rang(p.drain() >= WakeupIncrement)
 			continue
 		}
 		if reg, ok := p.regs[fd]; !ok || reg.id != e.Pad {
@@ -303,26 +289,27 @@ func (p *epollPoller) consume(raw []unix.EpollEvent, evs []Event) (int, WaitResu
 			p.fresh = append(p.fresh, fd)
 			continue
 		}
-		if out == len(evs) {
-			continue // level-triggered: reported again next time
-		}
-		var bits uint32
-		if e.Events&unix.EPOLLIN != 0 {
-			bits |= EventRead
-		}
-		if e.Events&unix.EPOLLOUT != 0 {
-			bits |= EventWrite
-		}
-		if e.Events&unix.EPOLLERR != 0 {
-			bits |= EventError
-		}
-		if e.Events&(unix.EPOLLHUP|unix.EPOLLRDHUP) != 0 {
-			bits |= EventClose
-		}
-		evs[out] = Event{Fd: fd, Events: bits}
-		out++
+		h.add(fd, epollEvents(e.Events))
 	}
-	return out, r
+	return h.n, h.r
+}
+
+// epollEvents translates an epoll record's bits into Event bits.
+func epollEvents(bits uint32) uint32 {
+	var ev uint32
+	if bits&unix.EPOLLIN != 0 {
+		ev |= EventRead
+	}
+	if bits&unix.EPOLLOUT != 0 {
+		ev |= EventWrite
+	}
+	if bits&unix.EPOLLERR != 0 {
+		ev |= EventError
+	}
+	if bits&(unix.EPOLLHUP|unix.EPOLLRDHUP) != 0 {
+		ev |= EventClose
+	}
+	return ev
 }
 
 // drain reads the eventfd counter (resetting it) and returns its value.
@@ -336,22 +323,13 @@ func (p *epollPoller) drain() uint64 {
 		uint64(p.drained[6])<<48 | uint64(p.drained[7])<<56
 }
 
+// write adds v to the eventfd counter.
 func (p *epollPoller) write(v uint64) error {
 	var b [8]byte
 	for i := range b {
 		b[i] = byte(v >> (8 * i))
 	}
-	for {
-		_, err := unix.Write(p.efd, b[:])
-		switch err {
-		case nil, unix.EAGAIN:
-			// EAGAIN: the counter is saturated, so the waiter wakes anyway.
-			return nil
-		case unix.EINTR:
-			continue
-		}
-		return err
-	}
+	return ringFd(p.efd, b[:])
 }
 
 func (p *epollPoller) Ring() error   { return p.ring(1) }

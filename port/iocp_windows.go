@@ -467,63 +467,59 @@ func (p *iocpPoller) decode(s *afdSock) uint32 {
 }
 
 func (p *iocpPoller) Wait(evs []Event, timeoutMs int) (int, WaitResult, error) {
-	var r WaitResult
+	h := harvest{evs: evs}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		return 0, r, ErrClosed
+		return 0, WaitResult{}, ErrClosed
 	}
 	p.flush()
-	out := 0
 	for _, s := range p.dead {
-		if out == len(evs) {
+		if !h.add(s.fd, EventClose|EventError) {
 			break
 		}
-		evs[out] = Event{Fd: s.fd, Events: EventClose | EventError}
-		out++
 	}
 	p.mu.Unlock()
-	if out > 0 {
+	if h.n > 0 {
 		timeoutMs = 0
 	}
 
-	want := min(len(evs)-out, MaxHarvest) + 2 // and room for the two doorbell packets
-	if cap(p.ents) < want {
-		p.ents = make([]overlappedEntry, want)
-	}
-	ents := p.ents[:want]
+	ents := rawBuf(&p.ents, evs[h.n:], 1, 2) // and the two doorbell packets
 	ms := uint32(windows.INFINITE)
 	if timeoutMs >= 0 {
-		// clamped as the Unix pollers do: 1<<32 ms was 0 (no wait) and
-		// 1<<32-1 INFINITE
+		// waitMs keeps a huge timeout a wait of at most MaxInt32 ms: in
+		// 32 bits it neither wraps to 0 nor reaches INFINITE.
 		ms = uint32(waitMs(timeoutMs))
 	}
 	var got uint32
 	ok, _, err := procGQCSEx.Call(uintptr(p.iocp), uintptr(unsafe.Pointer(&ents[0])), uintptr(len(ents)),
 		uintptr(unsafe.Pointer(&got)), uintptr(ms), 0)
 	if ok == 0 {
-		switch err {
-		case windows.WAIT_TIMEOUT:
-			return out, r, nil
-		case windows.ERROR_ABANDONED_WAIT_0, windows.ERROR_INVALID_HANDLE:
-			return 0, r, ErrClosed
+		if err == windows.WAIT_TIMEOUT {
+			return h.result()
 		}
-		return 0, r, err
+		return waitFailed(err, windows.ERROR_ABANDONED_WAIT_0, windows.ERROR_INVALID_HANDLE)
 	}
+	p.consume(ents[:got], &h)
+	return h.result()
+}
 
+// consume turns dequeued packets into h: doorbell packets, and completed
+// socket polls, whose sockets are queued to be polled again (readiness is
+// level-triggered).
+func (p *iocpPoller) consume(ents []overlappedEntry, h *harvest) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for i := 0; i < int(got); i++ {
+	for i := range ents {
 		e := &ents[i]
 		switch e.Key {
 		case keyRing:
 			p.ringPending.Store(false)
-			r.Rung = true
+			h.rang(false)
 			continue
 		case keyWake:
 			p.wakePending.Store(false)
-			r.Rung = true
-			r.Woken = true
+			h.rang(true)
 			continue
 		case keyAFD:
 		default:
@@ -543,12 +539,10 @@ func (p *iocpPoller) Wait(evs []Event, timeoutMs int) (int, WaitResult, error) {
 		if !s.dead {
 			p.queue(s) // poll again next time: level-triggered
 		}
-		if bits != 0 && out < len(evs) {
-			evs[out] = Event{Fd: s.fd, Events: bits}
-			out++
+		if bits != 0 {
+			h.add(s.fd, bits)
 		}
 	}
-	return out, r, nil
 }
 
 func (p *iocpPoller) post(flag *atomic.Bool, key uintptr) error {

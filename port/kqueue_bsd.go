@@ -237,91 +237,49 @@ func (p *kqueuePoller) Remove(fd int) error {
 }
 
 func (p *kqueuePoller) Wait(evs []Event, timeoutMs int) (int, WaitResult, error) {
-	var r WaitResult
-	timeoutMs = waitMs(timeoutMs)
-	want := 2*min(len(evs), MaxHarvest) + 1 // two filters per fd, and the doorbell
-	if cap(p.raw) < want {
-		p.raw = make([]unix.Kevent_t, want)
-	}
-	raw := p.raw[:want]
-	var ts *unix.Timespec
-	if timeoutMs >= 0 {
-		t := unix.NsecToTimespec(int64(timeoutMs) * 1e6)
-		ts = &t
-	}
+	raw := rawBuf(&p.raw, evs, 2, 1) // two filters per fd, and the doorbell
 	// No signal mask here: kevent has none, so a Go preemption signal
 	// (SIGURG) can end the wait early with EINTR (see docs/PLATFORMS.md).
-	n, err := unix.Kevent(p.kq, nil, raw, ts)
+	n, err := unix.Kevent(p.kq, nil, raw, waitTimespec(waitMs(timeoutMs)))
 	if err != nil {
-		if err == unix.EINTR {
-			r.Interrupted = true
-			return 0, r, nil
-		}
-		if err == unix.EBADF {
-			return 0, r, ErrClosed
-		}
-		return 0, r, err
+		return waitFailed(err, unix.EBADF)
 	}
+	h := harvest{evs: evs}
+	p.consume(raw[:n], &h)
+	return h.result()
+}
+
+// consume turns the kernel's records into h: it drains the doorbell, merges
+// the two knotes of one fd into one Event, and turns the hang-up sentinels
+// that saw EOF level-triggered.
+func (p *kqueuePoller) consume(raw []unix.Kevent_t, h *harvest) {
 	clear(p.slot)
 	p.rearm = p.rearm[:0]
-	out := 0
 	p.mu.Lock()
-	for i := 0; i < n; i++ {
+	defer p.mu.Unlock()
+	for i := range raw {
 		e := &raw[i]
 		fd := int(e.Ident)
 		filter := int(e.Filter)
 		if fd == p.rfd && filter == unix.EVFILT_READ {
-			r.Rung = true
-			if p.drain() {
-				r.Woken = true
-			}
+			h.rang(p.drain())
 			continue
 		}
 		reg, ok := p.regs[fd]
 		if !ok {
 			continue // removed after the kernel queued it
 		}
-		eof := e.Flags&unix.EV_EOF != 0
-		var bits uint32
-		switch filter {
-		case unix.EVFILT_READ:
-			// EOF on the read side is the peer's shutdown(SHUT_WR) or
-			// close: CLOSE only when asked for (data may still be
-			// unread; READ reports it anyway), or with an error.
-			if eof && reg.events&EventClose == 0 && e.Fflags == 0 {
-				eof = false
-			}
-			if reg.events&EventRead != 0 {
-				bits |= EventRead
-			} else if !eof {
-				continue // the sentinel saw data, or an unasked hang-up
-			} else if !reg.hup {
-				p.rearm = append(p.rearm, fd)
-			}
-		case unix.EVFILT_WRITE:
-			if reg.events&EventWrite == 0 {
-				continue
-			}
-			bits |= EventWrite
-		default:
+		bits, ok := p.events(e, reg)
+		if !ok {
 			continue
-		}
-		if eof {
-			bits |= EventClose
-			if e.Fflags != 0 {
-				bits |= EventError
-			}
 		}
 		if j, ok := p.slot[fd]; ok {
-			evs[j].Events |= bits
+			h.evs[j].Events |= bits
 			continue
 		}
-		if out == len(evs) {
-			continue // level-triggered: reported again next time
+		if h.add(fd, bits) {
+			p.slot[fd] = h.n - 1
 		}
-		p.slot[fd] = out
-		evs[out] = Event{Fd: fd, Events: bits}
-		out++
 	}
 	// Sentinels that saw EOF become level-triggered, so the hang-up is
 	// reported again (also when it did not fit in evs this time).
@@ -332,8 +290,44 @@ func (p *kqueuePoller) Wait(evs []Event, timeoutMs int) (int, WaitResult, error)
 			p.change(fd, unix.EVFILT_READ, unix.EV_ADD)
 		}
 	}
-	p.mu.Unlock()
-	return out, r, nil
+}
+
+// events translates one knote's record of registration reg into Event
+// bits; false: nothing to report (an unasked filter, the sentinel's data or
+// an unasked hang-up). A sentinel's first EOF is queued on rearm.
+func (p *kqueuePoller) events(e *unix.Kevent_t, reg *kqReg) (uint32, bool) {
+	eof := e.Flags&unix.EV_EOF != 0
+	var bits uint32
+	switch int(e.Filter) {
+	case unix.EVFILT_READ:
+		// EOF on the read side is the peer's shutdown(SHUT_WR) or
+		// close: CLOSE only when asked for (data may still be
+		// unread; READ reports it anyway), or with an error.
+		if eof && reg.events&EventClose == 0 && e.Fflags == 0 {
+			eof = false
+		}
+		if reg.events&EventRead != 0 {
+			bits |= EventRead
+		} else if !eof {
+			return 0, false // the sentinel saw data, or an unasked hang-up
+		} else if !reg.hup {
+			p.rearm = append(p.rearm, int(e.Ident))
+		}
+	case unix.EVFILT_WRITE:
+		if reg.events&EventWrite == 0 {
+			return 0, false
+		}
+		bits |= EventWrite
+	default:
+		return 0, false
+	}
+	if eof {
+		bits |= EventClose
+		if e.Fflags != 0 {
+			bits |= EventError
+		}
+	}
+	return bits, true
 }
 
 func (p *kqueuePoller) Ring() error   { return p.ring(RingByte) }

@@ -42,11 +42,18 @@ func (b *pipeBell) drain() bool {
 // write rings the doorbell with byte c.
 func (b *pipeBell) write(c byte) error {
 	buf := [1]byte{c}
+	return ringFd(b.wfd, buf[:])
+}
+
+// ringFd writes b to a doorbell descriptor (an eventfd or a pipe), again
+// when a signal interrupts the write. A doorbell that refuses the write
+// (EAGAIN: a saturated eventfd counter, a full pipe) wakes the waiter
+// anyway, so that counts as rung.
+func ringFd(fd int, b []byte) error {
 	for {
-		_, err := unix.Write(b.wfd, buf[:])
+		_, err := unix.Write(fd, b)
 		switch err {
 		case nil, unix.EAGAIN:
-			// EAGAIN: the pipe is full, so the waiter wakes anyway.
 			return nil
 		case unix.EINTR:
 			continue

@@ -22,10 +22,10 @@ type pollPoller struct {
 	regs    map[int]pollReg
 	dirty   bool
 	waiting bool
-	// rang: a change rang the doorbell during this wait. One byte per wait
-	// restarts it; a byte per change filled the pipe (64 KiB) while the
-	// waiter was slow to run, and an async_runtime_wakeup then found it
-	// full: its WakeupByte was never written, and the wakeup was lost.
+	// rang: a change rang the doorbell during this wait. One RingByte per
+	// wait restarts it, so changes never fill the pipe: a full pipe would
+	// drop the WakeupByte of an async_runtime_wakeup, and with it the
+	// wakeup.
 	rang bool
 
 	seq  uint64
@@ -106,8 +106,7 @@ func (p *pollPoller) change(fd int, events uint32, op int) error {
 		// The registration is of the file the number named at Add: if
 		// that file was closed, or the number now names another file,
 		// there is nothing of the caller's to change (as epoll: EBADF,
-		// ENOENT). Changing it anyway watched the new file, which was
-		// never added, with the old context (adversarial pass 15).
+		// ENOENT), and a file never added is never watched.
 		dev, ino, ok := fileID(fd)
 		if !ok {
 			p.mu.Unlock()
@@ -181,12 +180,10 @@ func (p *pollPoller) rebuild() {
 }
 
 func (p *pollPoller) Wait(evs []Event, timeoutMs int) (int, WaitResult, error) {
-	var r WaitResult
-	timeoutMs = waitMs(timeoutMs)
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		return 0, r, ErrClosed
+		return 0, WaitResult{}, ErrClosed
 	}
 	if p.dirty {
 		p.rebuild()
@@ -194,31 +191,29 @@ func (p *pollPoller) Wait(evs []Event, timeoutMs int) (int, WaitResult, error) {
 	p.waiting = true
 	p.mu.Unlock()
 
-	n, err := pollWait(p.fds, timeoutMs)
+	n, err := pollWait(p.fds, waitMs(timeoutMs))
 
 	p.mu.Lock()
 	p.waiting = false
 	p.rang = false // its byte is drained below, or ends the next poll at once
 	p.mu.Unlock()
 	if err != nil {
-		if err == unix.EINTR {
-			r.Interrupted = true
-			return 0, r, nil
-		}
-		return 0, r, err
+		return waitFailed(err)
 	}
-	out := 0
+	h := harvest{evs: evs}
 	if n > 0 && p.fds[0].Revents != 0 { // the doorbell
 		n--
-		r.Rung = true
-		if p.drain() {
-			r.Woken = true
-		}
+		h.rang(p.drain())
 	}
-	// The registered fds, from where the last truncated scan stopped: with
-	// more ready fds than room in evs, the ones left out come first next
-	// time (readiness is level-triggered; an array-order scan would report
-	// the same first ones forever).
+	p.scan(&h, n)
+	return h.result()
+}
+
+// scan reports the n ready registered fds (fds[1:]) from where the last
+// truncated scan stopped: with more ready fds than room in evs, the ones
+// left out come first next time (readiness is level-triggered; an
+// array-order scan would report the same first ones forever).
+func (p *pollPoller) scan(h *harvest, n int) {
 	m := len(p.fds) - 1
 	start := 0
 	if m > 0 {
@@ -226,43 +221,46 @@ func (p *pollPoller) Wait(evs []Event, timeoutMs int) (int, WaitResult, error) {
 	}
 	for j := 0; j < m && n > 0; j++ {
 		i := 1 + (start+j)%m
-		pf := &p.fds[i]
-		if pf.Revents == 0 {
+		if p.fds[i].Revents == 0 {
 			continue
 		}
 		n--
-		if out == len(evs) {
+		if h.full() {
 			p.next = start + j
-			break
+			return
 		}
-		var bits uint32
-		if pf.Revents&unix.POLLIN != 0 {
-			bits |= EventRead
-		}
-		if pf.Revents&unix.POLLOUT != 0 {
-			bits |= EventWrite
-		}
-		if pf.Revents&(unix.POLLERR|unix.POLLNVAL) != 0 {
-			bits |= EventError
-		}
-		if pf.Revents&unix.POLLNVAL != 0 {
-			// The fd was closed while registered: report it once and
-			// forget it.
-			bits |= EventClose
-			p.mu.Lock()
-			if reg, ok := p.regs[int(pf.Fd)]; ok && reg.seq == p.seqs[i] {
-				delete(p.regs, int(pf.Fd))
-				p.dirty = true
-			}
-			p.mu.Unlock()
-		}
-		if pf.Revents&(unix.POLLHUP|pollRdHup) != 0 {
-			bits |= EventClose
-		}
-		evs[out] = Event{Fd: int(pf.Fd), Events: bits}
-		out++
+		h.add(int(p.fds[i].Fd), p.events(i))
 	}
-	return out, r, nil
+}
+
+// events translates the revents of fds[i] into Event bits. An fd closed
+// while registered (POLLNVAL) is reported once, with EventClose, and its
+// registration forgotten.
+func (p *pollPoller) events(i int) uint32 {
+	pf := &p.fds[i]
+	var bits uint32
+	if pf.Revents&unix.POLLIN != 0 {
+		bits |= EventRead
+	}
+	if pf.Revents&unix.POLLOUT != 0 {
+		bits |= EventWrite
+	}
+	if pf.Revents&(unix.POLLERR|unix.POLLNVAL) != 0 {
+		bits |= EventError
+	}
+	if pf.Revents&unix.POLLNVAL != 0 {
+		bits |= EventClose
+		p.mu.Lock()
+		if reg, ok := p.regs[int(pf.Fd)]; ok && reg.seq == p.seqs[i] {
+			delete(p.regs, int(pf.Fd))
+			p.dirty = true
+		}
+		p.mu.Unlock()
+	}
+	if pf.Revents&(unix.POLLHUP|pollRdHup) != 0 {
+		bits |= EventClose
+	}
+	return bits
 }
 
 func (p *pollPoller) Ring() error   { return p.ring(RingByte) }

@@ -15,11 +15,7 @@ func pollWait(fds []unix.PollFd, timeoutMs int) (int, error) {
 	if timeoutMs == 0 {
 		return unix.Poll(fds, 0)
 	}
-	var ts *unix.Timespec
-	if timeoutMs > 0 {
-		t := unix.NsecToTimespec(int64(timeoutMs) * 1e6)
-		ts = &t
-	}
+	ts := waitTimespec(timeoutMs)
 	var set unix.Sigset_t
 	var p unsafe.Pointer
 	if len(fds) > 0 {

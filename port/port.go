@@ -137,33 +137,12 @@ func Backends() []string {
 	return names
 }
 
-// MaxHarvest bounds the fd records one Wait of a Unix poller harvests,
-// whatever len(evs): epoll_wait refuses more than INT_MAX/12 (EINVAL, which
-// the epoll port took for a closed poller), and the raw buffer would follow
-// a caller's huge evs (gigabytes). Readiness is level-triggered: the records
-// not harvested now are harvested by the next Wait.
-const MaxHarvest = 1 << 16
-
-// waitMs is a Wait's timeoutMs as the kernel's int takes it: negative is
-// -1 (forever), above math.MaxInt32 is math.MaxInt32 (about 24.8 days; Wait
-// may return early, with nothing). Passed as it was, epoll_pwait and kevent
-// kept its low 32 bits (1<<32 ms: no wait at all) and poll's ms*1e6
-// overflowed (EINVAL) (adversarial pass 15).
-func waitMs(ms int) int {
-	if ms < 0 {
-		return -1
-	}
-	if int64(ms) > math.MaxInt32 {
-		return math.MaxInt32
-	}
-	return ms
-}
-
 // badFdNumber reports whether fd cannot name a descriptor of a Unix
 // poller: negative, or beyond the kernel's int. The syscalls (epoll_ctl,
 // fstat, fcntl, kevent's ident, poll's int32 field) keep only the low 32
-// bits, so fd + 2^32 would silently name fd itself: its registration
-// removed or watched twice behind the caller's back (adversarial pass 15).
+// bits, so such a number must be refused before it reaches them: fd + 2^32
+// would name fd itself, and Add, Modify or Remove of it would touch fd's
+// registration.
 func badFdNumber(fd int) bool { return fd < 0 || int64(fd) > math.MaxInt32 }
 
 var backends = map[string]func() (Poller, error){}
