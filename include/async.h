@@ -441,7 +441,8 @@ async_worker_t *async_worker_create(async_worker_proc_t proc, void *context, siz
  * running until proc returns, its stop descriptor stays valid until then, and
  * its record is freed when proc returns. The handle is invalid at once
  * (async_worker_current() in the detached proc returns NULL). Call
- * async_worker_join first to wait for proc. Thread-safe; never blocks. */
+ * async_worker_join first to wait for proc. Invalid handles are ignored
+ * (ASYNC_E_BADHANDLE). Thread-safe; never blocks. */
 void async_worker_destroy(async_worker_t *worker);
 
 /* Asks the worker to stop: its state becomes STOPPING (if still RUNNING),
@@ -464,7 +465,8 @@ void async_worker_destroy(async_worker_t *worker);
  * Not interrupted: async_runtime_wait (register async_worker_stop_fd with
  * the runtime to wake it), async_worker_join of another worker (join with a
  * timeout and check async_worker_should_stop), and the fiber/channel calls
- * made from a worker thread. Idempotent. Thread-safe; async-signal-safe;
+ * made from a worker thread. Idempotent. Invalid handles are ignored
+ * (ASYNC_E_BADHANDLE). Thread-safe; async-signal-safe (errno is kept);
  * never blocks. */
 void async_worker_signal_stop(async_worker_t *worker);
 
@@ -571,7 +573,8 @@ async_runtime_t *async_runtime_init(void);
 
 /* Destroys the loop, its pending completions and timers. Registered fds are
  * not closed (they are the caller's). A thread blocked in async_runtime_wait
- * on it returns -1 with ASYNC_E_CLOSED. Thread-safe; never blocks. */
+ * on it returns -1 with ASYNC_E_CLOSED. Invalid handles are ignored
+ * (ASYNC_E_BADHANDLE). Thread-safe; never blocks. */
 void async_runtime_deinit(async_runtime_t *rt);
 
 /* Watches fd for `events` (ASYNC_EVENT_READ, ASYNC_EVENT_WRITE and
@@ -1328,7 +1331,9 @@ int async_chan_send(async_chan_t *c, const void *elem, int timeout_ms);
  * ASYNC_E_TIMEDOUT, ASYNC_E_CLOSED, ASYNC_E_CANCELLED. Thread-safe; parks. */
 int async_chan_recv(async_chan_t *c, void *elem, int timeout_ms);
 
-/* async_chan_send(c, elem, 0) and async_chan_recv(c, elem, 0). Never block. */
+/* async_chan_send(c, elem, 0) and async_chan_recv(c, elem, 0): they fail
+ * with ASYNC_E_FULL / ASYNC_E_EMPTY when they cannot complete at once, and
+ * have the other errors of those functions. Never block. */
 int async_chan_try_send(async_chan_t *c, const void *elem);
 int async_chan_try_recv(async_chan_t *c, void *elem);
 
