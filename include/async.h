@@ -78,7 +78,9 @@
  *    async_queue_enqueue (on a BLOCK_WRITER queue), async_queue_enqueue_wait,
  *    async_queue_dequeue_wait, async_worker_join, async_runtime_wait,
  *    async_sched_run, async_sched_shutdown, async_sched_destroy, and, on a
- *    plain thread, the calls that park. "Parks" means: called on a fiber,
+ *    plain thread, the calls that park (a few others name a short wait in
+ *    their comment: a write of async_sched_dump to a full pipe, turning the
+ *    stall detector off, the close(2) of async_fiber_close). "Parks" means: called on a fiber,
  *    the call suspends only that fiber (its worker thread runs other fibers
  *    meanwhile); called on a plain thread, it blocks the thread. No call
  *    blocks a fiber's worker thread: on a fiber the queue waits park, and
