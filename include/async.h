@@ -100,9 +100,9 @@
  *    a scheduler (async_sched_run). The calls that do not sleep use no
  *    cancellation point on Linux; on macOS and the BSDs a cancel already
  *    pending when a thread enters libasync may act at one of their
- *    non-blocking writes (cancel threads only while they wait there, or
- *    disable cancellation around libasync calls). Not on Windows (no
- *    pthread_cancel).
+ *    non-blocking reads or writes of a doorbell (there, cancel threads only
+ *    while they wait, or disable cancellation around libasync calls). Not
+ *    on Windows (no pthread_cancel).
  *  - After fork() only the child's exec is supported: every call made in the
  *    child fails at once with ASYNC_E_FORKED (it never hangs), except
  *    async_version, async_version_string, async_strerror, async_last_error,
