@@ -1,5 +1,6 @@
 # libasync: the two commands of the README.
-#   make demo   builds everything and runs examples/console_worker on this terminal
+#   make demo   builds the library and examples/console_worker (nothing else), and
+#               runs it on this terminal
 #   make test   runs every test: gofmt + go vet, go test -race, the C tests (ctest)
 #               with the epoll and poll backends, the C tests again under ASan+UBSan,
 #               the cross-platform builds and tests (scripts/cross.sh: BSDs, macOS,
@@ -7,6 +8,11 @@
 #               (scripts/install_test.sh) and a short fuzz run
 # Other targets: make help lists them all (test-valgrind: the fiber C tests
 # under valgrind memcheck; not part of make test).
+# Every step of make test prints a line at least every 30 s or so: ctest and
+# the fuzzer print their own; go test goes through scripts/gotest_progress.go;
+# builds and other quiet commands go through scripts/progress.sh, which says
+# "still running" after 30 s of silence; scripts/cross.sh prints a line per
+# step and a progress line every 30 s while a step runs.
 
 export PATH := $(PATH):/usr/local/go/bin
 BUILD ?= build
@@ -15,8 +21,11 @@ BUILD_VG ?= build-valgrind
 PREFIX ?= /usr/local
 JOBS ?= 2
 CTEST_FLAGS ?= --output-on-failure -j$(JOBS)
+PROGRESS := bash scripts/progress.sh
+# no "make[N]: Entering directory" lines from the Makefiles cmake generates
+MAKEFLAGS += --no-print-directory
 
-.PHONY: all help deps build test test-go test-c test-asan test-cross test-install test-fuzz test-valgrind soak \
+.PHONY: all help deps configure build test test-go test-c test-asan test-cross test-install test-fuzz test-valgrind soak \
 	demo install uninstall bench clean
 
 all: build
@@ -24,7 +33,7 @@ all: build
 help:
 	@echo "make [target] [PREFIX=/usr/local] [JOBS=2]"
 	@echo "  build         build libasync.so, libasync.a, the C tests and examples in $(BUILD)/ (default)"
-	@echo "  demo          build, then run examples/console_worker on this terminal"
+	@echo "  demo          build the library and examples/console_worker only, then run it on this terminal"
 	@echo "  test          every suite below but soak; installs missing Debian packages as root (README)"
 	@echo "  test-go       gofmt, go vet, go test -race"
 	@echo "  test-c        the C tests (ctest), epoll and poll backends"
@@ -44,28 +53,38 @@ help:
 deps:
 	@bash scripts/deps.sh
 
-build: deps
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-	cmake --build $(BUILD) -j$(JOBS)
+configure: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+
+build: configure
+	@echo "build: libasync (go build: a minute or two the first time), the C tests and examples in $(BUILD)/"
+	@$(PROGRESS) build cmake --build $(BUILD) -j$(JOBS)
 
 test: test-go test-c test-asan test-cross test-install test-fuzz
 	@echo "make test: all test suites passed"
 
 test-go: deps
-	gofmt -l libasync port cabi bench internal 2>/dev/null | (! grep .) || (echo "gofmt needed on the files above" >&2; exit 1)
-	go vet ./...
-	go test -race -count=1 ./...
+	@echo "test-go: gofmt"
+	@gofmt -l libasync port cabi bench internal scripts 2>/dev/null | (! grep .) || (echo "gofmt needed on the files above" >&2; exit 1)
+	@echo "test-go: go vet ./... (builds every package)"
+	@$(PROGRESS) "go vet" go vet ./...
+	@echo "test-go: go test -race -count=1 ./... (a line per package)"
+	@bash -o pipefail -c 'go test -race -count=1 -json ./... 2>&1 | go run scripts/gotest_progress.go'
 
 test-c: build
-	ctest --test-dir $(BUILD) $(CTEST_FLAGS)
+	@echo "test-c: ctest in $(BUILD)/"
+	@$(PROGRESS) ctest ctest --test-dir $(BUILD) $(CTEST_FLAGS)
 
 test-asan: deps
-	cmake -S . -B $(BUILD_SAN) -DCMAKE_BUILD_TYPE=Debug -DASYNC_SANITIZE=ON >/dev/null
-	cmake --build $(BUILD_SAN) -j$(JOBS)
-	ctest --test-dir $(BUILD_SAN) $(CTEST_FLAGS)
+	@cmake -S . -B $(BUILD_SAN) -DCMAKE_BUILD_TYPE=Debug -DASYNC_SANITIZE=ON >/dev/null
+	@echo "test-asan: building with ASan+UBSan in $(BUILD_SAN)/ (the Go build of the library may be quiet for a minute)"
+	@$(PROGRESS) "asan build" cmake --build $(BUILD_SAN) -j$(JOBS)
+	@echo "test-asan: ctest in $(BUILD_SAN)/"
+	@$(PROGRESS) "asan ctest" ctest --test-dir $(BUILD_SAN) $(CTEST_FLAGS)
 
 test-cross: deps
-	bash scripts/cross.sh
+	@echo "test-cross: scripts/cross.sh (a line per step, and every 30 s while one runs)"
+	@bash scripts/cross.sh
 
 # The fiber C tests that carry the ctest label valgrind (the basic scheduler,
 # channel, fd I/O and stack cases of fiber_sched, fiber_sync, fiber_io and
@@ -83,19 +102,27 @@ test-valgrind:
 	ctest --test-dir $(BUILD_VG) $(CTEST_FLAGS) -L '^valgrind$$' -E '$(VG_EXCLUDE)'
 
 test-install: build
-	bash scripts/install_test.sh $(BUILD)
+	@echo "test-install: scripts/install_test.sh"
+	@$(PROGRESS) test-install bash scripts/install_test.sh $(BUILD)
 
 # FUZZTIME=10m FUZZ_KEEP=1 make test-fuzz for a long run that keeps what the
 # fuzzer found in libasync/testdata/fuzz (make test leaves the tree as it is).
 test-fuzz: deps
-	FUZZ_KEEP=$${FUZZ_KEEP:-0} bash scripts/fuzz.sh
+	@echo "test-fuzz: scripts/fuzz.sh"
+	@FUZZ_KEEP=$${FUZZ_KEEP:-0} $(PROGRESS) fuzz bash scripts/fuzz.sh
 
 # Long stress with RSS and descriptor counts sampled (not part of make test).
 soak: build
 	bash scripts/soak.sh
 
-demo: build
-	$(BUILD)/examples/console_worker/console_worker
+# Builds only what the demo needs (libasync and console_worker; the output
+# goes to $(BUILD)/demo-build.log and is shown only if the build fails), then
+# runs it. It reads commands from stdin; at end of input it shuts down.
+demo: configure
+	@echo "demo: building libasync and examples/console_worker (a minute or two the first time; log: $(BUILD)/demo-build.log)"
+	@$(PROGRESS) "demo build" sh -c 'cmake --build $(BUILD) -j$(JOBS) --target console_worker >$(BUILD)/demo-build.log 2>&1' || \
+		{ cat $(BUILD)/demo-build.log; echo "demo: the build failed (log: $(BUILD)/demo-build.log)" >&2; exit 1; }
+	@$(BUILD)/examples/console_worker/console_worker
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)

@@ -1,67 +1,147 @@
 /*
- * libasync — an async runtime for C programs, built in Go.
+ * libasync: an async runtime for C programs, built in Go.
  *
- * One stable header. Link with -lasync (libasync.so, or libasync.a plus
- * -lpthread -ldl). Everything here is C99 and C++ compatible.
+ * This header is the reference. Every function is documented where it is
+ * declared: what it does, whether it is thread-safe, whether it blocks or
+ * parks, and its errors. It compiles as C99 and C++11 (declarations in
+ * extern "C"). Link with -lasync (libasync.so), or with libasync.a plus
+ * -lpthread -ldl; pkg-config and CMake: README.md, "Linking".
  *
+ * What it offers
+ *  - Errors and logging: a failed call says so in its return value and
+ *    async_last_error() tells why; async_set_log_handler receives the
+ *    library's messages.
+ *  - async_queue: a thread-safe FIFO of copied, bounded-size messages, with
+ *    full policies (drop the oldest, or block the writer), timed waits, and
+ *    a hook that posts a completion to an event loop when it gets data.
+ *  - async_worker: a managed thread running a C procedure, with a graceful
+ *    stop, a timed join and the procedure's result.
+ *  - async_runtime: one event loop per host thread; a single wait call
+ *    reports fd readiness, completions posted by any thread, timers and
+ *    POSIX signals.
+ *  - Fibers: stackful C coroutines on an M:N work-stealing scheduler
+ *    (async_sched_*, async_fiber_*) with channels, mutexes and condition
+ *    variables, fiber-local storage, fd and socket calls, signal waits, a
+ *    pool for blocking calls, and debugging aids (names, dumps, a stall
+ *    detector). The same calls block normally on a plain thread.
+ *
+ * Where to start
+ *  - An event loop: async_runtime_init, then async_runtime_add (fds),
+ *    async_runtime_add_timer, async_runtime_post_completion, and
+ *    async_runtime_wait in a loop. Hand work to async_worker threads through
+ *    an async_queue attached to the loop (async_queue_attach). README.md has
+ *    a 20-line example.
+ *  - Many connections in straight-line code: async_sched_create,
+ *    async_fiber_spawn, async_fiber_accept / read / write, async_sched_run.
+ *  - The conventions below hold for every function; read them first.
+ *
+ * Guides: docs/EVENT_LOOP.md, docs/QUEUES_AND_WORKERS.md, docs/FIBERS.md,
+ * docs/SERVERS.md, docs/EMBEDDING.md (the Go runtime inside a C host),
+ * docs/DEBUGGING.md, docs/PLATFORMS.md. The classic lib/async API
+ * (include/async/): docs/CLASSIC_API.md.
+ */
+
+/*
  * Conventions used by every function below
  * -----------------------------------------
- *  - Handles (async_queue_t *, async_worker_t *, async_runtime_t *) are
- *    opaque values, never pointers to memory you may read. Each call validates
- *    its handle: NULL, a destroyed handle, or a value that is not a handle of
- *    that type fails with ASYNC_E_BADHANDLE; it never crashes.
- *  - Functions returning int return 0 (or a count) on success and -1 on
- *    failure. Functions returning bool return false on failure. Functions
- *    returning a handle or id return NULL / 0 on failure. After any failure
- *    async_last_error() tells the calling thread why.
- *  - Successful calls do not reset async_last_error(); to tell whether a
- *    function that returns void (or a value that is also a valid answer)
- *    failed, call async_clear_error() before it and check after.
- *  - Any call may also fail with ASYNC_E_INTERNAL: a bug inside libasync was
- *    caught and turned into an error instead of crashing the host.
+ *  - Handles (async_queue_t *, async_worker_t *, async_runtime_t *,
+ *    async_sched_t *, async_fiber_t *, async_chan_t *, async_mutex_t *,
+ *    async_cond_t *) are opaque values, never pointers to memory you may
+ *    read. Each call validates its handle: NULL, a destroyed handle, or a
+ *    value that is not a handle of that type fails with ASYNC_E_BADHANDLE;
+ *    it never crashes. A handle value is never issued twice in a process: a
+ *    destroyed handle stays invalid however many objects are created after
+ *    it.
+ *  - Results: functions returning int or ssize_t return 0 (or a count) on
+ *    success and -1 on failure; async_fiber_accept returns -1 on failure.
+ *    Functions returning bool return false on failure. Functions returning a
+ *    handle or id return NULL / 0 on failure. After any failure
+ *    async_last_error() tells the calling thread (on a fiber: the calling
+ *    fiber) why.
+ *  - Successful calls do not reset async_last_error(). To tell whether a
+ *    call failed whose return value cannot show it (the void functions, and
+ *    those whose answer for an invalid handle is also a valid answer:
+ *    async_queue_is_empty, async_queue_is_full, async_worker_should_stop,
+ *    async_worker_get_state, async_worker_result,
+ *    async_worker_get_native_handle, async_fiber_getspecific), call
+ *    async_clear_error() before it and check async_last_error() after.
+ *  - Errors: each function's comment lists its errors. Two apply to every
+ *    function and are not repeated: ASYNC_E_FORKED (below) and
+ *    ASYNC_E_INTERNAL (a bug inside libasync was caught and turned into an
+ *    error instead of crashing the host).
  *  - "Thread-safe" means any number of threads may call it concurrently on the
- *    same handle. Destroying a handle while other threads still use it is
- *    safe in the sense that those calls fail with ASYNC_E_BADHANDLE or
+ *    same handle. Every function is, except async_runtime_wait (one thread at
+ *    a time per runtime). Destroying a handle while other threads still use
+ *    it is safe in the sense that those calls fail with ASYNC_E_BADHANDLE or
  *    ASYNC_E_CLOSED instead of crashing; it is still a bug in the caller.
- *  - "Blocks" means the calling thread may sleep. No other function blocks.
+ *  - "Blocks" means the calling thread may sleep. Only these block:
+ *    async_queue_enqueue (on a BLOCK_WRITER queue), async_queue_enqueue_wait,
+ *    async_queue_dequeue_wait, async_worker_join, async_runtime_wait,
+ *    async_sched_run, async_sched_shutdown, async_sched_destroy, and, on a
+ *    plain thread, the calls that park (a few others name a short wait in
+ *    their comment: a write of async_sched_dump to a full pipe, turning the
+ *    stall detector off, the close(2) of async_fiber_close). "Parks" means: called on a fiber,
+ *    the call suspends only that fiber (its worker thread runs other fibers
+ *    meanwhile); called on a plain thread, it blocks the thread. No call
+ *    blocks a fiber's worker thread: on a fiber the queue waits park, and
+ *    the calls that would block the thread fail with ASYNC_E_STATE or only
+ *    start their work (see each one).
  *  - No libasync function is a cancellation point: a pthread_cancel of a
  *    thread asleep inside a libasync call (a queue, channel, mutex,
  *    condition, join or signal wait, async_runtime_wait, async_worker_join,
- *    async_fiber_sleep, async_sched_shutdown or _destroy) does not act
- *    there; the call ends as it would have (its result, a dequeued message
- *    say, is the thread's), and the cancel takes effect at the thread's next
- *    cancellation point outside libasync. Exceptions: the I/O itself of the
- *    fiber fd functions on a plain thread (read, write, connect, accept: the
- *    libc calls, cancellation points as usual), and the idle sleep of a
- *    thread that runs a scheduler (async_sched_run). Not on Windows (no
- *    pthread_cancel).
+ *    async_fiber_sleep, async_sched_shutdown or _destroy, turning the stall
+ *    detector off) does not act there: the waits disable cancellation while
+ *    they sleep and restore the thread's state on return. The call ends as
+ *    it would have (its result, a dequeued message say, is the thread's),
+ *    and the cancel takes effect at the thread's next cancellation point
+ *    outside libasync. Exceptions: the I/O itself of the fiber fd functions
+ *    on a plain thread (read, write, connect, accept: the libc calls,
+ *    cancellation points as usual), and the idle sleep of a thread that runs
+ *    a scheduler (async_sched_run). The calls that do not sleep use no
+ *    cancellation point on Linux; on macOS and the BSDs a cancel already
+ *    pending when a thread enters libasync may act at one of their
+ *    non-blocking reads or writes of a doorbell (there, cancel threads only
+ *    while they wait, or disable cancellation around libasync calls). Not
+ *    on Windows (no pthread_cancel).
  *  - After fork() only the child's exec is supported: every call made in the
  *    child fails at once with ASYNC_E_FORKED (it never hangs), except
  *    async_version, async_version_string, async_strerror, async_last_error,
  *    async_last_os_error, async_clear_error, async_set_log_handler and
- *    async_worker_current, which work as usual, and async_fiber_current,
- *    which returns NULL (the child has
- *    no fibers, even when fork() was called on one), and async_fiber_yield
- *    (sched_yield). The child is known by the library's pthread_atfork
- *    handler: a child made by _Fork() or a raw clone(2) runs none, is not
- *    known, and must not call libasync at all (as with any function that
- *    is not async-signal-safe in the child of a threaded process).
+ *    async_worker_current, which work as usual, async_fiber_current, which
+ *    returns NULL (the child has no fibers, even when fork() was called on
+ *    one), and async_fiber_yield (sched_yield). The child is known by the
+ *    library's pthread_atfork handler: a child made by _Fork() or a raw
+ *    clone(2) runs none, is not known, and must not call libasync at all (as
+ *    with any function that is not async-signal-safe in the child of a
+ *    threaded process).
  *  - Timeouts are in milliseconds: -1 waits forever, 0 does not wait, n > 0
  *    waits at least n ms. Other negative values fail with ASYNC_E_INVAL.
+ *    What a call with timeout 0 reports when it cannot complete at once is
+ *    given in its comment (ASYNC_E_EMPTY / ASYNC_E_FULL for the queue and
+ *    channel calls, ASYNC_E_BUSY for a mutex, ASYNC_E_TIMEDOUT elsewhere).
  *  - Signal handlers the host installs must use SA_ONSTACK (sigaction). The
  *    library runs a Go runtime whose threads (and the host's threads while
  *    they are inside a libasync call) run on small stacks; a handler without
  *    SA_ONSTACK that lands there can crash the process ("traceback did not
- *    unwind completely", SIGSEGV). See docs/EMBEDDING.md, "Signals".
+ *    unwind completely", SIGSEGV). See docs/EMBEDDING.md.
  *  - Out of memory: memory the library keeps in C (queues, completions,
  *    timers, fibers and their stacks, channels) running out is
  *    ASYNC_E_NOMEM. What lives in the Go runtime's heap (a runtime and its
  *    fd registrations: async_runtime_init, async_runtime_add) cannot fail
  *    that way: when the process has no address space left for it
  *    (RLIMIT_AS, ulimit -v) Go ends the process ("fatal error: out of
- *    memory"), and so it does when it cannot start a thread it needs. See
- *    docs/EMBEDDING.md ("Memory: the reservation, and ulimit -v") and
- *    docs/RELIABILITY.md (adversarial pass 12).
+ *    memory"), and so it does when it cannot start a thread it needs.
+ *    docs/EMBEDDING.md says how much address space to allow.
+ *  - The classic lib/async queue and worker API: the async_queue_* and
+ *    async_worker_* functions of the classic async_queue.h and
+ *    async_worker.h are declared here with the same names, signatures,
+ *    types and values, so such code compiles against this header. One
+ *    behaviour differs: async_worker_destroy of a worker whose procedure
+ *    still runs asks it to stop and detaches it (the classic API required a
+ *    join first). async_worker_get_stop_event is not declared here: use
+ *    async_worker_stop_fd or async_worker_should_stop. The classic headers
+ *    themselves, with the classic event loop: include/async/ and
+ *    docs/CLASSIC_API.md.
  */
 #ifndef ASYNC_H
 #define ASYNC_H
@@ -211,21 +291,29 @@ typedef enum {
     ASYNC_QUEUE_BLOCK_WRITER = 0x02,   /* full: enqueue waits for room */
     ASYNC_QUEUE_SIGNAL_ON_DATA = 0x04  /* post a completion when empty -> non-empty (see attach) */
 } async_queue_flags_t;
+/* Flags combine with |; SIGNAL_ON_DATA goes with either policy. In C++ a
+ * combination, and no flags, need a cast:
+ * (async_queue_flags_t)(ASYNC_QUEUE_DROP_OLDEST | ASYNC_QUEUE_SIGNAL_ON_DATA),
+ * (async_queue_flags_t)0. */
 
+/* A queue's counters (async_queue_get_stats). */
 typedef struct {
-    size_t capacity;       /* in messages */
-    size_t current_size;   /* messages queued now */
-    size_t max_msg_size;
-    uint64_t enqueue_count;
-    uint64_t dequeue_count;
-    uint64_t dropped_count;
+    size_t capacity;        /* in messages, as given to async_queue_create */
+    size_t current_size;    /* messages queued now */
+    size_t max_msg_size;    /* as given to async_queue_create */
+    uint64_t enqueue_count; /* messages enqueued */
+    uint64_t dequeue_count; /* messages dequeued */
+    uint64_t dropped_count; /* dropped by DROP_OLDEST, or discarded by async_queue_clear */
 } async_queue_stats_t;
 
 /* Creates a queue of up to `capacity` messages of at most `max_msg_size`
  * bytes each. DROP_OLDEST and BLOCK_WRITER are mutually exclusive.
  * Returns NULL with ASYNC_E_INVAL for a zero capacity or size, a capacity
- * above 2^30 or a max_msg_size above 2^40, unknown flags, or both policies;
- * ASYNC_E_NOMEM if memory or handles run out.
+ * above 2^30 or a max_msg_size above 2^40 (a negative number cast to
+ * size_t, say), unknown flags, or both policies; ASYNC_E_NOMEM if memory or
+ * handles run out. A queue of up to 1 MiB of slots (capacity times
+ * max_msg_size, rounded) gets its memory here; a larger one allocates each
+ * slot when a message first needs it (see async_queue_enqueue).
  * Thread-safe; never blocks. */
 async_queue_t *async_queue_create(size_t capacity, size_t max_msg_size, async_queue_flags_t flags);
 
@@ -241,9 +329,12 @@ void async_queue_destroy(async_queue_t *queue);
  * otherwise fails at once with ASYNC_E_FULL.
  * Errors: ASYNC_E_BADHANDLE, ASYNC_E_INVAL (data NULL or size 0),
  * ASYNC_E_TOOBIG (size > max_msg_size), ASYNC_E_FULL, ASYNC_E_CLOSED
- * (destroyed while blocked), ASYNC_E_CANCELLED (BLOCK_WRITER on a worker's
- * own thread once async_worker_signal_stop was called for that worker: see
- * there). Thread-safe; blocks only with BLOCK_WRITER. */
+ * (destroyed while blocked), ASYNC_E_NOMEM (a queue above 1 MiB whose slot
+ * for this message could not be allocated or grown; nothing was enqueued or
+ * dropped), ASYNC_E_CANCELLED (BLOCK_WRITER: on a fiber once its scheduler
+ * shuts down; on a worker's own thread once async_worker_signal_stop was
+ * called for that worker: see there). Thread-safe; blocks only with
+ * BLOCK_WRITER (on a fiber it parks instead). */
 bool async_queue_enqueue(async_queue_t *queue, const void *data, size_t size);
 
 /* Like async_queue_enqueue, but when the queue is full and the policy is not
@@ -252,15 +343,19 @@ bool async_queue_enqueue(async_queue_t *queue, const void *data, size_t size);
  * never waits. On a worker's own thread the wait ends with
  * ASYNC_E_CANCELLED once the worker is asked to stop, and a wait that would
  * begin after that fails at once (see async_worker_signal_stop); on a fiber
- * it fails with ASYNC_E_CANCELLED once its scheduler shuts down.
- * Thread-safe; blocks. */
+ * it fails with ASYNC_E_CANCELLED once its scheduler shuts down. Errors:
+ * those of async_queue_enqueue, ASYNC_E_INVAL also for timeout_ms < -1,
+ * ASYNC_E_TIMEDOUT. Thread-safe; blocks (on a fiber it parks instead). */
 bool async_queue_enqueue_wait(async_queue_t *queue, const void *data, size_t size, int timeout_ms);
 
 /* Copies the head message into `buffer` and removes it; its length is written
  * to *out_size (out_size may be NULL). Never blocks.
  * Errors: ASYNC_E_BADHANDLE; ASYNC_E_INVAL (buffer NULL with buffer_size > 0);
  * ASYNC_E_EMPTY; ASYNC_E_BUFSIZE (buffer_size too small: the needed size is
- * written to *out_size and the message stays at the head). Thread-safe. */
+ * written to *out_size and the message stays at the head). Every message
+ * is at least 1 byte long, so async_queue_dequeue(q, NULL, 0, &n) on a
+ * non-empty queue fails with ASYNC_E_BUFSIZE and tells the head's size in
+ * n. Thread-safe. */
 bool async_queue_dequeue(async_queue_t *queue, void *buffer, size_t buffer_size, size_t *out_size);
 
 /* Like async_queue_dequeue, but waits up to timeout_ms for a message
@@ -269,7 +364,10 @@ bool async_queue_dequeue(async_queue_t *queue, void *buffer, size_t buffer_size,
  * worker is asked to stop, and a wait that would begin after that fails at
  * once; a message already queued is still returned first (see
  * async_worker_signal_stop). On a fiber it fails with ASYNC_E_CANCELLED once
- * its scheduler shuts down. Thread-safe; blocks. */
+ * its scheduler shuts down. Errors: those of async_queue_dequeue
+ * (ASYNC_E_EMPTY only with timeout 0), ASYNC_E_INVAL also for timeout_ms <
+ * -1, ASYNC_E_TIMEDOUT, ASYNC_E_CLOSED (destroyed during the wait),
+ * ASYNC_E_CANCELLED. Thread-safe; blocks (on a fiber it parks instead). */
 bool async_queue_dequeue_wait(async_queue_t *queue, void *buffer, size_t buffer_size, size_t *out_size,
                               int timeout_ms);
 
@@ -287,8 +385,9 @@ bool async_queue_is_full(const async_queue_t *queue);
 void async_queue_clear(async_queue_t *queue);
 
 /* Fills *stats with a consistent snapshot. An invalid handle or NULL stats
- * leaves *stats zeroed (if non-NULL) with ASYNC_E_BADHANDLE / ASYNC_E_INVAL.
- * Thread-safe; never blocks. */
+ * leaves *stats zeroed (if non-NULL) with ASYNC_E_BADHANDLE / ASYNC_E_INVAL;
+ * a valid queue never has capacity 0, so stats.capacity == 0 means the call
+ * failed. Thread-safe; never blocks. */
 void async_queue_get_stats(const async_queue_t *queue, async_queue_stats_t *stats);
 
 /* Attaches a queue created with ASYNC_QUEUE_SIGNAL_ON_DATA to a runtime:
@@ -344,7 +443,8 @@ async_worker_t *async_worker_create(async_worker_proc_t proc, void *context, siz
  * running until proc returns, its stop descriptor stays valid until then, and
  * its record is freed when proc returns. The handle is invalid at once
  * (async_worker_current() in the detached proc returns NULL). Call
- * async_worker_join first to wait for proc. Thread-safe; never blocks. */
+ * async_worker_join first to wait for proc. Invalid handles are ignored
+ * (ASYNC_E_BADHANDLE). Thread-safe; never blocks. */
 void async_worker_destroy(async_worker_t *worker);
 
 /* Asks the worker to stop: its state becomes STOPPING (if still RUNNING),
@@ -358,14 +458,17 @@ void async_worker_destroy(async_worker_t *worker);
  * (the stop is sticky: one signalled just before the wait begins is not
  * lost). They still do what they can do without waiting: a queued message
  * is dequeued, room is used, timeout 0 fails with ASYNC_E_EMPTY / FULL as
- * before; so `while (async_queue_dequeue_wait(q, ..., -1)) ...` drains the
+ * usual; argument and handle checks come first; so `while (async_queue_dequeue_wait(q, ..., -1)) ...` drains the
  * queue and then ends with ASYNC_E_CANCELLED, no sentinel message needed
  * (a proc whose queue never empties should check async_worker_should_stop).
- * Waits of other threads and fibers on the same queues are not disturbed.
+ * Waits of other threads and fibers on the same queues are not disturbed
+ * (stopping one of several workers that wait on one queue ends only that
+ * worker's wait, and it takes no message with it).
  * Not interrupted: async_runtime_wait (register async_worker_stop_fd with
  * the runtime to wake it), async_worker_join of another worker (join with a
  * timeout and check async_worker_should_stop), and the fiber/channel calls
- * made from a worker thread. Idempotent. Thread-safe; async-signal-safe;
+ * made from a worker thread. Idempotent. Invalid handles are ignored
+ * (ASYNC_E_BADHANDLE). Thread-safe; async-signal-safe (errno is kept);
  * never blocks. */
 void async_worker_signal_stop(async_worker_t *worker);
 
@@ -378,8 +481,9 @@ void async_worker_signal_stop(async_worker_t *worker);
  * blocks (never on a fiber). */
 bool async_worker_join(async_worker_t *worker, int timeout_ms);
 
-/* The worker running the calling thread, or NULL on any other thread.
- * Thread-safe; never blocks; never sets an error. */
+/* The worker running the calling thread, or NULL on any other thread (and
+ * in a proc whose worker was destroyed). Thread-safe; never blocks; never
+ * sets an error; works as usual in a forked child. */
 async_worker_t *async_worker_current(void);
 
 /* true once async_worker_signal_stop() was called for this worker. An invalid
@@ -393,7 +497,9 @@ async_worker_state_t async_worker_get_state(const async_worker_t *worker);
 
 /* What proc returned (NULL if its thread ended by pthread_exit or
  * cancellation); NULL while it runs (ASYNC_E_STATE) or for an invalid
- * handle (ASYNC_E_BADHANDLE). Thread-safe; never blocks. */
+ * handle (ASYNC_E_BADHANDLE). After async_worker_join returned true, a
+ * NULL from a valid handle is what proc returned. Thread-safe; never
+ * blocks. */
 void *async_worker_result(async_worker_t *worker);
 
 #if !defined(_WIN32)
@@ -401,7 +507,8 @@ void *async_worker_result(async_worker_t *worker);
  * thread is detached: do not join or detach it). Classic lib/async API.
  * A zero-filled value with ASYNC_E_BADHANDLE for an invalid handle, and with
  * ASYNC_E_STATE once proc has returned (STOPPED): the thread is gone and the
- * system may give its id to another thread. The id is the worker's only
+ * system may give its id to another thread (glibc does), so a pthread_kill
+ * or pthread_cancel on the old id could reach that thread. The id is the worker's only
  * while proc runs: use it from proc itself, or make sure proc has not
  * returned (it waits for you) before you signal the thread.
  * Thread-safe; never blocks. */
@@ -460,13 +567,16 @@ typedef struct {
  * more and fails with ASYNC_E_SYS (EMFILE) when they are missing, never
  * aborting the process. Descriptors 0, 1 and 2 that are closed when the
  * library is loaded are opened on /dev/null then (before Go's runtime
- * starts), so that no descriptor of the library or of Go takes them.
+ * starts), so that no descriptor of the library or of Go takes them. So a
+ * host may take every free descriptor at the top of main: this call then
+ * fails with ASYNC_E_SYS (EMFILE) instead of the process aborting.
  * Thread-safe; never blocks. */
 async_runtime_t *async_runtime_init(void);
 
 /* Destroys the loop, its pending completions and timers. Registered fds are
  * not closed (they are the caller's). A thread blocked in async_runtime_wait
- * on it returns -1 with ASYNC_E_CLOSED. Thread-safe; never blocks. */
+ * on it returns -1 with ASYNC_E_CLOSED. Invalid handles are ignored
+ * (ASYNC_E_BADHANDLE). Thread-safe; never blocks. */
 void async_runtime_deinit(async_runtime_t *rt);
 
 /* Watches fd for `events` (ASYNC_EVENT_READ, ASYNC_EVENT_WRITE and
@@ -660,6 +770,7 @@ int async_runtime_get_stats(async_runtime_t *rt, async_runtime_stats_t *stats, s
  * program exec'd meanwhile starts with the signal at SIG_DFL. A process
  * forked while a signal is watched gets the saved action back at the first
  * such signal in the child (which then acts on it as without libasync).
+ * libasync changes no signal mask.
  *
  * Refused with ASYNC_E_INVAL: signo out of range (< 1, > 64 or >= NSIG),
  * SIGKILL, SIGSTOP, the fault signals SIGSEGV, SIGBUS, SIGFPE, SIGILL,
@@ -970,10 +1081,11 @@ int async_sched_dump_on_signal(async_sched_t *s, int signo, int fd);
  * which is reported the same way). When such a fiber
  * finally switches out, an ASYNC_LOG_INFO message gives the stall's length
  * (at least). It costs the workers two stores per dispatch; the monitor
- * thread exists only while ms > 0. ms 0 turns it off (the monitor thread is
- * joined). The environment variable ASYNC_FIBER_STALL_MS sets it for every
- * new scheduler. Errors: ASYNC_E_BADHANDLE, ASYNC_E_INVAL (ms < 0 or
- * > 3600000), ASYNC_E_NOMEM, ASYNC_E_SYS (no thread could be started),
+ * thread (named la-stall) exists only while ms > 0. ms 0 turns it off (the
+ * monitor thread is joined). The environment variable ASYNC_FIBER_STALL_MS
+ * (0 to 3600000) sets it for every new scheduler (a bad value is ignored
+ * with an ASYNC_LOG_WARN message). Errors: ASYNC_E_BADHANDLE,
+ * ASYNC_E_INVAL (ms < 0 or > 3600000), ASYNC_E_NOMEM, ASYNC_E_SYS (no thread could be started),
  * ASYNC_E_STATE (called from a log handler on the monitor thread; such a
  * handler must not destroy the scheduler either: async_sched_destroy fails
  * there with ASYNC_E_STATE). Thread-safe (also on a fiber); never parks
@@ -998,7 +1110,10 @@ int async_sched_set_stall_ms(async_sched_t *s, int ms);
  * fiber may wait for reading and one for writing on an fd of a scheduler at
  * a time: a call that has to wait in a direction another fiber already
  * waits in gets ASYNC_E_BUSY; a call that finds fd ready for one of its
- * events returns them at once, without waiting, so never BUSY. Errors: ASYNC_E_INVAL, ASYNC_E_BADFD,
+ * events returns them at once, without waiting, so never BUSY (READ|WRITE
+ * on a writable fd while another fiber waits to read it returns WRITE).
+ * Errors: ASYNC_E_INVAL (events 0 or with bits other than READ and WRITE;
+ * a bad timeout), ASYNC_E_BADFD,
  * ASYNC_E_TIMEDOUT, ASYNC_E_BUSY, ASYNC_E_CANCELLED. Thread-safe; parks
  * (a plain thread uses poll(2)). */
 int async_fiber_wait_fd(async_fd_t fd, uint32_t events, int timeout_ms);
@@ -1064,13 +1179,16 @@ int async_fiber_wait_signal(int signo, int timeout_ms);
  * take the poller path. */
 
 /* Reads up to n bytes (at least 1 unless n is 0 or at end of file: returns
- * 0; with n 0 at once, reading nothing, if fd is open; on a datagram socket
+ * 0; with n 0 at once, reading nothing (a socket's pending data or datagram
+ * stays; buf may be NULL), if fd is open, whatever timeout_ms; on a datagram socket
  * an empty datagram is read as 0 too, and a datagram longer than n is cut
  * to n). buf NULL with n > 0, or n > SSIZE_MAX: ASYNC_E_INVAL. The fd is switched to O_NONBLOCK if it is not a socket; sockets are
  * read with MSG_DONTWAIT. A peer's hang-up ends the read with 0 (end of
  * file; also a terminal's hang-up, e.g. a pty master whose slave side is
- * closed, which read(2) reports as EIO on Linux) and a socket error with its
- * error (once: the next read waits again).
+ * closed, which read(2) reports as EIO on Linux; an EIO without a hang-up,
+ * such as a background read on an orphaned process group's terminal, is
+ * ASYNC_E_SYS) and a socket error with its error (once: the next read
+ * waits again).
  * timeout_ms is always honoured, also when the fd number was closed and
  * reused meanwhile, or the fd reports a condition its read does not clear.
  * Errors: ASYNC_E_INVAL, ASYNC_E_BADFD, ASYNC_E_TIMEDOUT (nothing read),
@@ -1085,7 +1203,9 @@ ssize_t async_fiber_read(async_fd_t fd, void *buf, size_t n, int timeout_ms);
  * with n > 0, or n > SSIZE_MAX: ASYNC_E_INVAL. A closed peer or reader gives ASYNC_E_CLOSED, never SIGPIPE,
  * on a fiber or a plain thread: sockets are written with MSG_NOSIGNAL; for
  * other fds (pipes) SIGPIPE is blocked around the write and the one it
- * raised is consumed (one already pending before the call stays pending).
+ * raised is consumed (one already pending before the call stays pending;
+ * the thread's signal mask is restored). Fiber worker threads block
+ * SIGPIPE for good. n 0 on a closed fd: ASYNC_E_BADFD.
  * timeout_ms bounds the whole call. Errors: as async_fiber_read.
  * Thread-safe; parks. */
 ssize_t async_fiber_write(async_fd_t fd, const void *buf, size_t n, int timeout_ms);
@@ -1104,7 +1224,8 @@ async_fd_t async_fiber_accept(async_fd_t listen_fd, struct sockaddr *addr, sockl
  * connect of fd already in progress (one that timed out here, or the host's
  * own non-blocking connect) is waited for the same way: its result is the
  * call's; on a socket already connected it returns 0. Errors: ASYNC_E_INVAL, ASYNC_E_BADFD, ASYNC_E_CLOSED (refused),
- * ASYNC_E_TIMEDOUT (the attempt may still complete later: close the fd),
+ * ASYNC_E_TIMEDOUT (the attempt may still complete later: close the fd, or
+ * call again to wait on it),
  * ASYNC_E_CANCELLED, ASYNC_E_SYS. Thread-safe; parks. */
 int async_fiber_connect(async_fd_t fd, const struct sockaddr *addr, socklen_t len, int timeout_ms);
 
@@ -1118,7 +1239,7 @@ int async_fiber_connect(async_fd_t fd, const struct sockaddr *addr, socklen_t le
  * fiber's scheduler, returns a descriptor owned by that scheduler (if its
  * registration fails, e.g. out of memory, it is returned unowned: it works
  * the same, one system call per park); on a plain listening socket, or on
- * a plain thread, it returns a plain descriptor as it always did.
+ * a plain thread, it returns a plain descriptor.
  * async_fiber_connect leaves ownership as it is (an owned fd stays owned, a
  * plain one stays plain).
  *
@@ -1164,7 +1285,8 @@ int async_fiber_close(async_fd_t fd);
 
 
 /* Runs fn(arg) on a thread of a process-wide pool of blocking threads (it
- * grows on demand up to 64 threads; threads idle for 10 s exit) and parks
+ * grows on demand up to 64 threads: a thread starts whenever the queued jobs
+ * outnumber the idle threads; threads idle for 10 s exit) and parks
  * the calling fiber until fn returns; up to 64 jobs run at once (they may
  * wait for each other), jobs beyond 64 wait in FIFO order. Use
  * it for calls that would block a worker (file I/O, getaddrinfo, sleeping
@@ -1211,7 +1333,9 @@ int async_chan_send(async_chan_t *c, const void *elem, int timeout_ms);
  * ASYNC_E_TIMEDOUT, ASYNC_E_CLOSED, ASYNC_E_CANCELLED. Thread-safe; parks. */
 int async_chan_recv(async_chan_t *c, void *elem, int timeout_ms);
 
-/* async_chan_send(c, elem, 0) and async_chan_recv(c, elem, 0). Never block. */
+/* async_chan_send(c, elem, 0) and async_chan_recv(c, elem, 0): they fail
+ * with ASYNC_E_FULL / ASYNC_E_EMPTY when they cannot complete at once, and
+ * have the other errors of those functions. Never block. */
 int async_chan_try_send(async_chan_t *c, const void *elem);
 int async_chan_try_recv(async_chan_t *c, void *elem);
 
@@ -1318,7 +1442,8 @@ void async_cond_destroy(async_cond_t *c);
  * state it waited for before m is back: wait in a loop on your predicate.
  * Taking m back is not cancelled by async_sched_shutdown (it waits for m's
  * owner). Whatever the result, the caller owns m on return unless m was
- * destroyed. Errors: ASYNC_E_BADHANDLE (c or m invalid at the call: nothing
+ * destroyed (a later async_mutex_unlock then fails with ASYNC_E_BADHANDLE,
+ * so "always unlock afterwards" is safe). Errors: ASYNC_E_BADHANDLE (c or m invalid at the call: nothing
  * done; or m destroyed during the call), ASYNC_E_INVAL (bad timeout),
  * ASYNC_E_STATE (the caller does not own m: nothing done),
  * ASYNC_E_TIMEDOUT, ASYNC_E_CLOSED (c was destroyed while the call waited),

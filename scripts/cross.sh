@@ -39,11 +39,28 @@ pass=0
 fail=0
 failed_steps=()
 # step <name> <command...>: runs a step, logs its output, records the result.
+# While it runs, a ticker prints a progress line every CROSS_TICK seconds
+# (default 30): the step's name, its time so far and the last line of its
+# log. The command runs in this shell (a step may set variables).
 step() {
     local name=$1
     shift
-    local t0=$SECONDS
-    if "$@" >"$LOG/$name.log" 2>&1; then
+    local t0=$SECONDS tick=${CROSS_TICK:-30} rc=0
+    : >"$LOG/$name.log"
+    (
+        n=0
+        while sleep 1; do # 1 s sleeps: a killed ticker leaves no long sleep behind
+            n=$((n + 1))
+            [ $((n % tick)) -eq 0 ] || continue
+            last=$(tail -n 1 "$LOG/$name.log" 2>/dev/null | tr -d '\r' | cut -c1-90)
+            printf '     ... %-30s %4ds  %s\n' "$name" "$n" "$last"
+        done
+    ) &
+    local ticker=$!
+    "$@" >"$LOG/$name.log" 2>&1 || rc=$?
+    kill "$ticker" 2>/dev/null
+    wait "$ticker" 2>/dev/null
+    if [ $rc -eq 0 ]; then
         pass=$((pass + 1))
         printf 'PASS %-34s %4ds\n' "$name" $((SECONDS - t0))
     else

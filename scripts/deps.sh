@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what building and testing libasync needs, when it is missing:
-# cmake, pkg-config (make test-install) and a C/C++ compiler (and, as root, gdb for ctest fiber_tools.gdb) from Debian's
+# cmake, pkg-config (make test-install) and a C/C++ compiler (and, as root, gdb for ctest tools.gdb) from Debian's
 # packages. Go must already be on PATH. CI runs as root; as another user,
 # this says what to install instead.
 set -euo pipefail
@@ -11,7 +11,7 @@ command -v g++ >/dev/null 2>&1 || need+=(g++)
 command -v make >/dev/null 2>&1 || need+=(make)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 # optional: installed when running as root, else only named. ctest
-# fiber_tools.gdb runs the gdb helper in a real gdb (skipped without it).
+# tools.gdb runs the gdb helper in a real gdb (skipped without it).
 opt=()
 command -v gdb >/dev/null 2>&1 || opt+=(gdb)
 for pkg in "$@"; do
@@ -26,7 +26,7 @@ if ! command -v go >/dev/null 2>&1; then
   exit 1
 fi
 if [ "$(id -u)" != 0 ] && [ ${#opt[@]} -gt 0 ]; then
-  echo "deps: optional, not installed: ${opt[*]} (ctest fiber_tools.gdb is skipped without gdb)" >&2
+  echo "deps: optional, not installed: ${opt[*]} (ctest tools.gdb is skipped without gdb)" >&2
   opt=()
 fi
 need+=(${opt[@]+"${opt[@]}"})

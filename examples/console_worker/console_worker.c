@@ -13,6 +13,13 @@
  * EOF on a pipe or file shuts down gracefully; on a terminal Ctrl-D is
  * ignored. Ctrl-C (SIGINT), SIGTERM and SIGHUP shut down gracefully.
  *
+ * Lines: a console line longer than 4096 bytes is cut (the first 4096 bytes
+ * are run, the rest dropped, counted by `stats`); a last console line
+ * without a newline is still run at end of input. A client's line is shown
+ * on the console as "client #N: ..."; one longer than 1024 bytes is shown
+ * in 1024-byte pieces, a line each; a client's last line without a newline
+ * is shown when it disconnects.
+ *
  * The reader never polls on a timer: it blocks in poll() on stdin and on its
  * worker's stop descriptor, which becomes readable at async_worker_signal_stop.
  *
@@ -340,7 +347,21 @@ static void accept_clients(struct server *s)
     }
 }
 
-/* Lines received from a client are shown on the console. */
+/* Shows the client's buffered line (a trailing '\r' removed) and empties
+ * the buffer. */
+static void client_show_line(struct client *cl)
+{
+    size_t len = cl->in_len;
+    if (len > 0 && cl->in[len - 1] == '\r')
+        len--;
+    say_console("client #%u: %.*s", cl->id, (int)len, cl->in);
+    cl->in_len = 0;
+}
+
+/* Lines received from a client are shown on the console, one
+ * "client #N: ..." line each. A line longer than the buffer (1024 bytes) is
+ * shown in pieces of 1024 bytes, each as a line of its own; a last line
+ * without a newline is shown when the client disconnects. */
 static void client_readable(struct server *s, struct client *cl)
 {
     char buf[4096];
@@ -348,19 +369,18 @@ static void client_readable(struct server *s, struct client *cl)
     if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
         return;
     if (n <= 0) {
+        if (cl->in_len > 0)
+            client_show_line(cl);
         client_close(s, cl, "disconnected");
         return;
     }
     for (ssize_t i = 0; i < n; i++) {
-        if (buf[i] == '\n' || cl->in_len == sizeof cl->in) {
-            size_t len = cl->in_len;
-            if (len > 0 && cl->in[len - 1] == '\r')
-                len--;
-            say_console("client #%u: %.*s", cl->id, (int)len, cl->in);
-            cl->in_len = 0;
-            if (buf[i] == '\n')
-                continue;
+        if (buf[i] == '\n') {
+            client_show_line(cl);
+            continue;
         }
+        if (cl->in_len == sizeof cl->in)
+            client_show_line(cl); /* a full buffer: show this piece, go on */
         cl->in[cl->in_len++] = buf[i];
     }
 }
@@ -521,7 +541,11 @@ static void usage(FILE *f)
     fprintf(f, "usage: console_worker [--port N] [--heartbeat MS] [--verbose]\n"
                "  --port N        TCP port on 127.0.0.1 (default 0: pick a free port)\n"
                "  --heartbeat MS  heartbeat period in ms (default 1000, 0 = off)\n"
-               "  --verbose       print every heartbeat\n");
+               "  --verbose       print every heartbeat\n"
+               "Console lines over 4096 bytes are cut (the rest is dropped); a last line\n"
+               "without a newline still runs at end of input. A client's lines are shown\n"
+               "as \"client #N: ...\", in 1024-byte pieces when longer; a client's last line\n"
+               "without a newline is shown when it disconnects.\n");
 }
 
 static bool parse_uint(const char *s, unsigned long max, unsigned long *out)

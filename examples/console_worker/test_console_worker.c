@@ -4,7 +4,7 @@
  * clients on 127.0.0.1 and signals.
  *
  * usage: test_console_worker CASE PATH-TO-console_worker
- * CASE: pipe_order | pipe_flood | eof | tcp_say | sigpipe | pty | signals | bad_args
+ * CASE: pipe_order | pipe_flood | eof | tcp_say | tcp_lines | sigpipe | pty | signals | bad_args
  *
  * No timing assertions: every wait has a generous deadline that only turns a
  * hang into a failure.
@@ -261,6 +261,44 @@ static void case_tcp_say(void)
     child_free(&c);
 }
 
+/* A client's line longer than the server's 1024-byte buffer is shown in
+ * 1024-byte pieces, a console line each; a last line without a newline is
+ * shown when the client disconnects, before its "disconnected" line. */
+static void case_tcp_lines(void)
+{
+    struct child c;
+    start(&c, CHILD_PIPE, NULL, NULL);
+    unsigned port = child_port(&c);
+    char in[256] = "";
+    int a = connect_client(port);
+    client_expect(a, in, sizeof in, "welcome, you are client #1\n");
+
+    enum { LONG = 1500 };
+    char *line = malloc(LONG + 2);
+    REQUIRE(line != NULL);
+    for (int i = 0; i < LONG; i++)
+        line[i] = (char)('a' + (i >= 1024));
+    line[LONG] = '\n';
+    line[LONG + 1] = '\0';
+    REQUIRE(send(a, line, LONG + 1, MSG_NOSIGNAL) == (ssize_t)(LONG + 1));
+    char *want = malloc(LONG + 64);
+    REQUIRE(want != NULL);
+    snprintf(want, LONG + 64, "client #1: %.*s\nclient #1: %.*s\n", 1024, line, LONG - 1024, line + 1024);
+    child_expect(&c, want, WAIT_MS);
+    free(want);
+    free(line);
+
+    static const char last[] = "last words";
+    REQUIRE(send(a, last, sizeof last - 1, MSG_NOSIGNAL) == (ssize_t)(sizeof last - 1));
+    close(a);
+    child_expect(&c, "client #1: last words\nclient #1 disconnected\n", WAIT_MS);
+
+    child_write(&c, "shutdown\n");
+    child_expect(&c, "bye\n", WAIT_MS);
+    child_require_clean_exit(&c, WAIT_MS);
+    child_free(&c);
+}
+
 /* SIGPIPE never kills the program: with its stdout gone (the reader closed
  * the pipe), replies fail with EPIPE, yet it keeps serving TCP clients and
  * shuts down cleanly. */
@@ -367,7 +405,7 @@ int main(int argc, char **argv)
         void (*fn)(void);
     } cases[] = {{"pipe_order", case_pipe_order}, {"pipe_flood", case_pipe_flood}, {"eof", case_eof},
                  {"tcp_say", case_tcp_say},       {"pty", case_pty},               {"signals", case_signals},
-                 {"bad_args", case_bad_args},     {"sigpipe", case_sigpipe}};
+                 {"bad_args", case_bad_args},     {"sigpipe", case_sigpipe},       {"tcp_lines", case_tcp_lines}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         if (strcmp(argv[1], cases[i].name) == 0) {
             cases[i].fn();

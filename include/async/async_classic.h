@@ -1,6 +1,6 @@
 /*
  * libasync — the classic lib/async API (the one the Neolith MUD driver's
- * lib/async declares), on libasync. See docs/NEOLITH.md.
+ * lib/async declares), on libasync. See docs/CLASSIC_API.md.
  *
  * Include it through async/async_queue.h, async/async_worker.h and
  * async/async_runtime.h, the classic header names; link with -lasync. A C
@@ -87,6 +87,8 @@ typedef enum {
     ASYNC_E_STATE = 19
 } async_err_t;
 
+/* As in async.h: the description of an error code, the calling thread's
+ * last error, and its reset. */
 const char *async_strerror(int code);
 int async_last_error(void);
 void async_clear_error(void);
@@ -110,6 +112,9 @@ typedef struct {
     uint64_t dropped_count;
 } async_queue_stats_t;
 
+/* The queue functions of async.h, declared as the classic async_queue.h
+ * declares them (same names, signatures and meaning: async.h documents
+ * each one). */
 async_queue_t *async_queue_create(size_t capacity, size_t max_msg_size, async_queue_flags_t flags);
 void async_queue_destroy(async_queue_t *queue);
 bool async_queue_enqueue(async_queue_t *queue, const void *data, size_t size);
@@ -130,6 +135,10 @@ typedef enum {
     ASYNC_WORKER_STOPPING = 2
 } async_worker_state_t;
 
+/* The worker functions of async.h, declared as the classic async_worker.h
+ * declares them (same names, signatures and meaning: async.h documents
+ * each one; async_worker_destroy of a running worker asks it to stop and
+ * detaches it). */
 async_worker_t *async_worker_create(async_worker_proc_t proc, void *context, size_t stack_size);
 void async_worker_destroy(async_worker_t *worker);
 void async_worker_signal_stop(async_worker_t *worker);
@@ -138,11 +147,12 @@ async_worker_t *async_worker_current(void);
 bool async_worker_should_stop(async_worker_t *worker);
 async_worker_state_t async_worker_get_state(const async_worker_t *worker);
 #if !defined(_WIN32)
+/* As in async.h: the worker's thread while its proc runs. */
 pthread_t async_worker_get_native_handle(async_worker_t *worker);
 #else
 /* The classic return type is the driver's platform_event_t (port/sync.h:
  * typedef struct platform_event_s platform_event_t). NOT IMPLEMENTED: returns
- * NULL with ASYNC_E_NOTSUP (docs/NEOLITH.md). */
+ * NULL with ASYNC_E_NOTSUP (docs/CLASSIC_API.md). */
 struct platform_event_s *async_classic_worker_get_stop_event(async_worker_t *worker);
 #define async_worker_get_stop_event async_classic_worker_get_stop_event
 #endif
@@ -201,7 +211,7 @@ async_runtime_t *async_runtime_init(void);
 int async_runtime_wakeup(async_runtime_t *runtime);
 int async_runtime_post_completion(async_runtime_t *runtime, uintptr_t completion_key, uintptr_t data);
 
-/* The classic runtime functions (docs/NEOLITH.md: what each does).
+/* The classic runtime functions (docs/CLASSIC_API.md: what each does).
  * async_runtime_wait's timeout: NULL blocks; otherwise its value
  * tv_sec + tv_usec / 1000000, whatever the fields hold (without overflow):
  * <= 0 polls, a partial millisecond rounds up, INT_MAX ms (24.8 days) or
@@ -244,7 +254,7 @@ int async_classic_runtime_get_event_loop_handle(async_runtime_t *runtime);
  * so its event comes from async_runtime_wait like any other. 0, or -1 with ASYNC_E_INVAL (buffer NULL with len > 0, len
  * above 2^31-1), ASYNC_E_BADHANDLE, ASYNC_E_BADFD, ASYNC_E_NOMEM, ASYNC_E_SYS.
  * get_console_event: NOT IMPLEMENTED, NULL with ASYNC_E_NOTSUP
- * (docs/NEOLITH.md). */
+ * (docs/CLASSIC_API.md). */
 int async_classic_runtime_post_read(async_runtime_t *runtime, socket_fd_t fd, void *buffer, size_t len);
 int async_classic_runtime_post_write(async_runtime_t *runtime, socket_fd_t fd, void *buffer, size_t len);
 HANDLE async_classic_runtime_get_console_event(async_runtime_t *runtime);

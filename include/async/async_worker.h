@@ -1,5 +1,5 @@
 /* The classic lib/async header name; everything is in async/async_classic.h
- * (docs/NEOLITH.md). */
+ * (docs/CLASSIC_API.md). */
 #ifndef ASYNC_CLASSIC_WORKER_H
 #define ASYNC_CLASSIC_WORKER_H
 #include "async_classic.h"
