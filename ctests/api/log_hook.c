@@ -1,3 +1,5 @@
+
+
 /* The log hook (issue 14, item 5): async_set_log_handler. Every message
  * libasync writes for the host goes through it; the default keeps the old
  * stderr output. Each case that needs a message runs in a child process
@@ -222,6 +224,109 @@ static void t_fork_set(void) {
     CHECK_EQ(hung, 0);
 }
 
+/* --- log_one_line ---------------------------------------------------------------- */
+
+static atomic_int lo_msgs, lo_ctl;
+static void lo_handler(int level, const char *msg, void *ctx)
+{
+    (void)level, (void)ctx;
+    atomic_fetch_add(&lo_msgs, 1);
+    for (const char *p = msg; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            atomic_fetch_add(&lo_ctl, 1);
+}
+
+/* In a child with the crafted ASYNC_FIBER_STALL_MS: one message to stderr
+ * (the default handler), one to a handler. */
+static void t_log_one_line_child(void)
+{
+    async_sched_t *s = async_sched_create(NULL);
+    CHECK(s != NULL);
+    async_sched_destroy(s);
+    CHECK_EQ(async_set_log_handler(ASYNC_LOG_DEBUG, lo_handler, NULL), 0);
+    s = async_sched_create(NULL);
+    CHECK(s != NULL);
+    async_sched_destroy(s);
+    CHECK(atomic_load(&lo_msgs) >= 1);
+    CHECK_EQ(atomic_load(&lo_ctl), 0);
+}
+
+static void t_log_one_line(void)
+{
+    char out[4096];
+    int st = run_self_case_out("log_one_line_child",
+                               "ASYNC_FIBER_STALL_MS=5\nlibasync: forged\r\x1b[2Jline", out, sizeof out);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    int lines = 0; /* lines that start with "libasync:" */
+    for (char *p = out; p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+        lines += strncmp(p, "libasync:", 9) == 0;
+    CHECK_EQ(lines, 1);
+    CHECK(strstr(out, "ASYNC_FIBER_STALL_MS=5\\nlibasync: forged\\r\\x1b[2Jline ignored") != NULL);
+    /* one line: the only newline is the last byte */
+    char *nl = strchr(out, '\n');
+    CHECK(nl != NULL && nl[1] == 0);
+}
+
+/* --- log_records ----------------------------------------------------------------- */
+
+enum { LR_THREADS = 4, LR_TRIPLES = 2000 };
+static atomic_int lr_go, lr_calls;
+static _Atomic(uintptr_t) lr_ctx_seen;
+static void lr_handler(int level, const char *msg, void *ctx)
+{
+    (void)level, (void)msg;
+    atomic_fetch_add(&lr_calls, 1);
+    atomic_store(&lr_ctx_seen, (uintptr_t)ctx);
+}
+static void lr_other(int level, const char *msg, void *ctx) { (void)level, (void)msg, (void)ctx; }
+
+static void *lr_thread(void *arg)
+{
+    uintptr_t me = (uintptr_t)arg;
+    while (!atomic_load(&lr_go))
+        sched_yield();
+    for (int round = 0; round < 2; round++)
+        for (uintptr_t i = 0; i < LR_TRIPLES; i++) {
+            /* the same triples in every thread, different orders */
+            uintptr_t k = (i * (2 * me + 1)) % LR_TRIPLES;
+            CHECK_EQ(async_set_log_handler((int)(k % 5), (k & 1) ? lr_handler : lr_other,
+                                           (void *)(0x10000 + k)), 0);
+        }
+    return NULL;
+}
+
+static void t_log_records(void)
+{
+    pthread_t t[LR_THREADS];
+    for (uintptr_t i = 0; i < LR_THREADS; i++)
+        start_thread(&t[i], lr_thread, (void *)i);
+    atomic_store(&lr_go, 1);
+    for (int i = 0; i < LR_THREADS; i++)
+        join_within(t[i], 60000, "log setter");
+    /* Each triple set again from here finds its record: the handler, level
+     * and ctx are the ones given. A bad ASYNC_FIBER_STALL_MS makes one WARN
+     * at each async_sched_create. */
+    CHECK_EQ(setenv("ASYNC_FIBER_STALL_MS", "bad", 1), 0);
+    for (uintptr_t k = 1; k < LR_TRIPLES; k += 2) {
+        int level = (int)(k % 5);
+        CHECK_EQ(async_set_log_handler(level, lr_handler, (void *)(0x10000 + k)), 0);
+        if (k % 100 != 1)
+            continue;
+        atomic_store(&lr_calls, 0);
+        async_sched_t *s = async_sched_create(NULL);
+        CHECK(s != NULL);
+        async_sched_destroy(s);
+        if (level >= ASYNC_LOG_WARN) {
+            CHECK(atomic_load(&lr_calls) >= 1);
+            CHECK_EQ(atomic_load(&lr_ctx_seen), 0x10000 + k);
+        } else {
+            CHECK_EQ(atomic_load(&lr_calls), 0);
+        }
+    }
+    CHECK_EQ(async_set_log_handler(ASYNC_LOG_WARN, NULL, NULL), 0);
+    CHECK_FAIL(async_set_log_handler(ASYNC_LOG_DEBUG + 1, lr_handler, NULL) == -1, ASYNC_E_INVAL);
+}
+
 static const test_case_t cases[] = {
     T(default_stderr),
     T(handler_gets_message),
@@ -231,6 +336,9 @@ static const test_case_t cases[] = {
     T(bad_level),
     T(concurrent_set),
     T(fork_set),
+    T(log_one_line), // adversarial
+    T(log_records), // adversarial
+    {"log_one_line_child", t_log_one_line_child},
     /* children, not tests of their own */
     {"child_default", t_child_default},
     {"child_hook", t_child_hook},
