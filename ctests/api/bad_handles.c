@@ -1,7 +1,6 @@
 /* Bad-handle matrix: every public function that takes a handle, called with
  * NULL, destroyed, bogus and wrong-type handles, fails with
- * ASYNC_E_BADHANDLE (and the documented return value) and never crashes.
- * Run: test_badinput CASE. */
+ * ASYNC_E_BADHANDLE (and the documented return value) and never crashes. */
 #include "check.h"
 
 #include <pthread.h>

@@ -1,7 +1,9 @@
-/* Bad values for every public function: NULL pointers, negative and huge
- * sizes, counts and timeouts, unknown flags and events, closed and foreign
- * fds. Each call fails with its documented error (or is a documented no-op)
- * and leaves the object working. */
+/* Bad values for every public function (handles are api/bad_handles.c's
+ * and fiber_sched.badinput's): timeouts below -1 (-2 and INT_MIN), zero and
+ * huge sizes, NULL buffers, unknown flags and event bits, bad fds (-1,
+ * INT_MIN, INT_MAX, closed, a directory, a pipe where a socket is needed),
+ * bad configs. Each call fails with its documented code and changes
+ * nothing. */
 #include "check.h"
 #include "rt.h"
 
@@ -12,16 +14,6 @@
 #include <sys/socket.h>
 
 static void nop_fiber(void *a) { (void)a; }
-
-/* --- bad values for every public function ---------------------------------- */
-/*
- * Handles are covered by test_badinput (NULL, destroyed, bogus, wrong type)
- * and test_fiber's badinput; this is the value side: timeouts below -1
- * (-2 and INT_MIN), zero and huge sizes, NULL buffers, unknown flags and
- * event bits, bad fds (-1, INT_MIN, INT_MAX, closed, a directory, a pipe
- * where a socket is needed), bad configs. Each fails with its documented
- * code and changes nothing.
- */
 
 static void *quick(void *a)
 {

@@ -12,8 +12,6 @@
 #include <signal.h>
 #include <stdatomic.h>
 
-/* --- cancel_* ---------------------------------------------------------------------- */
-
 enum { CW_CHAN, CW_MUTEX, CW_QUEUE, CW_RUNTIME, CW_SLEEP, CW_SIGNAL };
 static struct {
     int what;
@@ -85,7 +83,8 @@ __attribute__((no_sanitize_address)) static void *cw_proc(void *arg)
 
 static void *cw_worker_proc(void *arg) { return cw_proc(arg); }
 
-/* The event the waiter waits for (from a helper thread: a regression may hang). */
+/* The event the waiter waits for, from a helper thread (a wait that never
+ * ends shows as a failed join). */
 static void *cw_complete(void *arg)
 {
     (void)arg;

@@ -117,7 +117,7 @@ static void t_clear_error(void)
 
 static int fd_open(int fd) { return fcntl(fd, F_GETFD) != -1; }
 
-/* ---- item 15: the OS error behind ASYNC_E_SYS ---------------------------- */
+/* ---- the OS error behind ASYNC_E_SYS -------------------------------------- */
 
 /* The lowest descriptor limit that leaves no free descriptor. */
 static struct rlimit exhaust_fds(void) {

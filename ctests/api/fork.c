@@ -16,7 +16,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
-/* --- fork --------------------------------------------------------------- */
+/* --- every call of the child fails with ASYNC_E_FORKED -------------------- */
 
 static void *gated_worker(void *ctx)
 {
@@ -110,27 +110,13 @@ static void run_child(async_queue_t *q, async_runtime_t *rt, async_worker_t *w)
 {
     pid_t pid;
     int status = 0;
-    double t0;
     fflush(stdout);
     fflush(stderr);
     pid = fork();
     CHECK(pid >= 0);
     if (pid == 0)
         child_body(q, rt, w);
-    t0 = now_ms();
-    for (;;) {
-        pid_t r = waitpid(pid, &status, WNOHANG);
-        CHECK(r != -1);
-        if (r == pid)
-            break;
-        if (now_ms() - t0 > 15000) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &status, 0);
-            fprintf(stderr, "child hung in a libasync call after fork\n");
-            CHECK(!"child hung");
-        }
-        sleep_ms(5);
-    }
+    status = wait_child_within(pid, 15000, "child hung in a libasync call after fork");
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
         fprintf(stderr, "child: %s %d (exit code N = failed CHILD_CHECK N in child_body)\n",
                 WIFEXITED(status) ? "exit code" : "signal",
@@ -396,26 +382,13 @@ static void fb_fork(int round)
 {
     pid_t pid;
     int status = 0;
-    double t0;
     fflush(stdout);
     fflush(stderr);
     pid = fork();
     CHECK(pid >= 0);
     if (pid == 0)
         fb_child(round);
-    t0 = now_ms();
-    for (;;) {
-        pid_t r = waitpid(pid, &status, WNOHANG);
-        CHECK(r != -1);
-        if (r == pid)
-            break;
-        if (now_ms() - t0 > 15000) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &status, 0);
-            CHECK(!"the child hung");
-        }
-        sleep_ms(2);
-    }
+    status = wait_child_within(pid, 15000, "the child hung");
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
         fprintf(stderr, "child %d: %s %d (exit code N: CHILD_CHECK N in fb_child failed)\n", round,
                 WIFEXITED(status) ? "exit code" : "signal", WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
@@ -539,7 +512,7 @@ static void t_stats_forked(void)
     async_queue_destroy(q);
 }
 
-/* ---- fork ----------------------------------------------------------------------- */
+/* --- runtime calls in the child while the parent's loop sleeps ------------ */
 
 static void t_fork_child_calls(void)
 {

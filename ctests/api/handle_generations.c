@@ -6,7 +6,7 @@
 
 #include <stdatomic.h>
 
-/* ---- item 9: handle generations ----------------------------------------- */
+/* ---- handle generations --------------------------------------------------- */
 
 #if defined(__SANITIZE_ADDRESS__)
 #define SANITIZED 1

@@ -1,10 +1,11 @@
-
-
-/* The log hook (issue 14, item 5): async_set_log_handler. Every message
- * libasync writes for the host goes through it; the default keeps the old
- * stderr output. Each case that needs a message runs in a child process
- * (an unknown ASYNC_BACKEND is reported once per process; a stack overflow
- * aborts it) and the parent checks the child's stderr. */
+/* The log hook, async_set_log_handler: every message libasync writes for the
+ * host goes through it; without a handler messages go to stderr. Levels
+ * filter, the default comes back, handlers set from many threads at once
+ * and in a forked child work, the handler set last is the one called (with
+ * its ctx and level), and a message is one line whatever it quotes. Each
+ * case that needs a message runs in a child process (an unknown
+ * ASYNC_BACKEND is reported once per process; a stack overflow aborts it)
+ * and the parent checks the child's stderr. */
 #include <signal.h>
 #include <stdatomic.h>
 #include <sys/wait.h>
@@ -69,8 +70,8 @@ static void t_child_restored(void) {
 }
 
 /* Frames well below the guard page's size: a frame larger than the guard
- * can jump over it, which no guard mode catches (async.h); with 4 KiB
- * frames this child died of a plain SIGSEGV now and then. */
+ * can jump over it, which no guard mode catches (async.h), and the child
+ * would die of a plain SIGSEGV instead of the overflow report. */
 static int rec(int depth) {
     volatile char buf[512];
     memset((char *)buf, depth, sizeof buf);
@@ -180,13 +181,12 @@ static void t_concurrent_set(void) {
 }
 
 /* async_set_log_handler in a child forked while other threads of the parent
- * were setting handlers: it must work at once (it spun for ever on a lock
- * that a parent thread held at the fork: 5-9 children of 40 hung). Each child
- * must exit within 3 s. */
+ * were setting handlers: it must work at once, never wait for a lock that a
+ * parent thread held at the fork. Each child must exit within 3 s. */
 static _Atomic int fork_stop;
 static void *fork_setter(void *arg) {
     uintptr_t me = (uintptr_t)arg;
-    /* bounded: a regression that leaks per call must not eat the machine */
+    /* bounded: a leak per call must not eat the machine */
     for (uintptr_t i = 0; i < 1000000 && !atomic_load(&fork_stop); i++)
         CHECK_EQ(async_set_log_handler(ASYNC_LOG_WARN, (i & 1) ? hook : NULL, (void *)(me * 8 + (i & 7))), 0);
     return NULL;

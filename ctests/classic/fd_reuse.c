@@ -10,25 +10,8 @@
 #include <sys/stat.h>
 #include <sys/time.h>
 
-#include "async/async_queue.h"
-#include "async/async_runtime.h"
-#include "async/async_worker.h"
-
-/* check.h's helpers without its include of async.h (see classic.c). */
-#define ASYNC_H
-#include "check.h"
-
-#define MAXEV 64
-static io_event_t ev[MAXEV];
-
-/* A classic wait with a timeval of sec s + usec us, into ev. */
-static int waittv(async_runtime_t *rt, long sec, long usec)
-{
-    struct timeval tv;
-    tv.tv_sec = (time_t)sec;
-    tv.tv_usec = (suseconds_t)usec;
-    return async_runtime_wait(rt, ev, MAXEV, &tv);
-}
+#define ASYNC_TEST_CLASSIC /* the classic headers and check.h (rt.h) */
+#include "rt.h"
 
 /* ---- fds closed and reused while registered ---------------------------------------- */
 
@@ -71,7 +54,7 @@ static void t_fd_reuse(void)
 
 static int tmpfile_fd(const char *content)
 {
-    char path[] = "/tmp/adv9_fileXXXXXX";
+    char path[] = "/tmp/classic_fileXXXXXX";
     int fd = mkstemp(path);
     CHECK(fd >= 0);
     unlink(path);
@@ -83,7 +66,7 @@ static int tmpfile_fd(const char *content)
 
 /* A registered regular file closed without remove, its number reused by
  * another regular file that was not added: the old registration is reported
- * once as ERROR|CLOSE and never again (docs/NEOLITH.md), never the new
+ * once as ERROR|CLOSE and never again (docs/CLASSIC_API.md), never the new
  * file's readiness with the old context; the new file can then be added. */
 static void t_file_reuse_file(void)
 {
@@ -175,7 +158,7 @@ static void *modifier(void *arg)
 
 /* An always readable socket whose context another thread keeps changing: a
  * wait that begins after modify #k returned never reports a context older
- * than #k (NEOLITH.md: events reported after the call carry the new context). */
+ * than #k (docs/CLASSIC_API.md: events reported after the call carry the new context). */
 static void t_modify_race(void)
 {
     async_runtime_t *rt = async_runtime_init();

@@ -10,25 +10,8 @@
 #include <sys/time.h>
 #include <sys/wait.h>
 
-#include "async/async_queue.h"
-#include "async/async_runtime.h"
-#include "async/async_worker.h"
-
-/* check.h's helpers without its include of async.h (see classic.c). */
-#define ASYNC_H
-#include "check.h"
-
-#define MAXEV 64
-static io_event_t ev[MAXEV];
-
-/* A classic wait with a timeval of sec s + usec us, into ev. */
-static int waittv(async_runtime_t *rt, long sec, long usec)
-{
-    struct timeval tv;
-    tv.tv_sec = (time_t)sec;
-    tv.tv_usec = (suseconds_t)usec;
-    return async_runtime_wait(rt, ev, MAXEV, &tv);
-}
+#define ASYNC_TEST_CLASSIC /* the classic headers and check.h (rt.h) */
+#include "rt.h"
 
 /* ---- timevals ----------------------------------------------------------------- */
 

@@ -7,30 +7,13 @@
 #include <stdatomic.h>
 #include <sys/time.h>
 
-#include "async/async_queue.h"
-#include "async/async_runtime.h"
-#include "async/async_worker.h"
-
-/* check.h's helpers without its include of async.h (see classic.c). */
-#define ASYNC_H
-#include "check.h"
+#define ASYNC_TEST_CLASSIC /* the classic headers and check.h (rt.h) */
+#include "rt.h"
 
 /* Modern entry points, declared by hand (async.h cannot share this
  * translation unit). */
 uint64_t async_runtime_add_timer(async_runtime_t *rt, uint64_t delay_ms, uint64_t repeat_ms, uintptr_t key);
 int async_runtime_add_signal(async_runtime_t *rt, int signo, uintptr_t key);
-
-#define MAXEV 64
-static io_event_t ev[MAXEV];
-
-/* A classic wait with a timeval of sec s + usec us, into ev. */
-static int waittv(async_runtime_t *rt, long sec, long usec)
-{
-    struct timeval tv;
-    tv.tv_sec = (time_t)sec;
-    tv.tv_usec = (suseconds_t)usec;
-    return async_runtime_wait(rt, ev, MAXEV, &tv);
-}
 
 /* ---- mixing with modern translation units ---------------------------------------------- */
 
@@ -78,7 +61,7 @@ void async_runtime_deinit(async_runtime_t *rt);
 static void t_mix_deinit(void)
 {
     int p[2], saved = dup(0), a, i, fd;
-    char path[] = "/tmp/adv9_mixXXXXXX";
+    char path[] = "/tmp/classic_mixXXXXXX";
     CHECK(saved >= 0);
     CHECK_EQ(pipe(p), 0);
     CHECK_EQ(dup2(p[0], 0), 0);

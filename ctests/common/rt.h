@@ -1,18 +1,47 @@
 /* Runtime helpers for the C tests: waits that check their result, event
  * collection, signal handlers installed the way a cgo host must, the check
  * that an idle runtime sleeps, and the seeded random choices and bookkeeping
- * of the bounded-time stress cases. Include after check.h. */
+ * of the bounded-time stress cases. Includes check.h.
+ *
+ * A test of the classic API (include/async/) defines ASYNC_TEST_CLASSIC
+ * before it includes this header: it then gets the classic headers, check.h's
+ * helpers without check.h's include of async.h (the two cannot share a
+ * translation unit), and the classic wait with a timeval (waittv). */
 #ifndef RT_H
 #define RT_H
+
+#ifdef ASYNC_TEST_CLASSIC
+#include "async/async_queue.h"
+#include "async/async_runtime.h"
+#include "async/async_worker.h"
+#define ASYNC_H
+#endif
+#include "check.h"
 
 #include <fcntl.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <sys/resource.h>
+#include <sys/time.h>
 
 /* Room for the events of one wait. */
 #define MAXEV 64
+
+#ifdef ASYNC_TEST_CLASSIC
+
+static io_event_t ev[MAXEV];
+
+/* A classic wait with a timeval of sec s + usec us, into ev. */
+static inline int waittv(async_runtime_t *rt, long sec, long usec)
+{
+    struct timeval tv;
+    tv.tv_sec = (time_t)sec;
+    tv.tv_usec = (suseconds_t)usec;
+    return async_runtime_wait(rt, ev, MAXEV, &tv);
+}
+
+#else /* the modern API (async.h) */
 
 /* One async_runtime_wait; its result must be a count in [0, max]. */
 static inline int wait_ok(async_runtime_t *rt, io_event_t *ev, int max, int timeout)
@@ -143,6 +172,8 @@ static inline void *timed_wait(void *arg)
     w->ms = now_ms() - t0;
     return NULL;
 }
+
+#endif /* ASYNC_TEST_CLASSIC */
 
 /* --- seeded random choices ---------------------------------------------- */
 

@@ -68,9 +68,8 @@ static void t_drop_signal(void)
 
 /* A full DROP_OLDEST queue whose enqueue fails with ASYNC_E_NOMEM (the new
  * message's slot cannot grow) must lose nothing: the head it would have
- * dropped stays, and dropped_count does not move. Before the fix the head
- * was dropped first, then NOMEM returned: two messages lost for one failed
- * call. A child process under RLIMIT_AS, so the allocation surely fails. */
+ * dropped stays, and dropped_count does not move (the head is dropped only
+ * once the new message has its slot). A child process under RLIMIT_AS, so the allocation surely fails. */
 static void t_drop_nomem_child(void)
 {
     struct rlimit rl;

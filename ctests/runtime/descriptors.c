@@ -245,13 +245,13 @@ static void t_nofile_kept(void)
     CHECK(WIFEXITED(st2) && WEXITSTATUS(st2) == 0);
 }
 
-/* --- nofile_gc (item 5) ----------------------------------------------------- */
+/* --- nofile_gc ------------------------------------------------------------- */
 
 /* The child: every descriptor taken but the two a runtime needs, runtimes
  * made and destroyed (Go allocates, GOGC=1 collects often); then the table
  * is full for good and the Go heap is churned again. Go's own poller starts
- * with the first Go timer (the scavenger's, after a GC): if it had not
- * started before the table filled up, the process aborts. */
+ * with the first Go timer (the scavenger's, after a GC): it must have
+ * started before the table filled up, or the process aborts. */
 static void t_nofile_child(void)
 {
     struct rlimit rl;

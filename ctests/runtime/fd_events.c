@@ -426,7 +426,7 @@ static void t_fd_closed_reuse(void)
     async_runtime_deinit(rt);
 }
 
-/* --- half_close (item 13) -------------------------------------------------- */
+/* --- half_close ------------------------------------------------------------ */
 
 static uint32_t one_event(async_runtime_t *rt, int fd, void *ctx)
 {

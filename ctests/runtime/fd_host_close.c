@@ -233,11 +233,9 @@ static void t_host_close_dup(void)
 /* --- reuse_readd ------------------------------------------------------------ */
 
 /* A registered fd closed without remove, its number reused by a new socket,
- * added again, while another thread waits: the add must succeed and the new
- * file's events carry the new context. A rebuild of the epoll set (after a
- * ghost) used to re-add the old registration for whatever file held the
- * number then: the add failed with EXISTS and the new file's hang-up came
- * with the old context (~1 in 200 iterations). */
+ * added again, while another thread waits: the add must succeed (no
+ * EXISTS) and the new file's events, its hang-up too, carry the new context,
+ * also when the epoll set is rebuilt (after a ghost) in between. */
 static async_runtime_t *reuse_rt;
 static atomic_int reuse_stop;
 
@@ -283,7 +281,7 @@ static void t_reuse_readd(void)
 /* A registered fd closed without remove while a dup keeps its file open, and
  * the number then reused by a file that is not added: epoll keeps the old
  * registration (keyed by the old file). async_runtime_remove of the number
- * must end it (it returned ASYNC_E_NOTFOUND, and the old file went on being
+ * must end it (not fail with ASYNC_E_NOTFOUND and leave the old file
  * reported under the number with the old context for ever); afterwards the
  * number can be added for the new file and only the new file is reported. */
 static void t_ghost_remove(void)

@@ -1,8 +1,7 @@
-
-
-/* Loop metrics (issue 14, item 4): async_runtime_get_stats. Every count is
- * checked against what the case itself caused (completions posted, timers
- * fired, fd events returned, waits that returned); idle time only loosely
+/* Loop metrics, async_runtime_get_stats. Every count is checked against
+ * what the case itself caused (completions posted, timers fired, fd events
+ * returned, SIGNAL events counted as SIGNAL and not as COMPLETION, waits
+ * that returned); idle time only loosely
  * (it grows by at least most of a 50 ms sleep, by nothing when no wait may
  * sleep, and never by more than the wall time around the waits). Every case
  * runs on epoll and on the poll backend. */

@@ -1,4 +1,4 @@
-/* Order of completions (issue 10, item 7): async_runtime_post_completion
+/* Order of completions: async_runtime_post_completion
  * delivers completions in an order consistent with happens-before, i.e. in
  * program order of a thread or of a fiber (even when the fiber moves between
  * worker threads), and in the order of any two posts that are ordered by
@@ -245,13 +245,11 @@ static void t_recreate(void) {
 
 /* ---- a thread posts n, exits, and the loop drains one at a time ------------- */
 
-/* The loop frees an exited thread's record once every entry it posted is
- * delivered. Found by CI (ASan SEGV in take): the check compared the
- * producer's final slot count with the end of the last run delivered, which
- * was still the end of the previous block while the first run of a new
- * block was half delivered; when the numbers matched (a thread's last block
- * filled to the same slot as the one before) the record and its blocks were
- * freed under the loop. The thread posts alone and the loop takes nothing
+/* The loop frees an exited thread's record only once every entry it posted
+ * is delivered, also when the first run of a new block is half delivered
+ * and the thread's last block filled to the same slot as the one before
+ * (the end of the last run delivered is then still the end of the previous
+ * block, which matches the producer's final slot count). The thread posts alone and the loop takes nothing
  * until it has exited, so the blocks fill the same way every time; n covers
  * several whole blocks whatever the block and run sizes are. */
 static uintptr_t o_n;

@@ -341,7 +341,7 @@ static void t_timers_never_early(void)
     async_runtime_deinit(rt);
 }
 
-/* --- nomem_timers (item 6) ------------------------------------------------- */
+/* --- nomem_timers ---------------------------------------------------------- */
 
 /* ASan's allocator works in address space reserved at start, so RLIMIT_AS
  * does not limit malloc there: under ASan the child runs with a soft RSS

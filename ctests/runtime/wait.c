@@ -546,7 +546,7 @@ static void sig_burst(int flags)
 static void t_sig_burst_restart(void) { sig_burst(SA_RESTART); }
 static void t_sig_burst_norestart(void) { sig_burst(0); }
 
-static void *adv10_victim(void *arg);
+static void *sig_victim(void *arg);
 
 /* The handler runs on another thread than the waiter (the waiter blocks
  * SIGUSR1): its wakeups must still end every wait. */
@@ -569,7 +569,7 @@ static void t_sig_other_thread(void)
     s.rounds = 1000;
     s.burst = 3;
     /* The victim thread: unblocks SIGUSR1 and naps. */
-    start_thread(&victim, adv10_victim, &h.stop);
+    start_thread(&victim, sig_victim, &h.stop);
     s.target = victim;
     wait_rounds(&s);
     atomic_store(&h.stop, 1);
@@ -580,7 +580,7 @@ static void t_sig_other_thread(void)
     async_runtime_deinit(sig_rt);
 }
 
-static void *adv10_victim(void *arg)
+static void *sig_victim(void *arg)
 {
     atomic_int *stop = arg;
     sigset_t set;
@@ -689,7 +689,7 @@ static void t_wakeup_flood(void)
     async_runtime_deinit(rt);
 }
 
-/* --- two_waiters (item 2) ------------------------------------------------- */
+/* --- two_waiters ----------------------------------------------------------- */
 
 #define TW_N 4000000
 #define TW_WAITERS 4
@@ -759,9 +759,7 @@ static void t_two_waiters(void)
         start_thread(&w[i], tw_waiter, (void *)(intptr_t)512);
     start_thread(&p, tw_poster, NULL);
     /* 5 s of posting (a time, not a count: how many posts fit varies a
-     * lot with the load), then every post must come out exactly once.
-     * A race test: before the fix it failed in 6 runs of 6 (epoll; 2 cores,
-     * loaded). */
+     * lot with the load), then every post must come out exactly once. */
     sleep_ms(5000);
     atomic_store(&tw_post_stop, 1);
     join_within(p, 60000, "poster");

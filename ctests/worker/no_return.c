@@ -11,7 +11,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-/* ---- item 11: workers that end without returning ------------------------- */
+/* ---- workers that end without returning ----------------------------------- */
 
 static int fd_open(int fd) { return fcntl(fd, F_GETFD) != -1; }
 
@@ -121,7 +121,7 @@ static void *never_queue(void *ctx)
     (void)ctx;
     atomic_fetch_add(&g_never_started, 1);
     /* The stop ends this wait (ASYNC_E_CANCELLED: a worker's own queue waits
-     * are stoppable, test_worker_stop.c); the proc still ignores it. */
+     * are stoppable, worker/stop.c); the proc still ignores it. */
     while (async_queue_dequeue_wait(g_never_q, &v, sizeof v, NULL, -1)) {
     }
     atomic_store(&g_never_qerr, async_last_error());

@@ -1,13 +1,11 @@
-/* async_worker_signal_stop reaches the worker's own queue waits (issue 14
- * item 7; docs/RELIABILITY.md "Worker stop reaches the worker"): a worker
+/* async_worker_signal_stop reaches the worker's own queue waits: a worker
  * blocked in async_queue_dequeue_wait / enqueue_wait / a blocking enqueue
  * wakes with ASYNC_E_CANCELLED when it is asked to stop, a wait that begins
  * after the stop fails at once, queued messages are still handed out first,
- * and nobody else waiting on the queue is disturbed.
- *
- * Before the change a stop never reached such a wait: every case here then
- * hangs in a wait that only a message could end, which the bounded joins
- * (async_worker_join with a timeout, join_within) turn into a failure. */
+ * and nobody else waiting on the queue is disturbed. A stop that did not
+ * reach such a wait would leave it hanging; the bounded joins
+ * (async_worker_join with a timeout, join_within) turn that into a failure.
+ * Also built for Windows by scripts/cross.sh. */
 #include <sched.h>
 #include <stdatomic.h>
 

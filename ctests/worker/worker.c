@@ -1,6 +1,8 @@
-
-
-/* async_worker tests. Run one case: test_worker CASE. */
+/* async_worker: state and result, join (zero, timeout, wakes, twice, bad,
+ * self), stack sizes (absurd ones fail with INVAL or NOMEM), destroy of a
+ * running worker, the native handle (none once the proc has returned),
+ * async_worker_current, the stop fd (also polled, and signalled from a
+ * signal handler), many workers, bad arguments. */
 #include "check.h"
 
 #include <fcntl.h>
@@ -563,12 +565,11 @@ static void t_create_inval(void)
     CHECK_FAIL(async_worker_create(NULL, (void *)1, 1u << 20) == NULL, ASYNC_E_INVAL);
 }
 
-/* async_worker_get_native_handle of a worker whose proc had returned gave
- * the pthread_t of a thread that no longer exists; glibc hands the same id
- * (the thread's descriptor) to the next thread it creates, so a
- * pthread_kill or pthread_cancel on it, which the header suggests, hit
- * another worker (here B) or was undefined behaviour. Once proc has returned
- * the call now gives a zero-filled pthread_t with ASYNC_E_STATE. */
+/* async_worker_get_native_handle once the worker's proc has returned gives
+ * a zero-filled pthread_t with ASYNC_E_STATE: the thread no longer exists,
+ * and glibc hands its id (the thread's descriptor) to the next thread it
+ * creates, so a pthread_kill or pthread_cancel on a stale id would hit
+ * another worker (here B). */
 static atomic_int native_gate;
 static void *native_quick(void *c) { return c; }
 static void *native_slow(void *c)
@@ -615,8 +616,8 @@ static void *huge_proc(void *arg)
 
 /* async_worker_create with absurd stack sizes: INVAL only when rounding up
  * to the page size overflows, NOMEM for any other stack the system cannot
- * provide (SIZE_MAX - 4096 gave ASYNC_E_SYS with EINVAL from pthread_create,
- * while its page-rounded value gave INVAL). */
+ * provide (SIZE_MAX - 4096 too, although pthread_create refuses it with
+ * EINVAL rather than ENOMEM). */
 static void t_worker_huge_stack(void)
 {
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
