@@ -99,7 +99,7 @@ static void t_child_overflow(void) {
 #define BACKEND_MSG "the environment variable ASYNC_BACKEND=\"bogus\" names no poller backend"
 
 /* Without a handler the message is on stderr as before the hook existed. */
-static void t_default_stderr(void) {
+static void t_log_default_stderr(void) {
     char out[4096];
     int st = run_self_case_out("child_default", "ASYNC_BACKEND=bogus", out, sizeof out);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
@@ -109,7 +109,7 @@ static void t_default_stderr(void) {
 
 /* A handler gets the message (level, ctx, text without "libasync: " and
  * without a newline) and nothing is written to stderr by libasync. */
-static void t_handler_gets_message(void) {
+static void t_log_handler_gets_message(void) {
     char out[4096];
     int st = run_self_case_out("child_hook", "ASYNC_BACKEND=bogus", out, sizeof out);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
@@ -119,7 +119,7 @@ static void t_handler_gets_message(void) {
 }
 
 /* A message above the handler's level is dropped; OFF silences the default. */
-static void t_level_filters(void) {
+static void t_log_level_filters(void) {
     char out[4096];
     int st = run_self_case_out("child_filtered", "ASYNC_BACKEND=bogus", out, sizeof out);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
@@ -131,7 +131,7 @@ static void t_level_filters(void) {
 }
 
 /* fn NULL restores the default handler; the replaced handler gets nothing. */
-static void t_restore_default(void) {
+static void t_log_restore_default(void) {
     char out[4096];
     int st = run_self_case_out("child_restored", "ASYNC_BACKEND=bogus", out, sizeof out);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
@@ -141,7 +141,7 @@ static void t_restore_default(void) {
 
 /* The fiber stack overflow report (from the SIGSEGV handler) goes through
  * the handler at ASYNC_LOG_FATAL, then the process aborts. */
-static void t_overflow_through_handler(void) {
+static void t_log_overflow_through_handler(void) {
     if (getenv("ASYNC_TEST_EMULATOR")) {
         printf("skipped under an emulator (guard pages are not enforced there)\n");
         return;
@@ -155,7 +155,7 @@ static void t_overflow_through_handler(void) {
 }
 
 /* Bad levels are refused with ASYNC_E_INVAL and change nothing. */
-static void t_bad_level(void) {
+static void t_log_bad_level(void) {
     CHECK_FAIL(async_set_log_handler(ASYNC_LOG_DEBUG + 1, hook, NULL) == -1, ASYNC_E_INVAL);
     CHECK_FAIL(async_set_log_handler(ASYNC_LOG_OFF - 1, hook, NULL) == -1, ASYNC_E_INVAL);
     CHECK_FAIL(async_set_log_handler(1 << 30, NULL, NULL) == -1, ASYNC_E_INVAL);
@@ -173,7 +173,7 @@ static void *swapper(void *arg) {
     return NULL;
 }
 
-static void t_concurrent_set(void) {
+static void t_log_concurrent_set(void) {
     pthread_t th[4];
     for (int i = 0; i < 4; i++) start_thread(&th[i], swapper, NULL);
     for (int i = 0; i < 4; i++) join_within(th[i], 30000, "swapper");
@@ -192,7 +192,7 @@ static void *fork_setter(void *arg) {
     return NULL;
 }
 
-static void t_fork_set(void) {
+static void t_log_fork_set(void) {
     pthread_t th[3];
     for (uintptr_t i = 0; i < 3; i++) start_thread(&th[i], fork_setter, (void *)i);
     int hung = 0;
@@ -328,14 +328,14 @@ static void t_log_records(void)
 }
 
 static const test_case_t cases[] = {
-    T(default_stderr),
-    T(handler_gets_message),
-    T(level_filters),
-    T(restore_default),
-    T(overflow_through_handler),
-    T(bad_level),
-    T(concurrent_set),
-    T(fork_set),
+    T(log_default_stderr),
+    T(log_handler_gets_message),
+    T(log_level_filters),
+    T(log_restore_default),
+    T(log_overflow_through_handler),
+    T(log_bad_level),
+    T(log_concurrent_set),
+    T(log_fork_set),
     T(log_one_line), // adversarial
     T(log_records), // adversarial
     {"log_one_line_child", t_log_one_line_child},

@@ -659,9 +659,9 @@ static void t_regular_file_closed(void)
     async_runtime_deinit(rt);
 }
 
-/* ---- the rest ---------------------------------------------------------------------------------- */
+/* ---- the event-loop handle, bad arguments and handles, no console after deinit ---- */
 
-static void t_misc(void)
+static void t_loop_handle_bad_args(void)
 {
     async_runtime_t *rt = async_runtime_init();
     struct timeval tv = {0, 0};
@@ -695,7 +695,7 @@ static const test_case_t cases[] = {
     T(console_file), // poll
     T(regular_file), // poll
     T(regular_file_closed), // poll
-    T(misc), // poll
+    T(loop_handle_bad_args), // poll
 };
 
 TEST_MAIN(cases)

@@ -332,7 +332,7 @@ static void *stop_fd_waiter_proc(void *ctx)
     return ctx;
 }
 
-static void t_worker_destroy_running(void)
+static void t_destroy_running(void)
 {
     async_worker_t *w;
     struct pollfd pfd;
@@ -651,7 +651,7 @@ static const test_case_t cases[] = {
     T(join_self),
     T(stack_size),
     T(worker_huge_stack), // poll adversarial
-    T(worker_destroy_running),
+    T(destroy_running),
     T(native_handle),
     T(native_stopped), // adversarial
     T(current),
