@@ -1,5 +1,5 @@
-/* async_version: the version string matches the header's
- * ASYNC_VERSION_MAJOR/MINOR/PATCH. */
+/* async_version_string: the library's version is the header's
+ * ASYNC_VERSION_MAJOR.MINOR.PATCH. */
 #include "check.h"
 
 static void t_version(void)

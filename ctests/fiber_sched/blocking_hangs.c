@@ -1,7 +1,8 @@
-/* A blocking call on a fiber that hangs (async_fiber_blocking running a
- * call that never returns): the other fibers of the scheduler keep running,
- * sleeping and parking, and the process exits cleanly with the call still
- * blocked. */
+/* Shutdown while a fiber's async_fiber_blocking call hangs: the parked
+ * fibers end with ASYNC_E_CANCELLED, shutdown with a timeout returns
+ * ASYNC_E_TIMEDOUT (the blocking job cannot be interrupted), new spawns fail,
+ * and once the job returns the fiber unwinds and shutdown and destroy
+ * complete. */
 #include "check.h"
 #include "rt.h"
 

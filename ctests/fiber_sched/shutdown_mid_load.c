@@ -1,7 +1,7 @@
-/* async_sched_shutdown in the middle of a load (fibers spawning fibers,
- * sleeping, parked in channels and queue waits, fed by a thread): the run
- * ends, every fiber's wait fails with the documented error, and nothing
- * leaks or hangs. */
+/* async_sched_shutdown at a random moment of a load (fibers on rendezvous
+ * and buffered channels fed by a thread, sleepers, pipe readers, queue
+ * waiters, spawn+join loops, yielders): every fiber returns, normally or
+ * with ASYNC_E_CANCELLED; later spawns fail; no channel element is lost. */
 #include "check.h"
 #include "rt.h"
 

@@ -1,8 +1,8 @@
-/* async_runtime_deinit: with a wait in progress, with completions, timers,
- * fds and signals still pending (none leaks, none is delivered after), and
- * racing calls from other threads (each fails with ASYNC_E_CLOSED or
- * ASYNC_E_BADHANDLE, never crashes); descriptor numbers the runtime used
- * are reused at once by new files without stray events. */
+/* async_runtime_deinit: with completions, timers, fds and an attached queue
+ * still pending (none leaks, none reaches a later runtime, the fds stay the
+ * caller's), racing calls from other threads (each fails with
+ * ASYNC_E_CLOSED or ASYNC_E_BADHANDLE, never crashes); the descriptor
+ * numbers it frees are reused at once by new files without stray events. */
 #include "check.h"
 #include "rt.h"
 

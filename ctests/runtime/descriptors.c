@@ -1,8 +1,8 @@
 /* The descriptors of the library: close-on-exec, none leaked by a runtime's
  * life, Go's poller started by the first queue create (before a host can run
  * out of fds), and life at the RLIMIT_NOFILE limit: from the top of main,
- * with runtimes created and collected, with many runtimes, and the limit
- * the host set kept for its children. */
+ * with runtimes created and collected by Go's GC, with many runtimes; the
+ * soft limit the host set is kept. */
 #include "check.h"
 #include "rt.h"
 
@@ -196,9 +196,9 @@ static void t_poller_first_create(void)
 /* --- nofile_kept ------------------------------------------------------------- */
 
 /* Go's runtime raises the soft RLIMIT_NOFILE to the hard limit while it
- * initializes, concurrently with the host's main (a select(2) host at 1024
- * found itself at hard - 1, and fds above FD_SETSIZE). The host's limit must
- * stay: the one it started with, or the one it sets at the top of main. */
+ * initializes, concurrently with the host's main; the host's limit must
+ * stay (a select(2) host at 1024 must not get fds above FD_SETSIZE): the
+ * one it started with, or the one it sets at the top of main. */
 static void t_nofile_kept_child(void)
 {
     struct rlimit at_start, now;

@@ -1,8 +1,9 @@
 /* Timers of async_runtime_add_timer: one-shot and repeating, their order,
  * no bunching, cancel and ids, huge delays and periods, timers added while a
  * wait sleeps; no timer fires and no timed wait returns before its time;
- * when memory runs out adding a timer fails with ASYNC_E_NOMEM and the
- * runtime goes on. */
+ * when memory runs out adding a timer fails with ASYNC_E_NOMEM, every
+ * completion queued still arrives, and timers work again once memory is
+ * back. */
 #include "check.h"
 #include "proc.h"
 #include "rt.h"

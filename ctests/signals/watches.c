@@ -1,8 +1,9 @@
 /* Signal watches at their limits: every real-time signal sent with
  * sigqueue is counted, also with completions flooding the loop; several
  * runtimes watching one signal each count every one; 256 watches at most
- * (the next is ASYNC_E_NOMEM, deinit gives the slots back); a watched signal
- * across fork (the child's runtime calls fail, the parent still counts);
+ * (the next is ASYNC_E_NOMEM, deinit gives the slots back); in a child
+ * forked with a signal watched the host's action is back and runtime calls
+ * fail with ASYNC_E_FORKED, while the parent's watch goes on untouched;
  * async_fiber_unwatch_signal followed at once by async_fiber_watch_signal
  * ends the waits that began under the earlier watch (ASYNC_E_STATE), a
  * plain thread's and a fiber's. */

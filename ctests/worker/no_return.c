@@ -1,8 +1,9 @@
 /* Workers whose proc does not return: one that ends by pthread_exit or by
- * cancellation is STOPPED with a NULL result and its handle is freed; one
- * that never stops, blocked in a read, a queue wait or a runtime wait while
- * other threads post, join with a timeout and destroy, leaves the process
- * able to exit cleanly. */
+ * cancellation is STOPPED with a NULL result; procs that ignore the stop
+ * request (blocked in read(2), in a queue or runtime wait, or spinning on
+ * timer calls) time their joiners out, stay STOPPING, are destroyed at once,
+ * wake when their queue or runtime goes, and the process still exits
+ * cleanly with some of them running. */
 #include "check.h"
 #include "rt.h"
 
@@ -95,8 +96,9 @@ static void t_worker_cancel(void) {
  * times out (TIMEDOUT, also for a second joiner), state stays STOPPING,
  * destroy returns at once and invalidates the handle; destroying the queue /
  * runtime they block in wakes those two (CLOSED) and after its runtime's
- * deinit the spinner gets BADHANDLE on every call; the library keeps working; and the process exits cleanly with
- * the read(2) proc and the spinner still running.
+ * deinit the spinner gets BADHANDLE on every call; the library keeps
+ * working; and the process exits cleanly with the read(2) proc and the
+ * spinner still running.
  */
 
 static int g_never_pipe[2];
