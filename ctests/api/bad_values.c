@@ -20,42 +20,52 @@ static void *quick(void *a)
     return a;
 }
 
-static void t_bad_values(void)
+/* Timeouts below -1 that every timed call refuses. */
+static const int bad_to[] = {-2, -1000, INT_MIN};
+
+/* Descriptors the calls are given: a pipe, a number just closed, a
+ * directory, a listening socket and a plain (unconnected) one. */
+static struct {
+    int p[2], closed, dirfd, lsock, plain;
+    struct sockaddr_in sa;
+} bv;
+
+static void open_fds(void)
 {
-    const int bad_to[] = {-2, -1000, INT_MIN};
+    CHECK(pipe(bv.p) == 0);
+    bv.closed = fcntl(bv.p[0], F_DUPFD_CLOEXEC, 900); /* a number far above the ones opened below */
+    CHECK(bv.closed >= 900);
+    close(bv.closed);
+    bv.dirfd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    CHECK(bv.dirfd >= 0);
+    bv.lsock = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK(bv.lsock >= 0);
+    memset(&bv.sa, 0, sizeof bv.sa);
+    bv.sa.sin_family = AF_INET;
+    bv.sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    CHECK_EQ(bind(bv.lsock, (struct sockaddr *)&bv.sa, sizeof bv.sa), 0);
+    CHECK_EQ(listen(bv.lsock, 4), 0);
+    bv.plain = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0); /* neither listening nor connected */
+    CHECK(bv.plain >= 0);
+}
+
+static void close_fds(void)
+{
+    close(bv.p[0]);
+    close(bv.p[1]);
+    close(bv.dirfd);
+    close(bv.lsock);
+    close(bv.plain);
+}
+
+static void bad_queue_values(async_runtime_t *rt)
+{
+    async_queue_t *q = async_queue_create(2, 8, (async_queue_flags_t)0);
+    async_queue_stats_t qs;
     char buf[64] = {0};
     size_t n = 0;
-    int p[2], closed, dirfd, lsock, plain, i;
-    async_queue_t *q = async_queue_create(2, 8, (async_queue_flags_t)0);
-    async_runtime_t *rt = mkrt();
-    async_worker_t *w = async_worker_create(quick, NULL, 0);
-    async_sched_config_t one = {1, 0, 0};
-    async_sched_t *s = async_sched_create(&one);
-    async_chan_t *ch = async_chan_create(1, sizeof(int));
-    async_fiber_t *jf;
-    io_event_t ev[4];
-    struct sockaddr_in sa;
-    async_queue_stats_t qs;
-    async_sched_stats_t ss;
-    CHECK(q && w && s && ch);
-    CHECK(pipe(p) == 0);
-    closed = fcntl(p[0], F_DUPFD_CLOEXEC, 900); /* a number far above the ones opened below */
-    CHECK(closed >= 900);
-    close(closed);
-    dirfd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    CHECK(dirfd >= 0);
-    lsock = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    CHECK(lsock >= 0);
-    memset(&sa, 0, sizeof sa);
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    CHECK_EQ(bind(lsock, (struct sockaddr *)&sa, sizeof sa), 0);
-    CHECK_EQ(listen(lsock, 4), 0);
-    plain = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0); /* neither listening nor connected */
-    CHECK(plain >= 0);
-    CHECK_FAIL(async_fiber_accept(plain, NULL, NULL, 0) == -1, ASYNC_E_INVAL); /* not listening */
-
-    /* queue */
+    int i;
+    CHECK(q != NULL);
     CHECK_FAIL(async_queue_create(0, 8, (async_queue_flags_t)0) == NULL, ASYNC_E_INVAL);
     CHECK_FAIL(async_queue_create(8, 0, (async_queue_flags_t)0) == NULL, ASYNC_E_INVAL);
     CHECK_FAIL(async_queue_create(8, 8, (async_queue_flags_t)0x100) == NULL, ASYNC_E_INVAL);
@@ -89,8 +99,14 @@ static void t_bad_values(void)
     async_queue_get_stats(q, &qs);
     CHECK_EQ(qs.current_size, 1); /* nothing above changed the queue */
     CHECK_EQ(qs.enqueue_count, 1);
+    async_queue_destroy(q);
+}
 
-    /* worker */
+static void bad_worker_values(void)
+{
+    async_worker_t *w = async_worker_create(quick, NULL, 0);
+    int i;
+    CHECK(w != NULL);
     CHECK_FAIL(async_worker_create(NULL, NULL, 0) == NULL, ASYNC_E_INVAL);
     async_clear_error();
     CHECK(async_worker_create(quick, NULL, SIZE_MAX) == NULL);
@@ -99,25 +115,30 @@ static void t_bad_values(void)
     for (i = 0; i < 3; i++)
         CHECK_FAIL(!async_worker_join(w, bad_to[i]), ASYNC_E_INVAL);
     CHECK(async_worker_join(w, 10000));
+    async_worker_destroy(w);
+}
 
-    /* runtime */
+static void bad_runtime_values(async_runtime_t *rt)
+{
+    io_event_t ev[4];
+    int i;
     CHECK_FAIL(async_runtime_add(rt, -1, ASYNC_EVENT_READ, NULL) == -1, ASYNC_E_BADFD);
     CHECK_FAIL(async_runtime_add(rt, INT_MIN, ASYNC_EVENT_READ, NULL) == -1, ASYNC_E_BADFD);
     CHECK_FAIL(async_runtime_add(rt, INT_MAX, ASYNC_EVENT_READ, NULL) == -1, ASYNC_E_BADFD);
-    CHECK_FAIL(async_runtime_add(rt, closed, ASYNC_EVENT_READ, NULL) == -1, ASYNC_E_BADFD);
-    CHECK_FAIL(async_runtime_add(rt, p[0], 0x40, NULL) == -1, ASYNC_E_INVAL);
-    CHECK_FAIL(async_runtime_add(rt, p[0], 0xFFFFFFFFu, NULL) == -1, ASYNC_E_INVAL);
+    CHECK_FAIL(async_runtime_add(rt, bv.closed, ASYNC_EVENT_READ, NULL) == -1, ASYNC_E_BADFD);
+    CHECK_FAIL(async_runtime_add(rt, bv.p[0], 0x40, NULL) == -1, ASYNC_E_INVAL);
+    CHECK_FAIL(async_runtime_add(rt, bv.p[0], 0xFFFFFFFFu, NULL) == -1, ASYNC_E_INVAL);
     if (!backend_is_poll())
-        CHECK_FAIL(async_runtime_add(rt, dirfd, ASYNC_EVENT_READ, NULL) == -1, ASYNC_E_BADFD);
+        CHECK_FAIL(async_runtime_add(rt, bv.dirfd, ASYNC_EVENT_READ, NULL) == -1, ASYNC_E_BADFD);
     CHECK_FAIL(async_runtime_modify(rt, -1, ASYNC_EVENT_READ) == -1, ASYNC_E_BADFD);
-    CHECK_FAIL(async_runtime_modify(rt, p[0], ASYNC_EVENT_READ) == -1, ASYNC_E_NOTFOUND);
+    CHECK_FAIL(async_runtime_modify(rt, bv.p[0], ASYNC_EVENT_READ) == -1, ASYNC_E_NOTFOUND);
     CHECK_FAIL(async_runtime_remove(rt, -1) == -1, ASYNC_E_BADFD);
     CHECK_FAIL(async_runtime_remove(rt, INT_MAX) == -1, ASYNC_E_BADFD);
-    CHECK_FAIL(async_runtime_remove(rt, p[0]) == -1, ASYNC_E_NOTFOUND);
-    CHECK_EQ(async_runtime_add(rt, p[0], ASYNC_EVENT_READ, NULL), 0);
-    CHECK_FAIL(async_runtime_modify(rt, p[0], 0x40) == -1, ASYNC_E_INVAL);
-    CHECK_FAIL(async_runtime_add(rt, p[0], ASYNC_EVENT_READ, NULL) == -1, ASYNC_E_EXISTS);
-    CHECK_EQ(async_runtime_remove(rt, p[0]), 0);
+    CHECK_FAIL(async_runtime_remove(rt, bv.p[0]) == -1, ASYNC_E_NOTFOUND);
+    CHECK_EQ(async_runtime_add(rt, bv.p[0], ASYNC_EVENT_READ, NULL), 0);
+    CHECK_FAIL(async_runtime_modify(rt, bv.p[0], 0x40) == -1, ASYNC_E_INVAL);
+    CHECK_FAIL(async_runtime_add(rt, bv.p[0], ASYNC_EVENT_READ, NULL) == -1, ASYNC_E_EXISTS);
+    CHECK_EQ(async_runtime_remove(rt, bv.p[0]), 0);
     CHECK_FAIL(async_runtime_wait(rt, NULL, 4, 0) == -1, ASYNC_E_INVAL);
     CHECK_FAIL(async_runtime_wait(rt, ev, 0, 0) == -1, ASYNC_E_INVAL);
     CHECK_FAIL(async_runtime_wait(rt, ev, -1, 0) == -1, ASYNC_E_INVAL);
@@ -136,8 +157,20 @@ static void t_bad_values(void)
         CHECK_EQ(async_runtime_cancel_timer(rt, b), 0);
     }
     CHECK_EQ(async_runtime_wait(rt, ev, 4, 0), 0);
+}
 
-    /* scheduler and fibers (called on this plain thread: they block it, as documented) */
+/* Scheduler, fibers and the fiber I/O calls, called on this plain thread
+ * (they block it, as documented). */
+static void bad_fiber_values(async_chan_t *ch)
+{
+    async_sched_config_t one = {1, 0, 0};
+    async_sched_t *s = async_sched_create(&one);
+    async_sched_stats_t ss;
+    async_fiber_t *jf;
+    char buf[64] = {0};
+    int i;
+    CHECK(s != NULL);
+    CHECK_FAIL(async_fiber_accept(bv.plain, NULL, NULL, 0) == -1, ASYNC_E_INVAL); /* not listening */
     {
         async_sched_config_t bad[] = {{-1, 0, 0}, {1025, 0, 0}, {INT_MIN, 0, 0}, {1, 1, 0},
                                       {1, SIZE_MAX, 0}, {1, 0, 4}, {1, 0, -1}};
@@ -160,33 +193,37 @@ static void t_bad_values(void)
     CHECK_FAIL(async_fiber_blocking(NULL, NULL) == -1, ASYNC_E_INVAL);
     CHECK_FAIL(async_fiber_wait_fd(-1, ASYNC_EVENT_READ, 0) == -1, ASYNC_E_BADFD);
     CHECK_FAIL(async_fiber_wait_fd(INT_MAX, ASYNC_EVENT_READ, 0) == -1, ASYNC_E_BADFD);
-    CHECK_FAIL(async_fiber_wait_fd(closed, ASYNC_EVENT_READ, 0) == -1, ASYNC_E_BADFD);
-    CHECK_FAIL(async_fiber_wait_fd(p[0], 0, 0) == -1, ASYNC_E_INVAL);
-    CHECK_FAIL(async_fiber_wait_fd(p[0], 0x40, 0) == -1, ASYNC_E_INVAL);
+    CHECK_FAIL(async_fiber_wait_fd(bv.closed, ASYNC_EVENT_READ, 0) == -1, ASYNC_E_BADFD);
+    CHECK_FAIL(async_fiber_wait_fd(bv.p[0], 0, 0) == -1, ASYNC_E_INVAL);
+    CHECK_FAIL(async_fiber_wait_fd(bv.p[0], 0x40, 0) == -1, ASYNC_E_INVAL);
     for (i = 0; i < 3; i++) {
-        CHECK_FAIL(async_fiber_wait_fd(p[0], ASYNC_EVENT_READ, bad_to[i]) == -1, ASYNC_E_INVAL);
-        CHECK_FAIL(async_fiber_read(p[0], buf, 4, bad_to[i]) == -1, ASYNC_E_INVAL);
-        CHECK_FAIL(async_fiber_write(p[1], buf, 4, bad_to[i]) == -1, ASYNC_E_INVAL);
-        CHECK_FAIL(async_fiber_accept(lsock, NULL, NULL, bad_to[i]) == -1, ASYNC_E_INVAL);
-        CHECK_FAIL(async_fiber_connect(plain, (struct sockaddr *)&sa, sizeof sa, bad_to[i]) == -1, ASYNC_E_INVAL);
+        CHECK_FAIL(async_fiber_wait_fd(bv.p[0], ASYNC_EVENT_READ, bad_to[i]) == -1, ASYNC_E_INVAL);
+        CHECK_FAIL(async_fiber_read(bv.p[0], buf, 4, bad_to[i]) == -1, ASYNC_E_INVAL);
+        CHECK_FAIL(async_fiber_write(bv.p[1], buf, 4, bad_to[i]) == -1, ASYNC_E_INVAL);
+        CHECK_FAIL(async_fiber_accept(bv.lsock, NULL, NULL, bad_to[i]) == -1, ASYNC_E_INVAL);
+        CHECK_FAIL(async_fiber_connect(bv.plain, (struct sockaddr *)&bv.sa, sizeof bv.sa, bad_to[i]) == -1, ASYNC_E_INVAL);
         CHECK_FAIL(async_chan_send(ch, buf, bad_to[i]) == -1, ASYNC_E_INVAL);
         CHECK_FAIL(async_chan_recv(ch, buf, bad_to[i]) == -1, ASYNC_E_INVAL);
     }
-    CHECK_FAIL(async_fiber_read(p[0], NULL, 4, 0) == -1, ASYNC_E_INVAL);
+    CHECK_FAIL(async_fiber_read(bv.p[0], NULL, 4, 0) == -1, ASYNC_E_INVAL);
     CHECK_FAIL(async_fiber_read(-1, buf, 4, 0) == -1, ASYNC_E_BADFD);
-    CHECK_FAIL(async_fiber_read(closed, buf, 4, 0) == -1, ASYNC_E_BADFD);
-    CHECK_FAIL(async_fiber_write(p[1], NULL, 4, 0) == -1, ASYNC_E_INVAL);
+    CHECK_FAIL(async_fiber_read(bv.closed, buf, 4, 0) == -1, ASYNC_E_BADFD);
+    CHECK_FAIL(async_fiber_write(bv.p[1], NULL, 4, 0) == -1, ASYNC_E_INVAL);
     CHECK_FAIL(async_fiber_write(-1, buf, 4, 0) == -1, ASYNC_E_BADFD);
-    CHECK_FAIL(async_fiber_write(dirfd, buf, 4, 0) == -1, ASYNC_E_BADFD);
+    CHECK_FAIL(async_fiber_write(bv.dirfd, buf, 4, 0) == -1, ASYNC_E_BADFD);
     CHECK_FAIL(async_fiber_accept(-1, NULL, NULL, 0) == -1, ASYNC_E_BADFD);
-    CHECK_FAIL(async_fiber_accept(p[0], NULL, NULL, 0) == -1, ASYNC_E_BADFD); /* not a socket */
-    CHECK_FAIL(async_fiber_accept(lsock, (struct sockaddr *)&sa, NULL, 0) == -1, ASYNC_E_INVAL); /* addr, no len */
-    CHECK_FAIL(async_fiber_accept(lsock, NULL, NULL, 0) == -1, ASYNC_E_TIMEDOUT); /* the good call, for contrast */
-    CHECK_FAIL(async_fiber_connect(plain, NULL, 0, 0) == -1, ASYNC_E_INVAL);
-    CHECK_FAIL(async_fiber_connect(plain, (struct sockaddr *)&sa, 3, 0) == -1, ASYNC_E_INVAL);
-    CHECK_FAIL(async_fiber_connect(p[0], (struct sockaddr *)&sa, sizeof sa, 0) == -1, ASYNC_E_BADFD);
+    CHECK_FAIL(async_fiber_accept(bv.p[0], NULL, NULL, 0) == -1, ASYNC_E_BADFD); /* not a socket */
+    CHECK_FAIL(async_fiber_accept(bv.lsock, (struct sockaddr *)&bv.sa, NULL, 0) == -1, ASYNC_E_INVAL); /* addr, no len */
+    CHECK_FAIL(async_fiber_accept(bv.lsock, NULL, NULL, 0) == -1, ASYNC_E_TIMEDOUT); /* the good call, for contrast */
+    CHECK_FAIL(async_fiber_connect(bv.plain, NULL, 0, 0) == -1, ASYNC_E_INVAL);
+    CHECK_FAIL(async_fiber_connect(bv.plain, (struct sockaddr *)&bv.sa, 3, 0) == -1, ASYNC_E_INVAL);
+    CHECK_FAIL(async_fiber_connect(bv.p[0], (struct sockaddr *)&bv.sa, sizeof bv.sa, 0) == -1, ASYNC_E_BADFD);
+    async_sched_destroy(s);
+}
 
-    /* channels */
+static void bad_chan_values(async_chan_t *ch)
+{
+    int i;
     CHECK_FAIL(async_chan_create(1, 0) == NULL, ASYNC_E_INVAL);
     CHECK_FAIL(async_chan_create(1, (1u << 20) + 1) == NULL, ASYNC_E_INVAL);
     CHECK_FAIL(async_chan_create((1u << 24) + 1, 1) == NULL, ASYNC_E_INVAL);
@@ -213,21 +250,25 @@ static void t_bad_values(void)
         CHECK_FAIL(async_chan_select(ops, 1, 0) == -1, ASYNC_E_BADHANDLE);
     }
     CHECK_FAIL(async_chan_try_recv(ch, NULL) == -1, ASYNC_E_EMPTY); /* nothing was sent by the calls above */
+}
 
+static void t_bad_values(void)
+{
+    async_runtime_t *rt = mkrt();
+    async_chan_t *ch = async_chan_create(1, sizeof(int));
+    CHECK(ch != NULL);
+    open_fds();
+    bad_queue_values(rt);
+    bad_worker_values();
+    bad_runtime_values(rt);
+    bad_fiber_values(ch);
+    bad_chan_values(ch);
     /* strerror of anything */
     CHECK(strcmp(async_strerror(INT_MIN), "unknown error") == 0);
     CHECK(strcmp(async_strerror(-1), "unknown error") == 0);
-
     async_chan_destroy(ch);
-    async_sched_destroy(s);
-    async_worker_destroy(w);
-    async_queue_destroy(q);
     async_runtime_deinit(rt);
-    close(p[0]);
-    close(p[1]);
-    close(dirfd);
-    close(lsock);
-    close(plain);
+    close_fds();
 }
 
 static const test_case_t cases[] = {
