@@ -484,7 +484,7 @@ static void t_exec_child(void)
  * (when stats is not NULL). In a forked child every call fails with
  * ASYNC_E_FORKED, and this one returned before it zeroed: *stats kept the
  * caller's garbage. */
-static void t_stats_forked(void)
+static void t_fork_queue_stats_zeroed(void)
 {
     async_queue_t *q = async_queue_create(4, 8, 0);
     CHECK(q != NULL);
@@ -565,7 +565,7 @@ static void t_fork_child_calls(void)
 static const test_case_t cases[] = {
     T(fork),
     T(fork_busy), // poll
-    T(stats_forked), // adversarial
+    T(fork_queue_stats_zeroed), // adversarial
     T(fork_child_calls), // poll adversarial
     {"exec_child", t_exec_child},
 };
