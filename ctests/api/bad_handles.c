@@ -2,6 +2,7 @@
  * NULL, destroyed, bogus and wrong-type handles, fails with
  * ASYNC_E_BADHANDLE (and the documented return value) and never crashes. */
 #include "check.h"
+#include "rt.h"
 
 #include <pthread.h>
 #include <unistd.h>
@@ -111,21 +112,12 @@ typedef struct {
     async_runtime_t *rt;
 } live_t;
 
-static void *live_proc(void *ctx)
-{
-    async_worker_t *self = async_worker_current();
-    (void)ctx;
-    while (self && !async_worker_should_stop(self))
-        sleep_ms(2);
-    return (void *)(uintptr_t)0x77;
-}
-
 static void live_make(live_t *l)
 {
     CHECK(pipe(g_pipe) == 0);
     l->q = async_queue_create(4, 16, ASYNC_QUEUE_SIGNAL_ON_DATA);
     l->rt = async_runtime_init();
-    l->w = async_worker_create(live_proc, NULL, 0);
+    l->w = async_worker_create(run_until_stopped, (void *)(uintptr_t)0x77, 0);
     CHECK(l->q && l->rt && l->w);
 }
 

@@ -18,15 +18,6 @@
 
 /* --- every call of the child fails with ASYNC_E_FORKED -------------------- */
 
-static void *gated_worker(void *ctx)
-{
-    async_worker_t *self = async_worker_current();
-    (void)ctx;
-    while (self && !async_worker_should_stop(self))
-        sleep_ms(2);
-    return (void *)(uintptr_t)5;
-}
-
 static int wait_one(async_runtime_t *rt, io_event_t *ev)
 {
     double t0 = now_ms();
@@ -61,7 +52,7 @@ static void child_body(async_queue_t *q, async_runtime_t *rt, async_worker_t *w)
     CHILD_CHECK(25, async_last_error() == ASYNC_E_FORKED);
     CHILD_CHECK(26, !async_queue_dequeue_wait(q, &v, sizeof v, NULL, -1));
     CHILD_CHECK(27, async_last_error() == ASYNC_E_FORKED);
-    CHILD_CHECK(28, async_worker_create(gated_worker, NULL, 0) == NULL);
+    CHILD_CHECK(28, async_worker_create(run_until_stopped, NULL, 0) == NULL);
     CHILD_CHECK(29, async_last_error() == ASYNC_E_FORKED);
     CHILD_CHECK(30, !async_worker_join(w, -1));
     CHILD_CHECK(31, async_last_error() == ASYNC_E_FORKED);
@@ -135,7 +126,7 @@ static void t_fork(void)
 {
     async_queue_t *q = async_queue_create(4, sizeof(int), (async_queue_flags_t)0);
     async_runtime_t *rt = async_runtime_init();
-    async_worker_t *w = async_worker_create(gated_worker, NULL, 0);
+    async_worker_t *w = async_worker_create(run_until_stopped, (void *)(uintptr_t)5, 0);
     pthread_t th;
     io_event_t ev[2];
     int v = 3, round;

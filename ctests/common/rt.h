@@ -156,6 +156,15 @@ static inline void check_quiet(async_runtime_t *rt, int slack)
     }
 }
 
+/* A worker proc that runs until it is asked to stop; its result is ctx. */
+static inline void *run_until_stopped(void *ctx)
+{
+    async_worker_t *self = async_worker_current();
+    while (self && !async_worker_should_stop(self))
+        sleep_ms(2);
+    return ctx;
+}
+
 /* A wait of 1.5 s on another thread: its result and how long it took. */
 typedef struct {
     async_runtime_t *rt;
