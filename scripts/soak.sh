@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Soak: runs the stress cases of ctests/runtime/stress.c for minutes each (and the
-# fiber echo with 10000 connections), sampling every second the process's
+# Soak: runs the stress cases (ctests/queue/mpmc_stress.c,
+# ctests/runtime/loop_stress.c, ctests/fiber_sched/stress_park.c) for minutes
+# each, and the fiber echo of ctests/fiber_io/stress_echo.c with 10000
+# connections, sampling every second the process's
 # resident memory (VmRSS in /proc/<pid>/status) and open descriptors
 # (/proc/<pid>/fd). A case fails if it fails on its own (every case checks
 # nothing was lost, duplicated or reordered), or if after its warm-up (the
@@ -14,10 +16,10 @@
 #   scripts/soak.sh
 #
 # Environment:
-#   BUILD              build directory holding ctests/runtime/stress.c (default: build;
+#   BUILD              build directory holding the stress binaries (default: build;
 #                      built with `make build` first)
 #   SOAK_SECONDS       seconds per case (default 180)
-#   SOAK_CASES         cases to run (default: all of test_stress)
+#   SOAK_CASES         cases to run (default: every stress case)
 #   SOAK_BACKENDS      backends for the runtime cases (default: "epoll poll")
 #   SOAK_CONNS         connections of the echo soak (default 10000)
 #   SOAK_RSS_PCT       allowed RSS growth after warm-up, percent (default 25)
@@ -29,34 +31,50 @@ cd "$(dirname "$0")/.."
 
 BUILD=${BUILD:-build}
 SOAK_SECONDS=${SOAK_SECONDS:-180}
-SOAK_CASES=${SOAK_CASES:-"queue_none queue_drop_oldest queue_block_writer stress_completions stress_timers attach fds fibers_park echo_soak"}
+SOAK_CASES=${SOAK_CASES:-"stress_no_policy stress_drop_oldest stress_block_writer completions_from_threads timers_from_threads stress_attach fds_from_threads fibers_park echo_soak"}
 SOAK_BACKENDS=${SOAK_BACKENDS:-"epoll poll"}
 SOAK_CONNS=${SOAK_CONNS:-10000}
 SOAK_RSS_PCT=${SOAK_RSS_PCT:-25}
 SOAK_RSS_SLACK_KB=${SOAK_RSS_SLACK_KB:-16384}
 SOAK_FD_SLACK=${SOAK_FD_SLACK:-8}
 SOAK_OUT=${SOAK_OUT:-$BUILD/soak}
-bin=$BUILD/ctests/runtime/stress
+# case_bin CASE: the test binary that holds the stress case.
+case_bin() {
+  case "$1" in
+    stress_*) echo "$BUILD/ctests/queue/mpmc_stress" ;;
+    completions_from_threads | timers_from_threads | fds_from_threads) echo "$BUILD/ctests/runtime/loop_stress" ;;
+    fibers_park) echo "$BUILD/ctests/fiber_sched/stress_park" ;;
+    echo_soak) echo "$BUILD/ctests/fiber_io/stress_echo" ;;
+    *) echo "soak: unknown case $1" >&2; return 1 ;;
+  esac
+}
 
-if [ ! -x "$bin" ]; then
-  echo "soak: $bin not found; build first (make build, or BUILD=<dir>)" >&2
-  exit 1
-fi
+for c in $SOAK_CASES; do
+  bin=$(case_bin "$c") || exit 1
+  if [ ! -x "$bin" ]; then
+    echo "soak: $bin not found; build first (make build, or BUILD=<dir>)" >&2
+    exit 1
+  fi
+done
 mkdir -p "$SOAK_OUT"
 
 # runtime cases run on every backend; the others once
-runtime_case() { case "$1" in stress_completions | stress_timers | attach | fds) return 0 ;; esac; return 1; }
+runtime_case() {
+  case "$1" in completions_from_threads | timers_from_threads | stress_attach | fds_from_threads) return 0 ;; esac
+  return 1
+}
 
 # The fds case itself opens and closes up to 4 threads x 16 slots x 2 fds at
 # any moment: its samples move within that band.
-fd_slack() { case "$1" in fds) echo $((SOAK_FD_SLACK + 128)) ;; *) echo "$SOAK_FD_SLACK" ;; esac; }
+fd_slack() { case "$1" in fds_from_threads) echo $((SOAK_FD_SLACK + 128)) ;; *) echo "$SOAK_FD_SLACK" ;; esac; }
 
 failures=0
 summary=()
 
 # run_one CASE BACKEND: runs, samples, judges; appends a summary line.
 run_one() {
-  local c=$1 b=$2 csv log pid start now t rss fds rc
+  local c=$1 b=$2 bin csv log pid start now t rss fds rc
+  bin=$(case_bin "$c")
   csv=$SOAK_OUT/soak-$c-$b.csv
   log=$SOAK_OUT/soak-$c-$b.log
   echo "soak: $c ($b) for ${SOAK_SECONDS}s"

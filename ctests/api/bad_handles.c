@@ -1,8 +1,8 @@
 /* Bad-handle matrix: every public function that takes a handle, called with
  * NULL, destroyed, bogus and wrong-type handles, fails with
- * ASYNC_E_BADHANDLE (and the documented return value) and never crashes.
- * Run: test_badinput CASE. */
+ * ASYNC_E_BADHANDLE (and the documented return value) and never crashes. */
 #include "check.h"
+#include "rt.h"
 
 #include <pthread.h>
 #include <unistd.h>
@@ -112,21 +112,12 @@ typedef struct {
     async_runtime_t *rt;
 } live_t;
 
-static void *live_proc(void *ctx)
-{
-    async_worker_t *self = async_worker_current();
-    (void)ctx;
-    while (self && !async_worker_should_stop(self))
-        sleep_ms(2);
-    return (void *)(uintptr_t)0x77;
-}
-
 static void live_make(live_t *l)
 {
     CHECK(pipe(g_pipe) == 0);
     l->q = async_queue_create(4, 16, ASYNC_QUEUE_SIGNAL_ON_DATA);
     l->rt = async_runtime_init();
-    l->w = async_worker_create(live_proc, NULL, 0);
+    l->w = async_worker_create(run_until_stopped, (void *)(uintptr_t)0x77, 0);
     CHECK(l->q && l->rt && l->w);
 }
 
@@ -162,7 +153,7 @@ static void live_check_and_free(live_t *l)
 
 /* ---------------------------------------------------------------------- */
 
-static void t_null(void)
+static void t_bad_handle_null(void)
 {
     live_t l;
     live_make(&l);
@@ -177,7 +168,7 @@ static void *quick_proc(void *ctx)
     return ctx;
 }
 
-static void t_destroyed(void)
+static void t_bad_handle_destroyed(void)
 {
     live_t l;
     async_queue_t *q = async_queue_create(4, 16, ASYNC_QUEUE_SIGNAL_ON_DATA);
@@ -195,7 +186,7 @@ static void t_destroyed(void)
     live_check_and_free(&l);
 }
 
-static void t_destroyed_reuse(void)
+static void t_bad_handle_destroyed_reuse(void)
 {
     /* a destroyed handle stays invalid after new objects are created */
     async_queue_t *q1, *q2;
@@ -230,7 +221,7 @@ static void t_destroyed_reuse(void)
     async_runtime_deinit(r2);
 }
 
-static void t_bogus(void)
+static void t_bad_handle_bogus(void)
 {
     live_t l;
     uintptr_t vals[] = {0x12345678, 1, 8, 0xFFFF, (uintptr_t)-1, (uintptr_t)-4096, (uintptr_t)0xDEADBEEF00ull};
@@ -244,7 +235,7 @@ static void t_bogus(void)
     live_check_and_free(&l);
 }
 
-static void t_stack_pointer(void)
+static void t_bad_handle_stack_pointer(void)
 {
     live_t l;
     uint64_t junk[64];
@@ -284,7 +275,7 @@ static void live_intact(const live_t *l, const char *what)
     CHECK_EQ(async_runtime_cancel_timer(l->rt, id), 0);
 }
 
-static void t_wrong_type(void)
+static void t_bad_handle_wrong_type(void)
 {
     /* a live handle of one type passed where another type is expected */
     live_t l;
@@ -306,12 +297,12 @@ static void t_wrong_type(void)
 }
 
 static const test_case_t cases[] = {
-    T(null),
-    T(destroyed),
-    T(destroyed_reuse),
-    T(bogus),
-    T(stack_pointer),
-    T(wrong_type),
+    T(bad_handle_null),
+    T(bad_handle_destroyed),
+    T(bad_handle_destroyed_reuse),
+    T(bad_handle_bogus),
+    T(bad_handle_stack_pointer),
+    T(bad_handle_wrong_type),
 };
 
 TEST_MAIN(cases)

@@ -1,8 +1,11 @@
-/* The log hook (issue 14, item 5): async_set_log_handler. Every message
- * libasync writes for the host goes through it; the default keeps the old
- * stderr output. Each case that needs a message runs in a child process
- * (an unknown ASYNC_BACKEND is reported once per process; a stack overflow
- * aborts it) and the parent checks the child's stderr. */
+/* The log hook, async_set_log_handler: every message libasync writes for the
+ * host goes through it; without a handler messages go to stderr. Levels
+ * filter, the default comes back, handlers set from many threads at once
+ * and in a forked child work, the handler set last is the one called (with
+ * its ctx and level), and a message is one line whatever it quotes. Each
+ * case that needs a message runs in a child process (an unknown
+ * ASYNC_BACKEND is reported once per process; a stack overflow aborts it)
+ * and the parent checks the child's stderr. */
 #include <signal.h>
 #include <stdatomic.h>
 #include <sys/wait.h>
@@ -67,8 +70,8 @@ static void t_child_restored(void) {
 }
 
 /* Frames well below the guard page's size: a frame larger than the guard
- * can jump over it, which no guard mode catches (async.h); with 4 KiB
- * frames this child died of a plain SIGSEGV now and then. */
+ * can jump over it, which no guard mode catches (async.h), and the child
+ * would die of a plain SIGSEGV instead of the overflow report. */
 static int rec(int depth) {
     volatile char buf[512];
     memset((char *)buf, depth, sizeof buf);
@@ -96,7 +99,7 @@ static void t_child_overflow(void) {
 #define BACKEND_MSG "the environment variable ASYNC_BACKEND=\"bogus\" names no poller backend"
 
 /* Without a handler the message is on stderr as before the hook existed. */
-static void t_default_stderr(void) {
+static void t_log_default_stderr(void) {
     char out[4096];
     int st = run_self_case_out("child_default", "ASYNC_BACKEND=bogus", out, sizeof out);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
@@ -106,7 +109,7 @@ static void t_default_stderr(void) {
 
 /* A handler gets the message (level, ctx, text without "libasync: " and
  * without a newline) and nothing is written to stderr by libasync. */
-static void t_handler_gets_message(void) {
+static void t_log_handler_gets_message(void) {
     char out[4096];
     int st = run_self_case_out("child_hook", "ASYNC_BACKEND=bogus", out, sizeof out);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
@@ -116,7 +119,7 @@ static void t_handler_gets_message(void) {
 }
 
 /* A message above the handler's level is dropped; OFF silences the default. */
-static void t_level_filters(void) {
+static void t_log_level_filters(void) {
     char out[4096];
     int st = run_self_case_out("child_filtered", "ASYNC_BACKEND=bogus", out, sizeof out);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
@@ -128,7 +131,7 @@ static void t_level_filters(void) {
 }
 
 /* fn NULL restores the default handler; the replaced handler gets nothing. */
-static void t_restore_default(void) {
+static void t_log_restore_default(void) {
     char out[4096];
     int st = run_self_case_out("child_restored", "ASYNC_BACKEND=bogus", out, sizeof out);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
@@ -138,7 +141,7 @@ static void t_restore_default(void) {
 
 /* The fiber stack overflow report (from the SIGSEGV handler) goes through
  * the handler at ASYNC_LOG_FATAL, then the process aborts. */
-static void t_overflow_through_handler(void) {
+static void t_log_overflow_through_handler(void) {
     if (getenv("ASYNC_TEST_EMULATOR")) {
         printf("skipped under an emulator (guard pages are not enforced there)\n");
         return;
@@ -152,7 +155,7 @@ static void t_overflow_through_handler(void) {
 }
 
 /* Bad levels are refused with ASYNC_E_INVAL and change nothing. */
-static void t_bad_level(void) {
+static void t_log_bad_level(void) {
     CHECK_FAIL(async_set_log_handler(ASYNC_LOG_DEBUG + 1, hook, NULL) == -1, ASYNC_E_INVAL);
     CHECK_FAIL(async_set_log_handler(ASYNC_LOG_OFF - 1, hook, NULL) == -1, ASYNC_E_INVAL);
     CHECK_FAIL(async_set_log_handler(1 << 30, NULL, NULL) == -1, ASYNC_E_INVAL);
@@ -170,7 +173,7 @@ static void *swapper(void *arg) {
     return NULL;
 }
 
-static void t_concurrent_set(void) {
+static void t_log_concurrent_set(void) {
     pthread_t th[4];
     for (int i = 0; i < 4; i++) start_thread(&th[i], swapper, NULL);
     for (int i = 0; i < 4; i++) join_within(th[i], 30000, "swapper");
@@ -178,19 +181,18 @@ static void t_concurrent_set(void) {
 }
 
 /* async_set_log_handler in a child forked while other threads of the parent
- * were setting handlers: it must work at once (it spun for ever on a lock
- * that a parent thread held at the fork: 5-9 children of 40 hung). Each child
- * must exit within 3 s. */
+ * were setting handlers: it must work at once, never wait for a lock that a
+ * parent thread held at the fork. Each child must exit within 3 s. */
 static _Atomic int fork_stop;
 static void *fork_setter(void *arg) {
     uintptr_t me = (uintptr_t)arg;
-    /* bounded: a regression that leaks per call must not eat the machine */
+    /* bounded: a leak per call must not eat the machine */
     for (uintptr_t i = 0; i < 1000000 && !atomic_load(&fork_stop); i++)
         CHECK_EQ(async_set_log_handler(ASYNC_LOG_WARN, (i & 1) ? hook : NULL, (void *)(me * 8 + (i & 7))), 0);
     return NULL;
 }
 
-static void t_fork_set(void) {
+static void t_log_fork_set(void) {
     pthread_t th[3];
     for (uintptr_t i = 0; i < 3; i++) start_thread(&th[i], fork_setter, (void *)i);
     int hung = 0;
@@ -222,15 +224,121 @@ static void t_fork_set(void) {
     CHECK_EQ(hung, 0);
 }
 
+/* --- log_one_line ---------------------------------------------------------------- */
+
+static atomic_int lo_msgs, lo_ctl;
+static void lo_handler(int level, const char *msg, void *ctx)
+{
+    (void)level, (void)ctx;
+    atomic_fetch_add(&lo_msgs, 1);
+    for (const char *p = msg; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            atomic_fetch_add(&lo_ctl, 1);
+}
+
+/* In a child with the crafted ASYNC_FIBER_STALL_MS: one message to stderr
+ * (the default handler), one to a handler. */
+static void t_log_one_line_child(void)
+{
+    async_sched_t *s = async_sched_create(NULL);
+    CHECK(s != NULL);
+    async_sched_destroy(s);
+    CHECK_EQ(async_set_log_handler(ASYNC_LOG_DEBUG, lo_handler, NULL), 0);
+    s = async_sched_create(NULL);
+    CHECK(s != NULL);
+    async_sched_destroy(s);
+    CHECK(atomic_load(&lo_msgs) >= 1);
+    CHECK_EQ(atomic_load(&lo_ctl), 0);
+}
+
+static void t_log_one_line(void)
+{
+    char out[4096];
+    int st = run_self_case_out("log_one_line_child",
+                               "ASYNC_FIBER_STALL_MS=5\nlibasync: forged\r\x1b[2Jline", out, sizeof out);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    int lines = 0; /* lines that start with "libasync:" */
+    for (char *p = out; p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+        lines += strncmp(p, "libasync:", 9) == 0;
+    CHECK_EQ(lines, 1);
+    CHECK(strstr(out, "ASYNC_FIBER_STALL_MS=5\\nlibasync: forged\\r\\x1b[2Jline ignored") != NULL);
+    /* one line: the only newline is the last byte */
+    char *nl = strchr(out, '\n');
+    CHECK(nl != NULL && nl[1] == 0);
+}
+
+/* --- log_records ----------------------------------------------------------------- */
+
+enum { LR_THREADS = 4, LR_TRIPLES = 2000 };
+static atomic_int lr_go, lr_calls;
+static _Atomic(uintptr_t) lr_ctx_seen;
+static void lr_handler(int level, const char *msg, void *ctx)
+{
+    (void)level, (void)msg;
+    atomic_fetch_add(&lr_calls, 1);
+    atomic_store(&lr_ctx_seen, (uintptr_t)ctx);
+}
+static void lr_other(int level, const char *msg, void *ctx) { (void)level, (void)msg, (void)ctx; }
+
+static void *lr_thread(void *arg)
+{
+    uintptr_t me = (uintptr_t)arg;
+    while (!atomic_load(&lr_go))
+        sched_yield();
+    for (int round = 0; round < 2; round++)
+        for (uintptr_t i = 0; i < LR_TRIPLES; i++) {
+            /* the same triples in every thread, different orders */
+            uintptr_t k = (i * (2 * me + 1)) % LR_TRIPLES;
+            CHECK_EQ(async_set_log_handler((int)(k % 5), (k & 1) ? lr_handler : lr_other,
+                                           (void *)(0x10000 + k)), 0);
+        }
+    return NULL;
+}
+
+static void t_log_records(void)
+{
+    pthread_t t[LR_THREADS];
+    for (uintptr_t i = 0; i < LR_THREADS; i++)
+        start_thread(&t[i], lr_thread, (void *)i);
+    atomic_store(&lr_go, 1);
+    for (int i = 0; i < LR_THREADS; i++)
+        join_within(t[i], 60000, "log setter");
+    /* Each triple set again from here finds its record: the handler, level
+     * and ctx are the ones given. A bad ASYNC_FIBER_STALL_MS makes one WARN
+     * at each async_sched_create. */
+    CHECK_EQ(setenv("ASYNC_FIBER_STALL_MS", "bad", 1), 0);
+    for (uintptr_t k = 1; k < LR_TRIPLES; k += 2) {
+        int level = (int)(k % 5);
+        CHECK_EQ(async_set_log_handler(level, lr_handler, (void *)(0x10000 + k)), 0);
+        if (k % 100 != 1)
+            continue;
+        atomic_store(&lr_calls, 0);
+        async_sched_t *s = async_sched_create(NULL);
+        CHECK(s != NULL);
+        async_sched_destroy(s);
+        if (level >= ASYNC_LOG_WARN) {
+            CHECK(atomic_load(&lr_calls) >= 1);
+            CHECK_EQ(atomic_load(&lr_ctx_seen), 0x10000 + k);
+        } else {
+            CHECK_EQ(atomic_load(&lr_calls), 0);
+        }
+    }
+    CHECK_EQ(async_set_log_handler(ASYNC_LOG_WARN, NULL, NULL), 0);
+    CHECK_FAIL(async_set_log_handler(ASYNC_LOG_DEBUG + 1, lr_handler, NULL) == -1, ASYNC_E_INVAL);
+}
+
 static const test_case_t cases[] = {
-    T(default_stderr),
-    T(handler_gets_message),
-    T(level_filters),
-    T(restore_default),
-    T(overflow_through_handler),
-    T(bad_level),
-    T(concurrent_set),
-    T(fork_set),
+    T(log_default_stderr),
+    T(log_handler_gets_message),
+    T(log_level_filters),
+    T(log_restore_default),
+    T(log_overflow_through_handler),
+    T(log_bad_level),
+    T(log_concurrent_set),
+    T(log_fork_set),
+    T(log_one_line), // adversarial
+    T(log_records), // adversarial
+    {"log_one_line_child", t_log_one_line_child},
     /* children, not tests of their own */
     {"child_default", t_child_default},
     {"child_hook", t_child_hook},

@@ -1,6 +1,6 @@
-/* test_classic.c — a program written against the classic lib/async API (the
+/* A program written against the classic lib/async API (the
  * Neolith driver's: async/async_queue.h, async/async_worker.h,
- * async/async_runtime.h), on libasync's classic headers (docs/NEOLITH.md).
+ * async/async_runtime.h), on libasync's classic headers (docs/CLASSIC_API.md).
  *
  * The cases are written the way the driver uses the API: one main loop over
  * sockets with a 512-event array and struct timeval timeouts ({0,0} and
@@ -16,14 +16,10 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 
-#include "async/async_queue.h"
-#include "async/async_runtime.h"
-#include "async/async_worker.h"
-
-/* check.h's helpers; its include of async.h is left out (the modern header
- * cannot share a translation unit with the classic one). */
-#define ASYNC_H
-#include "check.h"
+/* The classic headers, and check.h's helpers without its include of async.h
+ * (the modern header cannot share a translation unit with the classic one). */
+#define ASYNC_TEST_CLASSIC
+#include "rt.h"
 
 #define MAX_EVENTS 512
 #define RESOLVER_KEY ((uintptr_t)0x5e501)
@@ -663,9 +659,9 @@ static void t_regular_file_closed(void)
     async_runtime_deinit(rt);
 }
 
-/* ---- the rest ---------------------------------------------------------------------------------- */
+/* ---- the event-loop handle, bad arguments and handles, no console after deinit ---- */
 
-static void t_misc(void)
+static void t_loop_handle_bad_args(void)
 {
     async_runtime_t *rt = async_runtime_init();
     struct timeval tv = {0, 0};
@@ -699,7 +695,7 @@ static const test_case_t cases[] = {
     T(console_file), // poll
     T(regular_file), // poll
     T(regular_file_closed), // poll
-    T(misc), // poll
+    T(loop_handle_bad_args), // poll
 };
 
 TEST_MAIN(cases)

@@ -1,4 +1,4 @@
-/* test_embedding.c — what the Go runtime inside libasync means for a C host
+/* What the Go runtime inside libasync means for a C host
  * (docs/EMBEDDING.md): threads after load, the signal handlers Go installs,
  * a host handler installed after load (SA_ONSTACK), SIGSEGV and SIGPIPE in
  * host code, fork + exec, and the address-space limit (ulimit -v) the
@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 
 #include "check.h"
+#include "proc.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define EMB_ASAN 1
@@ -36,19 +37,6 @@
  * runtime cannot start. */
 #define EMB_ULIMIT_V_WORKS 2097152
 #define EMB_ULIMIT_V_FAILS 600000
-
-static int count_threads(void)
-{
-    DIR *d = opendir("/proc/self/task");
-    struct dirent *e;
-    int n = 0;
-    CHECK(d != NULL);
-    while ((e = readdir(d)) != NULL)
-        if (e->d_name[0] != '.')
-            n++;
-    closedir(d);
-    return n;
-}
 
 /* Prints the VmSize and VmRSS lines of /proc/self/status (measurements
  * docs/EMBEDDING.md quotes). */
@@ -452,7 +440,6 @@ static void t_fork_exec(void)
     async_runtime_t *rt;
     pid_t pid;
     int status = 0;
-    double t0;
     find_self();
     rt = async_runtime_init();
     CHECK(rt != NULL);
@@ -478,19 +465,7 @@ static void t_fork_exec(void)
             _exit(14);
         exec_self("child_use");
     }
-    t0 = now_ms();
-    for (;;) {
-        pid_t r = waitpid(pid, &status, WNOHANG);
-        CHECK(r != -1);
-        if (r == pid)
-            break;
-        if (now_ms() - t0 > 30000) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &status, 0);
-            CHECK(!"the child hung");
-        }
-        sleep_ms(2);
-    }
+    status = wait_child_within(pid, 30000, "the child hung");
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
         fprintf(stderr, "child: %s %d (10-14: a check before exec failed; 1: child_use failed)\n",
                 WIFEXITED(status) ? "exit code" : "signal", WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));

@@ -1,4 +1,10 @@
-/* async_queue tests. Run one case: test_queue CASE. */
+/* async_queue: FIFO order and copies, many producers and consumers, the
+ * overflow policies (none, DROP_OLDEST, BLOCK_WRITER: woken by dequeue,
+ * clear and destroy), enqueue_wait / dequeue_wait (timeouts, wakeups,
+ * destroy), buffer sizes and bad arguments, clear, stats, big messages, and
+ * a queue attached to a runtime (SIGNAL_ON_DATA completions, replaced,
+ * destroyed, from a worker, the runtime gone). Also built for Windows by
+ * scripts/cross.sh. */
 #include "check.h"
 
 #include <pthread.h>

@@ -29,16 +29,15 @@ static _Atomic int slept_rc = 1;
 
 static void long_sleeper(void *arg) {
     (void)arg;
-    /* 30 days: (int)((d - now + 999999) / 1000000) was negative */
+    /* 30 days: more ms than an int holds */
     atomic_store(&slept_rc, async_fiber_sleep(30ull * 24 * 3600 * 1000) == 0 ? 0 : async_last_error());
 }
 
 static void nop(void *arg) { (void)arg; }
 
-/* The scheduler's idle poll with only a 30-day sleeper due: its timeout was
- * computed as (int) of 2.59e9 ms, a negative number, so the worker slept in
- * epoll_wait for ever (and a deadline 50 days away gave a wrong short one).
- * The timeout is now capped at INT32_MAX ms. */
+/* The scheduler's idle poll with only a 30-day sleeper due (2.59e9 ms, more
+ * than an int holds): its epoll_wait timeout is capped at INT32_MAX ms, never
+ * negative (for ever) nor a wrong short one. */
 static void t_sched_poll_long_deadline(void) {
     async_sched_t *s = sched_new(1);
     CHECK(async_fiber_spawn(s, long_sleeper, NULL, 0) != NULL);

@@ -1,6 +1,7 @@
-/* Loop metrics (issue 14, item 4): async_runtime_get_stats. Every count is
- * checked against what the case itself caused (completions posted, timers
- * fired, fd events returned, waits that returned); idle time only loosely
+/* Loop metrics, async_runtime_get_stats. Every count is checked against
+ * what the case itself caused (completions posted, timers fired, fd events
+ * returned, SIGNAL events counted as SIGNAL and not as COMPLETION, waits
+ * that returned); idle time only loosely
  * (it grows by at least most of a 50 ms sleep, by nothing when no wait may
  * sleep, and never by more than the wall time around the waits). Every case
  * runs on epoll and on the poll backend. */
@@ -54,7 +55,7 @@ static void check_seen(const async_runtime_stats_t *a, const async_runtime_stats
 
 /* ---- layout and a fresh runtime ----------------------------------------- */
 
-static void t_layout(void) {
+static void t_stats_layout(void) {
     CHECK_EQ(sizeof(async_runtime_stats_t), ASYNC_RUNTIME_STATS_MIN_SIZE);
     CHECK_EQ(offsetof(async_runtime_stats_t, iterations), 0);
     CHECK_EQ(offsetof(async_runtime_stats_t, idle_time_ns), 8);
@@ -89,7 +90,7 @@ static void t_layout(void) {
 
 /* ---- bad input ------------------------------------------------------------ */
 
-static void t_badinput(void) {
+static void t_stats_badinput(void) {
     async_runtime_t *rt = async_runtime_init();
     CHECK(rt);
     unsigned char buf[sizeof(async_runtime_stats_t) + 64], ref[sizeof buf];
@@ -131,7 +132,7 @@ static void t_badinput(void) {
 
 /* ---- completions ---------------------------------------------------------- */
 
-static void t_metrics_completions(void) {
+static void t_stats_completions(void) {
     async_runtime_t *rt = async_runtime_init();
     CHECK(rt);
     enum { N = 1000 };
@@ -176,7 +177,7 @@ static void *poster(void *arg) {
 
 /* Posts from threads that exit before the loop takes their entries (their
  * records become orphans, freed as they drain: their counts must stay). */
-static void t_completions_threads(void) {
+static void t_stats_completions_threads(void) {
     async_runtime_t *rt = async_runtime_init();
     CHECK(rt);
     enum { T = 4, M = 3000 };
@@ -208,7 +209,7 @@ static void t_completions_threads(void) {
 
 /* ---- timers ----------------------------------------------------------- */
 
-static void t_metrics_timers(void) {
+static void t_stats_timers(void) {
     async_runtime_t *rt = async_runtime_init();
     CHECK(rt);
     enum { K = 5 };
@@ -251,7 +252,7 @@ static void t_metrics_timers(void) {
 
 /* ---- fd events ------------------------------------------------------------ */
 
-static void t_fd_events(void) {
+static void t_stats_fd_events(void) {
     async_runtime_t *rt = async_runtime_init();
     CHECK(rt);
     int p[2], sv[2];
@@ -318,7 +319,7 @@ static void *busy_waiter(void *arg) {
     return NULL;
 }
 
-static void t_iterations(void) {
+static void t_stats_iterations(void) {
     async_runtime_t *rt = async_runtime_init();
     CHECK(rt);
     io_event_t ev[4];
@@ -366,7 +367,7 @@ static void sleep_50ms(async_runtime_t *rt) {
     while ((left = 50 - (now_ms() - t0)) > 0) CHECK_EQ(async_runtime_wait(rt, ev, 4, (int)left + 1), 0);
 }
 
-static void t_idle(void) {
+static void t_stats_idle(void) {
     async_runtime_t *rt = async_runtime_init();
     CHECK(rt);
     io_event_t ev[4];
@@ -449,7 +450,7 @@ static void wait_events(loop_t *l, uint64_t want) {
     }
 }
 
-static void t_doorbell(void) {
+static void t_stats_doorbell(void) {
     async_runtime_t *rt = async_runtime_init();
     CHECK(rt);
     /* no waiter: posts and timers ring nothing */
@@ -506,7 +507,7 @@ static void t_doorbell(void) {
 }
 
 /* A queue's SIGNAL_ON_DATA posts are completions like any other. */
-static void t_queue_signal(void) {
+static void t_stats_queue_signal(void) {
     async_runtime_t *rt = async_runtime_init();
     CHECK(rt);
     async_queue_t *q = async_queue_create(8, 8, ASYNC_QUEUE_SIGNAL_ON_DATA);
@@ -570,7 +571,7 @@ static void *post_many(void *arg) {
     return NULL;
 }
 
-static void t_concurrent(void) {
+static void t_stats_concurrent(void) {
     async_runtime_t *rt = async_runtime_init();
     CHECK(rt);
     enum { P = 2, M = 20000, R = 2 };
@@ -608,7 +609,7 @@ static void t_concurrent(void) {
 }
 
 /* Readers racing deinit: success or ASYNC_E_BADHANDLE, never a crash (ASan). */
-static void t_metrics_deinit_race(void) {
+static void t_stats_deinit_race(void) {
     for (int round = 0; round < 20; round++) {
         async_runtime_t *rt = async_runtime_init();
         CHECK(rt);
@@ -640,7 +641,7 @@ static void fiber_fn(void *arg) {
     if (async_runtime_get_stats(a->rt, NULL, sizeof a->st) != -1 || async_last_error() != ASYNC_E_INVAL) a->rc = -2;
 }
 
-static void t_fiber(void) {
+static void t_stats_fiber(void) {
     async_runtime_t *rt = async_runtime_init();
     CHECK(rt);
     for (int i = 0; i < 3; i++) CHECK_EQ(async_runtime_post_completion(rt, 1, 1), 0);
@@ -655,20 +656,61 @@ static void t_fiber(void) {
     async_runtime_deinit(rt);
 }
 
+/* --- stats_signal ---------------------------------------------------------------- */
+
+static void t_stats_signal(void)
+{
+    async_runtime_t *rt = async_runtime_init();
+    CHECK(rt != NULL);
+    CHECK_EQ(async_runtime_add_signal(rt, SIGUSR2, 42), 0);
+    io_event_t ev[8];
+    uint64_t sigs = 0, comps = 0;
+    for (int i = 0; i < 30; i++) {
+        raise(SIGUSR2);
+        if (i % 5 == 3) /* a signal and completions in one wait */
+            for (int k = 0; k < 3; k++)
+                CHECK_EQ(async_runtime_post_completion(rt, 7, (uintptr_t)k), 0);
+        int n = async_runtime_wait(rt, ev, 8, i % 3 == 0 ? 0 : 1000);
+        CHECK(n >= 0);
+        for (int k = 0; k < n; k++) {
+            if (ev[k].event_type == ASYNC_EVENT_SIGNAL)
+                sigs++;
+            else if (ev[k].event_type == ASYNC_EVENT_COMPLETION)
+                comps++;
+            else
+                CHECK(!"unexpected event type");
+        }
+    }
+    /* what is left */
+    int n;
+    while ((n = async_runtime_wait(rt, ev, 8, 0)) > 0)
+        for (int k = 0; k < n; k++)
+            ev[k].event_type == ASYNC_EVENT_SIGNAL ? sigs++ : comps++;
+    CHECK(sigs >= 10);
+    CHECK_EQ(comps, 18);
+    async_runtime_stats_t st;
+    CHECK(async_runtime_get_stats(rt, &st, sizeof st) > 0);
+    CHECK_EQ(st.events[6], sigs);
+    CHECK_EQ(st.events[4], comps);
+    CHECK_EQ(st.events_total, sigs + comps);
+    async_runtime_deinit(rt);
+}
+
 static const test_case_t cases[] = {
-    T(layout), // poll
-    T(badinput), // poll
-    T(metrics_completions), // poll
-    T(completions_threads), // poll
-    T(metrics_timers), // poll
-    T(fd_events), // poll
-    T(iterations), // poll
-    T(idle), // poll
-    T(doorbell), // poll
-    T(queue_signal), // poll
-    T(concurrent), // poll
-    T(metrics_deinit_race), // poll
-    T(fiber), // poll
+    T(stats_layout), // poll
+    T(stats_badinput), // poll
+    T(stats_completions), // poll
+    T(stats_completions_threads), // poll
+    T(stats_timers), // poll
+    T(stats_fd_events), // poll
+    T(stats_iterations), // poll
+    T(stats_idle), // poll
+    T(stats_doorbell), // poll
+    T(stats_queue_signal), // poll
+    T(stats_signal), // poll adversarial
+    T(stats_concurrent), // poll
+    T(stats_deinit_race), // poll
+    T(stats_fiber), // poll
 };
 
 TEST_MAIN(cases)

@@ -1,4 +1,4 @@
-/* Signals as events (issue 14 item 3): async_runtime_add_signal /
+/* Signals as events: async_runtime_add_signal /
  * async_runtime_remove_signal (ASYNC_EVENT_SIGNAL through async_runtime_wait)
  * and the fiber-side watch (async_fiber_watch_signal, async_fiber_wait_signal,
  * async_fiber_unwatch_signal), with real signals: raise, kill, pthread_kill,

@@ -1,4 +1,4 @@
-/* Windows test of the classic lib/async API (include/async/, docs/NEOLITH.md)
+/* Windows test of the classic lib/async API (include/async/, docs/CLASSIC_API.md)
  * on libasync.dll: overlapped reads and writes (async_runtime_post_read /
  * post_write) delivered by the classic wait with bytes_transferred and
  * buffer, completions, timevals, and the console type. Built with mingw-w64

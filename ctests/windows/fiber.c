@@ -1,9 +1,9 @@
 /* Windows tests of the fiber layer of libasync.dll (the Win64 context switch,
  * fiber stacks and their overflow report, the IOCP/AFD fiber poller, socket
  * I/O, channels, sleep, join, blocking offload, shutdown). The POSIX fiber
- * ctests (ctests/test_fiber*.c) use fork, pipes and int fds; docs/PLATFORMS.md
+ * ctests (the fiber_ folders of ctests/) use fork, pipes and int fds; docs/PLATFORMS.md
  * lists which of their cases have a counterpart here and which cannot run.
- * Built with mingw-w64 (POSIX threads from winpthreads, ctests/check.h) and
+ * Built with mingw-w64 (POSIX threads from winpthreads, ctests/common/check.h) and
  * run under wine by scripts/cross.sh, one process per case:
  *   win_fiber.exe <case>
  * A failed CHECK prints file:line and exits 1. */

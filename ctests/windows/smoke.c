@@ -1,7 +1,7 @@
 /* Windows tests of libasync.dll that the POSIX C tests (ctests/) cannot
  * cover: the runtime on SOCKETs (IOCP + AFD poll), the IOCP doorbell from C,
  * worker stop descriptors as sockets, join timeouts, and the fiber calls on a
- * plain thread (scripts/win_fiber.c tests the fibers).
+ * plain thread (windows/fiber.c tests the fibers).
  * Built with mingw-w64 and run under wine by scripts/cross.sh:
  *   win_smoke.exe            runs every case
  *   win_smoke.exe <case>     runs one

@@ -1,13 +1,11 @@
-/* async_worker_signal_stop reaches the worker's own queue waits (issue 14
- * item 7; docs/RELIABILITY.md "Worker stop reaches the worker"): a worker
+/* async_worker_signal_stop reaches the worker's own queue waits: a worker
  * blocked in async_queue_dequeue_wait / enqueue_wait / a blocking enqueue
  * wakes with ASYNC_E_CANCELLED when it is asked to stop, a wait that begins
  * after the stop fails at once, queued messages are still handed out first,
- * and nobody else waiting on the queue is disturbed.
- *
- * Before the change a stop never reached such a wait: every case here then
- * hangs in a wait that only a message could end, which the bounded joins
- * (async_worker_join with a timeout, join_within) turn into a failure. */
+ * and nobody else waiting on the queue is disturbed. A stop that did not
+ * reach such a wait would leave it hanging; the bounded joins
+ * (async_worker_join with a timeout, join_within) turn that into a failure.
+ * Also built for Windows by scripts/cross.sh. */
 #include <sched.h>
 #include <stdatomic.h>
 
@@ -119,7 +117,7 @@ static size_t qsize(async_queue_t *q) {
 
 /* A worker blocked in dequeue_wait(-1) on an empty queue wakes with
  * ASYNC_E_CANCELLED; so does one blocked with a long timeout. */
-static void t_dequeue_wakes(void) {
+static void t_stop_dequeue_wakes(void) {
     async_queue_t *q = async_queue_create(4, sizeof(int), 0);
     CHECK(q);
     for (int k = 0; k < 2; k++) {
@@ -162,7 +160,7 @@ static void *sticky_proc(void *arg) {
     return (void *)1;
 }
 
-static void t_sticky(void) {
+static void t_stop_sticky(void) {
     async_queue_t *qs[2];
     qs[0] = async_queue_create(4, sizeof(int), 0);
     qs[1] = async_queue_create(1, sizeof(int), ASYNC_QUEUE_BLOCK_WRITER);
@@ -182,7 +180,7 @@ static void t_sticky(void) {
 /* Data before stop: messages queued when the stop comes are still handed out
  * by dequeue_wait (without waiting); only when it would have to wait does it
  * fail with ASYNC_E_CANCELLED. */
-static void t_data_first(void) {
+static void t_stop_data_first(void) {
     async_queue_t *q = async_queue_create(8, sizeof(int), 0);
     CHECK(q);
     for (int i = 0; i < 5; i++) enq_int(q, 100 + i);
@@ -218,7 +216,7 @@ static void *stopper(void *arg) {
     return NULL;
 }
 
-static void t_race(void) {
+static void t_stop_race(void) {
     const int rounds = 600;
     async_queue_t *q = async_queue_create(16, sizeof(int), 0);
     CHECK(q);
@@ -262,7 +260,7 @@ static void *plain_reader(void *arg) {
     return NULL;
 }
 
-static void t_others_undisturbed(void) {
+static void t_stop_others_undisturbed(void) {
     async_queue_t *q = async_queue_create(8, sizeof(int), 0);
     CHECK(q);
     enum { NW = 3 };
@@ -312,7 +310,7 @@ static void t_others_undisturbed(void) {
 /* A full BLOCK_WRITER queue: a worker in enqueue_wait(-1) and one in the
  * blocking async_queue_enqueue both wake with ASYNC_E_CANCELLED and add
  * nothing; a writer that is not stopped still gets the room later. */
-static void t_enqueue_wait_full(void) {
+static void t_stop_enqueue_wait_full(void) {
     async_queue_t *q = async_queue_create(1, sizeof(int), ASYNC_QUEUE_BLOCK_WRITER);
     CHECK(q);
     enq_int(q, 1);
@@ -365,7 +363,7 @@ static void *destroyer(void *arg) {
     return NULL;
 }
 
-static void t_queue_destroyed(void) {
+static void t_stop_queue_destroyed(void) {
     /* destroy alone */
     async_queue_t *q = async_queue_create(2, sizeof(int), 0);
     CHECK(q);
@@ -437,7 +435,7 @@ static void *echo_proc(void *arg) {
     }
 }
 
-static void t_handoff(void) {
+static void t_stop_handoff(void) {
     async_queue_t *qs[2];
     qs[0] = async_queue_create(1, sizeof(int), ASYNC_QUEUE_BLOCK_WRITER);
     qs[1] = async_queue_create(1, sizeof(int), ASYNC_QUEUE_BLOCK_WRITER);
@@ -471,7 +469,7 @@ static void fiber_reader(void *arg) {
     else atomic_store(&fiber_got, -async_last_error());
 }
 
-static void t_fiber_unaffected(void) {
+static void t_stop_fiber_unaffected(void) {
     async_sched_config_t cfg = {1, 0, 0};
     async_sched_t *s = async_sched_create(&cfg);
     if (!s && async_last_error() == ASYNC_E_NOTSUP) {
@@ -525,7 +523,7 @@ static void *bad_proc(void *arg) {
     return (void *)1;
 }
 
-static void t_bad_input(void) {
+static void t_stop_bad_input(void) {
     CHECK_FAIL((async_worker_signal_stop(NULL), 1), ASYNC_E_BADHANDLE);
     CHECK_FAIL((async_worker_signal_stop((async_worker_t *)(uintptr_t)0x4321), 1), ASYNC_E_BADHANDLE);
     async_queue_t *q = async_queue_create(2, sizeof(int), ASYNC_QUEUE_BLOCK_WRITER);
@@ -569,7 +567,7 @@ static void *rt_proc(void *arg) {
     return (void *)1;
 }
 
-static void t_runtime_stop_fd(void) {
+static void t_stop_runtime_fd(void) {
     async_worker_t *w = async_worker_create(rt_proc, NULL, 0);
     CHECK(w);
     sleep_ms(20);
@@ -580,18 +578,18 @@ static void t_runtime_stop_fd(void) {
 }
 
 static const test_case_t cases[] = {
-    T(dequeue_wakes),
-    T(sticky),
-    T(data_first),
-    T(race),
-    T(others_undisturbed),
-    T(enqueue_wait_full),
-    T(queue_destroyed),
+    T(stop_dequeue_wakes),
+    T(stop_sticky),
+    T(stop_data_first),
+    T(stop_race),
+    T(stop_others_undisturbed),
+    T(stop_enqueue_wait_full),
+    T(stop_queue_destroyed),
     T(stop_destroy_running),
-    T(handoff),
-    T(fiber_unaffected),
-    T(bad_input),
-    T(runtime_stop_fd), // poll
+    T(stop_handoff),
+    T(stop_fiber_unaffected),
+    T(stop_bad_input),
+    T(stop_runtime_fd), // poll
 };
 
 TEST_MAIN(cases)

@@ -1,4 +1,8 @@
-/* async_worker tests. Run one case: test_worker CASE. */
+/* async_worker: state and result, join (zero, timeout, wakes, twice, bad,
+ * self), stack sizes (absurd ones fail with INVAL or NOMEM), destroy of a
+ * running worker, the native handle (none once the proc has returned),
+ * async_worker_current, the stop fd (also polled, and signalled from a
+ * signal handler), many workers, bad arguments. */
 #include "check.h"
 
 #include <fcntl.h>
@@ -328,7 +332,7 @@ static void *stop_fd_waiter_proc(void *ctx)
     return ctx;
 }
 
-static void t_worker_destroy_running(void)
+static void t_destroy_running(void)
 {
     async_worker_t *w;
     struct pollfd pfd;
@@ -561,6 +565,81 @@ static void t_create_inval(void)
     CHECK_FAIL(async_worker_create(NULL, (void *)1, 1u << 20) == NULL, ASYNC_E_INVAL);
 }
 
+/* async_worker_get_native_handle once the worker's proc has returned gives
+ * a zero-filled pthread_t with ASYNC_E_STATE: the thread no longer exists,
+ * and glibc hands its id (the thread's descriptor) to the next thread it
+ * creates, so a pthread_kill or pthread_cancel on a stale id would hit
+ * another worker (here B). */
+static atomic_int native_gate;
+static void *native_quick(void *c) { return c; }
+static void *native_slow(void *c)
+{
+    while (!atomic_load(&native_gate))
+        sleep_ms(1);
+    return c;
+}
+
+static void t_native_stopped(void)
+{
+    pthread_t zero, t;
+    memset(&zero, 0, sizeof zero);
+    async_worker_t *a = async_worker_create(native_quick, NULL, 0);
+    CHECK(a != NULL);
+    CHECK(async_worker_join(a, 30000));
+    CHECK_EQ(async_worker_get_state(a), ASYNC_WORKER_STOPPED);
+    async_worker_t *b = async_worker_create(native_slow, NULL, 0);
+    CHECK(b != NULL);
+    async_clear_error();
+    t = async_worker_get_native_handle(b);
+    CHECK_ERR(ASYNC_OK);
+    CHECK(memcmp(&t, &zero, sizeof t) != 0);
+    async_clear_error();
+    t = async_worker_get_native_handle(a);
+    if (pthread_equal(t, async_worker_get_native_handle(b)))
+        printf("A's stale id is B's thread\n");
+    CHECK_ERR(ASYNC_E_STATE);
+    CHECK(memcmp(&t, &zero, sizeof t) == 0);
+    atomic_store(&native_gate, 1);
+    CHECK(async_worker_join(b, 30000));
+    CHECK_FAIL((t = async_worker_get_native_handle(b), 1), ASYNC_E_STATE);
+    CHECK(memcmp(&t, &zero, sizeof t) == 0);
+    async_worker_destroy(a);
+    async_worker_destroy(b);
+}
+
+/* --- worker_huge_stack --------------------------------------------------------- */
+
+static void *huge_proc(void *arg)
+{
+    return arg;
+}
+
+/* async_worker_create with absurd stack sizes: INVAL only when rounding up
+ * to the page size overflows, NOMEM for any other stack the system cannot
+ * provide (SIZE_MAX - 4096 too, although pthread_create refuses it with
+ * EINVAL rather than ENOMEM). */
+static void t_worker_huge_stack(void)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t inval[] = {SIZE_MAX, SIZE_MAX - 1, SIZE_MAX - (page - 2)};
+    size_t nomem[] = {SIZE_MAX - (page - 1), SIZE_MAX - page, SIZE_MAX - 65535, (size_t)1 << 62, (size_t)1 << 50};
+    for (size_t i = 0; i < sizeof inval / sizeof inval[0]; i++)
+        CHECK_FAIL(async_worker_create(huge_proc, NULL, inval[i]) == NULL, ASYNC_E_INVAL);
+    for (size_t i = 0; i < sizeof nomem / sizeof nomem[0]; i++) {
+        async_clear_error();
+        async_worker_t *w = async_worker_create(huge_proc, NULL, nomem[i]);
+        if (w) { /* a system that could (overcommit): fine, it must work */
+            CHECK(async_worker_join(w, 10000));
+            async_worker_destroy(w);
+            continue;
+        }
+        if (async_last_error() != ASYNC_E_NOMEM)
+            fprintf(stderr, "stack_size %#zx: error %d, os error %d\n", nomem[i], async_last_error(),
+                    async_last_os_error());
+        CHECK_ERR(ASYNC_E_NOMEM);
+    }
+}
+
 static const test_case_t cases[] = {
     T(state),
     T(result),
@@ -571,8 +650,10 @@ static const test_case_t cases[] = {
     T(join_inval),
     T(join_self),
     T(stack_size),
-    T(worker_destroy_running),
+    T(worker_huge_stack), // poll adversarial
+    T(destroy_running),
     T(native_handle),
+    T(native_stopped), // adversarial
     T(current),
     T(stop_fd),
     T(stop_fd_poll),

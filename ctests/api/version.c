@@ -1,0 +1,21 @@
+/* async_version_string: the library's version is the header's
+ * ASYNC_VERSION_MAJOR.MINOR.PATCH. */
+#include "check.h"
+
+static void t_version(void)
+{
+    char want[64];
+    const char *v = async_version_string();
+    CHECK(v != NULL);
+    snprintf(want, sizeof want, "%d.%d.%d", ASYNC_VERSION_MAJOR, ASYNC_VERSION_MINOR, ASYNC_VERSION_PATCH);
+    if (strcmp(v, want) != 0)
+        fprintf(stderr, "library version \"%s\", header \"%s\"\n", v, want);
+    CHECK(strcmp(v, want) == 0);
+    CHECK(strcmp(async_version_string(), want) == 0);
+}
+
+static const test_case_t cases[] = {
+    T(version),
+};
+
+TEST_MAIN(cases)
