@@ -106,7 +106,7 @@ typedef struct {
     void (*fn)(void);
 } test_case_t;
 
-#ifdef ASYNC_VERSION_MAJOR /* the modern header (not test_classic.c) */
+#ifdef ASYNC_VERSION_MAJOR /* the modern header (not the classic API tests) */
 /* A fiber scheduler with `workers` workers and defaults otherwise. */
 static inline async_sched_t *sched_new(int workers)
 {

@@ -1,5 +1,4 @@
-/* Fiber stack arenas are recycled (docs/RELIABILITY.md "Stack arenas are
- * recycled"): a scheduler's stacks come from 32 MiB arenas listed in a
+/* Fiber stack arenas are recycled: a scheduler's stacks come from 32 MiB arenas listed in a
  * process-wide table of 65536 entries; async_sched_destroy must give the
  * entries (and the small per-arena arrays) back, so that
  *   - a process may create and destroy schedulers for ever: more than 65536
