@@ -215,7 +215,7 @@ wine_c_tests() {
     # takes minutes under wine's emulated futexes: it runs natively and
     # under qemu instead.
     local cases c n=0 bad=0 failed=""
-    cases=$(sed -nE 's/^    T\(([a-z0-9_]+)\),.*$/\1/p' ctests/queue/queue.c)
+    cases=$(sed -nE 's/^CASE\(([a-z0-9_]+)\).*$/\1/p' ctests/queue/queue.c)
     for c in $cases; do
         [ "$c" = mpmc ] && continue
         n=$((n + 1))
@@ -233,7 +233,7 @@ wine_c_tests() {
     echo "test_queue under wine: $((n - bad)) passed, $bad failed"
     # A stop reaches a worker's queue waits (WaitOnAddress on Windows).
     local wn=0 wbad=0
-    for c in $(sed -nE 's/^    T\(([a-z0-9_]+)\),.*$/\1/p' ctests/worker/stop.c); do
+    for c in $(sed -nE 's/^CASE\(([a-z0-9_]+)\).*$/\1/p' ctests/worker/stop.c); do
         wn=$((wn + 1))
         if ! wine_run 120 test_worker_stop.exe "$c" >"$LOG/wine-worker_stop-$c.out" 2>&1; then
             wbad=$((wbad + 1))

@@ -153,7 +153,7 @@ static void live_check_and_free(live_t *l)
 
 /* ---------------------------------------------------------------------- */
 
-static void t_bad_handle_null(void)
+CASE(bad_handle_null)
 {
     live_t l;
     live_make(&l);
@@ -168,7 +168,7 @@ static void *quick_proc(void *ctx)
     return ctx;
 }
 
-static void t_bad_handle_destroyed(void)
+CASE(bad_handle_destroyed)
 {
     live_t l;
     async_queue_t *q = async_queue_create(4, 16, ASYNC_QUEUE_SIGNAL_ON_DATA);
@@ -186,7 +186,7 @@ static void t_bad_handle_destroyed(void)
     live_check_and_free(&l);
 }
 
-static void t_bad_handle_destroyed_reuse(void)
+CASE(bad_handle_destroyed_reuse)
 {
     /* a destroyed handle stays invalid after new objects are created */
     async_queue_t *q1, *q2;
@@ -221,7 +221,7 @@ static void t_bad_handle_destroyed_reuse(void)
     async_runtime_deinit(r2);
 }
 
-static void t_bad_handle_bogus(void)
+CASE(bad_handle_bogus)
 {
     live_t l;
     uintptr_t vals[] = {0x12345678, 1, 8, 0xFFFF, (uintptr_t)-1, (uintptr_t)-4096, (uintptr_t)0xDEADBEEF00ull};
@@ -235,7 +235,7 @@ static void t_bad_handle_bogus(void)
     live_check_and_free(&l);
 }
 
-static void t_bad_handle_stack_pointer(void)
+CASE(bad_handle_stack_pointer)
 {
     live_t l;
     uint64_t junk[64];
@@ -275,7 +275,7 @@ static void live_intact(const live_t *l, const char *what)
     CHECK_EQ(async_runtime_cancel_timer(l->rt, id), 0);
 }
 
-static void t_bad_handle_wrong_type(void)
+CASE(bad_handle_wrong_type)
 {
     /* a live handle of one type passed where another type is expected */
     live_t l;
@@ -296,13 +296,4 @@ static void t_bad_handle_wrong_type(void)
     live_check_and_free(&l);
 }
 
-static const test_case_t cases[] = {
-    T(bad_handle_null),
-    T(bad_handle_destroyed),
-    T(bad_handle_destroyed_reuse),
-    T(bad_handle_bogus),
-    T(bad_handle_stack_pointer),
-    T(bad_handle_wrong_type),
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

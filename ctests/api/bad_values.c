@@ -252,7 +252,7 @@ static void bad_chan_values(async_chan_t *ch)
     CHECK_FAIL(async_chan_try_recv(ch, NULL) == -1, ASYNC_E_EMPTY); /* nothing was sent by the calls above */
 }
 
-static void t_bad_values(void)
+CASE(bad_values) // poll
 {
     async_runtime_t *rt = mkrt();
     async_chan_t *ch = async_chan_create(1, sizeof(int));
@@ -271,8 +271,4 @@ static void t_bad_values(void)
     close_fds();
 }
 
-static const test_case_t cases[] = {
-    T(bad_values), // poll
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

@@ -209,31 +209,19 @@ static int cancel_case(int what, int on_worker)
     return 1;
 }
 
-static void t_cancel_chan_recv(void) { cancel_case(CW_CHAN, 0); }
-static void t_cancel_chan_recv_worker(void) { cancel_case(CW_CHAN, 1); }
-static void t_cancel_mutex_lock(void) { cancel_case(CW_MUTEX, 0); }
-static void t_cancel_queue_dequeue(void) { cancel_case(CW_QUEUE, 0); }
-static void t_cancel_queue_dequeue_worker(void) { cancel_case(CW_QUEUE, 1); }
-static void t_cancel_runtime_wait(void) { cancel_case(CW_RUNTIME, 0); }
-static void t_cancel_runtime_wait_worker(void) { cancel_case(CW_RUNTIME, 1); }
-static void t_cancel_signal_wait(void) { cancel_case(CW_SIGNAL, 0); }
-static void t_cancel_sleep(void)
+CASE(cancel_chan_recv) { cancel_case(CW_CHAN, 0); } // poll adversarial
+CASE(cancel_chan_recv_worker) { cancel_case(CW_CHAN, 1); } // poll adversarial
+CASE(cancel_mutex_lock) { cancel_case(CW_MUTEX, 0); } // poll adversarial
+CASE(cancel_queue_dequeue) { cancel_case(CW_QUEUE, 0); } // poll adversarial
+CASE(cancel_queue_dequeue_worker) { cancel_case(CW_QUEUE, 1); } // poll adversarial
+CASE(cancel_runtime_wait) { cancel_case(CW_RUNTIME, 0); } // poll adversarial
+CASE(cancel_runtime_wait_worker) { cancel_case(CW_RUNTIME, 1); } // poll adversarial
+CASE(cancel_signal_wait) { cancel_case(CW_SIGNAL, 0); } // poll adversarial
+CASE(cancel_sleep) // poll adversarial
 {
     int tries = 0;
     while (!cancel_case(CW_SLEEP, 0))
         CHECK(++tries < 5);
 }
 
-static const test_case_t cases[] = {
-    T(cancel_chan_recv), // poll adversarial
-    T(cancel_chan_recv_worker), // poll adversarial
-    T(cancel_mutex_lock), // poll adversarial
-    T(cancel_queue_dequeue), // poll adversarial
-    T(cancel_queue_dequeue_worker), // poll adversarial
-    T(cancel_runtime_wait), // poll adversarial
-    T(cancel_runtime_wait_worker), // poll adversarial
-    T(cancel_sleep), // poll adversarial
-    T(cancel_signal_wait), // poll adversarial
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

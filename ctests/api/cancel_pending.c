@@ -122,12 +122,12 @@ static void cancel_case(int what)
     close(p[1]);
 }
 
-static void t_cancel_wakeup(void) { cancel_case(CX_WAKEUP); }
-static void t_cancel_post_ring(void) { cancel_case(CX_POST_RING); }
-static void t_cancel_wait0(void) { cancel_case(CX_WAIT0); }
-static void t_cancel_wait0_woken(void) { cancel_case(CX_WAIT0_WOKEN); }
-static void t_cancel_signal_ring(void) { cancel_case(CX_SIGNAL_RING); }
-static void t_cancel_queue_ring(void) { cancel_case(CX_QUEUE_RING); }
+CASE(cancel_wakeup) { cancel_case(CX_WAKEUP); } // poll adversarial
+CASE(cancel_post_ring) { cancel_case(CX_POST_RING); } // poll adversarial
+CASE(cancel_wait0) { cancel_case(CX_WAIT0); } // poll adversarial
+CASE(cancel_wait0_woken) { cancel_case(CX_WAIT0_WOKEN); } // poll adversarial
+CASE(cancel_signal_ring) { cancel_case(CX_SIGNAL_RING); } // poll adversarial
+CASE(cancel_queue_ring) { cancel_case(CX_QUEUE_RING); } // poll adversarial
 
 /* Every runtime call, made by a thread whose cancel is pending, comes back
  * (the thread makes no libc cancellation point of its own meanwhile). */
@@ -189,7 +189,7 @@ static void *cxk_thread(void *arg)
     return NULL;
 }
 
-static void t_cancel_fiber_kick(void)
+CASE(cancel_fiber_kick) // poll adversarial
 {
     async_sched_config_t cfg = {.workers = 1};
     async_sched_t *s = async_sched_create(&cfg);
@@ -211,7 +211,7 @@ static void t_cancel_fiber_kick(void)
     async_sched_destroy(s);
 }
 
-static void t_cancel_all_calls(void)
+CASE(cancel_all_calls) // poll adversarial
 {
     int p[2];
     CHECK_EQ(pipe2(p, O_NONBLOCK | O_CLOEXEC), 0);
@@ -242,7 +242,7 @@ static void *cx_init(void *arg)
     return NULL;
 }
 
-static void t_cancel_log_child(void)
+CHILD(cancel_log_child)
 {
     /* A Go call first, so that the one below is not the process's first. */
     CHECK_FAIL(async_runtime_add_timer(NULL, 1, 0, 0) == 0, ASYNC_E_BADHANDLE);
@@ -255,7 +255,7 @@ static void t_cancel_log_child(void)
     CHECK_EQ(atomic_load(&step), 1);
 }
 
-static void t_cancel_log(void)
+CASE(cancel_log) // poll adversarial
 {
     char out[4096];
     int st = run_self_case_out("cancel_log_child", "ASYNC_BACKEND=nope", out, sizeof out);
@@ -287,7 +287,7 @@ static void *rt_signal_cycle(void *arg)
     return NULL;
 }
 
-static void t_cancel_unwatch(void)
+CASE(cancel_unwatch) // poll adversarial
 {
     CHECK_EQ(async_fiber_watch_signal(SIGRTMIN + 7), 0);
     atomic_int step = 0;
@@ -342,7 +342,7 @@ static void *cx_stop(void *arg)
     return NULL;
 }
 
-static void t_cancel_worker_stop(void)
+CASE(cancel_worker_stop) // poll adversarial
 {
     static async_worker_t *_Atomic self;
     atomic_store(&self, NULL);
@@ -363,19 +363,4 @@ static void t_cancel_worker_stop(void)
     async_worker_destroy(w);
 }
 
-static const test_case_t cases[] = {
-    T(cancel_wakeup), // poll adversarial
-    T(cancel_post_ring), // poll adversarial
-    T(cancel_wait0), // poll adversarial
-    T(cancel_wait0_woken), // poll adversarial
-    T(cancel_signal_ring), // poll adversarial
-    T(cancel_queue_ring), // poll adversarial
-    T(cancel_all_calls), // poll adversarial
-    T(cancel_fiber_kick), // poll adversarial
-    T(cancel_log), // poll adversarial
-    T(cancel_unwatch), // poll adversarial
-    T(cancel_worker_stop), // poll adversarial
-    {"cancel_log_child", t_cancel_log_child},
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

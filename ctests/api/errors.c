@@ -11,7 +11,7 @@
 #include <stdatomic.h>
 #include <sys/resource.h>
 
-static void t_strerror(void)
+CASE(strerror)
 {
     const char *s[ASYNC_E_STATE + 1];
     const int unknown[] = {ASYNC_E_STATE + 1, 20, 99, 1000, -1, -2, INT_MAX, INT_MIN};
@@ -47,7 +47,7 @@ static void *thread_sets_inval(void *arg)
     return (void *)(intptr_t)async_last_error();
 }
 
-static void t_last_error(void)
+CASE(last_error)
 {
     pthread_t th;
     void *r;
@@ -84,7 +84,7 @@ static void *thread_clears(void *arg)
     return (void *)(intptr_t)async_last_error();
 }
 
-static void t_clear_error(void)
+CASE(clear_error)
 {
     pthread_t th;
     void *r;
@@ -135,7 +135,7 @@ static struct rlimit exhaust_fds(void) {
     return old;
 }
 
-static void t_os_error_not_sys(void) {
+CASE(os_error_not_sys) {
     async_clear_error();
     CHECK_EQ(async_last_os_error(), 0);
     CHECK_FAIL(!async_queue_enqueue(NULL, "x", 1), ASYNC_E_BADHANDLE);
@@ -144,7 +144,7 @@ static void t_os_error_not_sys(void) {
 
 /* ASYNC_E_SYS from Go (the poller's epoll_create/eventfd) and from C (the
  * scheduler's) carries the errno: EMFILE with no descriptor left. */
-static void t_os_error_sys(void) {
+CASE(os_error_sys) { // poll
     async_runtime_t *rt = async_runtime_init(); /* Go is up before the limit */
     CHECK(rt != NULL);
     async_runtime_deinit(rt);
@@ -187,7 +187,7 @@ static void fails_sys(void *arg) {
     x->oe = async_last_os_error();
 }
 
-static void t_os_error_fiber(void) {
+CASE(os_error_fiber) {
     async_runtime_t *rt = async_runtime_init();
     CHECK(rt != NULL);
     async_runtime_deinit(rt);
@@ -218,7 +218,7 @@ static void t_os_error_fiber(void) {
 
 /* ASYNC_BACKEND naming no backend: init fails with ASYNC_E_NOTSUP and says
  * why on stderr, once. ctest runs this case with ASYNC_BACKEND=bogus. */
-static void t_backend_unknown(void) {
+CASE(backend_unknown) { // env=ASYNC_BACKEND=bogus
     const char *b = getenv("ASYNC_BACKEND");
     CHECK(b != NULL && strcmp(b, "bogus") == 0);
     int p[2];
@@ -252,14 +252,4 @@ static void t_backend_unknown(void) {
     CHECK(strstr(m + 1, "ASYNC_BACKEND") == NULL); /* once */
 }
 
-static const test_case_t cases[] = {
-    T(strerror),
-    T(last_error),
-    T(clear_error),
-    T(os_error_not_sys),
-    T(os_error_sys), // poll
-    T(os_error_fiber),
-    T(backend_unknown), // env=ASYNC_BACKEND=bogus
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

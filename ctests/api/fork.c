@@ -122,7 +122,7 @@ static void run_child(async_queue_t *q, async_runtime_t *rt, async_worker_t *w)
     }
 }
 
-static void t_fork(void)
+CASE(fork)
 {
     async_queue_t *q = async_queue_create(4, sizeof(int), (async_queue_flags_t)0);
     async_runtime_t *rt = async_runtime_init();
@@ -387,7 +387,7 @@ static void fb_fork(int round)
     CHECK_EQ(WEXITSTATUS(status), 0);
 }
 
-static void t_fork_busy(void)
+CASE(fork_busy) // poll
 {
     async_sched_config_t cfg = {2, 0, 0};
     pthread_t waiter, posters[2], qr, qw;
@@ -457,7 +457,7 @@ static void child_fiber(void *a)
     CHECK_EQ(async_runtime_post_completion((async_runtime_t *)a, 5, 6), 0);
 }
 
-static void t_exec_child(void)
+CHILD(exec_child)
 {
     async_runtime_t *rt = mkrt();
     async_sched_t *s = async_sched_create(NULL);
@@ -475,7 +475,7 @@ static void t_exec_child(void)
  * (when stats is not NULL). In a forked child every call fails with
  * ASYNC_E_FORKED, and this one returned before it zeroed: *stats kept the
  * caller's garbage. */
-static void t_fork_queue_stats_zeroed(void)
+CASE(fork_queue_stats_zeroed) // adversarial
 {
     async_queue_t *q = async_queue_create(4, 8, 0);
     CHECK(q != NULL);
@@ -505,7 +505,7 @@ static void t_fork_queue_stats_zeroed(void)
 
 /* --- runtime calls in the child while the parent's loop sleeps ------------ */
 
-static void t_fork_child_calls(void)
+CASE(fork_child_calls) // poll adversarial
 {
     async_runtime_t *rt = async_runtime_init();
     CHECK(rt);
@@ -553,12 +553,4 @@ static void t_fork_child_calls(void)
     async_runtime_deinit(rt);
 }
 
-static const test_case_t cases[] = {
-    T(fork),
-    T(fork_busy), // poll
-    T(fork_queue_stats_zeroed), // adversarial
-    T(fork_child_calls), // poll adversarial
-    {"exec_child", t_exec_child},
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

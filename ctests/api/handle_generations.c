@@ -35,7 +35,7 @@ static long wrap_cycles(void) {
 /* A destroyed queue handle never names the slot's next queues: 2^24+ create
  * and destroy cycles (one slot, reused each time) never hand out the
  * destroyed handle's value again, and it stays invalid. */
-static void t_handle_wrap_queue(void) {
+CASE(handle_wrap_queue) { // timeout=120
     long n = wrap_cycles();
     async_queue_t *h0 = async_queue_create(1, 8, (async_queue_flags_t)0);
     CHECK(h0 != NULL);
@@ -59,7 +59,7 @@ static void t_handle_wrap_queue(void) {
  * slot is retired, the stale handles of every type stay invalid. */
 #define NEAR_END "4294967000" /* 2^32 - 296 */
 
-static void t_handle_exhausted_queue(void) {
+CASE(handle_exhausted_queue) {
     CHECK_EQ(setenv("ASYNC_TEST_HANDLE_GEN", NEAR_END, 1), 0);
     async_queue_t *first = async_queue_create(1, 8, (async_queue_flags_t)0);
     CHECK(first != NULL);
@@ -77,7 +77,7 @@ static void t_handle_exhausted_queue(void) {
     CHECK_FAIL(!async_queue_enqueue(first, "x", 1), ASYNC_E_BADHANDLE);
 }
 
-static void t_handle_exhausted_chan(void) {
+CASE(handle_exhausted_chan) {
     CHECK_EQ(setenv("ASYNC_TEST_HANDLE_GEN", NEAR_END, 1), 0);
     int v = 1;
     async_chan_t *first = async_chan_create(1, sizeof v);
@@ -122,7 +122,7 @@ static void respawner(void *arg) {
     r->ok = async_fiber_join(r->first, 0) != 0 && async_last_error() == ASYNC_E_BADHANDLE;
 }
 
-static void t_handle_exhausted_fiber(void) {
+CASE(handle_exhausted_fiber) {
     CHECK_EQ(setenv("ASYNC_TEST_HANDLE_GEN", NEAR_END, 1), 0);
     async_sched_config_t cfg = {1, 0, 0};
     async_sched_t *s = async_sched_create(&cfg);
@@ -134,11 +134,4 @@ static void t_handle_exhausted_fiber(void) {
     async_sched_destroy(s);
 }
 
-static const test_case_t cases[] = {
-    T(handle_wrap_queue), // timeout=120
-    T(handle_exhausted_queue),
-    T(handle_exhausted_chan),
-    T(handle_exhausted_fiber),
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

@@ -38,31 +38,31 @@ static void expect_init_notsup(void) {
 
 /* ---- children ------------------------------------------------------------ */
 
-static void t_child_default(void) {
+CHILD(child_default) {
     expect_init_notsup();
     exit(0);
 }
 
-static void t_child_hook(void) {
+CHILD(child_hook) {
     CHECK_EQ(async_set_log_handler(ASYNC_LOG_WARN, hook, "ctx1"), 0);
     expect_init_notsup();
     exit(0);
 }
 
-static void t_child_filtered(void) {
+CHILD(child_filtered) {
     /* ERROR lets ERROR and FATAL through, not the WARN of the backend */
     CHECK_EQ(async_set_log_handler(ASYNC_LOG_ERROR, hook, "ctx2"), 0);
     expect_init_notsup();
     exit(0);
 }
 
-static void t_child_off(void) {
+CHILD(child_off) {
     CHECK_EQ(async_set_log_handler(ASYNC_LOG_OFF, NULL, NULL), 0);
     expect_init_notsup();
     exit(0);
 }
 
-static void t_child_restored(void) {
+CHILD(child_restored) {
     CHECK_EQ(async_set_log_handler(ASYNC_LOG_DEBUG, hook, "old"), 0);
     CHECK_EQ(async_set_log_handler(ASYNC_LOG_WARN, NULL, NULL), 0); /* back to the default */
     expect_init_notsup();
@@ -83,7 +83,7 @@ static void overflow(void *arg) {
     printf("%d\n", rec(0));
 }
 
-static void t_child_overflow(void) {
+CHILD(child_overflow) {
     CHECK_EQ(async_set_log_handler(ASYNC_LOG_FATAL, hook, "fatal"), 0);
     async_sched_config_t cfg = {1, 32 * 1024, 0};
     async_sched_t *s = async_sched_create(&cfg);
@@ -99,7 +99,7 @@ static void t_child_overflow(void) {
 #define BACKEND_MSG "the environment variable ASYNC_BACKEND=\"bogus\" names no poller backend"
 
 /* Without a handler the message is on stderr as before the hook existed. */
-static void t_log_default_stderr(void) {
+CASE(log_default_stderr) {
     char out[4096];
     int st = run_self_case_out("child_default", "ASYNC_BACKEND=bogus", out, sizeof out);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
@@ -109,7 +109,7 @@ static void t_log_default_stderr(void) {
 
 /* A handler gets the message (level, ctx, text without "libasync: " and
  * without a newline) and nothing is written to stderr by libasync. */
-static void t_log_handler_gets_message(void) {
+CASE(log_handler_gets_message) {
     char out[4096];
     int st = run_self_case_out("child_hook", "ASYNC_BACKEND=bogus", out, sizeof out);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
@@ -119,7 +119,7 @@ static void t_log_handler_gets_message(void) {
 }
 
 /* A message above the handler's level is dropped; OFF silences the default. */
-static void t_log_level_filters(void) {
+CASE(log_level_filters) {
     char out[4096];
     int st = run_self_case_out("child_filtered", "ASYNC_BACKEND=bogus", out, sizeof out);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
@@ -131,7 +131,7 @@ static void t_log_level_filters(void) {
 }
 
 /* fn NULL restores the default handler; the replaced handler gets nothing. */
-static void t_log_restore_default(void) {
+CASE(log_restore_default) {
     char out[4096];
     int st = run_self_case_out("child_restored", "ASYNC_BACKEND=bogus", out, sizeof out);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
@@ -141,7 +141,7 @@ static void t_log_restore_default(void) {
 
 /* The fiber stack overflow report (from the SIGSEGV handler) goes through
  * the handler at ASYNC_LOG_FATAL, then the process aborts. */
-static void t_log_overflow_through_handler(void) {
+CASE(log_overflow_through_handler) {
     if (getenv("ASYNC_TEST_EMULATOR")) {
         printf("skipped under an emulator (guard pages are not enforced there)\n");
         return;
@@ -155,7 +155,7 @@ static void t_log_overflow_through_handler(void) {
 }
 
 /* Bad levels are refused with ASYNC_E_INVAL and change nothing. */
-static void t_log_bad_level(void) {
+CASE(log_bad_level) {
     CHECK_FAIL(async_set_log_handler(ASYNC_LOG_DEBUG + 1, hook, NULL) == -1, ASYNC_E_INVAL);
     CHECK_FAIL(async_set_log_handler(ASYNC_LOG_OFF - 1, hook, NULL) == -1, ASYNC_E_INVAL);
     CHECK_FAIL(async_set_log_handler(1 << 30, NULL, NULL) == -1, ASYNC_E_INVAL);
@@ -173,7 +173,7 @@ static void *swapper(void *arg) {
     return NULL;
 }
 
-static void t_log_concurrent_set(void) {
+CASE(log_concurrent_set) {
     pthread_t th[4];
     for (int i = 0; i < 4; i++) start_thread(&th[i], swapper, NULL);
     for (int i = 0; i < 4; i++) join_within(th[i], 30000, "swapper");
@@ -192,7 +192,7 @@ static void *fork_setter(void *arg) {
     return NULL;
 }
 
-static void t_log_fork_set(void) {
+CASE(log_fork_set) {
     pthread_t th[3];
     for (uintptr_t i = 0; i < 3; i++) start_thread(&th[i], fork_setter, (void *)i);
     int hung = 0;
@@ -238,7 +238,7 @@ static void lo_handler(int level, const char *msg, void *ctx)
 
 /* In a child with the crafted ASYNC_FIBER_STALL_MS: one message to stderr
  * (the default handler), one to a handler. */
-static void t_log_one_line_child(void)
+CHILD(log_one_line_child)
 {
     async_sched_t *s = async_sched_create(NULL);
     CHECK(s != NULL);
@@ -251,7 +251,7 @@ static void t_log_one_line_child(void)
     CHECK_EQ(atomic_load(&lo_ctl), 0);
 }
 
-static void t_log_one_line(void)
+CASE(log_one_line) // adversarial
 {
     char out[4096];
     int st = run_self_case_out("log_one_line_child",
@@ -295,7 +295,7 @@ static void *lr_thread(void *arg)
     return NULL;
 }
 
-static void t_log_records(void)
+CASE(log_records) // adversarial
 {
     pthread_t t[LR_THREADS];
     for (uintptr_t i = 0; i < LR_THREADS; i++)
@@ -327,25 +327,4 @@ static void t_log_records(void)
     CHECK_FAIL(async_set_log_handler(ASYNC_LOG_DEBUG + 1, lr_handler, NULL) == -1, ASYNC_E_INVAL);
 }
 
-static const test_case_t cases[] = {
-    T(log_default_stderr),
-    T(log_handler_gets_message),
-    T(log_level_filters),
-    T(log_restore_default),
-    T(log_overflow_through_handler),
-    T(log_bad_level),
-    T(log_concurrent_set),
-    T(log_fork_set),
-    T(log_one_line), // adversarial
-    T(log_records), // adversarial
-    {"log_one_line_child", t_log_one_line_child},
-    /* children, not tests of their own */
-    {"child_default", t_child_default},
-    {"child_hook", t_child_hook},
-    {"child_filtered", t_child_filtered},
-    {"child_off", t_child_off},
-    {"child_restored", t_child_restored},
-    {"child_overflow", t_child_overflow},
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

@@ -2,7 +2,7 @@
  * ASYNC_VERSION_MAJOR.MINOR.PATCH. */
 #include "check.h"
 
-static void t_version(void)
+CASE(version)
 {
     char want[64];
     const char *v = async_version_string();
@@ -14,8 +14,4 @@ static void t_version(void)
     CHECK(strcmp(async_version_string(), want) == 0);
 }
 
-static const test_case_t cases[] = {
-    T(version),
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

@@ -46,7 +46,7 @@ static void nonblock(int fd)
 
 /* ---- layout ------------------------------------------------------------------- */
 
-static void t_layout(void)
+CASE(layout) // poll
 {
     io_event_t e;
     CHECK_EQ(sizeof(void *) == 8 ? sizeof(io_event_t) : 48, 48);
@@ -121,7 +121,7 @@ static void *client_worker(void *ctx)
     return client_proc(ctx);
 }
 
-static void t_server(void)
+CASE(server) // poll
 {
     async_runtime_t *rt = async_runtime_init();
     port_def_t listener;
@@ -255,7 +255,7 @@ static void *resolver_proc(void *arg)
     return NULL;
 }
 
-static void t_resolver(void)
+CASE(resolver) // poll
 {
     async_runtime_t *rt = async_runtime_init();
     resolver_ctx_t rc;
@@ -311,7 +311,7 @@ static void t_resolver(void)
 
 #define NPAIRS 300
 
-static void t_many_events(void)
+CASE(many_events) // poll
 {
     async_runtime_t *rt = async_runtime_init();
     int sp[NPAIRS][2];
@@ -385,7 +385,7 @@ static void *waker(void *arg)
     return NULL;
 }
 
-static void t_timeval(void)
+CASE(timeval) // poll
 {
     async_runtime_t *rt = async_runtime_init();
     struct timeval tv;
@@ -425,7 +425,7 @@ static void t_timeval(void)
 
 /* ---- the 4-argument modify ---------------------------------------------------------- */
 
-static void t_modify_context(void)
+CASE(modify_context) // poll
 {
     async_runtime_t *rt = async_runtime_init();
     int sp[2], a, b;
@@ -461,7 +461,7 @@ static void t_modify_context(void)
 
 /* ---- hang-up: the data before it is read, then 0 --------------------------------------- */
 
-static void t_hangup(void)
+CASE(hangup) // poll
 {
     async_runtime_t *rt = async_runtime_init();
     int sp[2], n, i, seen_end = 0;
@@ -495,7 +495,7 @@ static void t_hangup(void)
 
 /* ---- the console ------------------------------------------------------------------------- */
 
-static void t_console_pipe(void)
+CASE(console_pipe) // poll
 {
     async_runtime_t *rt = async_runtime_init();
     int p[2], n, eof = 0;
@@ -542,7 +542,7 @@ static void t_console_pipe(void)
     async_runtime_deinit(rt);
 }
 
-static void t_console_file(void)
+CASE(console_file) // poll
 {
     async_runtime_t *rt = async_runtime_init();
     char path[] = "/tmp/libasync_classic_XXXXXX";
@@ -587,7 +587,7 @@ static void t_console_file(void)
 
 /* A regular file added by the driver itself (as it adds STDIN_FILENO), with
  * max_events 1: the file and the poller take turns. */
-static void t_regular_file(void)
+CASE(regular_file) // poll
 {
     async_runtime_t *rt = async_runtime_init();
     char path[] = "/tmp/libasync_classic_XXXXXX";
@@ -626,7 +626,7 @@ static void t_regular_file(void)
 
 /* A regular file closed without remove (a caller's bug): reported once as
  * ERROR|CLOSE, then quiet; its number, reused by a socket, can be added. */
-static void t_regular_file_closed(void)
+CASE(regular_file_closed) // poll
 {
     async_runtime_t *rt = async_runtime_init();
     char path[] = "/tmp/libasync_classic_XXXXXX";
@@ -661,7 +661,7 @@ static void t_regular_file_closed(void)
 
 /* ---- the event-loop handle, bad arguments and handles, no console after deinit ---- */
 
-static void t_loop_handle_bad_args(void)
+CASE(loop_handle_bad_args) // poll
 {
     async_runtime_t *rt = async_runtime_init();
     struct timeval tv = {0, 0};
@@ -683,19 +683,4 @@ static void t_loop_handle_bad_args(void)
     async_runtime_deinit(NULL);
 }
 
-static const test_case_t cases[] = {
-    T(layout), // poll
-    T(server), // poll
-    T(resolver), // poll
-    T(many_events), // poll
-    T(timeval), // poll
-    T(modify_context), // poll
-    T(hangup), // poll
-    T(console_pipe), // poll
-    T(console_file), // poll
-    T(regular_file), // poll
-    T(regular_file_closed), // poll
-    T(loop_handle_bad_args), // poll
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

@@ -17,7 +17,7 @@
 
 /* ---- console ------------------------------------------------------------------------- */
 
-static void t_console_twice(void)
+CASE(console_twice) // poll adversarial
 {
     async_runtime_t *rt = async_runtime_init();
     int p[2], saved = dup(0), a, b, n;
@@ -120,7 +120,7 @@ static char g_out[1 << 16];
 /* console_worker started with stdin closed: no descriptor of the program
  * (the runtime's, the listening socket) may become "stdin" for the console
  * reader; a closed stdin is the end of input, as /dev/null is. */
-static void t_example_console_closed_stdin(void)
+CASE(example_console_closed_stdin) // poll adversarial
 {
 #ifdef ASYNC_TEST_CONSOLE_WORKER
     char *argv[] = {ASYNC_TEST_CONSOLE_WORKER, "--port", "0", "--heartbeat", "0", NULL};
@@ -135,7 +135,7 @@ static void t_example_console_closed_stdin(void)
 /* async_dns whose stdout cannot be written (a full disk): the answers are
  * lost, so the exit status must say so, not 0; and with stdin and stdout
  * closed its own descriptors never receive its output. */
-static void t_example_dns_lost_output(void)
+CASE(example_dns_lost_output) // poll adversarial
 {
 #ifdef ASYNC_TEST_ASYNC_DNS
     char *argv[] = {ASYNC_TEST_ASYNC_DNS, "localhost", NULL};
@@ -158,7 +158,7 @@ static void t_example_dns_lost_output(void)
  * readable and the loop spinning on it for ever. Each client reads its first
  * line; a deadline only turns a client left without an answer into a
  * failure. */
-static void t_example_console_emfile(void)
+CASE(example_console_emfile) // poll adversarial
 {
 #ifdef ASYNC_TEST_CONSOLE_WORKER
     int in[2], out[2], port = 0, i, refused = 0, st;
@@ -262,7 +262,7 @@ static void t_example_console_emfile(void)
  * main, opened /dev/null on descriptor 0, so that nothing else (Go's
  * initialisation, the library's descriptors) takes the number; the runtime's
  * descriptors are above 2. */
-static void t_std_closed_probe(void)
+CHILD(std_closed_probe)
 {
     struct stat st, nul;
     int i;
@@ -281,7 +281,7 @@ static void t_std_closed_probe(void)
     CHECK(S_ISCHR(st.st_mode) && st.st_rdev == nul.st_rdev);
 }
 
-static void t_std_closed(void)
+CASE(std_closed) // poll adversarial
 {
     char self[4096];
     ssize_t len;
@@ -304,13 +304,4 @@ static void t_std_closed(void)
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
-static const test_case_t cases[] = {
-    T(console_twice), // poll adversarial
-    T(example_console_closed_stdin), // poll adversarial
-    T(example_dns_lost_output), // poll adversarial
-    T(std_closed_probe), /* run by std_closed only (not a ctest) */
-    T(std_closed), // poll adversarial
-    T(example_console_emfile), // poll adversarial
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

@@ -15,7 +15,7 @@
 
 /* ---- fds closed and reused while registered ---------------------------------------- */
 
-static void t_fd_reuse(void)
+CASE(fd_reuse) // poll adversarial
 {
     async_runtime_t *rt = async_runtime_init();
     int sp[2], sp2[2], a, b, n, i, seen;
@@ -68,7 +68,7 @@ static int tmpfile_fd(const char *content)
  * another regular file that was not added: the old registration is reported
  * once as ERROR|CLOSE and never again (docs/CLASSIC_API.md), never the new
  * file's readiness with the old context; the new file can then be added. */
-static void t_file_reuse_file(void)
+CASE(file_reuse_file) // poll adversarial
 {
     async_runtime_t *rt = async_runtime_init();
     int fa, fb, a, b, n, i, errs = 0, keep;
@@ -108,7 +108,7 @@ static void t_file_reuse_file(void)
 /* A socket closed without remove, its number reused by a regular file that
  * is then added: one registration, the file's (no duplicate with the
  * socket's context, also on the poll backend, which watches numbers). */
-static void t_file_reuse_sock(void)
+CASE(file_reuse_sock) // poll adversarial
 {
     async_runtime_t *rt = async_runtime_init();
     int sp[2], f, a, b, n, i, rounds;
@@ -159,7 +159,7 @@ static void *modifier(void *arg)
 /* An always readable socket whose context another thread keeps changing: a
  * wait that begins after modify #k returned never reports a context older
  * than #k (docs/CLASSIC_API.md: events reported after the call carry the new context). */
-static void t_modify_race(void)
+CASE(modify_race) // poll adversarial
 {
     async_runtime_t *rt = async_runtime_init();
     int sp[2];
@@ -191,11 +191,4 @@ static void t_modify_race(void)
     async_runtime_deinit(rt);
 }
 
-static const test_case_t cases[] = {
-    T(fd_reuse), // poll adversarial
-    T(file_reuse_file), // poll adversarial
-    T(file_reuse_sock), // poll adversarial
-    T(modify_race), // poll adversarial
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

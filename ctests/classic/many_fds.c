@@ -42,7 +42,7 @@ static void *storm(void *arg)
     return NULL;
 }
 
-static void t_accept_storm(void)
+CASE(accept_storm) // poll adversarial
 {
     async_runtime_t *rt = async_runtime_init();
     struct sockaddr_in sa;
@@ -100,7 +100,7 @@ static void t_accept_storm(void)
 
 /* ---- RLIMIT_NOFILE low --------------------------------------------------------------- */
 
-static void t_nofile(void)
+CASE(nofile) // poll adversarial
 {
     struct rlimit old, rl;
     async_runtime_t *rts[64];
@@ -150,7 +150,7 @@ static void t_nofile(void)
 
 /* ---- descriptors above 1024 (FD_SETSIZE), both backends ------------------------------------ */
 
-static void t_high_fds(void)
+CASE(high_fds) // poll adversarial
 {
     async_runtime_t *rt = async_runtime_init();
     struct rlimit rl;
@@ -198,10 +198,4 @@ static void t_high_fds(void)
     async_runtime_deinit(rt);
 }
 
-static const test_case_t cases[] = {
-    T(accept_storm), // poll adversarial
-    T(nofile), // poll adversarial
-    T(high_fds), // poll adversarial
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

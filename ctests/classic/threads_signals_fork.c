@@ -36,7 +36,7 @@ static void *pw_proc(void *arg)
     return NULL;
 }
 
-static void t_posts_workers(void)
+CASE(posts_workers) // poll adversarial
 {
     async_runtime_t *rt = async_runtime_init();
     async_worker_t *w[NW];
@@ -107,7 +107,7 @@ static void *waiter_proc(void *arg)
     return NULL;
 }
 
-static void t_deinit_race(void)
+CASE(deinit_race) // poll adversarial
 {
     int round;
     for (round = 0; round < 200; round++) {
@@ -160,7 +160,7 @@ static void *kill_main(void *arg)
 
 /* A signal during the wait returns 0 (the driver then checks its flags); it
  * never fails with -1 or loses a completion. */
-static void t_eintr(void)
+CASE(eintr) // poll adversarial
 {
     async_runtime_t *rt = async_runtime_init();
     struct sigaction sa;
@@ -189,7 +189,7 @@ static void t_eintr(void)
 
 /* ---- fork ---------------------------------------------------------------------------- */
 
-static void t_fork(void)
+CASE(fork) // poll adversarial
 {
     async_runtime_t *rt = async_runtime_init();
     int sp[2], st;
@@ -241,11 +241,4 @@ static void t_fork(void)
     close(sp[1]);
 }
 
-static const test_case_t cases[] = {
-    T(posts_workers), // poll adversarial
-    T(deinit_race), // poll adversarial
-    T(eintr), // poll adversarial
-    T(fork), // poll adversarial
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

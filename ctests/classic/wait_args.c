@@ -53,7 +53,7 @@ static void huge_one(long sec, long usec)
     async_runtime_deinit(rt);
 }
 
-static void t_tv_huge(void)
+CASE(tv_huge) // poll adversarial
 {
     huge_one(LONG_MAX, 0);
     huge_one(LONG_MAX, 999999);
@@ -66,7 +66,7 @@ static void t_tv_huge(void)
 /* tv_usec >= 1000000 is more seconds (as select(2) would refuse, but the
  * classic backend computed sec*1000 + usec/1000): {0, 200000000} is 200 s, so a
  * completion ends it; {0,-1} and {-1, 999999} do not wait. */
-static void t_tv_odd(void)
+CASE(tv_odd) // poll adversarial
 {
     async_runtime_t *rt = async_runtime_init();
     double t0;
@@ -89,7 +89,7 @@ static void t_tv_odd(void)
 
 /* ---- bad arguments and handles ------------------------------------------------------ */
 
-static void t_badargs(void)
+CASE(badargs) // poll adversarial
 {
     async_runtime_t *rt = async_runtime_init();
     int sp[2];
@@ -161,7 +161,7 @@ static void t_badargs(void)
  * ("never fails for memory"), not fail with ASYNC_E_NOMEM: a driver takes a
  * failed wait as fatal. (Only 3 events are ready: the 64-entry array is
  * never written beyond them.) */
-static void t_wait_nomem_child(void)
+CHILD(wait_nomem_child)
 {
     async_runtime_t *rt = async_runtime_init();
     int n;
@@ -181,7 +181,7 @@ static void t_wait_nomem_child(void)
 
 /* Runs wait_nomem_child with ASan's malloc returning NULL (not aborting) on
  * an allocation that cannot be had, as the C library's does. */
-static void t_wait_nomem(void)
+CASE(wait_nomem) // poll adversarial
 {
     static char env[1024];
     const char *old = getenv("ASAN_OPTIONS");
@@ -193,12 +193,4 @@ static void t_wait_nomem(void)
     CHECK_EQ(WEXITSTATUS(st), 0);
 }
 
-static const test_case_t cases[] = {
-    T(tv_huge), // poll adversarial
-    T(tv_odd), // poll adversarial
-    T(badargs), // poll adversarial
-    T(wait_nomem), // poll adversarial
-    T(wait_nomem_child), /* run by wait_nomem only (not a ctest) */
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

@@ -17,7 +17,7 @@ int async_runtime_add_signal(async_runtime_t *rt, int signo, uintptr_t key);
 
 /* ---- mixing with modern translation units ---------------------------------------------- */
 
-static void t_mix_timer(void)
+CASE(mix_timer) // poll adversarial
 {
     async_runtime_t *rt = async_runtime_init();
     uint64_t id;
@@ -32,7 +32,7 @@ static void t_mix_timer(void)
     async_runtime_deinit(rt);
 }
 
-static void t_mix_signal(void)
+CASE(mix_signal) // poll adversarial
 {
     async_runtime_t *rt = async_runtime_init();
     int n;
@@ -58,7 +58,7 @@ static void t_mix_signal(void)
 #undef async_runtime_deinit
 void async_runtime_deinit(async_runtime_t *rt);
 
-static void t_mix_deinit(void)
+CASE(mix_deinit) // poll adversarial
 {
     int p[2], saved = dup(0), a, i, fd;
     char path[] = "/tmp/classic_mixXXXXXX";
@@ -85,10 +85,4 @@ static void t_mix_deinit(void)
     close(fd);
 }
 
-static const test_case_t cases[] = {
-    T(mix_timer), // poll adversarial
-    T(mix_signal), // poll adversarial
-    T(mix_deinit), // poll adversarial
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

@@ -1,7 +1,7 @@
 /* check.h — tiny helpers shared by the libasync C tests.
  *
- * Every test executable holds many cases; argv[1] names the case to run
- * (see TEST_MAIN). A failed CHECK prints file:line and the failing expression
+ * Every test executable holds many cases (CASE); argv[1] names the case to
+ * run (see TEST_MAIN). A failed CHECK prints file:line and the failing expression
  * (plus libasync's last error) and ends the process with status 1, from any
  * thread.
  */
@@ -143,9 +143,35 @@ static inline void sched_wait_parked(async_sched_t *s, size_t n)
 }
 #endif
 
-/* One table line per case: T(name) runs void t_name(void). CMake reads
- * these lines to register one ctest test per case. */
-#define T(name) {#name, t_##name}
+/* The cases of this executable, registered before main by CASE and CHILD. */
+#define TEST_MAX_CASES 256
+static test_case_t test_cases_[TEST_MAX_CASES] __attribute__((unused));
+static size_t test_ncases_ __attribute__((unused));
+
+static inline void test_register_(const char *name, void (*fn)(void))
+{
+    if (test_ncases_ == TEST_MAX_CASES) {
+        fprintf(stderr, "more than %d cases in one test file\n", TEST_MAX_CASES);
+        abort();
+    }
+    test_cases_[test_ncases_].name = name;
+    test_cases_[test_ncases_].fn = fn;
+    test_ncases_++;
+}
+
+/* CASE(name) { ... } defines a test case, run as `<exe> name`. CMake reads
+ * the `CASE(name)` lines (at the start of a line) to register one ctest test
+ * per case, `<folder>.<name>`; a `//` comment at the end of that line adds
+ * words (poll, uring, timeout=N, linux, env=NAME=VALUE, labels: see
+ * ctests/CMakeLists.txt). */
+#define CASE(name)                                                                                             \
+    static void t_##name(void);                                                                                \
+    __attribute__((constructor)) static void test_register_##name(void) { test_register_(#name, t_##name); }   \
+    static void t_##name(void)
+
+/* CHILD(name) { ... }: like CASE, runnable by name (run_self_case starts it
+ * in a child process), but no ctest test of its own. */
+#define CHILD(name) CASE(name)
 
 static inline int test_main_(const test_case_t *cases, size_t n, int argc, char **argv)
 {
@@ -169,8 +195,8 @@ static inline int test_main_(const test_case_t *cases, size_t n, int argc, char 
     return 2;
 }
 
-#define TEST_MAIN(cases)                                                                                       \
-    int main(int argc, char **argv) { return test_main_(cases, sizeof(cases) / sizeof(cases[0]), argc, argv); }
+#define TEST_MAIN()                                                                                            \
+    int main(int argc, char **argv) { return test_main_(test_cases_, test_ncases_, argc, argv); }
 
 /* Threads for the stress and fault cases. */
 static inline void start_thread(pthread_t *t, void *(*fn)(void *), void *arg)

@@ -203,7 +203,7 @@ static void show_status(const char *name, int status, const char *out)
 /* EMBEDDING.md "Threads": the Go runtime starts its threads when the library
  * is loaded; once the first call returned, the process has at most
  * EMB_MAX_EXTRA_THREADS more than the host's own. */
-static void t_threads_after_load(void)
+CASE(threads_after_load)
 {
     async_runtime_t *rt;
     int at_main = count_threads(), after;
@@ -238,7 +238,7 @@ static bool has_handler(int sig, bool *onstack)
  * for SIGSEGV, SIGBUS, SIGFPE, SIGPIPE and SIGURG, and none for the other
  * signals (SIGQUIT, SIGINT, SIGTERM, SIGUSR1, SIGCHLD, SIGPROF keep their
  * default action). Checked before any libasync call. */
-static void t_signal_handlers_at_main(void)
+CASE(signal_handlers_at_main)
 {
     static const int go_sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGPIPE, SIGURG};
     static const int host_sigs[] = {SIGQUIT, SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGCHLD, SIGPROF, SIGALRM};
@@ -290,7 +290,7 @@ static void fiber_spin(void *arg)
         async_fiber_yield();
 }
 
-static void t_host_handler_onstack(void)
+CASE(host_handler_onstack) // poll
 {
     async_sched_config_t cfg = {2, 0, 0};
     struct sigaction sa;
@@ -360,7 +360,7 @@ static void t_host_handler_onstack(void)
 /* EMBEDDING.md "Signals": a NULL dereference in host C code on a host thread
  * ends the process with SIGSEGV (Go's handler passes a fault outside Go code
  * to the action before it: the default), not with a Go traceback. */
-static void c_child_segv(void)
+CHILD(child_segv)
 {
     volatile int *volatile p = NULL;
     round_trip();
@@ -369,7 +369,7 @@ static void c_child_segv(void)
     fprintf(stderr, "still alive\n");
 }
 
-static void t_segv_in_host_code(void)
+CASE(segv_in_host_code)
 {
     char out[8192];
     int st;
@@ -394,7 +394,7 @@ static void t_segv_in_host_code(void)
 /* EMBEDDING.md "Signals": with SIGPIPE at its default action, a host thread's
  * write to a pipe without reader kills the process with SIGPIPE, as it would
  * without the library (Go's handler forwards it). */
-static void c_child_sigpipe(void)
+CHILD(child_sigpipe)
 {
     int p[2];
     round_trip();
@@ -405,7 +405,7 @@ static void c_child_sigpipe(void)
     fprintf(stderr, "still alive, errno %d\n", errno);
 }
 
-static void t_sigpipe_host_thread(void)
+CASE(sigpipe_host_thread)
 {
     char out[8192];
     int st;
@@ -423,7 +423,7 @@ static void t_sigpipe_host_thread(void)
 
 /* ---- fork and exec -------------------------------------------------------- */
 
-static void c_child_use(void)
+CHILD(child_use)
 {
     CHECK_EQ(async_version(), ASYNC_VERSION_NUMBER);
     round_trip();
@@ -435,7 +435,7 @@ static void c_child_use(void)
  * in the child every call fails with ASYNC_E_FORKED except the version,
  * error and current-thread calls; exec of a program that uses libasync then
  * works (this binary, case child_use). */
-static void t_fork_exec(void)
+CASE(fork_exec) // poll
 {
     async_runtime_t *rt;
     pid_t pid;
@@ -476,7 +476,7 @@ static void t_fork_exec(void)
 
 /* ---- address space (ulimit -v) ------------------------------------------- */
 
-static void c_child_limited(void)
+CHILD(child_limited)
 {
     (void)!write(2, "main\n", 5);
     round_trip();
@@ -488,7 +488,7 @@ static void c_child_limited(void)
 /* EMBEDDING.md "Memory": a program using the runtime, a worker and a
  * 2-worker scheduler works with RLIMIT_AS (ulimit -v) at EMB_ULIMIT_V_WORKS
  * KiB (thread stacks at 8 MiB). */
-static void t_ulimit_v_works(void)
+CASE(ulimit_v_works)
 {
     char out[16384];
     int st;
@@ -507,7 +507,7 @@ static void t_ulimit_v_works(void)
 /* EMBEDDING.md "Memory": under ulimit -v EMB_ULIMIT_V_FAILS the Go runtime
  * cannot reserve its address space: the process exits with status 2 and
  * Go's "fatal error" before any libasync call that enters Go returns. */
-static void t_ulimit_v_too_low(void)
+CASE(ulimit_v_too_low)
 {
     char out[16384];
     int st;
@@ -527,7 +527,7 @@ static void t_ulimit_v_too_low(void)
 /* ---- version --------------------------------------------------------------- */
 
 /* async_version() and the version macros agree with the string. */
-static void t_version(void)
+CASE(version)
 {
     char want[32];
     CHECK_EQ(ASYNC_VERSION_NUMBER, ASYNC_VERSION_MAJOR * 10000 + ASYNC_VERSION_MINOR * 100 + ASYNC_VERSION_PATCH);
@@ -545,21 +545,4 @@ static void t_version(void)
 #endif
 }
 
-static const test_case_t cases[] = {
-    T(threads_after_load),
-    T(signal_handlers_at_main),
-    T(host_handler_onstack), // poll
-    T(segv_in_host_code),
-    T(sigpipe_host_thread),
-    T(fork_exec), // poll
-    T(ulimit_v_works),
-    T(ulimit_v_too_low),
-    T(version),
-    /* run by the cases above in a child process; not ctest cases */
-    {"child_segv", c_child_segv},
-    {"child_sigpipe", c_child_sigpipe},
-    {"child_use", c_child_use},
-    {"child_limited", c_child_limited},
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

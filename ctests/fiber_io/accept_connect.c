@@ -63,13 +63,13 @@ static void connect_body(void *arg) {
     close(l);
 }
 
-static void t_connect_states(void) {
+CASE(connect_states) { // uring adversarial
     async_sched_t *s = sched_new(2);
     on_fiber(s, connect_body, NULL);
     async_sched_destroy(s);
 }
 
-static void t_connect_states_thread(void) { connect_body(NULL); }
+CASE(connect_states_thread) { connect_body(NULL); } // adversarial
 
 /* ---- accept's addr/len ---------------------------------------------------------- */
 
@@ -126,7 +126,7 @@ static void accept_body(void *arg) {
     close(l);
 }
 
-static void t_accept_args(void) {
+CASE(accept_args) { // uring adversarial
     async_sched_t *s = sched_new(2);
     on_fiber(s, accept_body, NULL);
     async_sched_destroy(s);
@@ -194,7 +194,7 @@ static void states_body(void *arg) {
     close(l);
 }
 
-static void t_sock_wrong_state(void) {
+CASE(sock_wrong_state) { // uring adversarial
     signal(SIGPIPE, SIG_DFL);
     on_fiber_then_thread(states_body);
 }
@@ -269,9 +269,9 @@ static void connect_again(int on_fiber_) {
     close(ca_listener);
 }
 
-static void t_connect_again(void) { connect_again(1); }
+CASE(connect_again) { connect_again(1); } // uring adversarial
 
-static void t_connect_again_thread(void) { connect_again(0); }
+CASE(connect_again_thread) { connect_again(0); } // adversarial
 
 /* ---- an accept that parked first (the ring's accept with io_uring): the
  * new fd is O_NONBLOCK and close-on-exec, addr/len filled as accept(2) ------------------------------ */
@@ -316,7 +316,7 @@ static void pa_body(void *arg) {
     }
 }
 
-static void t_accept_parked(void) {
+CASE(accept_parked) { // uring adversarial
     pa_l = loopback_listener(16, &pa_sa);
     on_fiber_then_thread(pa_body);
     close(pa_l);
@@ -391,9 +391,9 @@ static void accept_storm(int owned)
         close(as_l);
 }
 
-static void t_accept_storm_owned(void) { accept_storm(1); }
+CASE(accept_storm_owned) { accept_storm(1); } // uring adversarial
 
-static void t_accept_storm_plain(void) { accept_storm(0); }
+CASE(accept_storm_plain) { accept_storm(0); } // uring adversarial
 
 /* ---- echo: accept, connect, read and write over loopback TCP ------------------ */
 
@@ -500,22 +500,8 @@ static void echo_with(int workers) {
     close(e.lfd);
 }
 
-static void t_tcp_echo_1w(void) { echo_with(1); }
+CASE(tcp_echo_1w) { echo_with(1); } // linux uring
 
-static void t_tcp_echo_4w(void) { echo_with(4); }
+CASE(tcp_echo_4w) { echo_with(4); } // linux uring
 
-static const test_case_t cases[] = {
-    T(connect_states), // uring adversarial
-    T(connect_states_thread), // adversarial
-    T(accept_args), // uring adversarial
-    T(sock_wrong_state), // uring adversarial
-    T(connect_again), // uring adversarial
-    T(connect_again_thread), // adversarial
-    T(accept_parked), // uring adversarial
-    T(accept_storm_owned), // uring adversarial
-    T(accept_storm_plain), // uring adversarial
-    T(tcp_echo_1w), // linux uring
-    T(tcp_echo_4w), // linux uring
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

@@ -145,7 +145,7 @@ static void as_constructors(async_sched_t *s, int *nomem)
     CHECK_EQ(async_fiber_close(sp[1]), 0);
 }
 
-static void t_addr_space_load_child(void)
+CASE(addr_space_load_child) // adversarial
 {
     if (!child_only())
         return;
@@ -225,7 +225,7 @@ static void t_addr_space_load_child(void)
     exit(0);
 }
 
-static void t_addr_space_load(void)
+CASE(addr_space_load) // uring adversarial
 {
 #if defined(__SANITIZE_ADDRESS__)
     printf("skipped under ASan (its shadow needs the address space)\n");
@@ -238,7 +238,7 @@ static void t_addr_space_load(void)
 
 #define RA_POSTS 4000000
 
-static void t_addr_space_runtime_child(void)
+CASE(addr_space_runtime_child) // adversarial
 {
     if (!child_only())
         return;
@@ -291,7 +291,7 @@ static void t_addr_space_runtime_child(void)
     exit(0);
 }
 
-static void t_addr_space_runtime(void)
+CASE(addr_space_runtime) // adversarial
 {
 #if defined(__SANITIZE_ADDRESS__)
     printf("skipped under ASan (its shadow needs the address space)\n");
@@ -349,7 +349,7 @@ static void *ch_spawner_thread(void *arg)
     return NULL;
 }
 
-static void t_addr_space_spawn_race_child(void)
+CASE(addr_space_spawn_race_child) // adversarial
 {
     if (!child_only())
         return;
@@ -393,7 +393,7 @@ static void t_addr_space_spawn_race_child(void)
     exit(0);
 }
 
-static void t_addr_space_spawn_race(void)
+CASE(addr_space_spawn_race) // adversarial
 {
 #if defined(__SANITIZE_ADDRESS__)
     printf("skipped under ASan (its shadow needs the address space)\n");
@@ -402,13 +402,4 @@ static void t_addr_space_spawn_race(void)
     run_child("addr_space_spawn_race_child");
 }
 
-static const test_case_t cases[] = {
-    T(addr_space_load_child), // adversarial
-    T(addr_space_load), // uring adversarial
-    T(addr_space_runtime_child), // adversarial
-    T(addr_space_runtime), // adversarial
-    T(addr_space_spawn_race_child), // adversarial
-    T(addr_space_spawn_race), // adversarial
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

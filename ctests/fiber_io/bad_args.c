@@ -47,7 +47,7 @@ static void bad_fd_fiber(void *arg) {
     for (int i = 0; i < 5; i++) bad_fd_calls(bad_fds[i], "fiber");
 }
 
-static void t_bad_fds(void) {
+CASE(bad_fds) { // uring adversarial
     struct rlimit rl;
     CHECK_EQ(getrlimit(RLIMIT_NOFILE, &rl), 0);
     int hi = fcntl(0, F_DUPFD_CLOEXEC, 900); /* far above what the schedulers take */
@@ -103,18 +103,12 @@ static void badargs_body(void *arg) {
     close(p[1]);
 }
 
-static void t_badargs_fiber(void) {
+CASE(badargs_fiber) { // uring adversarial
     async_sched_t *s = sched_new(2);
     on_fiber(s, badargs_body, NULL);
     async_sched_destroy(s);
 }
 
-static void t_badargs_thread(void) { badargs_body(NULL); }
+CASE(badargs_thread) { badargs_body(NULL); } // adversarial
 
-static const test_case_t cases[] = {
-    T(bad_fds), // uring adversarial
-    T(badargs_fiber), // uring adversarial
-    T(badargs_thread), // adversarial
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

@@ -61,7 +61,7 @@ static void pipe_reader(void *arg) {
     close(e->fd);
 }
 
-static void t_pipes(void) {
+CASE(pipes) { // uring valgrind
     async_sched_t *s = sched_new(2);
     pipe_end_t r[2], w[2];
     for (int i = 0; i < 2; i++) {
@@ -99,7 +99,7 @@ static void wait_short(void *arg) {
     x->err = async_last_error();
 }
 
-static void t_wait_fd(void) {
+CASE(wait_fd) { // uring valgrind
     async_sched_t *s = sched_new(2);
     int p[2];
     CHECK_EQ(pipe(p), 0);
@@ -224,7 +224,7 @@ fail:
     x->err = async_last_error();
 }
 
-static void t_fd_reuse(void) {
+CASE(fd_reuse) { // uring valgrind
     async_sched_t *s = sched_new(1);
     reuse_t x = {-1, -1, 0, 0};
     CHECK(async_fiber_spawn(s, reuse_fiber, &x, 0));
@@ -309,7 +309,7 @@ fail:
     close(fd);
 }
 
-static void t_echo_many_conns(void) {
+CASE(echo_many_conns) { // uring timeout=180 valgrind
     const char *full = getenv("ASYNC_TEST_FULL");
     int nconn = full && *full == '1' ? 10000 : 2000;
     int fds = raise_nofile(2 * nconn + 256);
@@ -371,19 +371,11 @@ static void net_errors_fiber(void *arg) {
     close(p[1]);
 }
 
-static void t_net_errors(void) {
+CASE(net_errors) { // uring valgrind
     async_sched_t *s = sched_new(2);
     async_fiber_t *f = async_fiber_spawn(s, net_errors_fiber, NULL, ASYNC_FIBER_JOINABLE);
     CHECK_EQ(async_fiber_join(f, -1), 0);
     async_sched_destroy(s);
 }
 
-static const test_case_t cases[] = {
-    T(pipes), // uring valgrind
-    T(wait_fd), // uring valgrind
-    T(fd_reuse), // uring valgrind
-    T(echo_many_conns), // uring timeout=180 valgrind
-    T(net_errors), // uring valgrind
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

@@ -63,7 +63,7 @@ out:
     atomic_store(&x->done, 1);
 }
 
-static void t_blocking_calls_refused_on_fiber(void) {
+CASE(blocking_calls_refused_on_fiber) { // poll
     static blk_t x;
     x.rt = async_runtime_init();
     CHECK(x.rt != NULL);
@@ -126,7 +126,7 @@ static void warm_fiber(void *arg) { CHECK_EQ(async_fiber_blocking(warm_job, arg)
  * must run together (a barrier of N) all run. The pool starts with one idle
  * thread (a warm-up job), and each round submits twice as many jobs as the
  * rounds before left idle threads. */
-static void t_blocking_grow(void) {
+CASE(blocking_grow) { // adversarial
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -170,7 +170,7 @@ static void off_fiber(void *arg) {
 }
 
 /* 3000 fibers offload at once: every job runs once, every fiber returns. */
-static void t_blocking_many(void) {
+CASE(blocking_many) { // adversarial
     async_sched_t *s = sched_new(2);
     atomic_store(&off_count, 0);
     for (int i = 0; i < 3000; i++) CHECK(async_fiber_spawn(s, off_fiber, NULL, 0) != NULL);
@@ -204,7 +204,7 @@ static void nested_outer(void *arg) {
 
 static void nested_fiber(void *arg) { CHECK_EQ(async_fiber_blocking(nested_outer, arg), 0); }
 
-static void t_blocking_nested(void) {
+CASE(blocking_nested) { // adversarial
     async_sched_t *s = sched_new(2);
     int p[2];
     CHECK_EQ(pipe2(p, O_CLOEXEC), 0);
@@ -249,7 +249,7 @@ static void self_shutdown_fiber(void *arg) {
     atomic_store(&self_after, async_fiber_sleep(1) == -1 ? async_last_error() : 0);
 }
 
-static void t_blocking_self_shutdown(void) {
+CASE(blocking_self_shutdown) { // adversarial
     self_s = sched_new(2);
     async_fiber_t *f = async_fiber_spawn(self_s, self_shutdown_fiber, NULL, ASYNC_FIBER_JOINABLE);
     CHECK(f != NULL);
@@ -282,7 +282,7 @@ static void self_destroy_fiber(void *arg) {
     async_fiber_blocking(self_destroy_job, NULL);
 }
 
-static void t_blocking_self_destroy(void) {
+CASE(blocking_self_destroy) { // adversarial
     self_s = sched_new(2);
     CHECK(async_fiber_spawn(self_s, self_destroy_fiber, NULL, 0) != NULL);
     double t0 = now_ms();
@@ -324,7 +324,7 @@ static void *long_releaser(void *arg) {
     return NULL;
 }
 
-static void t_blocking_long_shutdown(void) {
+CASE(blocking_long_shutdown) { // adversarial
     async_sched_t *s = sched_new(2);
     for (int i = 0; i < 3; i++) CHECK(async_fiber_spawn(s, long_fiber, NULL, 0) != NULL);
     sched_wait_parked(s, 3);
@@ -354,7 +354,7 @@ static void late_fiber(void *arg) {
     atomic_store(&late_rc, async_fiber_blocking(late_job, NULL));
 }
 
-static void t_blocking_after_shutdown(void) {
+CASE(blocking_after_shutdown) { // adversarial
     async_sched_t *s = sched_new(2);
     CHECK(async_fiber_spawn(s, late_fiber, NULL, 0) != NULL);
     sleep_ms(20);
@@ -364,15 +364,4 @@ static void t_blocking_after_shutdown(void) {
     async_sched_destroy(s);
 }
 
-static const test_case_t cases[] = {
-    T(blocking_many), // adversarial
-    T(blocking_nested), // adversarial
-    T(blocking_self_shutdown), // adversarial
-    T(blocking_self_destroy), // adversarial
-    T(blocking_long_shutdown), // adversarial
-    T(blocking_after_shutdown), // adversarial
-    T(blocking_grow), // adversarial
-    T(blocking_calls_refused_on_fiber), // poll
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

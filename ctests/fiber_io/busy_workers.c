@@ -82,15 +82,15 @@ static void pingpong(int workers, int kind, int owned)
     }
 }
 
-static void t_busy_pingpong_unix_2w(void) { pingpong(2, 0, 0); }
+CASE(busy_pingpong_unix_2w) { pingpong(2, 0, 0); } // uring adversarial
 
-static void t_busy_pingpong_unix_4w_owned(void) { pingpong(4, 0, 2); }
+CASE(busy_pingpong_unix_4w_owned) { pingpong(4, 0, 2); } // uring adversarial
 
-static void t_busy_pingpong_tcp_3w_mixed(void) { pingpong(3, 1, 1); }
+CASE(busy_pingpong_tcp_3w_mixed) { pingpong(3, 1, 1); } // uring adversarial
 
-static void t_busy_pingpong_tcp_2w_owned(void) { pingpong(2, 1, 2); }
+CASE(busy_pingpong_tcp_2w_owned) { pingpong(2, 1, 2); } // uring adversarial
 
-static void t_busy_pingpong_seqpacket_3w(void) { pingpong(3, 2, 1); }
+CASE(busy_pingpong_seqpacket_3w) { pingpong(3, 2, 1); } // uring adversarial
 
 /* ---- close and shutdown racing parked fibers on busy workers ---- */
 
@@ -120,7 +120,7 @@ static void cr_closer(void *arg)
 }
 
 /* Owned read ends closed by another fiber while every worker is busy. */
-static void t_owned_close_busy(void)
+CASE(owned_close_busy) // uring adversarial
 {
     async_sched_t *s = sched_new(3);
     atomic_store(&cr_ended, 0);
@@ -146,7 +146,7 @@ static void t_owned_close_busy(void)
 }
 
 /* Parked readers (owned and plain) on busy workers; shutdown ends them all. */
-static void t_shutdown_parked_busy(void)
+CASE(shutdown_parked_busy) // uring adversarial
 {
     async_sched_t *s = sched_new(4);
     atomic_store(&cr_ended, 0);
@@ -183,7 +183,7 @@ static void sg_waiter(void *arg)
     atomic_store(&sg_state, n >= 1 ? 2 : 3);
 }
 
-static void t_signal_wait_busy(void)
+CASE(signal_wait_busy) // adversarial
 {
     async_sched_t *s = sched_new(2);
     CHECK_EQ(async_fiber_watch_signal(SIGUSR2), 0);
@@ -278,13 +278,13 @@ static void midflight(int workers, int owned, int by_destroy)
     }
 }
 
-static void t_shutdown_mid_pingpong(void) { midflight(3, 1, 0); }
+CASE(shutdown_mid_pingpong) { midflight(3, 1, 0); } // uring adversarial
 
-static void t_destroy_mid_pingpong(void) { midflight(4, 1, 1); }
+CASE(destroy_mid_pingpong) { midflight(4, 1, 1); } // uring adversarial
 
 /* ---- dumps and stats while fibers park and migrate ---- */
 
-static void t_dump_stats_busy(void)
+CASE(dump_stats_busy) // uring adversarial
 {
     async_sched_t *s = sched_new(3);
     int dn = memfd_create("fiber-dump", MFD_CLOEXEC);
@@ -359,7 +359,7 @@ static void mfd_reader(void *arg)
     atomic_fetch_add(&mfd_done, 1);
 }
 
-static void t_many_fds_busy(void)
+CASE(many_fds_busy) // uring adversarial
 {
     struct rlimit rl;
     CHECK_EQ(getrlimit(RLIMIT_NOFILE, &rl), 0);
@@ -400,19 +400,4 @@ static void t_many_fds_busy(void)
     }
 }
 
-static const test_case_t cases[] = {
-    T(busy_pingpong_unix_2w), // uring adversarial
-    T(busy_pingpong_unix_4w_owned), // uring adversarial
-    T(busy_pingpong_tcp_3w_mixed), // uring adversarial
-    T(busy_pingpong_tcp_2w_owned), // uring adversarial
-    T(busy_pingpong_seqpacket_3w), // uring adversarial
-    T(owned_close_busy), // uring adversarial
-    T(shutdown_parked_busy), // uring adversarial
-    T(signal_wait_busy), // adversarial
-    T(shutdown_mid_pingpong), // uring adversarial
-    T(destroy_mid_pingpong), // uring adversarial
-    T(dump_stats_busy), // uring adversarial
-    T(many_fds_busy), // uring adversarial
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

@@ -42,7 +42,7 @@ static void reuse_kind_body(void *arg) {
     }
 }
 
-static void t_reuse_number_other_kind(void) {
+CASE(reuse_number_other_kind) { // uring adversarial
     async_sched_t *s = sched_new(1);
     on_fiber(s, reuse_kind_body, NULL);
     async_sched_destroy(s);
@@ -124,11 +124,11 @@ static void reuse_parked(int use_wait, int keep) {
     async_sched_destroy(s);
 }
 
-static void t_reuse_parked_read(void) { reuse_parked(0, 0); }
+CASE(reuse_parked_read) { reuse_parked(0, 0); } // uring adversarial
 
-static void t_reuse_parked_read_keep(void) { reuse_parked(0, 1); }
+CASE(reuse_parked_read_keep) { reuse_parked(0, 1); } // uring adversarial
 
-static void t_reuse_parked_wait_keep(void) { reuse_parked(1, 1); }
+CASE(reuse_parked_wait_keep) { reuse_parked(1, 1); } // uring adversarial
 
 /* ---- a parked reader of an old file times out while a writer waits on the
  * new file with the same number: the reader's clean-up must not take the
@@ -151,7 +151,7 @@ static void xr_writer(void *arg) {
     atomic_store(&xr_b, ev < 0 ? async_last_error() : 0);
 }
 
-static void t_reuse_cross_dir(void) {
+CASE(reuse_cross_dir) { // uring adversarial
     async_sched_t *s = sched_new(2);
     for (int round = 0; round < 4; round++) {
         int sp[2];
@@ -216,7 +216,7 @@ static void st_new_reader(void *arg) {
     atomic_store(&st_new, r < 0 ? async_last_error() : 1000 + (int)r);
 }
 
-static void t_stale_reader_after_close(void) {
+CASE(stale_reader_after_close) { // uring adversarial
     async_sched_t *s = sched_new(2);
     int sp[2];
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
@@ -285,7 +285,7 @@ static void ru_new(void *arg)
     atomic_fetch_add(&ru_ended, 1);
 }
 
-static void t_reuse_owned_busy(void)
+CASE(reuse_owned_busy) // uring adversarial
 {
     async_sched_t *s = sched_new(3);
     atomic_store(&ru_ended, 0);
@@ -343,7 +343,7 @@ static void rp_reader(void *arg)
     atomic_fetch_add(&rp_ended, 1);
 }
 
-static void t_reuse_plain_busy(void)
+CASE(reuse_plain_busy) // uring adversarial
 {
     async_sched_t *s = sched_new(3);
     int sv[RU_N][2];
@@ -375,15 +375,4 @@ static void t_reuse_plain_busy(void)
     async_sched_destroy(s);
 }
 
-static const test_case_t cases[] = {
-    T(reuse_number_other_kind), // uring adversarial
-    T(reuse_parked_read), // uring adversarial
-    T(reuse_parked_read_keep), // uring adversarial
-    T(reuse_parked_wait_keep), // uring adversarial
-    T(reuse_cross_dir), // uring adversarial
-    T(stale_reader_after_close), // uring adversarial
-    T(reuse_owned_busy), // uring adversarial
-    T(reuse_plain_busy), // uring adversarial
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

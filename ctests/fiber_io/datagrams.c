@@ -92,11 +92,11 @@ static void udp_run(int recverr) {
     close(x.fd);
 }
 
-static void t_udp_icmp(void) { udp_run(0); }
+CASE(udp_icmp) { udp_run(0); } // uring
 
 /* The socket keeps reporting an error its read does not clear: each read
  * still times out on time, and the worker runs the counter meanwhile. */
-static void t_udp_recverr(void) { udp_run(1); }
+CASE(udp_recverr) { udp_run(1); } // uring
 
 /* ---- datagrams ------------------------------------------------------------------------- */
 
@@ -126,7 +126,7 @@ static void udp_body(void *arg) {
     close(d);
 }
 
-static void t_udp_empty_and_truncated(void) {
+CASE(udp_empty_and_truncated) { // uring adversarial
     on_fiber_then_thread(udp_body);
 }
 
@@ -187,25 +187,14 @@ static void dgram_case(int kind, int owned, int plain_thread)
     close(nk_fd[1]);
 }
 
-static void t_dgram_unix_owned(void) { dgram_case(0, 1, 0); }
+CASE(dgram_unix_owned) { dgram_case(0, 1, 0); } // uring adversarial
 
-static void t_dgram_seqpacket_owned(void) { dgram_case(1, 1, 0); }
+CASE(dgram_seqpacket_owned) { dgram_case(1, 1, 0); } // uring adversarial
 
-static void t_dgram_packet_pipe_owned(void) { dgram_case(2, 1, 0); }
+CASE(dgram_packet_pipe_owned) { dgram_case(2, 1, 0); } // uring adversarial
 
-static void t_dgram_packet_pipe_plain(void) { dgram_case(2, 0, 1); }
+CASE(dgram_packet_pipe_plain) { dgram_case(2, 0, 1); } // uring adversarial
 
-static void t_dgram_seqpacket_fiber(void) { dgram_case(1, 0, 0); }
+CASE(dgram_seqpacket_fiber) { dgram_case(1, 0, 0); } // uring adversarial
 
-static const test_case_t cases[] = {
-    T(udp_empty_and_truncated), // uring adversarial
-    T(dgram_unix_owned), // uring adversarial
-    T(dgram_seqpacket_owned), // uring adversarial
-    T(dgram_packet_pipe_owned), // uring adversarial
-    T(dgram_packet_pipe_plain), // uring adversarial
-    T(dgram_seqpacket_fiber), // uring adversarial
-    T(udp_icmp), // uring
-    T(udp_recverr), // uring
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

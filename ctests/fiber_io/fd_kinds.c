@@ -75,13 +75,13 @@ static void kinds_body(void *arg) {
     close(d);
 }
 
-static void t_fd_kinds_fiber(void) {
+CASE(fd_kinds_fiber) { // uring adversarial
     async_sched_t *s = sched_new(2);
     on_fiber(s, kinds_body, NULL);
     async_sched_destroy(s);
 }
 
-static void t_fd_kinds_thread(void) { kinds_body(NULL); }
+CASE(fd_kinds_thread) { kinds_body(NULL); } // adversarial
 
 /* Fills socket and pipe buffers. */
 static char bigbuf[8 << 20];
@@ -134,7 +134,7 @@ static void *nb_thread(void *arg) {
     return NULL;
 }
 
-static void t_nonblock_lost(void) {
+CASE(nonblock_lost) { // uring adversarial
     async_sched_t *s = sched_new(1);
     CHECK(async_fiber_spawn(s, nb_body, NULL, 0) != NULL);
     double t0 = now_ms();
@@ -208,7 +208,7 @@ static void misc_fds_body(void *arg)
     atomic_fetch_add(&nk_done, 1);
 }
 
-static void t_eventfd_pty_pipe_fiber(void)
+CASE(eventfd_pty_pipe_fiber) // uring adversarial
 {
     async_sched_t *s = sched_new(2);
     atomic_store(&nk_done, 0);
@@ -218,7 +218,7 @@ static void t_eventfd_pty_pipe_fiber(void)
     async_sched_destroy(s);
 }
 
-static void t_eventfd_pty_pipe_plain(void)
+CASE(eventfd_pty_pipe_plain) // adversarial
 {
     atomic_store(&nk_done, 0);
     misc_fds_body(NULL);
@@ -290,11 +290,11 @@ static void scm_case(int owned, int busy)
     close(extra);
 }
 
-static void t_scm_rights_owned(void) { scm_case(1, 0); }
+CASE(scm_rights_owned) { scm_case(1, 0); } // uring adversarial
 
-static void t_scm_rights_owned_busy(void) { scm_case(1, 1); }
+CASE(scm_rights_owned_busy) { scm_case(1, 1); } // uring adversarial
 
-static void t_scm_rights_plain(void) { scm_case(0, 1); }
+CASE(scm_rights_plain) { scm_case(0, 1); } // uring adversarial
 
 /* ---- a pty whose other side is gone; an eventfd whose write must wait ---- */
 
@@ -350,11 +350,11 @@ static void pty_gone(int fiber, int owned)
         close(pt_m);
 }
 
-static void t_pty_gone_fiber(void) { pty_gone(1, 0); }
+CASE(pty_gone_fiber) { pty_gone(1, 0); } // uring adversarial
 
-static void t_pty_gone_owned(void) { pty_gone(1, 1); }
+CASE(pty_gone_owned) { pty_gone(1, 1); } // uring adversarial
 
-static void t_pty_gone_plain(void) { pty_gone(0, 0); }
+CASE(pty_gone_plain) { pty_gone(0, 0); } // adversarial
 
 static int ef_fd;
 
@@ -403,24 +403,8 @@ static void eventfd_full(int owned)
         close(ef_fd);
 }
 
-static void t_eventfd_full_owned(void) { eventfd_full(1); }
+CASE(eventfd_full_owned) { eventfd_full(1); } // uring adversarial
 
-static void t_eventfd_full_plain(void) { eventfd_full(0); }
+CASE(eventfd_full_plain) { eventfd_full(0); } // uring adversarial
 
-static const test_case_t cases[] = {
-    T(fd_kinds_fiber), // uring adversarial
-    T(fd_kinds_thread), // adversarial
-    T(nonblock_lost), // uring adversarial
-    T(eventfd_pty_pipe_fiber), // uring adversarial
-    T(eventfd_pty_pipe_plain), // adversarial
-    T(scm_rights_owned), // uring adversarial
-    T(scm_rights_owned_busy), // uring adversarial
-    T(scm_rights_plain), // uring adversarial
-    T(pty_gone_fiber), // uring adversarial
-    T(pty_gone_owned), // uring adversarial
-    T(pty_gone_plain), // adversarial
-    T(eventfd_full_owned), // uring adversarial
-    T(eventfd_full_plain), // uring adversarial
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

@@ -36,7 +36,7 @@ static void fork_fiber(void *arg) {
     x->parent_ok = me != NULL && async_fiber_current() == me;
 }
 
-static void t_fork_on_fiber(void) {
+CASE(fork_on_fiber) { // uring
     static fork_t x;
     async_sched_t *s = sched_new(1);
     CHECK(async_fiber_spawn(s, fork_fiber, &x, 0));
@@ -69,7 +69,7 @@ static void fk_reader(void *arg) {
     atomic_store(&fk_err, r == 3 ? 0 : (int)async_last_error());
 }
 
-static void t_fork_parked(void) {
+CASE(fork_parked) { // uring adversarial
     async_sched_t *s = sched_new(2);
     int sp[2];
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
@@ -289,21 +289,14 @@ static void fork_load(int workers)
     async_queue_destroy(fk.q);
 }
 
-static void t_fork_load_1w(void)
+CASE(fork_load_1w) // uring adversarial
 {
     fork_load(1);
 }
 
-static void t_fork_load_2w(void)
+CASE(fork_load_2w) // uring adversarial
 {
     fork_load(2);
 }
 
-static const test_case_t cases[] = {
-    T(fork_parked), // uring adversarial
-    T(fork_load_1w), // uring adversarial
-    T(fork_load_2w), // uring adversarial
-    T(fork_on_fiber), // uring
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

@@ -32,7 +32,7 @@ static void hi_body(void *arg) {
     CHECK_EQ(async_fiber_read(hi_fd, b, sizeof b, 1000), 2);
 }
 
-static void t_fd_above_limit(void) {
+CASE(fd_above_limit) { // uring adversarial
     struct rlimit rl, save;
     CHECK_EQ(getrlimit(RLIMIT_NOFILE, &save), 0);
     int want = 70000;
@@ -85,7 +85,7 @@ static void emfile_body(void *arg) {
     close(a);
 }
 
-static void t_accept_emfile(void) {
+CASE(accept_emfile) { // uring adversarial
     struct rlimit save, rl;
     CHECK_EQ(getrlimit(RLIMIT_NOFILE, &save), 0);
     async_sched_t *s = sched_new(2);
@@ -143,7 +143,7 @@ static void churn_body(void *arg) {
     }
 }
 
-static void t_no_fd_or_memory_growth(void) {
+CASE(no_fd_or_memory_growth) { // uring adversarial
     async_sched_t *s = sched_new(2);
     on_fiber(s, churn_body, (void *)(intptr_t)300); /* warm up */
     int fd0 = count_fds();
@@ -287,7 +287,7 @@ static void sweep_once(int left, async_sched_t *live, int *fails)
     free(f);
 }
 
-static void t_nofile_sweep(void)
+CASE(nofile_sweep) // uring adversarial
 {
     /* warm up: Go's poller, a first scheduler, the blocking pool */
     async_runtime_t *rt = async_runtime_init();
@@ -566,48 +566,35 @@ static void nofile_load(int workers, int own_listener, int signals)
     }
 }
 
-static void t_nofile_load_plain_1w(void)
+CASE(nofile_load_plain_1w) // uring adversarial
 {
     nofile_load(1, 0, 0);
 }
 
-static void t_nofile_load_plain_2w(void)
+CASE(nofile_load_plain_2w) // uring adversarial
 {
     nofile_load(2, 0, 0);
 }
 
-static void t_nofile_load_owned_1w(void)
+CASE(nofile_load_owned_1w) // uring adversarial
 {
     nofile_load(1, 1, 0);
 }
 
-static void t_nofile_load_owned_2w(void)
+CASE(nofile_load_owned_2w) // uring adversarial
 {
     nofile_load(2, 1, 0);
 }
 
 /* The same with SIGUSR1 arriving all along (a handler without SA_RESTART). */
-static void t_nofile_load_signals_1w(void)
+CASE(nofile_load_signals_1w) // uring adversarial
 {
     nofile_load(1, 0, 1);
 }
 
-static void t_nofile_load_signals_2w(void)
+CASE(nofile_load_signals_2w) // uring adversarial
 {
     nofile_load(2, 1, 1);
 }
 
-static const test_case_t cases[] = {
-    T(fd_above_limit), // uring adversarial
-    T(accept_emfile), // uring adversarial
-    T(no_fd_or_memory_growth), // uring adversarial
-    T(nofile_sweep), // uring adversarial
-    T(nofile_load_plain_1w), // uring adversarial
-    T(nofile_load_plain_2w), // uring adversarial
-    T(nofile_load_owned_1w), // uring adversarial
-    T(nofile_load_owned_2w), // uring adversarial
-    T(nofile_load_signals_1w), // uring adversarial
-    T(nofile_load_signals_2w), // uring adversarial
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

@@ -43,7 +43,7 @@ static void big_writer(void *arg) {
     atomic_store(&werr, r < 0 ? async_last_error() : 0);
 }
 
-static void t_owned_close_while_write_runs(void) {
+CASE(owned_close_while_write_runs) { // adversarial
     async_sched_t *s = sched_new(2);
     for (int i = 0; i < 3; i++) {
         int sv[2];
@@ -74,8 +74,4 @@ static void t_owned_close_while_write_runs(void) {
     async_sched_destroy(s);
 }
 
-static const test_case_t cases[] = {
-    T(owned_close_while_write_runs), // adversarial
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

@@ -141,7 +141,7 @@ static void pingpong(async_sched_t *s, int (*sv)[2], int npairs, int rounds, siz
  * every epoll_ctl of the process fail with EPERM, and thousands of parks and
  * wake-ups on owned fds still work (the one-shot path re-arms with
  * EPOLL_CTL_MOD at every park, and fails there). */
-static void t_owned_steady_no_epoll_ctl(void) {
+CASE(owned_steady_no_epoll_ctl) {
     async_sched_t *s = sched_new(1);
     int sv[2][2];
     for (int i = 0; i < 2; i++) {
@@ -185,7 +185,7 @@ static void t_owned_steady_no_epoll_ctl(void) {
 }
 
 /* Many fibers, many pairs, 2 workers, sizes up to 256 KiB: data intact. */
-static void t_owned_pingpong_many(void) {
+CASE(owned_pingpong_many) { // uring
     async_sched_t *s = sched_new(2);
     enum { N = 64 };
     int sv[N][2];
@@ -234,7 +234,7 @@ fail:
     atomic_fetch_add(d->fails, 1);
 }
 
-static void t_owned_duplex(void) {
+CASE(owned_duplex) { // uring
     async_sched_t *s = sched_new(2);
     int sv[2];
     pair(sv);
@@ -282,7 +282,7 @@ static void closed_waiter(void *arg) {
 /* A reader and a writer parked on one owned fd, and an acceptor parked on an
  * owned listening socket: async_fiber_close from a plain thread wakes each
  * at once with ASYNC_E_CLOSED (not at its 20 s timeout). */
-static void t_owned_close_wakes_all(void) {
+CASE(owned_close_wakes_all) { // uring
     async_sched_t *s = sched_new(2);
     int sv[2];
     pair(sv);
@@ -317,7 +317,7 @@ static void closer(void *arg) {
     CHECK_EQ(async_fiber_close(cl_fd), 0);
 }
 
-static void t_owned_close_from_fiber(void) {
+CASE(owned_close_from_fiber) { // uring
     async_sched_t *s = sched_new(1);
     cl_s = s;
     int sv[2];
@@ -336,7 +336,7 @@ static void t_owned_close_from_fiber(void) {
 
 /* ---- reuse of the number ------------------------------------------------------ */
 
-static void t_owned_reuse_after_close(void) {
+CASE(owned_reuse_after_close) {
     async_sched_t *s = sched_new(1);
     int sv[2][2];
     pair(sv[0]);
@@ -393,7 +393,7 @@ static void eof_writer(void *arg) {
     atomic_store(&e->err, r < 0 ? async_last_error() : 0);
 }
 
-static void t_owned_eof_hangup(void) {
+CASE(owned_eof_hangup) {
     async_sched_t *s = sched_new(1);
     /* a socket: the parked read ends with 0 when the peer closes, and so
      * does the next one; a write then fails with CLOSED */
@@ -488,7 +488,7 @@ static void plain_accept(void *arg) {
     plain_fd = async_fiber_accept(plain_l, NULL, NULL, 20000);
 }
 
-static void t_accept_plain(void) {
+CASE(accept_plain) { // uring
     async_sched_t *s = sched_new(1);
     struct sockaddr_in a;
     plain_l = loopback_listener(128, &a);
@@ -508,7 +508,7 @@ static void t_accept_plain(void) {
     async_sched_destroy(s);
 }
 
-static void t_owned_tcp_echo(void) {
+CASE(owned_tcp_echo) { // uring
     async_sched_t *s = sched_new(2);
     cl_s = s;
     int l = loopback_listener(128, &tcp_addr);
@@ -545,7 +545,7 @@ static void urg_reader(void *arg) {
     CHECK_EQ(async_fiber_close(urg_fd), 0);
 }
 
-static void t_owned_tcp_urgent(void) {
+CASE(owned_tcp_urgent) {
     async_sched_t *s = sched_new(1);
     struct sockaddr_in a;
     int l = loopback_listener(128, &a);
@@ -583,7 +583,7 @@ static void other_reader(void *arg) {
 }
 
 /* An fd owned by A: a fiber of B and a plain thread read it as a plain fd. */
-static void t_owned_other_sched(void) {
+CASE(owned_other_sched) { // uring
     async_sched_t *a = sched_new(1), *b = sched_new(1);
     int sv[2];
     pair(sv);
@@ -622,7 +622,7 @@ static void t_owned_other_sched(void) {
 
 /* ---- errors ---------------------------------------------------------------------- */
 
-static void t_owned_errors(void) {
+CASE(owned_errors) {
     async_sched_t *s = sched_new(1);
     int sv[2];
     pair(sv);
@@ -664,7 +664,7 @@ static void reader(void *arg) {
     atomic_store(&rerr, r < 0 ? async_last_error() : 0);
 }
 
-static void t_owned_stale_number_other_sched(void) {
+CASE(owned_stale_number_other_sched) { // adversarial
     async_sched_t *s1 = sched_new(2), *s2 = sched_new(1);
     int sv[2], nv[2];
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
@@ -693,7 +693,7 @@ static void t_owned_stale_number_other_sched(void) {
 
 /* async_fiber_fd_open of a file it cannot own (a regular file: BADFD)
  * leaves the file as it was: no O_NONBLOCK set on it. */
-static void t_failed_open_keeps_flags(void) {
+CASE(failed_open_keeps_flags) { // adversarial
     async_sched_t *s = sched_new(1);
     char path[] = "/tmp/libasync-test-XXXXXX";
     int fd = mkstemp(path);
@@ -723,7 +723,7 @@ static void ring_reader(void *arg) {
     atomic_store(&op_err, r < 0 ? async_last_error() : 0);
 }
 
-static void t_owned_close_wakes_read_parked_before_open(void) {
+CASE(owned_close_wakes_read_parked_before_open) { // linux uring
     async_sched_t *s = sched_new(2);
     int sv[2];
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
@@ -746,22 +746,4 @@ static void t_owned_close_wakes_read_parked_before_open(void) {
     async_sched_destroy(s);
 }
 
-static const test_case_t cases[] = {
-    T(owned_steady_no_epoll_ctl),
-    T(owned_pingpong_many), // uring
-    T(owned_duplex), // uring
-    T(owned_close_wakes_all), // uring
-    T(owned_close_from_fiber), // uring
-    T(owned_reuse_after_close),
-    T(owned_eof_hangup),
-    T(owned_tcp_echo), // uring
-    T(accept_plain), // uring
-    T(owned_tcp_urgent),
-    T(owned_other_sched), // uring
-    T(owned_errors),
-    T(owned_stale_number_other_sched), // adversarial
-    T(failed_open_keeps_flags), // adversarial
-    T(owned_close_wakes_read_parked_before_open), // linux uring
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

@@ -73,7 +73,7 @@ static void zero_teardown(zero_t *z) {
  * file: returns 0)". A read of 0 bytes on an idle socket returns 0 at once:
  * it does not wait for data (recv of 0 bytes says EAGAIN there), neither
  * with a timeout nor with -1. */
-static void t_read_zero_bytes_fiber(void) {
+CASE(read_zero_bytes_fiber) { // uring adversarial
     static zero_t z;
     zero_setup(&z);
     async_sched_t *s = sched_new(1);
@@ -84,7 +84,7 @@ static void t_read_zero_bytes_fiber(void) {
     zero_teardown(&z);
 }
 
-static void t_read_zero_bytes_thread(void) {
+CASE(read_zero_bytes_thread) { // adversarial
     static zero_t z;
     zero_setup(&z);
     pthread_t th;
@@ -153,7 +153,7 @@ static uint64_t xsum(size_t n) {
 
 /* Both directions of each end of one socketpair at once, four fibers on
  * four workers: every byte arrives once, in order. */
-static void t_duplex_big(void) {
+CASE(duplex_big) { // uring timeout=180 adversarial
     xsrc = malloc(XFER);
     CHECK(xsrc != NULL);
     for (size_t i = 0; i < XFER; i++) xsrc[i] = (unsigned char)(i * 2654435761u >> 13);
@@ -241,7 +241,7 @@ static void pp_waiter(void *arg) {
     }
 }
 
-static void t_duplex_ping(void) {
+CASE(duplex_ping) { // uring adversarial
     async_sched_t *s = sched_new(4);
     for (int mode = 0; mode < 2; mode++) {
         int sp[2];
@@ -267,7 +267,7 @@ static void t_duplex_ping(void) {
 
 /* ---- 8 MiB through a pipe in pieces that park many times, fibers moving ----------------------------- */
 
-static void t_pipe_big(void) {
+CASE(pipe_big) { // adversarial
     size_t n = 8u << 20;
     xsrc = malloc(n);
     CHECK(xsrc != NULL);
@@ -376,9 +376,9 @@ static void pipe_big(int plain_writer)
     CHECK_EQ(async_fiber_close(bw_p[0]), 0);
 }
 
-static void t_pipe_big_owned(void) { pipe_big(0); }
+CASE(pipe_big_owned) { pipe_big(0); } // uring adversarial
 
-static void t_pipe_big_plain_writer(void) { pipe_big(1); }
+CASE(pipe_big_plain_writer) { pipe_big(1); } // uring adversarial
 
 /* ---- end of file, a write to a closed peer, a refused connect ---------------- */
 
@@ -398,7 +398,7 @@ static void ends_fiber(void *arg) {
     atomic_store(&m->step, 1);
 }
 
-static void t_eof_closed_refused(void) {
+CASE(eof_closed_refused) { // linux uring
     async_sched_t *s = sched_new(1);
     int sv[2];
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
@@ -429,7 +429,7 @@ static void big_writer(void *arg) {
     atomic_store(&m->step, 1);
 }
 
-static void t_big_write(void) {
+CASE(big_write) { // linux uring
     async_sched_t *s = sched_new(1);
     int sv[2];
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
@@ -500,7 +500,7 @@ static void *mw_read_thread(void *arg) {
     return NULL;
 }
 
-static void t_big_write_workers(void) {
+CASE(big_write_workers) { // linux uring
     async_sched_t *s = sched_new(4);
     int sv[MW_N][2];
     mw_t m[MW_N];
@@ -527,17 +527,4 @@ static void t_big_write_workers(void) {
     async_sched_destroy(s);
 }
 
-static const test_case_t cases[] = {
-    T(duplex_big), // uring timeout=180 adversarial
-    T(duplex_ping), // uring adversarial
-    T(pipe_big), // adversarial
-    T(pipe_big_owned), // uring adversarial
-    T(pipe_big_plain_writer), // uring adversarial
-    T(read_zero_bytes_fiber), // uring adversarial
-    T(read_zero_bytes_thread), // adversarial
-    T(eof_closed_refused), // linux uring
-    T(big_write), // linux uring
-    T(big_write_workers), // linux uring
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

@@ -105,9 +105,9 @@ static void parked_end(int destroy) {
     close(l);
 }
 
-static void t_shutdown_parked(void) { parked_end(0); }
+CASE(shutdown_parked) { parked_end(0); } // uring adversarial
 
-static void t_destroy_parked(void) { parked_end(1); }
+CASE(destroy_parked) { parked_end(1); } // uring adversarial
 
 /* ---- connect in progress when the scheduler shuts down -------------------------------------- */
 
@@ -124,7 +124,7 @@ static void cp_connect(void *arg) {
 }
 
 /* A listener whose backlog is full drops SYNs: a connect stays in progress. */
-static void t_connect_shutdown(void) {
+CASE(connect_shutdown) { // uring adversarial
     int l = loopback_listener(0, &cp_sa);
     int fill[8], nf = 0;
     for (; nf < 8; nf++) {
@@ -180,7 +180,7 @@ static void late_calls(void *arg) {
     atomic_store(&late_res[5], (int)async_fiber_read(late_sp[0], b, 4, -1));
 }
 
-static void t_calls_after_shutdown(void) {
+CASE(calls_after_shutdown) { // uring adversarial
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, late_sp), 0);
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, late_full), 0);
     while (write(late_full[0], bigbuf, 65536) > 0) {
@@ -258,7 +258,7 @@ static void *dr_destroyer(void *arg)
     return NULL;
 }
 
-static void t_destroy_races_owned_close(void)
+CASE(destroy_races_owned_close) // uring adversarial
 {
     for (int round = 0; round < 8; round++) {
         dr_s = sched_new(2 + round % 3);
@@ -351,18 +351,8 @@ static void inflight(int destroy_only) {
     close(lfd);
 }
 
-static void t_shutdown_inflight(void) { inflight(0); }
+CASE(shutdown_inflight) { inflight(0); } // linux uring
 
-static void t_destroy_inflight(void) { inflight(1); }
+CASE(destroy_inflight) { inflight(1); } // linux uring
 
-static const test_case_t cases[] = {
-    T(shutdown_parked), // uring adversarial
-    T(destroy_parked), // uring adversarial
-    T(connect_shutdown), // uring adversarial
-    T(calls_after_shutdown), // uring adversarial
-    T(destroy_races_owned_close), // uring adversarial
-    T(shutdown_inflight), // linux uring
-    T(destroy_inflight), // linux uring
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

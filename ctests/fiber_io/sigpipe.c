@@ -46,7 +46,7 @@ static void fill_pipe(int wfd) {
 
 /* On a plain thread: SIGPIPE would kill the process (the host's default
  * action, or the Go runtime's handler on a non-Go thread). */
-static void t_pipe_epipe_thread(void) {
+CASE(pipe_epipe_thread) {
     int p[2];
     CHECK_EQ(pipe(p), 0);
     CHECK_EQ(close(p[0]), 0);
@@ -117,7 +117,7 @@ static void pipe_fiber_parked(void *arg) {
 
 /* On a fiber: the worker threads block SIGPIPE; the write must not leave
  * one pending on the worker either. */
-static void t_pipe_epipe_fiber(void) {
+CASE(pipe_epipe_fiber) { // uring
     static fpipe_t x;
     int p[2];
     CHECK_EQ(pipe(p), 0);
@@ -192,7 +192,7 @@ static void reset_body(void *arg) {
     close(l);
 }
 
-static void t_peer_reset_mid_write(void) {
+CASE(peer_reset_mid_write) { // uring adversarial
     on_fiber_then_thread(reset_body);
 }
 
@@ -208,7 +208,7 @@ static void parked_writer(void *arg) {
     atomic_store(&rw_err, r == -1 ? async_last_error() : 0);
 }
 
-static void t_peer_reset_parked_writer(void) {
+CASE(peer_reset_parked_writer) { // uring adversarial
     async_sched_t *s = sched_new(2);
     struct sockaddr_in sa;
     int l = loopback_listener(16, &sa);
@@ -265,7 +265,7 @@ static void t_peer_reset_parked_writer(void) {
 
 /* A SIGPIPE pending before the call stays pending; none is added or
  * consumed; the thread's mask is as it was. */
-static void t_sigpipe_pending(void) {
+CASE(sigpipe_pending) { // adversarial
     sigset_t set, old, pend;
     sigemptyset(&set);
     sigaddset(&set, SIGPIPE);
@@ -300,7 +300,7 @@ static void t_sigpipe_pending(void) {
 
 /* ---- a SIGPIPE pending before a plain thread's pipe write stays; none is added ---- */
 
-static void t_sigpipe_pending_plain(void)
+CASE(sigpipe_pending_plain) // adversarial
 {
     sigset_t set, old, pend;
     int p[2], sig = 0;
@@ -329,13 +329,4 @@ static void t_sigpipe_pending_plain(void)
     close(p[1]);
 }
 
-static const test_case_t cases[] = {
-    T(peer_reset_mid_write), // uring adversarial
-    T(peer_reset_parked_writer), // uring adversarial
-    T(sigpipe_pending), // adversarial
-    T(sigpipe_pending_plain), // adversarial
-    T(pipe_epipe_thread),
-    T(pipe_epipe_fiber), // uring
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

@@ -132,7 +132,7 @@ fail:
 
 /* Not a ctest case: the client side of echo_soak, in its own process.
  * ASYNC_ECHO_PORT names the server's port; ASYNC_ECHO_END_MS how long to run. */
-static void t_echo_clients(void)
+CHILD(echo_clients)
 {
     const char *port = getenv("ASYNC_ECHO_PORT"), *ms = getenv("ASYNC_ECHO_END_MS");
     int i;
@@ -157,7 +157,7 @@ static void t_echo_clients(void)
 
 extern char **environ;
 
-static void t_echo_soak(void)
+CASE(echo_soak) // stress
 {
     double start = now_ms(), deadline = stress_begin("echo_soak"), warm, next_sample;
     long rss0 = 0, rss_max = 0, rss_first;
@@ -246,9 +246,4 @@ static void t_echo_soak(void)
     async_sched_destroy(es.s);
 }
 
-static const test_case_t cases[] = {
-    T(echo_soak), // stress
-    {"echo_clients", t_echo_clients},
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

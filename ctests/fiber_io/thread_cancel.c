@@ -144,14 +144,14 @@ static void cancel_case(int owned)
     close(cx_fd[1]);
 }
 
-static void t_pthread_cancel_plain(void)
+CASE(pthread_cancel_plain) // adversarial
 {
     pad_reader.fn = cx_reader;
     pad_writer.fn = cx_writer;
     cancel_case(0);
 }
 
-static void t_pthread_cancel_owned(void)
+CASE(pthread_cancel_owned) // adversarial
 {
     pad_reader.fn = cx_reader;
     pad_writer.fn = cx_writer;
@@ -182,7 +182,7 @@ static void ac_fiber(void *arg)
     atomic_fetch_add(&ac_ok, 1);
 }
 
-static void t_pthread_cancel_accept(void)
+CASE(pthread_cancel_accept) // adversarial
 {
     async_sched_t *s = sched_new(2);
     struct sockaddr_in a;
@@ -212,10 +212,4 @@ static void t_pthread_cancel_accept(void)
     close(ac_l);
 }
 
-static const test_case_t cases[] = {
-    T(pthread_cancel_plain), // adversarial
-    T(pthread_cancel_owned), // adversarial
-    T(pthread_cancel_accept), // adversarial
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

@@ -138,7 +138,7 @@ static int nt_limit(void)
 
 /* No thread can be started and the blocking pool has none: a job that needs
  * a thread's stack, and two jobs on one worker that wait for each other. */
-static void t_nothreads_pool_empty_child(void)
+CASE(nothreads_pool_empty_child) // adversarial
 {
     if (!child_only())
         return;
@@ -159,7 +159,7 @@ static void t_nothreads_pool_empty_child(void)
 
 /* No thread can be started, the pool has one thread and it is busy with a
  * job that waits for the next one. */
-static void t_nothreads_pool_busy_child(void)
+CASE(nothreads_pool_busy_child) // adversarial
 {
     if (!child_only())
         return;
@@ -187,7 +187,7 @@ static void t_nothreads_pool_busy_child(void)
 /* No thread can be started: the constructors that start threads fail with
  * their documented errors and leave nothing behind; all works once the limit
  * is raised. */
-static void t_nothreads_calls_child(void)
+CASE(nothreads_calls_child) // adversarial
 {
     if (!child_only())
         return;
@@ -230,17 +230,17 @@ static void t_nothreads_calls_child(void)
     exit(0);
 }
 
-static void t_nothreads_pool_empty(void)
+CASE(nothreads_pool_empty) // adversarial
 {
     run_child("nothreads_pool_empty_child");
 }
 
-static void t_nothreads_pool_busy(void)
+CASE(nothreads_pool_busy) // adversarial
 {
     run_child("nothreads_pool_busy_child");
 }
 
-static void t_nothreads_calls(void)
+CASE(nothreads_calls) // adversarial
 {
     run_child("nothreads_calls_child");
 }
@@ -262,7 +262,7 @@ static int threads_back_to(int n)
     return threads_now();
 }
 
-static void t_nothreads_partial_child(void)
+CASE(nothreads_partial_child) // adversarial
 {
     if (!child_only())
         return;
@@ -313,20 +313,9 @@ static void t_nothreads_partial_child(void)
     exit(0);
 }
 
-static void t_nothreads_partial(void)
+CASE(nothreads_partial) // adversarial
 {
     run_child("nothreads_partial_child");
 }
 
-static const test_case_t cases[] = {
-    T(nothreads_pool_empty_child), // adversarial
-    T(nothreads_pool_empty), // adversarial
-    T(nothreads_pool_busy_child), // adversarial
-    T(nothreads_pool_busy), // adversarial
-    T(nothreads_calls_child), // adversarial
-    T(nothreads_calls), // adversarial
-    T(nothreads_partial_child), // adversarial
-    T(nothreads_partial), // adversarial
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

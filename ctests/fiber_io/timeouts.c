@@ -39,7 +39,7 @@ static void *ht_feeder(void *arg) {
 
 /* timeout_ms INT_MAX (and INT_MAX - 1) waits, it does not time out at once
  * (a deadline that overflowed would), on sockets (ring path) and pipes. */
-static void t_huge_timeout(void) {
+CASE(huge_timeout) { // uring adversarial
     async_sched_t *s = sched_new(2);
     for (int k = 0; k < 2; k++) {
         int a[2];
@@ -105,7 +105,7 @@ static void tt_reader(void *arg) {
     }
 }
 
-static void t_tiny_timeout_read(void) {
+CASE(tiny_timeout_read) { // uring adversarial
     async_sched_t *s = sched_new(2);
     int sp[2];
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
@@ -152,7 +152,7 @@ static void ta_acceptor(void *arg) {
     }
 }
 
-static void t_tiny_timeout_accept(void) {
+CASE(tiny_timeout_accept) { // uring adversarial
     async_sched_t *s = sched_new(2);
     int l = loopback_listener(512, &ta_sa);
     static int cfds[TA_CONNS];
@@ -206,7 +206,7 @@ static void *eintr_thread(void *arg) {
     return NULL;
 }
 
-static void t_timeout_under_signal_rain(void) {
+CASE(timeout_under_signal_rain) { // adversarial
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_usr1;
@@ -259,7 +259,7 @@ static void trickle_body(void *arg) {
     atomic_store(&trickle_err, r < 0 ? async_last_error() : 0);
 }
 
-static void t_write_trickle(void) {
+CASE(write_trickle) { // uring adversarial
     async_sched_t *s = sched_new(2);
     for (int mode = 0; mode < 2; mode++) {
         int sp[2];
@@ -372,11 +372,11 @@ static void timeout_race(int workers, int kind, int owned)
     (void)tr_seen;
 }
 
-static void t_timeout_race_tcp(void) { timeout_race(3, 1, 0); }
+CASE(timeout_race_tcp) { timeout_race(3, 1, 0); } // uring adversarial
 
-static void t_timeout_race_tcp_owned(void) { timeout_race(2, 1, 1); }
+CASE(timeout_race_tcp_owned) { timeout_race(2, 1, 1); } // uring adversarial
 
-static void t_timeout_race_unix_owned(void) { timeout_race(4, 0, 1); }
+CASE(timeout_race_unix_owned) { timeout_race(4, 0, 1); } // uring adversarial
 
 #define LA_TEST_NOINLINE __attribute__((noinline))
 
@@ -417,7 +417,7 @@ static void to_reader(void *arg) {
 /* A reader with a 1 ms timeout against a writer that trickles bytes: every
  * park races its cancellation against the data; each byte arrives once, in
  * order (a cancelled receive that got data returns it). */
-static void t_timeout_read_no_loss(void) {
+CASE(timeout_read_no_loss) { // linux uring
     async_sched_t *s = sched_new(1);
     int sv[2];
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
@@ -497,7 +497,7 @@ static void reuse_driver(void *arg) {
     CHECK(async_fiber_spawn(x->s, reuse_second, x, 0) != NULL);
 }
 
-static void t_timeout_read_stack_reuse(void) {
+CASE(timeout_read_stack_reuse) { // linux uring
     async_sched_t *s = sched_new(1);
     int sv[2];
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
@@ -532,7 +532,7 @@ static void acc_fiber(void *arg) {
     atomic_store(&m->step, 3);
 }
 
-static void t_accept_timeout_takes_nothing(void) {
+CASE(accept_timeout_takes_nothing) { // linux uring
     async_sched_t *s = sched_new(1);
     struct sockaddr_in a;
     int lfd = loopback_listener(1024, &a);
@@ -554,18 +554,4 @@ static void t_accept_timeout_takes_nothing(void) {
     close(lfd);
 }
 
-static const test_case_t cases[] = {
-    T(huge_timeout), // uring adversarial
-    T(tiny_timeout_read), // uring adversarial
-    T(tiny_timeout_accept), // uring adversarial
-    T(timeout_under_signal_rain), // adversarial
-    T(write_trickle), // uring adversarial
-    T(timeout_race_tcp), // uring adversarial
-    T(timeout_race_tcp_owned), // uring adversarial
-    T(timeout_race_unix_owned), // uring adversarial
-    T(timeout_read_no_loss), // linux uring
-    T(timeout_read_stack_reuse), // linux uring
-    T(accept_timeout_takes_nothing), // linux uring
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

@@ -50,7 +50,7 @@ static async_sched_t *mk_uring(int workers) {
 
 /* ---- the rings are used only when asked for --------------------------------- */
 
-static void t_uring_only_when_asked(void) {
+CASE(uring_only_when_asked) { // linux
     setenv("ASYNC_FIBER_IO", "epoll", 1);
     atomic_store(&log_uring, 0);
     CHECK_EQ(async_set_log_handler(ASYNC_LOG_INFO, log_fn, NULL), 0);
@@ -90,7 +90,7 @@ static void log_keep(int level, const char *msg, void *ctx) {
     if (strstr(msg, "fiber I/O:")) snprintf(fallback_msg, sizeof fallback_msg, "%s", msg);
 }
 
-static void t_uring_nofile_falls_back(void) {
+CASE(uring_nofile_falls_back) { // linux
     async_sched_t *s = mk_uring(2);
     if (!s) return;
     async_sched_destroy(s);
@@ -141,7 +141,7 @@ static void pipe_fiber(void *arg) {
     atomic_store(&m->step, 1);
 }
 
-static void t_uring_pipe_uses_poller(void) {
+CASE(uring_pipe_uses_poller) { // linux
     async_sched_t *s = mk_uring(1);
     if (!s) return;
     int p1[2], p2[2];
@@ -193,7 +193,7 @@ static void reader_with_computer(void *arg) {
     atomic_store(&busy_read_done, 1);
 }
 
-static void t_uring_submit_while_busy(void) {
+CASE(uring_submit_while_busy) { // linux
     async_sched_t *s = mk_uring(2);
     if (!s) return;
     busy_s = s;
@@ -252,7 +252,7 @@ static void ovf_hog(void *arg) {
     while (!atomic_load(&ovf_go)) __asm__ volatile("" ::: "memory");
 }
 
-static void t_uring_cq_overflow(void) {
+CASE(uring_cq_overflow) { // linux
     int want = OVF_N + 256;
     if (raise_nofile(want) < want) {
         printf("RLIMIT_NOFILE cannot reach %d here: skipped\n", want);
@@ -295,12 +295,4 @@ static void t_uring_cq_overflow(void) {
     async_sched_destroy(s);
 }
 
-static const test_case_t cases[] = {
-    T(uring_only_when_asked), // linux
-    T(uring_nofile_falls_back), // linux
-    T(uring_pipe_uses_poller), // linux
-    T(uring_submit_while_busy), // linux
-    T(uring_cq_overflow), // linux
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

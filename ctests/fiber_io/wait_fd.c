@@ -74,7 +74,7 @@ out:
     atomic_store(&x->done, 1);
 }
 
-static void t_hangup_number_reused(void) {
+CASE(hangup_number_reused) { // uring
     async_sched_t *s = sched_new(1); /* one worker: a spinning fiber starves the others */
     static hup_t x;
     x.s = s;
@@ -121,7 +121,7 @@ static void busy_b(void *arg) {
  * wait_fd(READ|WRITE) returns WRITE at once rather than ASYNC_E_BUSY (B does
  * not wait; the header says so). B's wait for READ alone gets
  * ASYNC_E_BUSY. */
-static void t_wait_fd_busy(void) {
+CASE(wait_fd_busy) { // uring adversarial
     static busy_t b;
     int sv[2];
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
@@ -162,7 +162,7 @@ static void shr_reader(void *arg) {
     atomic_store(&shr_r, r < 0 ? -1000 - async_last_error() : (int)r);
 }
 
-static void t_shutdown_rd_ends_parked_read(void) {
+CASE(shutdown_rd_ends_parked_read) { // uring adversarial
     async_sched_t *s = sched_new(2);
     for (int how = 0; how < 2; how++) {
         int sp[2];
@@ -195,7 +195,7 @@ static void two_waiter(void *arg) {
     if (async_fiber_wait_fd(two_fd, ASYNC_EVENT_READ, 10000) > 0) atomic_fetch_add(&two_woke, 1);
 }
 
-static void t_two_scheds_one_fd(void) {
+CASE(two_scheds_one_fd) { // uring adversarial
     async_sched_t *a = sched_new(1), *b = sched_new(1);
     int sp[2];
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
@@ -242,7 +242,7 @@ static void oob_body(void *arg) {
     close(l);
 }
 
-static void t_urgent_data_only(void) {
+CASE(urgent_data_only) { // uring adversarial
     on_fiber_then_thread(oob_body);
 }
 
@@ -265,7 +265,7 @@ static void busy_second(void *arg) {
     atomic_fetch_add(&m->step, 100);
 }
 
-static void t_second_reader_busy(void) {
+CASE(second_reader_busy) { // linux uring
     async_sched_t *s = sched_new(1);
     int sv[2];
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
@@ -287,13 +287,4 @@ static void t_second_reader_busy(void) {
     close(sv[1]);
 }
 
-static const test_case_t cases[] = {
-    T(shutdown_rd_ends_parked_read), // uring adversarial
-    T(two_scheds_one_fd), // uring adversarial
-    T(urgent_data_only), // uring adversarial
-    T(wait_fd_busy), // uring adversarial
-    T(hangup_number_reused), // uring
-    T(second_reader_busy), // linux uring
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

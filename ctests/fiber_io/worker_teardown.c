@@ -14,7 +14,7 @@
  * released the worker: its stop descriptor is closed by then, so a host at
  * its descriptor limit can open one at once (not the worker's own thread,
  * still on its way out after waking the joiner, a moment later). */
-static void t_worker_fd_back(void)
+CASE(worker_fd_back) // adversarial
 {
     async_runtime_t *rt = async_runtime_init(); /* Go's poller: two fds, for good */
     CHECK(rt != NULL);
@@ -42,7 +42,7 @@ static void t_worker_fd_back(void)
 /* async_worker_destroy without a join, at random moments around the end of
  * a short proc: the last reference may be the handle's or the thread's,
  * never freed under the other (ASan sees a use after free otherwise). */
-static void t_worker_destroy_exit(void)
+CASE(worker_destroy_exit) // adversarial
 {
     unsigned seed = 12345;
     for (int i = 0; i < 4000; i++) {
@@ -55,9 +55,4 @@ static void t_worker_destroy_exit(void)
     }
 }
 
-static const test_case_t cases[] = {
-    T(worker_fd_back), // adversarial
-    T(worker_destroy_exit), // adversarial
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

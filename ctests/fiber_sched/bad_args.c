@@ -11,7 +11,7 @@
 
 #include "fibers.h"
 
-static void t_sched_bad_input(void) {
+CASE(sched_bad_input) { // valgrind
     CHECK_FAIL(async_fiber_spawn(NULL, nop_fiber, NULL, 0) == NULL, ASYNC_E_BADHANDLE);
     async_sched_config_t bad = {-1, 0, 0};
     CHECK_FAIL(async_sched_create(&bad) == NULL, ASYNC_E_INVAL);
@@ -40,7 +40,7 @@ static void t_sched_bad_input(void) {
 
 #if !defined(_WIN32)
 
-static void t_fiber_api_bad_input(void)
+CASE(fiber_api_bad_input) // adversarial
 {
     async_chan_t *c = async_chan_create(1, 4);
     async_chan_op_t ops[65];
@@ -97,11 +97,4 @@ static void t_fiber_api_bad_input(void)
 
 #endif /* !_WIN32 */
 
-static const test_case_t cases[] = {
-    T(sched_bad_input), // valgrind
-#if !defined(_WIN32)
-    T(fiber_api_bad_input), // adversarial
-#endif
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

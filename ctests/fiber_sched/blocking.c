@@ -48,7 +48,7 @@ static void blocking_fiber(void *arg) {
     CHECK_EQ(b->slept, 1);
 }
 
-static void t_blocking(void) {
+CASE(blocking) { // valgrind
     enum { N = 20 };
     async_sched_t *s = sched_new(2);
     CHECK(async_fiber_spawn(s, ticker, NULL, 0));
@@ -149,10 +149,10 @@ static void blocking_self(int which, int want_rc, int want_err)
     async_sched_destroy(bs_s);
 }
 
-static void t_blocking_self_run(void) { blocking_self(0, -1, ASYNC_E_STATE); }
-static void t_blocking_self_shutdown(void) { blocking_self(1, 0, ASYNC_OK); }
-static void t_blocking_self_destroy(void) { blocking_self(2, -1, ASYNC_E_STATE); }
-static void t_blocking_self_join(void) { blocking_self(3, -1, ASYNC_E_STATE); }
+CASE(blocking_self_run) { blocking_self(0, -1, ASYNC_E_STATE); } // adversarial
+CASE(blocking_self_shutdown) { blocking_self(1, 0, ASYNC_OK); } // adversarial
+CASE(blocking_self_destroy) { blocking_self(2, -1, ASYNC_E_STATE); } // adversarial
+CASE(blocking_self_join) { blocking_self(3, -1, ASYNC_E_STATE); } // adversarial
 
 /* ---- a blocking function waiting for other fibers and schedulers ------------
  * The check above is narrow: a blocking function still joins another fiber
@@ -179,7 +179,7 @@ static void bo_fiber(void *arg)
     (void)arg;
     CHECK_EQ(async_fiber_blocking(bo_job, NULL), 0);
 }
-static void t_blocking_other(void)
+CASE(blocking_other) // adversarial
 {
     async_sched_t *s = sched_new(2);
     bo_s2 = sched_new(1);
@@ -194,15 +194,4 @@ static void t_blocking_other(void)
 
 #endif /* !_WIN32 */
 
-static const test_case_t cases[] = {
-    T(blocking), // valgrind
-#if !defined(_WIN32)
-    T(blocking_self_run), // adversarial
-    T(blocking_self_shutdown), // adversarial
-    T(blocking_self_destroy), // adversarial
-    T(blocking_self_join), // adversarial
-    T(blocking_other), // adversarial
-#endif
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

@@ -68,7 +68,7 @@ static void bh_long_sleep(void *a)
     CHECK_FAIL(async_fiber_sleep(3600 * 1000) == -1, ASYNC_E_CANCELLED);
 }
 
-static void t_fiber_blocking_hangs(void)
+CASE(fiber_blocking_hangs)
 {
     async_sched_config_t cfg = {2, 0, 0};
     async_sched_t *s = async_sched_create(&cfg);
@@ -116,8 +116,4 @@ static void t_fiber_blocking_hangs(void)
     close(bh.fdwait[1]);
 }
 
-static const test_case_t cases[] = {
-    T(fiber_blocking_hangs),
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

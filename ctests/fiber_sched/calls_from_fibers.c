@@ -49,7 +49,7 @@ static void q_timeout(void *arg) {
     CHECK_EQ(v, 99);
 }
 
-static void t_queue_park(void) {
+CASE(queue_park) { // valgrind
     /* one worker: a fiber blocked in the queue would deadlock the producer */
     async_sched_t *s = sched_new(1);
     qctx_t x = {async_queue_create(1, sizeof(int), ASYNC_QUEUE_BLOCK_WRITER), 20000, 0};
@@ -105,7 +105,7 @@ static void api_fiber(void *arg) {
     }
 }
 
-static void t_api_stress(void) {
+CASE(api_stress) { // valgrind
     enum { F = 200 };
     async_sched_t *s = sched_new(4);
     api_ctx_t x;
@@ -140,9 +140,4 @@ static void t_api_stress(void) {
     async_sched_destroy(s);
 }
 
-static const test_case_t cases[] = {
-    T(queue_park), // valgrind
-    T(api_stress), // valgrind
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

@@ -72,7 +72,7 @@ static void *plain_spawner(void *arg) {
     }
 }
 
-static void t_spawn_vs_destroy(void) {
+CASE(spawn_vs_destroy) {
     enum { NT = 4 };
     long total = 0;
     for (int round = 0; round < ROUNDS; round++) {
@@ -121,7 +121,7 @@ static void fiber_spawner(void *arg) {
     atomic_fetch_add(&r->spawners_done, 1);
 }
 
-static void t_fiber_spawn_vs_destroy(void) {
+CASE(fiber_spawn_vs_destroy) {
     enum { NF = 3, NF2 = 2 };
     async_sched_t *s2 = sched_new(1);
     for (int round = 0; round < ROUNDS; round++) {
@@ -187,7 +187,7 @@ static void *plain_joiner(void *arg) {
     return NULL;
 }
 
-static void t_join_vs_destroy(void) {
+CASE(join_vs_destroy) {
     long joined = 0, bad = 0;
     for (int round = 0; round < ROUNDS; round++) {
         join_race_t r = {0};
@@ -255,7 +255,7 @@ static void *other_caller(void *arg) {
     return NULL;
 }
 
-static void t_shutdown_vs_destroy(void) {
+CASE(shutdown_vs_destroy) {
     for (int round = 0; round < ROUNDS; round++) {
         async_sched_t *s = sched_new(round % 2 ? 2 : 1);
         for (int i = 0; i < 16; i++) CHECK(async_fiber_spawn(s, sleeper, NULL, i % 2 ? ASYNC_FIBER_JOINABLE : 0));
@@ -305,7 +305,7 @@ static void *chan_sender(void *arg) {
     return NULL;
 }
 
-static void t_wake_vs_destroy(void) {
+CASE(wake_vs_destroy) {
     enum { NR = 8, NS = 3 };
     for (int round = 0; round < ROUNDS; round++) {
         wake_race_t r = {0};
@@ -339,7 +339,7 @@ static void spawn_after_shutdown(void *arg) {
     atomic_store(&cancel_seen, 1);
 }
 
-static void t_spawn_cancelled(void) {
+CASE(spawn_cancelled) {
     async_sched_t *s = sched_new(2);
     CHECK(async_fiber_spawn(s, spawn_after_shutdown, s, 0));
     CHECK_EQ(async_sched_shutdown(s, 30000), 0);
@@ -416,7 +416,7 @@ static void *dr_host(void *arg)
     return NULL;
 }
 
-static void t_destroy_vs_host_wakes(void)
+CASE(destroy_vs_host_wakes) // uring adversarial
 {
     for (int round = 0; round < 30; round++) {
         dr_t d;
@@ -439,14 +439,4 @@ static void t_destroy_vs_host_wakes(void)
     }
 }
 
-static const test_case_t cases[] = {
-    T(spawn_vs_destroy),
-    T(fiber_spawn_vs_destroy),
-    T(join_vs_destroy),
-    T(shutdown_vs_destroy),
-    T(spawn_cancelled),
-    T(wake_vs_destroy),
-    T(destroy_vs_host_wakes), // uring adversarial
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

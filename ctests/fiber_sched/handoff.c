@@ -73,7 +73,7 @@ static void run_pingpong(async_sched_t *s, long n) {
 
 /* Many rendezvous round trips between two fibers on 2 and 4 workers: every
  * value arrives (each park is woken, wherever the partner runs). */
-static void t_pingpong(void) {
+CASE(pingpong) {
     for (int workers = 2; workers <= 4; workers += 2) {
         async_sched_t *s = sched_new(workers);
         run_pingpong(s, 200000);
@@ -93,7 +93,7 @@ static double cpu_over(int ms) {
 /* Spinning is bounded: a scheduler without work (fresh, and just after a
  * burst of hand-offs left every worker spinning) uses well under a core.
  * Generous bound (30% of one core over 1 s): the spin lasts microseconds. */
-static void t_idle_cpu(void) {
+CASE(idle_cpu) {
     for (int workers = 2; workers <= 4; workers += 2) {
         async_sched_t *s = sched_new(workers);
         sleep_ms(50);
@@ -128,7 +128,7 @@ static void rx_fiber(void *arg) {
  * workers' spin window (0 to ~200 us, then a few ms: asleep): each send
  * (a hand-off to the fiber, through the inbox) must be taken, or the
  * bounded send fails. */
-static void t_wake_after_spin(void) {
+CASE(wake_after_spin) {
     async_sched_t *s = sched_new(2);
     rx_t r = {async_chan_create(0, sizeof(long)), 400, 0};
     CHECK(r.c);
@@ -172,7 +172,7 @@ static void *remote_sender(void *arg) {
 /* Plain threads send to fibers parked on rendezvous channels: every wake-up
  * is a remote ready (the inbox, with its exchange-all consumers racing the
  * pushes); 4 threads x 16 fibers x 2000 values all arrive. */
-static void t_remote_ready(void) {
+CASE(remote_ready) {
     async_sched_t *s = sched_new(2);
     remote_t *r = calloc(1, sizeof *r);
     CHECK(r);
@@ -209,7 +209,7 @@ static void xs_sender(void *arg) {
 
 /* Fibers of scheduler A wake fibers of scheduler B (and back, through the
  * rendezvous): readies from a foreign worker go through B's inbox. */
-static void t_cross_sched(void) {
+CASE(cross_sched) {
     async_sched_t *a = sched_new(2), *b = sched_new(2);
     enum { PAIRS = 8 };
     rx_t rx[PAIRS];
@@ -262,7 +262,7 @@ static void meet_recv(void *arg) {
     if (async_chan_recv(m->c, &v, 30000) == 0) meet_wait(m);
 }
 
-static void t_busy_lifo_slot(void) {
+CASE(busy_lifo_slot) {
     async_sched_t *s = sched_new(2);
     for (int round = 0; round < 200; round++) {
         meet_t m = {async_chan_create(0, sizeof(long)), 0, 0};
@@ -295,7 +295,7 @@ static void fan_producer(void *arg) {
 
 /* One fiber readies 64 others over and over (each wake lands on its worker,
  * the other workers spin and steal): every value arrives. */
-static void t_fan_out(void) {
+CASE(fan_out) {
     async_sched_t *s = sched_new(4);
     fan_t *f = calloc(1, sizeof *f);
     CHECK(f);
@@ -325,7 +325,7 @@ static void short_fiber(void *arg) {
 
 /* Right after async_sched_run returns the workers are still spinning
  * (looking for work for up to the spin bound): destroy must stop them. */
-static void t_destroy_spinning(void) {
+CASE(destroy_spinning) {
     for (int round = 0; round < 200; round++) {
         async_sched_t *s = sched_new(round % 2 ? 2 : 4);
         atomic_long n = 0;
@@ -342,7 +342,7 @@ static void sleep_fiber(void *arg) {
 }
 
 /* Shutdown while one fiber is parked and the other workers spin. */
-static void t_shutdown_spinning(void) {
+CASE(shutdown_spinning) {
     for (int round = 0; round < 100; round++) {
         async_sched_t *s = sched_new(2);
         atomic_long n = 0, cancelled = 0;
@@ -437,7 +437,7 @@ static void fd_wake_run(int workers, int yielders, long rounds) {
     }
 }
 
-static void t_fd_wake_busy(void) { fd_wake_run(2, 2, 200); }
+CASE(fd_wake_busy) { fd_wake_run(2, 2, 200); }
 
 /* The same with so many yielders that each worker's run queue stays more
  * than half full: the periodic poll, which waits for room in the queue (so
@@ -446,7 +446,7 @@ static void t_fd_wake_busy(void) { fd_wake_run(2, 2, 200); }
  * queue, the periodic look must get to the inbox (the reader is spawned
  * last) and to the poll: before, the reader never ran, then was never
  * woken. */
-static void t_fd_wake_crowded(void) {
+CASE(fd_wake_crowded) {
     fd_wake_run(1, 200, 50); /* the ring stays at ~200: never room for a poll's worth */
     fd_wake_run(1, 300, 50); /* the ring overflows into the global queue */
     fd_wake_run(2, 600, 50);
@@ -472,7 +472,7 @@ static void crowd_sleeper(void *arg) {
     atomic_store(&z->b->stop, 1);
 }
 
-static void t_sleep_crowded(void) {
+CASE(sleep_crowded) {
     for (int workers = 1; workers <= 2; workers++) {
         async_sched_t *s = sched_new(workers);
         fb_t b = {.fd = -1};
@@ -493,21 +493,4 @@ static void t_sleep_crowded(void) {
 }
 #endif
 
-static const test_case_t cases[] = {
-    T(pingpong),
-    T(idle_cpu),
-    T(wake_after_spin),
-    T(remote_ready),
-    T(cross_sched),
-    T(busy_lifo_slot),
-    T(fan_out),
-    T(destroy_spinning),
-    T(shutdown_spinning),
-#if !defined(_WIN32)
-    T(fd_wake_busy),
-    T(fd_wake_crowded),
-    T(sleep_crowded),
-#endif
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

@@ -190,12 +190,7 @@ static void host_wake(int nw)
     close(sv[1]);
 }
 
-static void t_host_wake_1w(void) { host_wake(1); }
-static void t_host_wake_2w(void) { host_wake(2); }
+CASE(host_wake_1w) { host_wake(1); } // uring adversarial
+CASE(host_wake_2w) { host_wake(2); } // uring adversarial
 
-static const test_case_t cases[] = {
-    T(host_wake_1w), // uring adversarial
-    T(host_wake_2w), // uring adversarial
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

@@ -123,7 +123,7 @@ static void echo_fiber(void *arg) {
  * on (no timer, no fd event), still holding the spinning unit its waker had
  * given it, so no later ready woke anybody and the next hand-off to the
  * sleeping scheduler was lost. */
-static void t_kick_stolen_inbox(void) {
+CASE(kick_stolen_inbox) { // uring adversarial
     async_sched_t *s = sched_new(2);
     int p[2];
     CHECK_EQ(pipe(p), 0);
@@ -203,7 +203,7 @@ static void timer_kicker(void *arg) {
  * on the condition variable: the sleeper woke after the quiet reader's
  * timeout, not after 1 ms. Plain-thread hand-offs to an echo fiber keep the
  * workers moving between rounds. */
-static void t_kick_stolen_timer(void) {
+CASE(kick_stolen_timer) { // uring adversarial
     async_sched_t *s = sched_new(3);
     int p[2];
     CHECK_EQ(pipe(p), 0);
@@ -257,8 +257,8 @@ static void t_kick_stolen_timer(void) {
     async_sched_destroy(s);
 }
 #else
-static void t_kick_stolen_inbox(void) { printf("skipped: interposes epoll_wait (Linux)\n"); }
-static void t_kick_stolen_timer(void) { printf("skipped: interposes epoll_wait (Linux)\n"); }
+CASE(kick_stolen_inbox) { printf("skipped: interposes epoll_wait (Linux)\n"); } // uring adversarial
+CASE(kick_stolen_timer) { printf("skipped: interposes epoll_wait (Linux)\n"); } // uring adversarial
 #endif
 
 /* ---- a storm of fd events from a plain thread ---------------------------------- */
@@ -374,14 +374,14 @@ static void storm_run(int workers, int owned) {
 /* 24 pipes written byte by byte from a plain thread at random small gaps
  * while fibers read them with and without timeouts, 1 to 4 workers, plain
  * and owned read ends: every byte is read, every reader sees EOF. */
-static void t_fd_storm(void) {
+CASE(fd_storm) { // uring adversarial
     for (int workers = 1; workers <= 4; workers++) {
         storm_run(workers, 0);
         storm_run(workers, 1);
     }
 }
 #else
-static void t_fd_storm(void) { printf("skipped: pipes (not Windows)\n"); }
+CASE(fd_storm) { printf("skipped: pipes (not Windows)\n"); } // uring adversarial
 #endif
 
 /* ---- fd, channel and timer wakes mixed ------------------------------------------- */
@@ -516,11 +516,11 @@ static void mixed_run(int workers) {
 
 /* fd events, channel sends from a plain thread, short timers, mutex
  * hand-offs and joins at once, on 1 to 4 workers: every wake-up runs. */
-static void t_mixed_wakes(void) {
+CASE(mixed_wakes) { // uring adversarial
     for (int workers = 1; workers <= 4; workers++) mixed_run(workers);
 }
 #else
-static void t_mixed_wakes(void) { printf("skipped: socketpair (not Windows)\n"); }
+CASE(mixed_wakes) { printf("skipped: socketpair (not Windows)\n"); } // uring adversarial
 #endif
 
 /* ---- idle CPU with a fiber waiting on a quiet fd --------------------------------- */
@@ -530,7 +530,7 @@ static void t_mixed_wakes(void) { printf("skipped: socketpair (not Windows)\n");
 /* With fibers waiting on fds the idle workers may poll them while they
  * spin; once the work is done they must sleep all the same (one in the
  * poller): well under a core over a second (generous bound: 30%). */
-static void t_idle_cpu_fd_waiter(void) {
+CASE(idle_cpu_fd_waiter) { // adversarial
     for (int workers = 2; workers <= 4; workers += 2) {
         async_sched_t *s = sched_new(workers);
         int p[2];
@@ -563,7 +563,7 @@ static void t_idle_cpu_fd_waiter(void) {
     }
 }
 #else
-static void t_idle_cpu_fd_waiter(void) { printf("skipped: pipes (not Windows)\n"); }
+CASE(idle_cpu_fd_waiter) { printf("skipped: pipes (not Windows)\n"); } // adversarial
 #endif
 
 /* ---- close and shutdown while workers spin, poll and sleep ------------------------ */
@@ -587,7 +587,7 @@ static void closed_reader(void *arg) {
  * (with non-blocking polls: fibers wait on fds) and sleeping, while the
  * test thread closes owned fds that fibers are parked on, at random gaps:
  * each of those fibers wakes with ASYNC_E_CLOSED, whoever polls. */
-static void t_close_while_polled(void) {
+CASE(close_while_polled) { // uring adversarial
     for (int workers = 2; workers <= 4; workers++) {
         async_sched_t *s = sched_new(workers);
         closer_t cl[CL_FDS];
@@ -672,7 +672,7 @@ static void sd_reader(void *arg) {
     }
 }
 
-static void t_shutdown_storm(void) {
+CASE(shutdown_storm) { // uring adversarial
     for (int round = 0; round < 8; round++) {
         int workers = 1 + round % 4;
         async_sched_t *s = sched_new(workers);
@@ -710,18 +710,8 @@ static void t_shutdown_storm(void) {
     }
 }
 #else
-static void t_close_while_polled(void) { printf("skipped: socketpair (not Windows)\n"); }
-static void t_shutdown_storm(void) { printf("skipped: pipes (not Windows)\n"); }
+CASE(close_while_polled) { printf("skipped: socketpair (not Windows)\n"); } // uring adversarial
+CASE(shutdown_storm) { printf("skipped: pipes (not Windows)\n"); } // uring adversarial
 #endif
 
-static const test_case_t cases[] = {
-    T(kick_stolen_inbox), // uring adversarial
-    T(kick_stolen_timer), // uring adversarial
-    T(fd_storm), // uring adversarial
-    T(mixed_wakes), // uring adversarial
-    T(idle_cpu_fd_waiter), // adversarial
-    T(close_while_polled), // uring adversarial
-    T(shutdown_storm), // uring adversarial
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

@@ -71,8 +71,8 @@ static void fd_burst(int nw)
     for (int i = 0; i < FB_N; i++) close(fb_sv[i][0]);
 }
 
-static void t_fd_burst_1w(void) { fd_burst(1); }
-static void t_fd_burst_2w(void) { fd_burst(2); }
+CASE(fd_burst_1w) { fd_burst(1); } // uring adversarial
+CASE(fd_burst_2w) { fd_burst(2); } // uring adversarial
 
 /* ---- async_fiber_close of parked owned fds during a burst; numbers reused ---- */
 
@@ -180,8 +180,8 @@ static void close_parked(int nw)
     async_sched_destroy(s);
 }
 
-static void t_close_parked_1w(void) { close_parked(1); }
-static void t_close_parked_2w(void) { close_parked(2); }
+CASE(close_parked_1w) { close_parked(1); } // uring adversarial
+CASE(close_parked_2w) { close_parked(2); } // uring adversarial
 
 /* ---- a plain fd closed with close(2) and its number reused while parked ---- */
 
@@ -197,7 +197,7 @@ static void rp_fiber(void *arg)
     atomic_fetch_add(&rp_ended, 1);
 }
 
-static void t_reuse_parked(void)
+CASE(reuse_parked) // uring adversarial
 {
     async_sched_t *s = sched_new(2);
     atomic_store(&rp_ended, 0);
@@ -314,8 +314,8 @@ static void timeout_race(int nw)
     }
 }
 
-static void t_timeout_race_1w(void) { timeout_race(1); }
-static void t_timeout_race_2w(void) { timeout_race(2); }
+CASE(timeout_race_1w) { timeout_race(1); } // uring adversarial
+CASE(timeout_race_2w) { timeout_race(2); } // uring adversarial
 
 /* ---- owned fds of one scheduler closed by another's fibers, during a destroy -- */
 
@@ -349,7 +349,7 @@ static void *xc_destroy(void *arg)
     return NULL;
 }
 
-static void t_cross_close(void)
+CASE(cross_close) // uring adversarial
 {
     raise_nofile(4 * XC_N + 64);
     async_sched_t *s2 = sched_new(2);
@@ -394,7 +394,7 @@ static void ow_reader(void *arg)
     atomic_fetch_add(&ow_ended, 1);
 }
 
-static void t_own_while_parked(void)
+CASE(own_while_parked) // uring adversarial
 {
     async_sched_t *s = sched_new(2);
     int sv[OW_N][2];
@@ -417,7 +417,7 @@ static void t_own_while_parked(void)
 /* A plain fd closed with close(2) under a parked reader (timeout -1), its
  * number taken by a new socket that s then owns: async_fiber_close of the
  * number wakes every fiber of s parked on it, the old reader included. */
-static void t_reuse_own_close(void)
+CASE(reuse_own_close) // uring adversarial
 {
     async_sched_t *s = sched_new(2);
     atomic_store(&ow_ended, 0);
@@ -442,17 +442,4 @@ static void t_reuse_own_close(void)
     async_sched_destroy(s);
 }
 
-static const test_case_t cases[] = {
-    T(fd_burst_1w), // uring adversarial
-    T(fd_burst_2w), // uring adversarial
-    T(close_parked_1w), // uring adversarial
-    T(close_parked_2w), // uring adversarial
-    T(reuse_parked), // uring adversarial
-    T(timeout_race_1w), // uring adversarial
-    T(timeout_race_2w), // uring adversarial
-    T(cross_close), // uring adversarial
-    T(own_while_parked), // uring adversarial
-    T(reuse_own_close), // uring adversarial
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

@@ -114,7 +114,7 @@ static void cx_destroy(void)
     async_sched_destroy(cx_s);
 }
 
-static void t_cancel_fiber_calls(void)
+CASE(cancel_fiber_calls) // uring adversarial
 {
     static cx_t calls[] = {
         {"async_sched_create", cx_create, 0},
@@ -205,7 +205,7 @@ static size_t cds_drain(int fd, char *buf, size_t cap)
     return n;
 }
 
-static void t_cancel_dump_signal(void)
+CASE(cancel_dump_signal) // uring adversarial
 {
     async_sched_t *s = sched_new(1);
     async_chan_t *c = async_chan_create(0, sizeof(int));
@@ -236,9 +236,4 @@ static void t_cancel_dump_signal(void)
     close(p[1]);
 }
 
-static const test_case_t cases[] = {
-    T(cancel_fiber_calls), // uring adversarial
-    T(cancel_dump_signal), // uring adversarial
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

@@ -88,7 +88,7 @@ static void sd_blocking(void *arg) {
     CHECK_EQ(*done, 1);
 }
 
-static void t_shutdown_waits(void) {
+CASE(shutdown_waits) { // uring valgrind
     async_sched_t *s = sched_new(2);
     sdw.empty = async_chan_create(1, sizeof(int));
     sdw.full = async_chan_create(1, sizeof(int));
@@ -159,7 +159,7 @@ static void spinner(void *arg) {
     while (!atomic_load(&spin_stop)) sleep_ms(1); /* blocks its worker: allowed, just bad */
 }
 
-static void t_shutdown_timeout(void) {
+CASE(shutdown_timeout) { // uring valgrind
     async_sched_t *s = sched_new(2);
     CHECK(async_fiber_spawn(s, spinner, NULL, 0));
     sleep_ms(20);
@@ -235,7 +235,7 @@ static void sn_fiber(void *arg)
     async_cond_destroy(cv);
 }
 
-static void t_shutdown_nowait(void)
+CASE(shutdown_nowait) // adversarial
 {
     async_sched_t *s = sched_new(2);
     double t0 = now_ms();
@@ -305,7 +305,7 @@ static void *sb_writer(void *arg)
     return NULL;
 }
 
-static void t_shutdown_buf(void)
+CASE(shutdown_buf) // uring adversarial
 {
     for (int round = 0; round < 10; round++) {
         async_sched_t *s = sched_new(1 + round % 2);
@@ -399,7 +399,7 @@ static void *sh_locker(void *arg)
     return NULL;
 }
 
-static void t_shutdown_handoff(void)
+CASE(shutdown_handoff) // uring adversarial
 {
     for (int round = 0; round < 20; round++) {
         async_sched_t *s = sched_new(1 + round % 2);
@@ -442,16 +442,4 @@ static void t_shutdown_handoff(void)
 
 #endif /* !_WIN32 */
 
-static const test_case_t cases[] = {
-#if !defined(_WIN32)
-    T(shutdown_waits), // uring valgrind
-#endif
-    T(shutdown_timeout), // uring valgrind
-#if !defined(_WIN32)
-    T(shutdown_nowait), // adversarial
-    T(shutdown_buf), // uring adversarial
-    T(shutdown_handoff), // uring adversarial
-#endif
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

@@ -133,7 +133,7 @@ static void *sd_feeder(void *a)
     return NULL;
 }
 
-static void t_fiber_shutdown_mid_load(void)
+CASE(fiber_shutdown_mid_load)
 {
     double deadline;
     int rounds = 0;
@@ -190,8 +190,4 @@ static void t_fiber_shutdown_mid_load(void)
     }
 }
 
-static const test_case_t cases[] = {
-    T(fiber_shutdown_mid_load),
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

@@ -14,7 +14,7 @@
 
 /* 100 fibers yield 1000 times each: every yield resumes its fiber, and the
  * stats count every spawn, finish and resume. */
-static void t_yield_100x1000(void) {
+CASE(yield_100x1000) { // valgrind
     async_sched_t *s = sched_new(0);
     for (int i = 0; i < 100; i++) CHECK(async_fiber_spawn(s, yielder, NULL, 0) != NULL);
     CHECK_EQ(async_sched_run(s), 0);
@@ -45,7 +45,7 @@ static void sleeper(void *arg) {
     *(double *)arg = now_ms() - t0;
 }
 
-static void t_sleep(void) {
+CASE(sleep) { // valgrind
     async_sched_t *s = sched_new(2);
     double el[20];
     for (int i = 0; i < 20; i++) CHECK(async_fiber_spawn(s, sleeper, &el[i], 0));
@@ -107,7 +107,7 @@ static void parent(void *arg) {
     CHECK_FAIL(async_sched_run(c->s) == -1, ASYNC_E_STATE);
 }
 
-static void t_spawn_join_current(void) {
+CASE(spawn_join_current) { // valgrind
     CHECK(async_fiber_current() == NULL);
     ctx_t c = {0};
     c.s = sched_new(2);
@@ -140,7 +140,7 @@ static void cross_spawner(void *arg) {
     async_fiber_sleep(1);
 }
 
-static void t_several_scheds(void) {
+CASE(several_scheds) { // valgrind
     enum { K = 4 };
     async_sched_t *s[K];
     atomic_int counters[K];
@@ -185,7 +185,7 @@ static void join_self_fiber(void *arg)
         atomic_store(&self_err, -async_last_error());
 }
 
-static void t_join_variants(void)
+CASE(join_variants) // adversarial
 {
     async_sched_t *s = sched_new(2);
     async_fiber_t *f = async_fiber_spawn(s, join_self_fiber, NULL, ASYNC_FIBER_JOINABLE);
@@ -208,14 +208,4 @@ static void t_join_variants(void)
 
 #endif /* !_WIN32 */
 
-static const test_case_t cases[] = {
-    T(yield_100x1000), // valgrind
-    T(sleep), // valgrind
-    T(spawn_join_current), // valgrind
-    T(several_scheds), // valgrind
-#if !defined(_WIN32)
-    T(join_variants), // adversarial
-#endif
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

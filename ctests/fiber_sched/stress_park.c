@@ -208,7 +208,7 @@ static void *fp_queue_feeder(void *arg)
     return NULL;
 }
 
-static void t_fibers_park(void)
+CASE(fibers_park) // stress
 {
     double deadline = stress_begin("fibers_park");
     uint64_t total = 0, qtotal = 0;
@@ -296,8 +296,4 @@ static void t_fibers_park(void)
     CHECK(total > 0 && qtotal > 0);
 }
 
-static const test_case_t cases[] = {
-    T(fibers_park), // stress
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

@@ -22,7 +22,7 @@ static void fib_fiber(void *arg) {
     j->out = r;
 }
 
-static void t_fib_100k(void) {
+CASE(fib_100k) { // timeout=120 valgrind
     enum { N = 100000 };
     async_sched_t *s = sched_new(0);
     fib_job_t *jobs = calloc(N, sizeof *jobs);
@@ -67,7 +67,7 @@ static void park_on_chan(void *arg) {
     CHECK_FAIL(async_chan_recv((async_chan_t *)arg, &v, -1) == -1, ASYNC_E_CLOSED);
 }
 
-static void t_parked_100k(void) {
+CASE(parked_100k) { // timeout=120 valgrind
     enum { N = 100000 };
     async_sched_config_t cfg = {0, 32 * 1024, 0};
     async_sched_t *s = async_sched_create(&cfg);
@@ -107,7 +107,7 @@ static void migrant(void *arg) {
  * loaded machine the OS may keep the other workers off the CPU for the whole
  * run (seen: 1 run in ~60 with other builds on both cores), so a run in
  * which nothing moved is repeated (5 tries). */
-static void t_migration(void) {
+CASE(migration) { // uring valgrind
     enum { F = 64 };
     int moved = 0;
     for (int attempt = 0; attempt < 5 && moved == 0; attempt++) {
@@ -128,10 +128,4 @@ static void t_migration(void) {
     CHECK(moved > 0);
 }
 
-static const test_case_t cases[] = {
-    T(fib_100k), // timeout=120 valgrind
-    T(parked_100k), // timeout=120 valgrind
-    T(migration), // uring valgrind
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

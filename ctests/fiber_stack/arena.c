@@ -42,7 +42,7 @@ static void sleeper(void *arg) {
 /* Cycles of: create (4 MiB stacks: 8 slots per 32 MiB arena, the fewest an
  * arena holds), spawn `fibers` fibers that stay alive (one arena per 8),
  * destroy. Past 65536 arenas in all, then a plain create. */
-static void t_many_arenas(void) {
+CASE(many_arenas) { // timeout=300
     const int fibers = 4096;
     const int per_cycle = fibers / 8;
     const int cycles = ARENA_TABLE / per_cycle + ARENA_TABLE / per_cycle / 8; /* ~73700 arenas */
@@ -97,7 +97,7 @@ static void churn(int n) {
 /* The C heap in use after N more cycles does not grow with N (a cycle that
  * kept its arena's owner array would leak ~4 KB with the default stacks).
  * Not timing: a byte count, with a generous bound (1 KB per cycle). */
-static void t_heap_per_cycle(void) {
+CASE(heap_per_cycle) {
 #if !defined(LA_TEST_ASAN) && !defined(LA_TEST_MALLINFO2)
     fprintf(stderr, "no heap counter on this libc: only the cycles run\n");
 #endif
@@ -133,7 +133,7 @@ static void napper(void *arg) {
     async_fiber_sleep(3000); /* short: a missed overflow ends with "survived" */
 }
 
-static void t_recycled_overflow_child(void) {
+CHILD(recycled_overflow_child) {
     int mode = atoi(getenv("ASYNC_TEST_MODE"));
     /* arenas of 8 slots (owner arrays of 8), freed: their entries are
      * taken again below by arenas of ~900 slots (bigger owner arrays) */
@@ -158,7 +158,7 @@ static void t_recycled_overflow_child(void) {
  * new, bigger owner array) is still found by the SIGSEGV handler in the
  * table (its guard page) and reported, in the automatic mode and with
  * mprotect guards; in canary mode, at its switch. */
-static void t_recycled_overflow(void) {
+CASE(recycled_overflow) {
     static const char *envs[] = {"ASYNC_TEST_MODE=0", "ASYNC_TEST_MODE=2", "ASYNC_TEST_MODE=3"};
     for (int i = 0; i < 3; i++) {
         if (i == 0 && getenv("ASYNC_TEST_EMULATOR")) {
@@ -210,7 +210,7 @@ static void *churn_entries(void *arg) {
 /* SIGSEGVs (not in a fiber stack: libasync's handler scans the whole table
  * and passes them on) while another thread recycles table entries: no
  * crash, every fault passed on. */
-static void t_fault_during_recycle(void) {
+CASE(fault_during_recycle) {
     page_sz = sysconf(_SC_PAGESIZE);
     probe = mmap(NULL, (size_t)page_sz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     CHECK(probe != MAP_FAILED);
@@ -242,13 +242,4 @@ static void t_fault_during_recycle(void) {
     async_sched_destroy(keep);
 }
 
-static const test_case_t cases[] = {
-    T(many_arenas), // timeout=300
-    T(heap_per_cycle),
-    T(recycled_overflow),
-    T(fault_during_recycle),
-    /* a child, not a test of its own */
-    {"recycled_overflow_child", t_recycled_overflow_child},
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

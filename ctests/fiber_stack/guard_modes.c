@@ -9,7 +9,7 @@
 
 #include "fibers.h"
 
-static void t_guard_modes(void) {
+CASE(guard_modes) { // valgrind
     for (int m = 1; m <= 3; m++) {
         async_sched_config_t cfg = {1, 32 * 1024, m};
         async_sched_t *s = async_sched_create(&cfg);
@@ -31,8 +31,4 @@ static void t_guard_modes(void) {
     }
 }
 
-static const test_case_t cases[] = {
-    T(guard_modes), // valgrind
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

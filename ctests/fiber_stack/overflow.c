@@ -71,7 +71,7 @@ static void deep(void *arg) {
     printf("%d\n", recurse((char *)((uintptr_t)&top - 33 * 1024), 0));
 }
 
-static void t_auto_overflow_child(void) {
+CHILD(auto_overflow_child) {
     if (getenv("ASYNC_TEST_NO_MADV_GUARD") && no_madv_guard() != 0) {
         fprintf(stderr, "no seccomp: skipped\n");
         exit(77);
@@ -88,7 +88,7 @@ static void t_auto_overflow_child(void) {
 
 /* guard_mode 0 (automatic), with and without MADV_GUARD_INSTALL: the
  * overflow is reported and the process aborts. */
-static void t_auto_overflow(void) {
+CASE(auto_overflow) { // valgrind
     static const char *envs[] = {NULL, "ASYNC_TEST_NO_MADV_GUARD=1"};
     for (int i = 0; i < 2; i++) {
         if (!envs[i] && getenv("ASYNC_TEST_EMULATOR")) {
@@ -111,7 +111,7 @@ static void t_auto_overflow(void) {
 /* A 32 KiB stack in guard mode ASYNC_TEST_GUARD overflowed by deep: in the
  * guard modes (1, 2) the overflow hits the guard page; in canary mode (3)
  * it stays in the slot's own spare page and is found at the next switch. */
-static void t_mode_overflow_child(void) {
+CHILD(mode_overflow_child) {
     const char *m = getenv("ASYNC_TEST_GUARD");
     async_sched_config_t cfg = {1, 32 * 1024, m ? atoi(m) : 0};
     async_sched_t *s = async_sched_create(&cfg);
@@ -124,7 +124,7 @@ static void t_mode_overflow_child(void) {
 
 /* Guard modes 1, 2 and 3: the whole report line (fiber id, how it was
  * found, the advice) on stderr, then SIGABRT. */
-static void t_overflow_each_mode(void) {
+CASE(overflow_each_mode) { // valgrind
     static const char *envs[] = {"ASYNC_TEST_GUARD=1", "ASYNC_TEST_GUARD=2", "ASYNC_TEST_GUARD=3"};
     for (int i = 0; i < 3; i++) {
         if (i == 0 && getenv("ASYNC_TEST_EMULATOR")) {
@@ -151,7 +151,7 @@ static void parked(void *arg) {
 /* Without MADV_GUARD_INSTALL, automatic mode guards stacks with mprotect
  * while the mapping budget lasts, then refuses new stacks (ASYNC_E_NOMEM):
  * it never switches to canary mode behind the caller's back. */
-static void t_auto_budget(void) {
+CASE(auto_budget) { // valgrind
     /* (under valgrind automatic mode is 2 anyway; seccomp is not needed) */
     int forced = !getenv("ASYNC_TEST_EMULATOR") && no_madv_guard() == 0;
     /* a small budget keeps the case light; without it the budget is
@@ -187,7 +187,7 @@ static void t_auto_budget(void) {
 
 /* guard_mode 2 explicitly: the same budget (a kernel mapping limit reached
  * by fiber guards would break the rest of the process: Go's heap, threads). */
-static void t_mprotect_budget(void) {
+CASE(mprotect_budget) { // valgrind
     setenv("ASYNC_FIBER_MPROTECT_MAX", "2000", 1);
     async_sched_config_t cfg = {1, 16 * 1024, 2};
     async_sched_t *s = async_sched_create(&cfg);
@@ -260,7 +260,7 @@ static void smasher(void *arg) {
     for (int i = 0; i < NV; i++) async_chan_send(go_ch, "", -1);
 }
 
-static void t_canary_child(void) {
+CHILD(canary_child) {
     int full = getenv("ASYNC_TEST_FULL_FRAME") != NULL;
     async_sched_config_t cfg = {1, 32 * 1024, 3};
     async_sched_t *s = async_sched_create(&cfg);
@@ -282,7 +282,7 @@ static void t_canary_child(void) {
 /* Canary mode: a write from an overflowing fiber over the top of the stack
  * below it is found before that fiber resumes, whether or not the writer
  * broke its own canary; the report names the fiber; the process aborts. */
-static void t_canary_neighbour(void) {
+CASE(canary_neighbour) { // valgrind
     static const char *envs[] = {NULL, "ASYNC_TEST_FULL_FRAME=1"};
     for (int i = 0; i < 2; i++) {
         char out[8192];
@@ -301,7 +301,7 @@ static void t_canary_neighbour(void) {
 
 /* ---- not a ctest: how many stacks each mode gives (measurement) ----------------------- */
 
-static void t_capacity(void) {
+CHILD(capacity) {
     const char *m = getenv("ASYNC_TEST_GUARD");
     if (getenv("ASYNC_TEST_NO_MADV_GUARD")) CHECK_EQ(no_madv_guard(), 0);
     async_sched_config_t cfg = {1, 16 * 1024, m ? atoi(m) : 0};
@@ -317,17 +317,4 @@ static void t_capacity(void) {
     async_sched_destroy(s);
 }
 
-static const test_case_t cases[] = {
-    T(auto_overflow), // valgrind
-    T(overflow_each_mode), // valgrind
-    T(auto_budget), // valgrind
-    T(mprotect_budget), // valgrind
-    T(canary_neighbour), // valgrind
-    /* children and measurements, not tests of their own */
-    {"auto_overflow_child", t_auto_overflow_child},
-    {"mode_overflow_child", t_mode_overflow_child},
-    {"canary_child", t_canary_child},
-    {"capacity", t_capacity},
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

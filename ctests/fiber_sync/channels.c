@@ -30,8 +30,8 @@ static void exchange(size_t cap, long n) {
     async_sched_destroy(s);
 }
 
-static void t_chan_1m_buffered(void) { exchange(64, 1000000); }
-static void t_chan_1m_rendezvous(void) { exchange(0, 1000000); }
+CASE(chan_1m_buffered) { exchange(64, 1000000); } // valgrind
+CASE(chan_1m_rendezvous) { exchange(0, 1000000); } // valgrind
 
 typedef struct {
     async_chan_t *c;
@@ -53,7 +53,7 @@ static void recv_until_closed(void *arg) {
     }
 }
 
-static void t_chan_close(void) {
+CASE(chan_close) { // valgrind
     async_sched_t *s = sched_new(2);
     /* parked receivers on a rendezvous channel all wake with CLOSED */
     close_ctx_t x = {async_chan_create(0, sizeof(int)), 0, 0};
@@ -156,7 +156,7 @@ static void *dr_user(void *arg)
 
 static void dr_fiber(void *arg) { dr_user(arg); }
 
-static void t_chan_destroy_race(void)
+CASE(chan_destroy_race) // adversarial
 {
     pthread_t t[4];
     async_sched_t *s = sched_new(2);
@@ -184,13 +184,4 @@ static void t_chan_destroy_race(void)
 
 #endif /* !_WIN32 */
 
-static const test_case_t cases[] = {
-    T(chan_1m_buffered), // valgrind
-    T(chan_1m_rendezvous), // valgrind
-    T(chan_close), // valgrind
-#if !defined(_WIN32)
-    T(chan_destroy_race), // adversarial
-#endif
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

@@ -69,7 +69,7 @@ static void *cons_thread(void *arg) {
     return NULL;
 }
 
-static void t_cond_prodcons(void) {
+CASE(cond_prodcons) {
     async_sched_t *s = sched_new(4);
     g_m = async_mutex_create();
     g_not_empty = async_cond_create();
@@ -131,7 +131,7 @@ static void *bc_thread(void *arg) {
 }
 
 
-static void t_cond_broadcast(void) {
+CASE(cond_broadcast) {
     async_sched_t *s = sched_new(4);
     g_m = async_mutex_create();
     g_c = async_cond_create();
@@ -187,7 +187,7 @@ static void long_waiter(void *arg) {
     CHECK_EQ(async_mutex_unlock(g_m), 0);
 }
 
-static void t_cond_timeout(void) {
+CASE(cond_timeout) {
     async_sched_t *s = sched_new(2);
     g_m = async_mutex_create();
     g_c = async_cond_create();
@@ -254,7 +254,7 @@ static void relock_fiber(void *arg) {
     join_within(t, BOUND_MS, "holder"); /* short: it has unlocked */
 }
 
-static void t_cond_relock(void) {
+CASE(cond_relock) {
     async_sched_t *s = sched_new(2);
     g_m = async_mutex_create();
     g_c = async_cond_create();
@@ -267,11 +267,4 @@ static void t_cond_relock(void) {
     async_mutex_destroy(g_m);
 }
 
-static const test_case_t cases[] = {
-    T(cond_prodcons),
-    T(cond_broadcast),
-    T(cond_timeout),
-    T(cond_relock),
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

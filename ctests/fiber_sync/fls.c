@@ -40,7 +40,7 @@ static void count_dtor(void *v) {
     atomic_fetch_add(&g_dtor_calls, 1);
 }
 
-static void t_fls_migrate(void) {
+CASE(fls_migrate) {
     CHECK_EQ(async_fiber_key_create(&g_key, count_dtor), 0);
     async_sched_t *s = sched_new(4);
     CHECK_EQ(async_fiber_setspecific(g_key, (void *)&g_key), 0); /* the main thread's */
@@ -116,7 +116,7 @@ static void dt_fiber(void *arg) {
     async_fiber_yield();
 }
 
-static void t_fls_destructors(void) {
+CASE(fls_destructors) {
     CHECK_EQ(async_fiber_key_create(&g_key, dt_dtor), 0);
     CHECK_EQ(async_fiber_key_create(&g_key2, k2_dtor), 0);
     CHECK_EQ(async_fiber_key_create(&g_dead_key, dead_dtor), 0);
@@ -152,7 +152,7 @@ static void t_fls_destructors(void) {
     CHECK_EQ(async_fiber_key_delete(g_key2), 0);
 }
 
-static void t_fls_badinput(void) {
+CASE(fls_badinput) {
     async_fiber_key_t k;
     CHECK_FAIL(async_fiber_key_create(NULL, NULL) == -1, ASYNC_E_INVAL);
     CHECK_FAIL(async_fiber_key_delete(0) == -1, ASYNC_E_BADHANDLE);
@@ -220,7 +220,7 @@ static void key_reuse_fiber(void *arg)
     key_reuse_body();
 }
 
-static void t_fls_key_reuse(void)
+CASE(fls_key_reuse) // adversarial
 {
     async_sched_t *s = sched_new(1);
     async_fiber_t *f;
@@ -268,7 +268,7 @@ static void *dk_thread(void *arg)
     return NULL;
 }
 
-static void t_fls_destructor_api(void)
+CASE(fls_destructor_api) // adversarial
 {
     async_fiber_t *f;
     pthread_t t;
@@ -284,12 +284,4 @@ static void t_fls_destructor_api(void)
     async_sched_destroy(dk_s);
 }
 
-static const test_case_t cases[] = {
-    T(fls_migrate),
-    T(fls_destructors),
-    T(fls_badinput),
-    T(fls_key_reuse), // adversarial
-    T(fls_destructor_api), // adversarial
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

@@ -22,7 +22,7 @@ static void *lock_other(void *arg) {
     return NULL;
 }
 
-static void t_mutex_badinput(void) {
+CASE(mutex_badinput) {
     async_mutex_t *m = async_mutex_create();
     CHECK(m != NULL);
     CHECK_FAIL(async_mutex_lock(NULL, -1) == -1, ASYNC_E_BADHANDLE);
@@ -90,7 +90,7 @@ static void other_fiber(void *arg) {
     CHECK_FAIL(async_mutex_trylock(g_m) == -1, ASYNC_E_BUSY);
 }
 
-static void t_mutex_owner_fiber(void) {
+CASE(mutex_owner_fiber) {
     async_sched_t *s = sched_new(4);
     g_m = async_mutex_create();
     CHECK(g_m != NULL);
@@ -165,7 +165,7 @@ static void *cont_thread(void *arg) {
     return NULL;
 }
 
-static void t_mutex_contention(void) {
+CASE(mutex_contention) {
     async_sched_t *s = sched_new(4);
     g_m = async_mutex_create();
     CHECK(g_m != NULL);
@@ -193,7 +193,7 @@ static void fifo_fiber(void *arg) {
 }
 
 /* Lockers queued one after the other get the mutex in that order. */
-static void t_mutex_fifo(void) {
+CASE(mutex_fifo) {
     async_sched_t *s = sched_new(4);
     g_m = async_mutex_create();
     CHECK_EQ(async_mutex_lock(g_m, -1), 0);
@@ -241,7 +241,7 @@ static void barger_b(void *arg) {
     CHECK_EQ(async_mutex_unlock(g_m), 0);
 }
 
-static void t_mutex_no_starvation(void) {
+CASE(mutex_no_starvation) {
     async_sched_t *s = sched_new(1);
     g_m = async_mutex_create();
     atomic_store(&g_flag, 0);
@@ -282,7 +282,7 @@ static void race_fiber(void *arg) {
     atomic_fetch_add(&g_done, 1);
 }
 
-static void t_mutex_timeout(void) {
+CASE(mutex_timeout) {
     async_sched_t *s = sched_new(2);
     g_m = async_mutex_create();
     CHECK_EQ(async_mutex_lock(g_m, -1), 0);
@@ -309,13 +309,4 @@ static void t_mutex_timeout(void) {
     async_mutex_destroy(g_m);
 }
 
-static const test_case_t cases[] = {
-    T(mutex_badinput),
-    T(mutex_owner_fiber),
-    T(mutex_contention),
-    T(mutex_fifo),
-    T(mutex_no_starvation),
-    T(mutex_timeout),
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

@@ -41,7 +41,7 @@ static void sel_sender(void *arg) {
     for (long i = 1; i <= 1000; i++) CHECK_EQ(async_chan_send(c, &i, -1), 0);
 }
 
-static void t_chan_select(void) {
+CASE(chan_select) { // valgrind
     async_sched_t *s = sched_new(2);
     sel_ctx_t x = {async_chan_create(0, sizeof(long)), async_chan_create(3, sizeof(long)),
                    async_chan_create(0, 1), 0, 0, 0};
@@ -134,7 +134,7 @@ static void fan_send(void *arg) {
     }
 }
 
-static void t_chan_select_stress(void) {
+CASE(chan_select_stress) { // valgrind
     async_sched_t *s = sched_new(0);
     fan_t x;
     for (int i = 0; i < 4; i++) x.c[i] = async_chan_create(i, sizeof(long)); /* capacities 0..3 */
@@ -165,7 +165,7 @@ static void t_chan_select_stress(void) {
 
 /* ---- select with one channel twice (send + recv, rendezvous) ---------- */
 
-static void t_select_self(void)
+CASE(select_self) // adversarial
 {
     async_chan_t *c = async_chan_create(0, sizeof(int));
     int v = 7, out = 0;
@@ -186,12 +186,4 @@ static void t_select_self(void)
 
 #endif /* !_WIN32 */
 
-static const test_case_t cases[] = {
-    T(chan_select), // valgrind
-    T(chan_select_stress), // valgrind
-#if !defined(_WIN32)
-    T(select_self), // adversarial
-#endif
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

@@ -69,7 +69,7 @@ static void gone_waiter(void *arg) {
     atomic_fetch_add(&g_done, 1);
 }
 
-static void t_destroy_waiters(void) {
+CASE(destroy_waiters) {
     async_sched_t *s = sched_new(4);
     /* a locked mutex with parked fibers and blocked threads */
     g_m = async_mutex_create();
@@ -142,7 +142,7 @@ static void churn_fiber(void *arg) {
     atomic_fetch_add(&g_done, 1);
 }
 
-static void t_destroy_race(void) {
+CASE(destroy_race) {
     async_sched_t *s = sched_new(4);
     for (int r = 0; r < 100; r++) {
         g_m = async_mutex_create();
@@ -182,7 +182,7 @@ static void sd_waiter(void *arg) {
     atomic_store(&g_wait_rc, 1);
 }
 
-static void t_shutdown(void) {
+CASE(shutdown) {
     async_sched_t *s = sched_new(2);
     g_m = async_mutex_create();
     g_c = async_cond_create();
@@ -223,7 +223,7 @@ static void *hold_forever(void *arg) {
     return NULL; /* ends owning it: a lock in the parent would wait for ever */
 }
 
-static void t_forked(void) {
+CASE(forked) {
     g_m = async_mutex_create();
     g_c = async_cond_create();
     CHECK_EQ(async_fiber_key_create(&g_key, NULL), 0);
@@ -264,11 +264,4 @@ static void t_forked(void) {
     async_cond_destroy(g_c);
 }
 
-static const test_case_t cases[] = {
-    T(destroy_waiters),
-    T(destroy_race),
-    T(shutdown),
-    T(forked),
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

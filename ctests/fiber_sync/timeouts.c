@@ -21,7 +21,7 @@ static void sleep_huge_fiber(void *arg)
     atomic_store(&sleep_rc, rc);
 }
 
-static void t_sleep_huge(void)
+CASE(sleep_huge) // adversarial
 {
     async_sched_t *s = sched_new(1);
     async_fiber_t *f = async_fiber_spawn(s, sleep_huge_fiber, NULL, ASYNC_FIBER_JOINABLE);
@@ -49,7 +49,7 @@ static void *intmax_thread(void *arg)
     return NULL;
 }
 
-static void t_timeout_intmax(void)
+CASE(timeout_intmax) // adversarial
 {
     pthread_t t;
     void *r;
@@ -102,7 +102,7 @@ static void *rv_receiver(void *arg)
     return NULL;
 }
 
-static void t_rendezvous_timeouts(void)
+CASE(rendezvous_timeouts) // adversarial
 {
     pthread_t s1, s2, r1, r2;
     long v;
@@ -144,7 +144,7 @@ static void *mt_thread(void *arg)
     return NULL;
 }
 
-static void t_mutex_timeouts(void)
+CASE(mutex_timeouts) // adversarial
 {
     pthread_t t[4];
     int i;
@@ -159,11 +159,4 @@ static void t_mutex_timeouts(void)
     async_mutex_destroy(mt_m);
 }
 
-static const test_case_t cases[] = {
-    T(sleep_huge), // adversarial
-    T(timeout_intmax), // adversarial
-    T(rendezvous_timeouts), // adversarial
-    T(mutex_timeouts), // adversarial
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

@@ -125,7 +125,7 @@ static void qd_fiber(void *a)
         qd_write_loop();
 }
 
-static void t_destroy_race(void)
+CASE(destroy_race)
 {
     async_sched_config_t cfg = {2, 0, 0};
     async_sched_t *s = async_sched_create(&cfg);
@@ -184,8 +184,4 @@ static void t_destroy_race(void)
     async_sched_destroy(s);
 }
 
-static const test_case_t cases[] = {
-    T(destroy_race),
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

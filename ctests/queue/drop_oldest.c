@@ -57,7 +57,7 @@ static void drop_signal(size_t cap)
     async_runtime_deinit(rt);
 }
 
-static void t_drop_signal(void)
+CASE(drop_signal) // poll adversarial
 {
     drop_signal(1);
     drop_signal(2);
@@ -70,7 +70,7 @@ static void t_drop_signal(void)
  * message's slot cannot grow) must lose nothing: the head it would have
  * dropped stays, and dropped_count does not move (the head is dropped only
  * once the new message has its slot). A child process under RLIMIT_AS, so the allocation surely fails. */
-static void t_drop_nomem_child(void)
+CHILD(drop_nomem_child)
 {
     struct rlimit rl;
     char buf[8];
@@ -110,7 +110,7 @@ static void t_drop_nomem_child(void)
     exit(0);
 }
 
-static void t_drop_nomem(void)
+CASE(drop_nomem) // poll adversarial
 {
     static char env[1024];
     if (getenv("ASYNC_TEST_EMULATOR")) {
@@ -125,10 +125,4 @@ static void t_drop_nomem(void)
     CHECK_EQ(WEXITSTATUS(st), 0);
 }
 
-static const test_case_t cases[] = {
-    T(drop_signal), // poll adversarial
-    T(drop_nomem), // poll adversarial
-    {"drop_nomem_child", t_drop_nomem_child},
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

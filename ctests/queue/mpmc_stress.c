@@ -256,17 +256,17 @@ static void queue_stress(const char *name, int flags)
         CHECK(dropped_total > 0); /* the policy was exercised */
 }
 
-static void t_stress_no_policy(void)
+CASE(stress_no_policy) // stress
 {
     queue_stress("queue_none", 0);
 }
 
-static void t_stress_drop_oldest(void)
+CASE(stress_drop_oldest) // stress
 {
     queue_stress("queue_drop_oldest", ASYNC_QUEUE_DROP_OLDEST);
 }
 
-static void t_stress_block_writer(void)
+CASE(stress_block_writer) // stress
 {
     queue_stress("queue_block_writer", ASYNC_QUEUE_BLOCK_WRITER);
 }
@@ -338,7 +338,7 @@ static void *as_noise(void *arg)
     return NULL;
 }
 
-static void t_stress_attach(void)
+CASE(stress_attach) // poll stress
 {
     pthread_t prod[AS_PROD], noise;
     static io_event_t ev[16];
@@ -438,11 +438,4 @@ static void t_stress_attach(void)
     async_runtime_deinit(as.rt);
 }
 
-static const test_case_t cases[] = {
-    T(stress_no_policy), // stress
-    T(stress_drop_oldest), // stress
-    T(stress_block_writer), // stress
-    T(stress_attach), // poll stress
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

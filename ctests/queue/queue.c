@@ -41,7 +41,7 @@ static void stats(async_queue_t *q, async_queue_stats_t *s)
 
 /* ---------------------------------------------------------------------- */
 
-static void t_fifo(void)
+CASE(fifo)
 {
     async_queue_t *q = mkq(8, 16, 0);
     char buf[16];
@@ -78,7 +78,7 @@ static void t_fifo(void)
     async_queue_destroy(q);
 }
 
-static void t_copy(void)
+CASE(copy)
 {
     async_queue_t *q = mkq(4, 64, 0);
     char src[32], dst[64];
@@ -159,7 +159,7 @@ static void *mp_consumer(void *arg)
     return NULL;
 }
 
-static void t_mpmc(void)
+CASE(mpmc) // timeout=120
 {
     pthread_t prod[MP_PRODUCERS], cons[MP_CONSUMERS];
     async_queue_stats_t st;
@@ -193,7 +193,7 @@ static void t_mpmc(void)
 
 /* --- policies ----------------------------------------------------------- */
 
-static void t_drop_oldest(void)
+CASE(drop_oldest)
 {
     async_queue_t *q = mkq(4, sizeof(int), ASYNC_QUEUE_DROP_OLDEST);
     async_queue_stats_t st;
@@ -223,7 +223,7 @@ static void t_drop_oldest(void)
     async_queue_destroy(q);
 }
 
-static void t_full_nopolicy(void)
+CASE(full_nopolicy)
 {
     async_queue_t *q = mkq(2, sizeof(int), 0);
     async_queue_stats_t st;
@@ -287,7 +287,7 @@ static void start_writer(pthread_t *th, writer_t *w, async_queue_t *q, int value
     CHECK(pthread_create(th, NULL, writer_thread, w) == 0);
 }
 
-static void t_block_writer_dequeue(void)
+CASE(block_writer_dequeue)
 {
     async_queue_t *q = mkq(1, sizeof(int), ASYNC_QUEUE_BLOCK_WRITER);
     pthread_t th;
@@ -303,7 +303,7 @@ static void t_block_writer_dequeue(void)
     async_queue_destroy(q);
 }
 
-static void t_block_writer_clear(void)
+CASE(block_writer_clear)
 {
     async_queue_t *q = mkq(2, sizeof(int), ASYNC_QUEUE_BLOCK_WRITER);
     async_queue_stats_t st;
@@ -324,7 +324,7 @@ static void t_block_writer_clear(void)
     async_queue_destroy(q);
 }
 
-static void t_enqueue_wait_timeout(void)
+CASE(enqueue_wait_timeout)
 {
     int flags[2] = {0, ASYNC_QUEUE_BLOCK_WRITER};
     int i;
@@ -345,7 +345,7 @@ static void t_enqueue_wait_timeout(void)
     }
 }
 
-static void t_enqueue_wait_woken(void)
+CASE(enqueue_wait_woken)
 {
     /* a writer waiting for room (no policy) wakes when a reader makes room */
     async_queue_t *q = mkq(1, sizeof(int), 0);
@@ -395,7 +395,7 @@ static void start_reader(pthread_t *th, reader_t *r, async_queue_t *q, int timeo
     CHECK(pthread_create(th, NULL, reader_thread, r) == 0);
 }
 
-static void t_dequeue_wait_timeout(void)
+CASE(dequeue_wait_timeout)
 {
     async_queue_t *q = mkq(4, sizeof(int), 0);
     int v;
@@ -418,7 +418,7 @@ static void t_dequeue_wait_timeout(void)
     async_queue_destroy(q);
 }
 
-static void t_dequeue_wait_woken(void)
+CASE(dequeue_wait_woken)
 {
     async_queue_t *q = mkq(4, sizeof(int), 0);
     pthread_t th;
@@ -491,13 +491,13 @@ static void destroy_wakes_parked(int kind)
     CHECK(!"the caller never parked before the destroy");
 }
 
-static void t_dequeue_wait_destroy(void) { destroy_wakes_parked(PARK_DEQ); }
-static void t_block_writer_destroy(void) { destroy_wakes_parked(PARK_BW); }
-static void t_enqueue_wait_destroy(void) { destroy_wakes_parked(PARK_ENQ); }
+CASE(dequeue_wait_destroy) { destroy_wakes_parked(PARK_DEQ); }
+CASE(block_writer_destroy) { destroy_wakes_parked(PARK_BW); }
+CASE(enqueue_wait_destroy) { destroy_wakes_parked(PARK_ENQ); }
 
 /* --- sizes and arguments ------------------------------------------------ */
 
-static void t_bufsize(void)
+CASE(bufsize)
 {
     async_queue_t *q = mkq(4, 32, 0);
     char msg[10] = "0123456789", small[4], big[32];
@@ -531,7 +531,7 @@ static void t_bufsize(void)
     async_queue_destroy(q);
 }
 
-static void t_toobig(void)
+CASE(toobig)
 {
     async_queue_t *q = mkq(4, 8, 0);
     char buf[16] = {0};
@@ -545,7 +545,7 @@ static void t_toobig(void)
     async_queue_destroy(q);
 }
 
-static void t_inval(void)
+CASE(inval)
 {
     async_queue_t *q = mkq(4, 8, 0);
     int v = 1;
@@ -572,7 +572,7 @@ static void t_inval(void)
     async_queue_destroy(q);
 }
 
-static void t_create_inval(void)
+CASE(create_inval)
 {
     async_queue_t *q;
     CHECK_FAIL(async_queue_create(0, 8, Q_FLAGS(0)) == NULL, ASYNC_E_INVAL);
@@ -596,7 +596,7 @@ static void t_create_inval(void)
     async_queue_destroy(q);
 }
 
-static void t_clear(void)
+CASE(clear)
 {
     async_queue_t *q = mkq(8, sizeof(int), 0);
     async_queue_stats_t st;
@@ -619,7 +619,7 @@ static void t_clear(void)
     async_queue_destroy(q);
 }
 
-static void t_stats(void)
+CASE(stats)
 {
     async_queue_t *q = mkq(3, 24, ASYNC_QUEUE_DROP_OLDEST);
     async_queue_stats_t st;
@@ -683,7 +683,7 @@ static void *sq_consumer(void *arg)
     return NULL;
 }
 
-static void t_stats_consistent(void)
+CASE(stats_consistent)
 {
     pthread_t th[4];
     int i, n = 0;
@@ -711,7 +711,7 @@ static void t_stats_consistent(void)
 /* Messages of 1 MiB max: the queue allocates a slot's buffer when it is
  * first used and grows it for a bigger message; every length round-trips
  * intact, in order, through growth, DROP_OLDEST and BUFSIZE. */
-static void t_big_msgs(void)
+CASE(big_msgs)
 {
     const size_t max = (size_t)1 << 20;
     const size_t sizes[] = {1, 100, 65, max, 3, max - 1, 4096, 64};
@@ -782,7 +782,7 @@ static int drain_completions(async_runtime_t *rt, uintptr_t key, async_queue_t *
     }
 }
 
-static void t_attach_signal(void)
+CASE(attach_signal) // poll
 {
     async_runtime_t *rt = async_runtime_init();
     async_queue_t *q = mkq(16, sizeof(int), ASYNC_QUEUE_SIGNAL_ON_DATA);
@@ -822,7 +822,7 @@ static void t_attach_signal(void)
     async_runtime_deinit(rt);
 }
 
-static void t_attach_replace(void)
+CASE(attach_replace) // poll
 {
     /* attaching again replaces the previous runtime and key */
     async_runtime_t *rt1 = async_runtime_init(), *rt2 = async_runtime_init();
@@ -844,7 +844,7 @@ static void t_attach_replace(void)
     async_runtime_deinit(rt2);
 }
 
-static void t_attach_destroyed(void)
+CASE(attach_destroyed) // poll
 {
     /* a completion posted before the queue was destroyed still carries the
      * old handle; calls on it fail with BADHANDLE */
@@ -860,7 +860,7 @@ static void t_attach_destroyed(void)
     async_runtime_deinit(rt);
 }
 
-static void t_attach_noflag(void)
+CASE(attach_noflag) // poll
 {
     async_runtime_t *rt = async_runtime_init();
     async_queue_t *q = mkq(4, 4, 0);
@@ -888,7 +888,7 @@ static void *attach_worker_proc(void *ctx)
     return (void *)(uintptr_t)7;
 }
 
-static void t_attach_worker(void)
+CASE(attach_worker) // poll
 {
     async_runtime_t *rt = async_runtime_init();
     async_worker_t *w;
@@ -920,7 +920,7 @@ static void t_attach_worker(void)
     async_runtime_deinit(rt);
 }
 
-static void t_attach_rt_gone(void)
+CASE(attach_rt_gone) // poll
 {
     /* the runtime is deinitialized while the queue stays attached: the queue
      * keeps working and simply posts nothing */
@@ -946,35 +946,4 @@ static void t_attach_rt_gone(void)
     async_runtime_deinit(rt);
 }
 
-static const test_case_t cases[] = {
-    T(fifo),
-    T(copy),
-    T(mpmc), // timeout=120
-    T(drop_oldest),
-    T(full_nopolicy),
-    T(block_writer_dequeue),
-    T(block_writer_clear),
-    T(block_writer_destroy),
-    T(enqueue_wait_destroy),
-    T(enqueue_wait_timeout),
-    T(enqueue_wait_woken),
-    T(dequeue_wait_timeout),
-    T(dequeue_wait_woken),
-    T(dequeue_wait_destroy),
-    T(bufsize),
-    T(toobig),
-    T(inval),
-    T(create_inval),
-    T(clear),
-    T(stats),
-    T(stats_consistent),
-    T(big_msgs),
-    T(attach_signal), // poll
-    T(attach_replace), // poll
-    T(attach_destroyed), // poll
-    T(attach_noflag), // poll
-    T(attach_worker), // poll
-    T(attach_rt_gone), // poll
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

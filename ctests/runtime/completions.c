@@ -16,7 +16,7 @@ static int ctx_a; /* a context for fd registrations */
 
 /* --- completions -------------------------------------------------------- */
 
-static void t_post_basic(void)
+CASE(post_basic) // poll
 {
     async_runtime_t *rt = mkrt();
     io_event_t ev[8];
@@ -59,7 +59,7 @@ static void *mpsc_producer(void *arg)
     return NULL;
 }
 
-static void t_mpsc(void)
+CASE(mpsc) // poll timeout=180
 {
     pthread_t th[MPSC_PRODUCERS];
     static io_event_t ev[512];
@@ -99,7 +99,7 @@ static void t_mpsc(void)
     async_runtime_deinit(g_mrt);
 }
 
-static void t_max_events(void)
+CASE(max_events) // poll
 {
     async_runtime_t *rt = mkrt();
     io_event_t ev[64];
@@ -143,7 +143,7 @@ static void t_max_events(void)
     async_runtime_deinit(rt);
 }
 
-static void t_two_runtimes(void)
+CASE(two_runtimes) // poll
 {
     async_runtime_t *a = mkrt(), *b = mkrt();
     io_event_t ev[4];
@@ -162,7 +162,7 @@ static void t_two_runtimes(void)
 
 /* --- mixed sources and lifetime ----------------------------------------- */
 
-static void t_mixed(void)
+CASE(mixed) // poll
 {
     async_runtime_t *rt = mkrt();
     io_event_t ev[8];
@@ -279,13 +279,13 @@ static void flood_case(int max)
     close(p[1]);
 }
 
-static void t_flood_fair_max1(void) { flood_case(1); }
-static void t_flood_fair_max16(void) { flood_case(16); }
+CASE(flood_fair_max1) { flood_case(1); } // poll
+CASE(flood_fair_max16) { flood_case(16); } // poll
 
 /* Completions that arrive while the loop is busy come out of the next wait
  * (taken without entering Go), max_events at a time, FIFO, and a timer added
  * in between (which the C side learns of only through Go) is not lost. */
-static void t_completions_then_timer(void)
+CASE(completions_then_timer) // poll
 {
     async_runtime_t *rt = mkrt();
     io_event_t ev[4];
@@ -341,7 +341,7 @@ static void *poster(void *arg)
     return NULL;
 }
 
-static void t_post_shapes(void)
+CASE(post_shapes) // poll adversarial
 {
     async_runtime_t *rt = async_runtime_init();
     CHECK(rt);
@@ -411,7 +411,7 @@ static void *short_poster(void *arg)
     return NULL;
 }
 
-static void t_pending_exact(void)
+CASE(pending_exact) // poll adversarial
 {
     async_runtime_t *rt = async_runtime_init();
     CHECK(rt);
@@ -457,17 +457,4 @@ static void t_pending_exact(void)
     async_runtime_deinit(rt);
 }
 
-static const test_case_t cases[] = {
-    T(post_basic), // poll
-    T(mpsc), // poll timeout=180
-    T(max_events), // poll
-    T(two_runtimes), // poll
-    T(mixed), // poll
-    T(flood_fair_max1), // poll
-    T(flood_fair_max16), // poll
-    T(completions_then_timer), // poll
-    T(post_shapes), // poll adversarial
-    T(pending_exact), // poll adversarial
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

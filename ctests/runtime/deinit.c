@@ -19,7 +19,7 @@
 
 static int pend_a, pend_b;
 
-static void t_deinit_pending_fds_timers(void)
+CASE(deinit_pending_fds_timers) // poll
 {
     async_runtime_t *rt = mkrt();
     int p[2], i;
@@ -63,7 +63,7 @@ static void t_deinit_pending_fds_timers(void)
  * attaching to a new runtime posts one completion at once (non-empty); the
  * new runtime sees nothing of the old one's work.
  */
-static void t_deinit_pending_with_queue(void)
+CASE(deinit_pending_with_queue) // poll
 {
     async_runtime_t *rt = mkrt(), *rt2;
     async_queue_t *q = async_queue_create(16, sizeof(int), ASYNC_QUEUE_SIGNAL_ON_DATA);
@@ -236,7 +236,7 @@ static void *dr_writer(void *arg)
     return NULL;
 }
 
-static void t_deinit_race(void)
+CASE(deinit_race) // poll
 {
     int (*ops[])(uint32_t *) = {dr_post, dr_post, dr_post, dr_timer, dr_wakeup, dr_fd};
     enum { NOPS = sizeof ops / sizeof ops[0] };
@@ -324,7 +324,7 @@ static void *hammer(void *arg)
     return NULL;
 }
 
-static void t_deinit_reuse(void)
+CASE(deinit_reuse) // poll adversarial
 {
     hammer_t h;
     atomic_store(&h.stop, 0);
@@ -378,11 +378,4 @@ static void t_deinit_reuse(void)
     }
 }
 
-static const test_case_t cases[] = {
-    T(deinit_pending_fds_timers), // poll
-    T(deinit_pending_with_queue), // poll
-    T(deinit_race), // poll
-    T(deinit_reuse), // poll adversarial
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

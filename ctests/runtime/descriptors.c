@@ -42,7 +42,7 @@ static int list_fds(unsigned char *set)
     return n;
 }
 
-static void t_cloexec(void)
+CASE(cloexec) // poll
 {
     static unsigned char before[MAX_FDS], after[MAX_FDS];
     async_runtime_t *rt, *rt2;
@@ -80,7 +80,7 @@ static void t_cloexec(void)
     close(p[1]);
 }
 
-static void t_fd_leak(void)
+CASE(fd_leak) // poll
 {
     /* init/deinit cycles do not leak descriptors */
     static unsigned char s1[MAX_FDS], s2[MAX_FDS];
@@ -113,7 +113,7 @@ static void t_fd_leak(void)
 /* The child: the very first thing main does (the case runs before any
  * libasync call) is to lower RLIMIT_NOFILE and take every free descriptor,
  * while Go's initialization may still be running on its own thread. */
-static void t_nofile_load_child(void)
+CHILD(nofile_load_child)
 {
     struct rlimit rl = {64, 64};
     int fds[256], nfd = 0, fd;
@@ -141,7 +141,7 @@ static void t_nofile_load_child(void)
         close(fds[--nfd]);
 }
 
-static void t_nofile_load(void)
+CASE(nofile_load) // poll timeout=120 adversarial
 {
     for (int i = 0; i < 5; i++) {
         int st = run_self_case("nofile_load_child", NULL);
@@ -173,7 +173,7 @@ static int count_eventpoll(void)
  * only) still gets Go's poller started by its first create, before it can
  * run out of descriptors; otherwise Go starts it lazily (after a garbage
  * collection), and at the descriptor limit that aborts the process. */
-static void t_poller_first_create_child(void)
+CHILD(poller_first_create_child)
 {
     CHECK_EQ(count_eventpoll(), 0);
     async_queue_t *q = async_queue_create(4, 8, 0);
@@ -182,7 +182,7 @@ static void t_poller_first_create_child(void)
     async_queue_destroy(q);
 }
 
-static void t_poller_first_create(void)
+CASE(poller_first_create) // poll adversarial
 {
     if (getenv("ASYNC_TEST_EMULATOR") && *getenv("ASYNC_TEST_EMULATOR")) {
         printf("skipped under an emulator (its own descriptors are in /proc/self/fd)\n");
@@ -199,7 +199,7 @@ static void t_poller_first_create(void)
  * initializes, concurrently with the host's main; the host's limit must
  * stay (a select(2) host at 1024 must not get fds above FD_SETSIZE): the
  * one it started with, or the one it sets at the top of main. */
-static void t_nofile_kept_child(void)
+CHILD(nofile_kept_child)
 {
     struct rlimit at_start, now;
     CHECK_EQ(getrlimit(RLIMIT_NOFILE, &at_start), 0);
@@ -212,7 +212,7 @@ static void t_nofile_kept_child(void)
     exit(0);
 }
 
-static void t_nofile_host_child(void)
+CHILD(nofile_host_child)
 {
     struct rlimit rl, now;
     CHECK_EQ(getrlimit(RLIMIT_NOFILE, &rl), 0);
@@ -227,7 +227,7 @@ static void t_nofile_host_child(void)
     exit(0);
 }
 
-static void t_nofile_kept(void)
+CASE(nofile_kept) // poll adversarial
 {
     struct rlimit saved, low;
     CHECK_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
@@ -252,7 +252,7 @@ static void t_nofile_kept(void)
  * is full for good and the Go heap is churned again. Go's own poller starts
  * with the first Go timer (the scavenger's, after a GC): it must have
  * started before the table filled up, or the process aborts. */
-static void t_nofile_child(void)
+CHILD(nofile_child)
 {
     struct rlimit rl;
     int fds[256], nfd = 0, fd;
@@ -301,7 +301,7 @@ static void t_nofile_child(void)
     printf("nofile_child: done\n");
 }
 
-static void t_nofile_gc(void)
+CASE(nofile_gc) // poll
 {
     int st = run_self_case("nofile_child", "GOGC=1");
     CHECK(WIFEXITED(st));
@@ -310,7 +310,7 @@ static void t_nofile_gc(void)
 
 /* ---- RLIMIT_NOFILE, many runtimes ---------------------------------------------- */
 
-static void t_nofile_many(void)
+CASE(nofile_many) // poll adversarial
 {
     /* Warm up the library (Go's poller) before lowering the limit. */
     async_runtime_t *first = async_runtime_init();
@@ -389,19 +389,4 @@ static void t_nofile_many(void)
     async_runtime_deinit(first);
 }
 
-static const test_case_t cases[] = {
-    T(cloexec), // poll
-    T(fd_leak), // poll
-    T(nofile_load), // poll timeout=120 adversarial
-    T(poller_first_create), // poll adversarial
-    T(nofile_kept), // poll adversarial
-    T(nofile_gc), // poll
-    T(nofile_many), // poll adversarial
-    {"nofile_load_child", t_nofile_load_child},
-    {"poller_first_create_child", t_poller_first_create_child},
-    {"nofile_kept_child", t_nofile_kept_child},
-    {"nofile_host_child", t_nofile_host_child},
-    {"nofile_child", t_nofile_child},
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

@@ -20,7 +20,7 @@
 
 static int ctx_a, ctx_b;
 
-static void t_fd_read(void)
+CASE(fd_read) // poll
 {
     async_runtime_t *rt = mkrt();
     io_event_t ev[4];
@@ -47,7 +47,7 @@ static void t_fd_read(void)
     close(p[1]);
 }
 
-static void t_fd_write(void)
+CASE(fd_write) // poll
 {
     async_runtime_t *rt = mkrt();
     io_event_t ev[4];
@@ -102,7 +102,7 @@ static uint32_t bits_for(async_runtime_t *rt, int fd, void *ctx)
     return bits;
 }
 
-static void t_fd_readwrite(void)
+CASE(fd_readwrite) // poll
 {
     async_runtime_t *rt = mkrt();
     int s[2];
@@ -123,7 +123,7 @@ static void t_fd_readwrite(void)
     close(s[1]);
 }
 
-static void t_fd_close(void)
+CASE(fd_close) // poll
 {
     async_runtime_t *rt = mkrt();
     io_event_t ev[4];
@@ -156,7 +156,7 @@ static void t_fd_close(void)
     async_runtime_deinit(rt);
 }
 
-static void t_fd_error(void)
+CASE(fd_error) // poll
 {
     /* a pipe's write end whose reader is gone has an error condition;
      * ERROR is reported even when only READ is watched */
@@ -179,7 +179,7 @@ static void t_fd_error(void)
     async_runtime_deinit(rt);
 }
 
-static void t_fd_modify(void)
+CASE(fd_modify) // poll
 {
     async_runtime_t *rt = mkrt();
     io_event_t ev[4];
@@ -213,7 +213,7 @@ static void t_fd_modify(void)
     close(other[1]);
 }
 
-static void t_fd_remove(void)
+CASE(fd_remove) // poll
 {
     async_runtime_t *rt = mkrt();
     io_event_t ev[4];
@@ -241,7 +241,7 @@ static void t_fd_remove(void)
     close(p[1]);
 }
 
-static void t_fd_exists(void)
+CASE(fd_exists) // poll
 {
     async_runtime_t *rt = mkrt();
     io_event_t ev[4];
@@ -270,7 +270,7 @@ static void t_fd_exists(void)
     close(p[1]);
 }
 
-static void t_fd_bad(void)
+CASE(fd_bad) // poll
 {
     async_runtime_t *rt = mkrt();
     int p[2], closed;
@@ -296,7 +296,7 @@ static void t_fd_bad(void)
     async_runtime_deinit(rt);
 }
 
-static void t_fd_regular_file(void)
+CASE(fd_regular_file) // poll
 {
     /* a regular file is not pollable with epoll */
     async_runtime_t *rt = mkrt();
@@ -321,7 +321,7 @@ static void t_fd_regular_file(void)
     async_runtime_deinit(rt);
 }
 
-static void t_fd_events_zero(void)
+CASE(fd_events_zero) // poll
 {
     /* events 0 watches nothing but ERROR/CLOSE; ERROR and CLOSE may be passed */
     async_runtime_t *rt = mkrt();
@@ -389,7 +389,7 @@ static void pipe_at(int num, int *wr)
     *wr = p[1];
 }
 
-static void t_fd_closed_reuse(void)
+CASE(fd_closed_reuse) // poll
 {
     /* a registered fd closed without remove: its number can be added again */
     async_runtime_t *rt = mkrt();
@@ -445,7 +445,7 @@ static uint32_t one_event(async_runtime_t *rt, int fd, void *ctx)
     }
 }
 
-static void t_half_close(void)
+CASE(half_close) // poll
 {
     async_runtime_t *rt = mkrt();
     int s[2], t[2];
@@ -502,7 +502,7 @@ static void t_half_close(void)
  * of cabi/internal/rt/fdmap.c, kept by Go): once add, modify or remove has
  * returned, a wait must report the new context and events, never the old
  * registration's, and nothing for a removed fd. */
-static void t_fdmap_context(void)
+CASE(fdmap_context) // poll adversarial
 {
     async_runtime_t *rt = async_runtime_init();
     int p[2];
@@ -543,7 +543,7 @@ static void t_fdmap_context(void)
  * of a new runtime: the fd poll may be skipped while other events are ready,
  * never when the wait would then return nothing (the poll backend returned 0
  * in ~9 of 10 back-to-back waits, and both backends on the first one). */
-static void t_wait_zero_ready(void)
+CASE(wait_zero_ready) // poll adversarial
 {
     for (int round = 0; round < 20; round++) {
         async_runtime_t *rt = async_runtime_init();
@@ -640,7 +640,7 @@ static void rotation(int k, int max, int flood)
     async_runtime_deinit(rot_rt);
 }
 
-static void t_fd_rotation(void)
+CASE(fd_rotation) // poll adversarial
 {
     rotation(3, 1, 0);
     rotation(5, 2, 0);
@@ -648,30 +648,10 @@ static void t_fd_rotation(void)
     rotation(2, 1, 0);
 }
 
-static void t_fd_rotation_flood(void)
+CASE(fd_rotation_flood) // poll timeout=120 adversarial
 {
     rotation(3, 1, 1);
     rotation(5, 2, 1);
 }
 
-static const test_case_t cases[] = {
-    T(fd_read), // poll
-    T(fd_write), // poll
-    T(fd_readwrite), // poll
-    T(fd_close), // poll
-    T(fd_error), // poll
-    T(fd_modify), // poll
-    T(fd_remove), // poll
-    T(fd_exists), // poll
-    T(fd_bad), // poll
-    T(fd_regular_file), // poll
-    T(fd_events_zero), // poll
-    T(fd_closed_reuse), // poll
-    T(half_close), // poll
-    T(fdmap_context), // poll adversarial
-    T(wait_zero_ready), // poll adversarial
-    T(fd_rotation), // poll adversarial
-    T(fd_rotation_flood), // poll timeout=120 adversarial
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

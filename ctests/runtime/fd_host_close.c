@@ -136,7 +136,7 @@ static void hc_check_reuse_events(int newfd[HC_CLOSE][2], const io_event_t *ev, 
         CHECK(seen_keep[i]);
 }
 
-static void t_host_close(void)
+CASE(host_close) // poll
 {
     io_event_t ev[64];
     pthread_t th;
@@ -200,7 +200,7 @@ static void t_host_close(void)
  * The problems are counted and reported together at the end.
  */
 
-static void t_host_close_dup(void)
+CASE(host_close_dup) // poll
 {
     async_runtime_t *rt = mkrt();
     io_event_t ev[16];
@@ -270,7 +270,7 @@ static void *reuse_waiter(void *arg)
     return NULL;
 }
 
-static void t_reuse_readd(void)
+CASE(reuse_readd) // poll adversarial
 {
     pthread_t w;
     int prev = -1, fails = 0;
@@ -306,7 +306,7 @@ static void t_reuse_readd(void)
  * must end it (not fail with ASYNC_E_NOTFOUND and leave the old file
  * reported under the number with the old context for ever); afterwards the
  * number can be added for the new file and only the new file is reported. */
-static void t_ghost_remove(void)
+CASE(ghost_remove) // poll adversarial
 {
     static int old_ctx, new_ctx;
     io_event_t ev[8];
@@ -358,11 +358,4 @@ static void t_ghost_remove(void)
     close(b[1]);
 }
 
-static const test_case_t cases[] = {
-    T(host_close), // poll
-    T(host_close_dup), // poll
-    T(reuse_readd), // poll adversarial
-    T(ghost_remove), // poll adversarial
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

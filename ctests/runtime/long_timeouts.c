@@ -38,7 +38,7 @@ static void nop(void *arg) { (void)arg; }
 /* The scheduler's idle poll with only a 30-day sleeper due (2.59e9 ms, more
  * than an int holds): its epoll_wait timeout is capped at INT32_MAX ms, never
  * negative (for ever) nor a wrong short one. */
-static void t_sched_poll_long_deadline(void) {
+CASE(sched_poll_long_deadline) { // linux
     async_sched_t *s = sched_new(1);
     CHECK(async_fiber_spawn(s, long_sleeper, NULL, 0) != NULL);
     sched_wait_parked(s, 1);
@@ -57,11 +57,7 @@ static void t_sched_poll_long_deadline(void) {
     async_sched_destroy(s);
 }
 
-static const test_case_t cases[] = {
-    T(sched_poll_long_deadline), // linux
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()
 #else
 int main(void) { return 0; } /* built by the darwin cross build, never registered */
 #endif

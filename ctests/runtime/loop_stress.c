@@ -92,7 +92,7 @@ static uint64_t cs_posted_total(void)
     return t;
 }
 
-static void t_completions_from_threads(void)
+CASE(completions_from_threads) // poll stress
 {
     pthread_t prod[CS_PROD], waker;
     static io_event_t ev[64];
@@ -339,7 +339,7 @@ static void ts_event(const io_event_t *e, uint64_t wseq, double now)
     atomic_fetch_add(period ? &ts.fired_repeat : &ts.fired_once, 1);
 }
 
-static void t_timers_from_threads(void)
+CASE(timers_from_threads) // poll stress
 {
     pthread_t th[TS_THREADS];
     static io_event_t ev[64];
@@ -554,7 +554,7 @@ static void fs_event(const io_event_t *e)
         atomic_store(&s->acked, g);
 }
 
-static void t_fds_from_threads(void)
+CASE(fds_from_threads) // poll stress
 {
     pthread_t th[FS_THREADS];
     static io_event_t ev[32];
@@ -604,10 +604,4 @@ static void t_fds_from_threads(void)
     async_runtime_deinit(fs.rt);
 }
 
-static const test_case_t cases[] = {
-    T(completions_from_threads), // poll stress
-    T(timers_from_threads), // poll stress
-    T(fds_from_threads), // poll stress
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

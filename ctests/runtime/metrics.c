@@ -55,7 +55,7 @@ static void check_seen(const async_runtime_stats_t *a, const async_runtime_stats
 
 /* ---- layout and a fresh runtime ----------------------------------------- */
 
-static void t_stats_layout(void) {
+CASE(stats_layout) { // poll
     CHECK_EQ(sizeof(async_runtime_stats_t), ASYNC_RUNTIME_STATS_MIN_SIZE);
     CHECK_EQ(offsetof(async_runtime_stats_t, iterations), 0);
     CHECK_EQ(offsetof(async_runtime_stats_t, idle_time_ns), 8);
@@ -90,7 +90,7 @@ static void t_stats_layout(void) {
 
 /* ---- bad input ------------------------------------------------------------ */
 
-static void t_stats_badinput(void) {
+CASE(stats_badinput) { // poll
     async_runtime_t *rt = async_runtime_init();
     CHECK(rt);
     unsigned char buf[sizeof(async_runtime_stats_t) + 64], ref[sizeof buf];
@@ -132,7 +132,7 @@ static void t_stats_badinput(void) {
 
 /* ---- completions ---------------------------------------------------------- */
 
-static void t_stats_completions(void) {
+CASE(stats_completions) { // poll
     async_runtime_t *rt = async_runtime_init();
     CHECK(rt);
     enum { N = 1000 };
@@ -177,7 +177,7 @@ static void *poster(void *arg) {
 
 /* Posts from threads that exit before the loop takes their entries (their
  * records become orphans, freed as they drain: their counts must stay). */
-static void t_stats_completions_threads(void) {
+CASE(stats_completions_threads) { // poll
     async_runtime_t *rt = async_runtime_init();
     CHECK(rt);
     enum { T = 4, M = 3000 };
@@ -209,7 +209,7 @@ static void t_stats_completions_threads(void) {
 
 /* ---- timers ----------------------------------------------------------- */
 
-static void t_stats_timers(void) {
+CASE(stats_timers) { // poll
     async_runtime_t *rt = async_runtime_init();
     CHECK(rt);
     enum { K = 5 };
@@ -252,7 +252,7 @@ static void t_stats_timers(void) {
 
 /* ---- fd events ------------------------------------------------------------ */
 
-static void t_stats_fd_events(void) {
+CASE(stats_fd_events) { // poll
     async_runtime_t *rt = async_runtime_init();
     CHECK(rt);
     int p[2], sv[2];
@@ -319,7 +319,7 @@ static void *busy_waiter(void *arg) {
     return NULL;
 }
 
-static void t_stats_iterations(void) {
+CASE(stats_iterations) { // poll
     async_runtime_t *rt = async_runtime_init();
     CHECK(rt);
     io_event_t ev[4];
@@ -367,7 +367,7 @@ static void sleep_50ms(async_runtime_t *rt) {
     while ((left = 50 - (now_ms() - t0)) > 0) CHECK_EQ(async_runtime_wait(rt, ev, 4, (int)left + 1), 0);
 }
 
-static void t_stats_idle(void) {
+CASE(stats_idle) { // poll
     async_runtime_t *rt = async_runtime_init();
     CHECK(rt);
     io_event_t ev[4];
@@ -450,7 +450,7 @@ static void wait_events(loop_t *l, uint64_t want) {
     }
 }
 
-static void t_stats_doorbell(void) {
+CASE(stats_doorbell) { // poll
     async_runtime_t *rt = async_runtime_init();
     CHECK(rt);
     /* no waiter: posts and timers ring nothing */
@@ -507,7 +507,7 @@ static void t_stats_doorbell(void) {
 }
 
 /* A queue's SIGNAL_ON_DATA posts are completions like any other. */
-static void t_stats_queue_signal(void) {
+CASE(stats_queue_signal) { // poll
     async_runtime_t *rt = async_runtime_init();
     CHECK(rt);
     async_queue_t *q = async_queue_create(8, 8, ASYNC_QUEUE_SIGNAL_ON_DATA);
@@ -571,7 +571,7 @@ static void *post_many(void *arg) {
     return NULL;
 }
 
-static void t_stats_concurrent(void) {
+CASE(stats_concurrent) { // poll
     async_runtime_t *rt = async_runtime_init();
     CHECK(rt);
     enum { P = 2, M = 20000, R = 2 };
@@ -609,7 +609,7 @@ static void t_stats_concurrent(void) {
 }
 
 /* Readers racing deinit: success or ASYNC_E_BADHANDLE, never a crash (ASan). */
-static void t_stats_deinit_race(void) {
+CASE(stats_deinit_race) { // poll
     for (int round = 0; round < 20; round++) {
         async_runtime_t *rt = async_runtime_init();
         CHECK(rt);
@@ -641,7 +641,7 @@ static void fiber_fn(void *arg) {
     if (async_runtime_get_stats(a->rt, NULL, sizeof a->st) != -1 || async_last_error() != ASYNC_E_INVAL) a->rc = -2;
 }
 
-static void t_stats_fiber(void) {
+CASE(stats_fiber) { // poll
     async_runtime_t *rt = async_runtime_init();
     CHECK(rt);
     for (int i = 0; i < 3; i++) CHECK_EQ(async_runtime_post_completion(rt, 1, 1), 0);
@@ -658,7 +658,7 @@ static void t_stats_fiber(void) {
 
 /* --- stats_signal ---------------------------------------------------------------- */
 
-static void t_stats_signal(void)
+CASE(stats_signal) // poll adversarial
 {
     async_runtime_t *rt = async_runtime_init();
     CHECK(rt != NULL);
@@ -696,21 +696,4 @@ static void t_stats_signal(void)
     async_runtime_deinit(rt);
 }
 
-static const test_case_t cases[] = {
-    T(stats_layout), // poll
-    T(stats_badinput), // poll
-    T(stats_completions), // poll
-    T(stats_completions_threads), // poll
-    T(stats_timers), // poll
-    T(stats_fd_events), // poll
-    T(stats_iterations), // poll
-    T(stats_idle), // poll
-    T(stats_doorbell), // poll
-    T(stats_queue_signal), // poll
-    T(stats_signal), // poll adversarial
-    T(stats_concurrent), // poll
-    T(stats_deinit_race), // poll
-    T(stats_fiber), // poll
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

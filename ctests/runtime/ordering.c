@@ -85,7 +85,7 @@ static void mig_check(const io_event_t *e) {
  * Whether a fiber moves is up to the scheduler, so rounds are repeated (up
  * to 40) until some fiber has moved in each mode; every round checks the
  * order in full. */
-static void t_order_fiber_migrate(void) {
+CASE(order_fiber_migrate) { // poll
     int moved_in[2] = {0, 0}, round;
     for (round = 0; round < 40 && !(moved_in[0] && moved_in[1]); round++) {
         int mode = round % 2;
@@ -137,7 +137,7 @@ static void x_check(const io_event_t *e) {
     CHECK_EQ(e->data & ~DATA_TAG, ++x_next);
 }
 
-static void t_order_mutex(void) {
+CASE(order_mutex) { // poll
     x_rt = mkrt();
     pthread_t th[XT];
     for (uintptr_t i = 0; i < XT; i++) start_thread(&th[i], x_poster, (void *)i);
@@ -171,7 +171,7 @@ static void s_check(const io_event_t *e) {
     CHECK_EQ(e->completion_key & ~KEY_TAG, (v - 1) % ST);
 }
 
-static void t_order_semaphore(void) {
+CASE(order_semaphore) { // poll
     s_rt = mkrt();
     pthread_t th[ST];
     for (int i = 0; i < ST; i++) CHECK_EQ(sem_init(&s_sem[i], 0, i == 0), 0);
@@ -208,7 +208,7 @@ static void *e_spawner(void *arg) {
 
 /* Posting threads that exit leave records behind that the loop frees once
  * drained; the order holds across them. */
-static void t_order_exiting_threads(void) {
+CASE(order_exiting_threads) { // poll
     x_rt = mkrt();
     x_counter = x_next = 0;
     pthread_t sp;
@@ -230,7 +230,7 @@ static void r_check(const io_event_t *e) {
 /* A runtime deinit'ed with completions queued, then a new one (which may
  * reuse the C side of the old one): none of the old completions shows up in
  * the new runtime, and the new one's are in order. */
-static void t_order_recreate(void) {
+CASE(order_recreate) { // poll
     for (int round = 0; round < 20; round++) {
         async_runtime_t *old = mkrt();
         for (uintptr_t i = 1; i <= 1000; i++) CHECK_EQ(async_runtime_post_completion(old, KEY_TAG | 9, i), 0);
@@ -259,7 +259,7 @@ static void *o_poster(void *arg) {
     return NULL;
 }
 
-static void t_order_orphan_partial(void) {
+CASE(order_orphan_partial) { // poll
     r_rt = mkrt();
     io_event_t ev[1];
     for (o_n = 1; o_n <= 1200; o_n += (o_n < 200 ? 1 : 3)) {
@@ -277,13 +277,4 @@ static void t_order_orphan_partial(void) {
     async_runtime_deinit(r_rt);
 }
 
-static const test_case_t cases[] = {
-    T(order_fiber_migrate), // poll
-    T(order_mutex), // poll
-    T(order_semaphore), // poll
-    T(order_exiting_threads), // poll
-    T(order_recreate), // poll
-    T(order_orphan_partial), // poll
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

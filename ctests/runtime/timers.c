@@ -17,7 +17,7 @@
 
 /* --- timers ------------------------------------------------------------- */
 
-static void t_timer_oneshot(void)
+CASE(timer_oneshot) // poll
 {
     async_runtime_t *rt = mkrt();
     io_event_t ev[4];
@@ -47,7 +47,7 @@ static void t_timer_oneshot(void)
     async_runtime_deinit(rt);
 }
 
-static void t_timer_order(void)
+CASE(timer_order) // poll
 {
     async_runtime_t *rt = mkrt();
     io_event_t ev[4];
@@ -72,7 +72,7 @@ static void t_timer_order(void)
     async_runtime_deinit(rt);
 }
 
-static void t_timer_repeat(void)
+CASE(timer_repeat) // poll
 {
     async_runtime_t *rt = mkrt();
     io_event_t ev[16];
@@ -101,7 +101,7 @@ static void t_timer_repeat(void)
     async_runtime_deinit(rt);
 }
 
-static void t_timer_no_bunching(void)
+CASE(timer_no_bunching) // poll
 {
     /* missed periods are skipped, not delivered in a burst */
     async_runtime_t *rt = mkrt();
@@ -117,7 +117,7 @@ static void t_timer_no_bunching(void)
     async_runtime_deinit(rt);
 }
 
-static void t_timer_cancel(void)
+CASE(timer_cancel) // poll
 {
     async_runtime_t *rt = mkrt();
     io_event_t ev[4];
@@ -150,7 +150,7 @@ static void t_timer_cancel(void)
     async_runtime_deinit(rt);
 }
 
-static void t_timer_ids(void)
+CASE(timer_ids) // poll
 {
     async_runtime_t *rt = mkrt(), *other = mkrt();
     static uint64_t ids[200];
@@ -202,7 +202,7 @@ static void fires_once(async_runtime_t *rt, uint64_t period)
     CHECK_EQ(async_runtime_cancel_timer(rt, c), 0);
 }
 
-static void t_timer_huge(void)
+CASE(timer_huge) // poll
 {
     /* huge delays and periods never overflow into "fire now" */
     async_runtime_t *rt = mkrt();
@@ -235,7 +235,7 @@ static void *add_timer_later(void *arg)
     return NULL;
 }
 
-static void t_timer_while_waiting(void)
+CASE(timer_while_waiting) // poll
 {
     /* a timer added by another thread during a wait fires in that wait */
     pthread_t th;
@@ -255,7 +255,7 @@ static void t_timer_while_waiting(void)
 
 /* ---- timers and waits: never early ------------------------------------------ */
 
-static void t_timers_never_early(void)
+CASE(timers_never_early) // poll adversarial
 {
     async_runtime_t *rt = async_runtime_init();
     CHECK(rt);
@@ -391,7 +391,7 @@ static void free_hog(void *head)
 
 #define NM_PRE 3000
 
-static void t_nomem_child(void)
+CHILD(nomem_child)
 {
     async_runtime_t *rt = mkrt();
     struct rlimit rl;
@@ -482,7 +482,7 @@ static void t_nomem_child(void)
     async_runtime_deinit(rt);
 }
 
-static void t_nomem_timers(void)
+CASE(nomem_timers) // poll timeout=120
 {
     const char *emu_env = getenv("ASYNC_TEST_EMULATOR");
     if (emu_env && *emu_env) {
@@ -505,18 +505,4 @@ static void t_nomem_timers(void)
     CHECK_EQ(WEXITSTATUS(st), 0);
 }
 
-static const test_case_t cases[] = {
-    T(timer_oneshot), // poll
-    T(timer_order), // poll
-    T(timer_repeat), // poll
-    T(timer_no_bunching), // poll
-    T(timer_cancel), // poll
-    T(timer_ids), // poll
-    T(timer_huge), // poll
-    T(timer_while_waiting), // poll
-    T(timers_never_early), // poll adversarial
-    T(nomem_timers), // poll timeout=120
-    {"nomem_child", t_nomem_child},
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

@@ -31,7 +31,7 @@ static void *wakeup_later(void *arg)
     return NULL;
 }
 
-static void t_wakeup_blocked(void)
+CASE(wakeup_blocked) // poll
 {
     pthread_t th;
     io_event_t ev[4];
@@ -52,7 +52,7 @@ static void t_wakeup_blocked(void)
     async_runtime_deinit(g_rt);
 }
 
-static void t_wakeup_before_wait(void)
+CASE(wakeup_before_wait) // poll
 {
     async_runtime_t *rt = mkrt();
     io_event_t ev[4];
@@ -91,7 +91,7 @@ static void *ring_poster(void *arg)
     return NULL;
 }
 
-static void t_wakeup_after_many_rings(void)
+CASE(wakeup_after_many_rings) // poll
 {
     async_runtime_t *rt = mkrt();
     async_runtime_stats_t st;
@@ -168,7 +168,7 @@ static void *raise_self(void *arg)
     return NULL;
 }
 
-static void t_wakeup_signal(void)
+CASE(wakeup_signal) // poll
 {
     pthread_t th;
     io_event_t ev[4];
@@ -203,7 +203,7 @@ static void *alarm_sink(void *arg)
     return NULL;
 }
 
-static void t_wakeup_setitimer(void)
+CASE(wakeup_setitimer) // poll
 {
     pthread_t th;
     sigset_t set;
@@ -271,7 +271,7 @@ static void *kill_main_repeatedly(void *arg)
     return NULL;
 }
 
-static void t_eintr(void)
+CASE(eintr) // poll
 {
     pthread_t th;
     io_event_t ev[4];
@@ -300,7 +300,7 @@ static void t_eintr(void)
 
 /* --- wait arguments and timeouts ---------------------------------------- */
 
-static void t_wait_timeouts(void)
+CASE(wait_timeouts) // poll
 {
     async_runtime_t *rt = mkrt();
     io_event_t ev[4];
@@ -333,7 +333,7 @@ static void t_wait_timeouts(void)
     async_runtime_deinit(rt);
 }
 
-static void t_wait_inval(void)
+CASE(wait_inval) // poll
 {
     async_runtime_t *rt = mkrt();
     io_event_t ev[4];
@@ -391,7 +391,7 @@ static void probe_busy(async_runtime_t *rt)
     }
 }
 
-static void t_busy(void)
+CASE(busy) // poll
 {
     waiter_t w;
     pthread_t th;
@@ -413,7 +413,7 @@ static void t_busy(void)
     async_runtime_deinit(w.rt);
 }
 
-static void t_deinit_while_waiting(void)
+CASE(deinit_while_waiting) // poll
 {
     waiter_t w;
     pthread_t th;
@@ -442,7 +442,7 @@ static void *add_later(void *arg)
     return NULL;
 }
 
-static void t_add_while_waiting(void)
+CASE(add_while_waiting) // poll
 {
     /* an fd added by another thread during a wait is watched by that wait */
     pthread_t th;
@@ -543,14 +543,14 @@ static void sig_burst(int flags)
     async_runtime_deinit(sig_rt);
 }
 
-static void t_sig_burst_restart(void) { sig_burst(SA_RESTART); }
-static void t_sig_burst_norestart(void) { sig_burst(0); }
+CASE(sig_burst_restart) { sig_burst(SA_RESTART); } // poll adversarial
+CASE(sig_burst_norestart) { sig_burst(0); } // poll adversarial
 
 static void *sig_victim(void *arg);
 
 /* The handler runs on another thread than the waiter (the waiter blocks
  * SIGUSR1): its wakeups must still end every wait. */
-static void t_sig_other_thread(void)
+CASE(sig_other_thread) // poll adversarial
 {
     sig_rt = async_runtime_init();
     CHECK(sig_rt);
@@ -595,7 +595,7 @@ static void *sig_victim(void *arg)
 /* The signals land on threads the host did not make (Go's): every C thread
  * of the test blocks SIGUSR1, the process is sent it, and the handler's
  * wakeup must still end each wait. */
-static void t_sig_foreign_thread(void)
+CASE(sig_foreign_thread) // poll adversarial
 {
     sig_rt = async_runtime_init();
     CHECK(sig_rt);
@@ -659,7 +659,7 @@ static void *wait_loop(void *arg)
  * one final wakeup must end its loop; afterwards waits sleep. Then a million
  * wakeups with nobody waiting: the next wait returns at once, and only a
  * bounded number of waits after it return early. */
-static void t_wakeup_flood(void)
+CASE(wakeup_flood) // poll adversarial
 {
     async_runtime_t *rt = async_runtime_init();
     CHECK(rt);
@@ -745,7 +745,7 @@ static void *tw_poster(void *arg)
     return NULL;
 }
 
-static void t_two_waiters(void)
+CASE(two_waiters) // poll timeout=120
 {
     pthread_t w[TW_WAITERS], p;
     long missing = 0;
@@ -783,24 +783,4 @@ static void t_two_waiters(void)
     async_runtime_deinit(tw_rt);
 }
 
-static const test_case_t cases[] = {
-    T(wakeup_blocked), // poll
-    T(wakeup_before_wait), // poll
-    T(wakeup_after_many_rings), // poll
-    T(wakeup_signal), // poll
-    T(wakeup_setitimer), // poll
-    T(eintr), // poll
-    T(wait_timeouts), // poll
-    T(wait_inval), // poll
-    T(busy), // poll
-    T(deinit_while_waiting), // poll
-    T(add_while_waiting), // poll
-    T(sig_burst_restart), // poll adversarial
-    T(sig_burst_norestart), // poll adversarial
-    T(sig_other_thread), // poll adversarial
-    T(sig_foreign_thread), // poll adversarial
-    T(wakeup_flood), // poll adversarial
-    T(two_waiters), // poll timeout=120
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

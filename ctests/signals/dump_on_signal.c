@@ -33,7 +33,7 @@ static void expect_signal_event(async_runtime_t *rt, uintptr_t key)
     CHECK_EQ(ev[0].completion_key, key);
 }
 
-static void t_dump_vs_watch(void)
+CASE(dump_vs_watch) // poll adversarial
 {
     const int sig = SIGUSR1;
     struct sigaction sa;
@@ -100,7 +100,7 @@ static void t_dump_vs_watch(void)
 
 /* --- dump_failed_rereg ----------------------------------------------------------- */
 
-static void t_dump_failed_rereg(void)
+CASE(dump_failed_rereg) // adversarial
 {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -145,9 +145,4 @@ static void t_dump_failed_rereg(void)
     close(p[1]);
 }
 
-static const test_case_t cases[] = {
-    T(dump_vs_watch), // poll adversarial
-    T(dump_failed_rereg), // adversarial
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

@@ -63,7 +63,7 @@ static uint64_t collect(async_runtime_t *rt, uint64_t want, uintptr_t key) {
 /* ---- runtime ----------------------------------------------------------------- */
 
 /* One raise: one event with count 1; the action comes back on removal. */
-static void t_rt_basic(void) {
+CASE(rt_basic) { // poll
     set_ign(SIGUSR1);
     async_runtime_t *rt = async_runtime_init();
     CHECK(rt);
@@ -88,7 +88,7 @@ static void t_rt_basic(void) {
 
 /* Loop metrics count signal events under their bit ([6] SIGNAL), one per
  * event however many signals it carries. */
-static void t_rt_metrics(void) {
+CASE(rt_metrics) { // poll
     set_ign(SIGUSR1);
     async_runtime_t *rt = async_runtime_init();
     CHECK(rt);
@@ -106,7 +106,7 @@ static void t_rt_metrics(void) {
 }
 
 /* Five signals before a wait: one event, count 5. */
-static void t_rt_coalesced(void) {
+CASE(rt_coalesced) { // poll
     set_ign(SIGUSR2);
     async_runtime_t *rt = async_runtime_init();
     CHECK(rt);
@@ -135,7 +135,7 @@ static void *blocked_waiter(void *arg) {
     return NULL;
 }
 
-static void t_rt_wakes_wait(void) {
+CASE(rt_wakes_wait) { // poll
     set_ign(SIGHUP);
     blocked_rt = async_runtime_init();
     CHECK(blocked_rt);
@@ -161,7 +161,7 @@ static void *ow_waiter(void *arg) {
     return NULL;
 }
 
-static void t_rt_on_waiter_thread(void) {
+CASE(rt_on_waiter_thread) { // poll
     set_ign(SIGUSR1);
     ow_rt = async_runtime_init();
     CHECK(ow_rt);
@@ -181,7 +181,7 @@ static void t_rt_on_waiter_thread(void) {
 
 /* A count that arrived but was not taken yet is dropped by the removal; a
  * new watch starts from 0. */
-static void t_rt_remove_drops_pending(void) {
+CASE(rt_remove_drops_pending) { // poll
     set_ign(SIGUSR2);
     async_runtime_t *rt = async_runtime_init();
     CHECK(rt);
@@ -198,7 +198,7 @@ static void t_rt_remove_drops_pending(void) {
 
 /* Several signals and completions at once, with max_events 1: each signal
  * comes as its own event, none lost. */
-static void t_rt_mixed(void) {
+CASE(rt_mixed) { // poll
     set_ign(SIGUSR1);
     set_ign(SIGUSR2);
     async_runtime_t *rt = async_runtime_init();
@@ -240,7 +240,7 @@ static void t_rt_mixed(void) {
 
 /* Two runtimes on one signal: each counts every signal; after one removes
  * its watch, only the other hears. */
-static void t_rt_two_runtimes(void) {
+CASE(rt_two_runtimes) { // poll
     set_ign(SIGUSR1);
     async_runtime_t *a = async_runtime_init(), *b = async_runtime_init();
     CHECK(a && b);
@@ -260,7 +260,7 @@ static void t_rt_two_runtimes(void) {
 }
 
 /* Bad input: documented errors, nothing installed. */
-static void t_rt_errors(void) {
+CASE(rt_errors) { // poll
     async_runtime_t *rt = async_runtime_init();
     CHECK(rt);
     int refused[] = {0, -1, 65, 1000, SIGKILL, SIGSTOP, SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS, SIGABRT,
@@ -309,7 +309,7 @@ static void host_handler(int s) {
 }
 static void host_handler2(int s) { (void)s; }
 
-static void t_rt_host_handler(void) {
+CASE(rt_host_handler) { // poll
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = host_handler;
@@ -339,7 +339,7 @@ static void t_rt_host_handler(void) {
 
 /* Deinit with a count pending: no crash, the watch is gone, and the next
  * runtime (which may get the recycled record) sees nothing of it. */
-static void t_rt_deinit_pending(void) {
+CASE(rt_deinit_pending) { // poll
     set_ign(SIGUSR1);
     for (int round = 0; round < 50; round++) {
         async_runtime_t *rt = async_runtime_init();
@@ -370,7 +370,7 @@ static void *rw_waiter(void *arg) {
     return NULL;
 }
 
-static void t_rt_remove_during_wait(void) {
+CASE(rt_remove_during_wait) { // poll
     set_ign(SIGUSR1);
     rw_rt = async_runtime_init();
     CHECK(rw_rt);
@@ -405,7 +405,7 @@ static void *flooder(void *arg) {
     return NULL;
 }
 
-static void t_rt_flood(void) {
+CASE(rt_flood) { // poll
     flood_sig = SIGRTMIN + 2;
     set_ign(flood_sig);
     async_runtime_t *rt = async_runtime_init();
@@ -450,7 +450,7 @@ static void *pp_waiter(void *arg) {
     return NULL;
 }
 
-static void t_rt_pingpong(void) {
+CASE(rt_pingpong) { // poll
     pp_sig = SIGRTMIN + 5;
     set_ign(pp_sig);
     pp_rt = async_runtime_init();
@@ -483,7 +483,7 @@ static void noop_fiber(void *arg) {
     async_fiber_sleep(1);
 }
 
-static void t_rt_every_thread(void) {
+CASE(rt_every_thread) { // poll
     if (getenv("ASYNC_TEST_EMULATOR")) {
         /* qemu-user lists its own threads in /proc/self/task and lets
          * process-directed signals land on them: there they are lost
@@ -540,7 +540,7 @@ static void *race_sender(void *arg) {
     return NULL;
 }
 
-static void t_rt_race_add_remove(void) {
+CASE(rt_race_add_remove) { // poll
     if (getenv("ASYNC_TEST_EMULATOR")) {
         /* qemu-user lists its own threads in /proc/self/task and lets
          * process-directed signals land on them: there they are lost
@@ -579,7 +579,7 @@ static void t_rt_race_add_remove(void) {
 /* fork while SIGTERM is watched: the child gets the action that was there
  * before (the default: it dies of SIGTERM), instead of a handler whose
  * events nobody can receive; the parent keeps its watch. */
-static void t_rt_fork_child(void) {
+CASE(rt_fork_child) { // poll
     struct sigaction dfl;
     memset(&dfl, 0, sizeof dfl);
     dfl.sa_handler = SIG_DFL;
@@ -624,7 +624,7 @@ static void fw_fiber(void *arg) {
     atomic_store(&fw_stage, 3);
 }
 
-static void t_fiber_wait(void) {
+CASE(fiber_wait) {
     set_ign(SIGUSR1);
     CHECK_EQ(async_fiber_watch_signal(SIGUSR1), 0);
     CHECK(!is_ign(SIGUSR1));
@@ -670,7 +670,7 @@ static void *uw_waiter(void *arg) {
     return NULL;
 }
 
-static void t_fiber_unwatch_wakes(void) {
+CASE(fiber_unwatch_wakes) {
     set_ign(SIGUSR2);
     async_runtime_t *rt = async_runtime_init();
     CHECK(rt);
@@ -706,7 +706,7 @@ static void ff_fiber(void *arg) {
     atomic_store(&ff_done, 1);
 }
 
-static void t_fiber_flood(void) {
+CASE(fiber_flood) {
     flood_sig = SIGRTMIN + 4;
     set_ign(flood_sig);
     CHECK_EQ(async_fiber_watch_signal(flood_sig), 0);
@@ -744,7 +744,7 @@ static void bc_second(void *arg) {
     atomic_store(&bc_second_err, r == -1 ? async_last_error() : 1000 + r);
 }
 
-static void t_fiber_busy_cancel(void) {
+CASE(fiber_busy_cancel) {
     set_ign(SIGUSR1);
     CHECK_EQ(async_fiber_watch_signal(SIGUSR1), 0);
     async_sched_config_t cfg;
@@ -768,28 +768,4 @@ static void t_fiber_busy_cancel(void) {
     CHECK(is_ign(SIGUSR1));
 }
 
-static const test_case_t cases[] = {
-    T(rt_basic), // poll
-    T(rt_coalesced), // poll
-    T(rt_metrics), // poll
-    T(rt_wakes_wait), // poll
-    T(rt_mixed), // poll
-    T(rt_on_waiter_thread), // poll
-    T(rt_remove_drops_pending), // poll
-    T(rt_two_runtimes), // poll
-    T(rt_errors), // poll
-    T(rt_host_handler), // poll
-    T(rt_deinit_pending), // poll
-    T(rt_remove_during_wait), // poll
-    T(rt_flood), // poll
-    T(rt_pingpong), // poll
-    T(rt_every_thread), // poll
-    T(rt_race_add_remove), // poll
-    T(rt_fork_child), // poll
-    T(fiber_wait),
-    T(fiber_unwatch_wakes),
-    T(fiber_flood),
-    T(fiber_busy_cancel),
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

@@ -22,7 +22,7 @@
  * watches back and, with the last one, the host's action. */
 static void host_noop(int sig) { (void)sig; }
 
-static void t_sig_watch_limit(void)
+CASE(sig_watch_limit) // poll adversarial
 {
     enum { NR = 260 };
     static async_runtime_t *rts[NR];
@@ -110,7 +110,7 @@ static void *cflood(void *arg)
 /* Real-time signals sent with sigqueue are each counted: the SIGNAL events'
  * counts add up to the signals sent, while completions flood the loop and
  * the waits take one or two events at a time. */
-static void t_sig_count_exact(void)
+CASE(sig_count_exact) // poll adversarial
 {
     async_runtime_t *rt = async_runtime_init();
     CHECK(rt);
@@ -168,7 +168,7 @@ static void t_sig_count_exact(void)
 }
 
 /* Several runtimes watch one signal: each counts every one. */
-static void t_sig_many_runtimes(void)
+CASE(sig_many_runtimes) // poll adversarial
 {
     enum { NR = 24 };
     async_runtime_t *rts[NR];
@@ -216,7 +216,7 @@ static void host_usr2(int sig)
     (void)k;
 }
 
-static void t_fork_watched_signal(void)
+CASE(fork_watched_signal) // poll adversarial
 {
     int hp[2];
     CHECK_EQ(pipe2(hp, O_CLOEXEC), 0);
@@ -301,7 +301,7 @@ static bool fiber_parked_on_fd(async_sched_t *s)
     return strstr(buf, "parked: fd ") != NULL;
 }
 
-static void t_fiber_rewatch(void)
+CASE(fiber_rewatch) // adversarial
 {
     rw_sig = SIGRTMIN + 3;
     CHECK_EQ(async_fiber_watch_signal(rw_sig), 0);
@@ -337,12 +337,4 @@ static void t_fiber_rewatch(void)
     async_sched_destroy(s);
 }
 
-static const test_case_t cases[] = {
-    T(sig_watch_limit), // poll adversarial
-    T(sig_count_exact), // poll adversarial
-    T(sig_many_runtimes), // poll adversarial
-    T(fork_watched_signal), // poll adversarial
-    T(fiber_rewatch), // adversarial
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

@@ -128,7 +128,7 @@ static void d_queuer(void *arg) {
     async_queue_dequeue_wait(dq, m, sizeof m, &n, -1);
 }
 
-static void t_dump_states(void) {
+CASE(dump_states) {
     CHECK_FAIL(async_sched_dump(NULL, 1) == -1, ASYNC_E_BADHANDLE);
     async_sched_config_t cfg = {.workers = 2};
     async_sched_t *s = async_sched_create(&cfg);
@@ -266,7 +266,7 @@ static void *signal_thread(void *arg) {
     return NULL;
 }
 
-static void t_dump_churn(void) {
+CASE(dump_churn) { // timeout=120
     null_fd = open("/dev/null", O_WRONLY);
     CHECK(null_fd >= 0);
     async_sched_config_t cfg = {.workers = 2};
@@ -307,7 +307,7 @@ static void host_handler(int sig) {
     atomic_fetch_add(&host_hits, 1);
 }
 
-static void t_dump_signal(void) {
+CASE(dump_signal) {
     async_sched_config_t cfg = {.workers = 1};
     async_sched_t *s = async_sched_create(&cfg);
     CHECK(s);
@@ -385,7 +385,7 @@ static void de_sleeper(void *arg)
     async_fiber_sleep(60000);
 }
 
-static void t_dump_epipe(void)
+CASE(dump_epipe) // adversarial
 {
     async_sched_t *s = sched_new(1);
     int p[2];
@@ -404,7 +404,7 @@ static void t_dump_epipe(void)
     async_sched_destroy(s);
 }
 
-static void t_dump_signal_epipe(void)
+CASE(dump_signal_epipe) // adversarial
 {
     async_sched_t *s = sched_new(1);
     int p[2];
@@ -419,12 +419,4 @@ static void t_dump_signal_epipe(void)
     async_sched_destroy(s);
 }
 
-static const test_case_t cases[] = {
-    T(dump_states),
-    T(dump_churn), // timeout=120
-    T(dump_signal),
-    T(dump_epipe), // adversarial
-    T(dump_signal_epipe), // adversarial
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

@@ -39,7 +39,7 @@ __attribute__((noinline)) void gdb_sleeper_fn(void *arg) {
 /* gdb stops here */
 __attribute__((noinline)) void gdb_ready(void) { __asm__ volatile("" ::: "memory"); }
 
-static void t_gdb_target(void) {
+CASE(gdb_target) {
     async_sched_config_t cfg = {.workers = 2};
     async_sched_t *s = async_sched_create(&cfg);
     CHECK(s);
@@ -53,7 +53,7 @@ static void t_gdb_target(void) {
     async_chan_destroy(gch);
 }
 
-static void t_gdb(void) {
+CASE(gdb) { // timeout=180
     const char *emu = getenv("ASYNC_TEST_EMULATOR");
     if (emu && *emu) { /* this binary is another architecture's (qemu-user) */
         printf("under an emulator: skipped\n");
@@ -102,9 +102,4 @@ static void t_gdb(void) {
     CHECK(strstr(out, "libasync: no fiber nosuchfiber"));
 }
 
-static const test_case_t cases[] = {
-    T(gdb_target),
-    T(gdb), // timeout=180
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

@@ -25,7 +25,7 @@ static void name_self(void *arg) {
     while (!atomic_load(&go_on)) async_fiber_sleep(1);
 }
 
-static void t_names(void) {
+CASE(names) {
     char buf[64];
     /* no fiber: NULL means the caller, and a plain thread is none */
     CHECK_FAIL(async_fiber_set_name(NULL, "x") == -1, ASYNC_E_STATE);
@@ -118,7 +118,7 @@ static void short_fiber(void *arg) {
     async_fiber_yield();
 }
 
-static void t_names_race(void) {
+CASE(names_race) {
     async_sched_config_t cfg = {.workers = 2};
     async_sched_t *s = async_sched_create(&cfg);
     CHECK(s);
@@ -142,9 +142,4 @@ static void t_names_race(void) {
     async_sched_destroy(s);
 }
 
-static const test_case_t cases[] = {
-    T(names),
-    T(names_race),
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

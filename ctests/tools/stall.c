@@ -82,7 +82,7 @@ static void wait_atomic(atomic_int *v, int want, const char *what) {
     }
 }
 
-static void t_stall(void) {
+CASE(stall) {
     CHECK_EQ(async_set_log_handler(ASYNC_LOG_INFO, log_fn, NULL), 0);
     async_sched_config_t cfg = {.workers = 2};
     async_sched_t *s = async_sched_create(&cfg);
@@ -148,7 +148,7 @@ static void selfish_log(int level, const char *msg, void *ctx) {
     atomic_store(&h_destroy_err, async_last_error());
 }
 
-static void t_stall_handler_calls(void) {
+CASE(stall_handler_calls) {
     CHECK_EQ(async_set_log_handler(ASYNC_LOG_WARN, selfish_log, NULL), 0);
     async_sched_config_t cfg = {.workers = 1};
     hs = async_sched_create(&cfg);
@@ -167,7 +167,7 @@ static void t_stall_handler_calls(void) {
 }
 
 /* ASYNC_FIBER_STALL_MS turns it on for new schedulers (run in a child) */
-static void t_stall_env_child(void) {
+CASE(stall_env_child) {
     if (!getenv("ASYNC_FIBER_STALL_MS")) return;
     CHECK_EQ(async_set_log_handler(ASYNC_LOG_INFO, log_fn, NULL), 0);
     async_sched_config_t cfg = {.workers = 1};
@@ -180,7 +180,7 @@ static void t_stall_env_child(void) {
     async_sched_destroy(s);
 }
 
-static void t_stall_env(void) {
+CASE(stall_env) {
     int st = run_self_case("stall_env_child", "ASYNC_FIBER_STALL_MS=30");
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     char out[4096];
@@ -191,20 +191,11 @@ static void t_stall_env(void) {
 
 /* A scheduler created (and one fiber run) under the environment the parent
  * gives: stall_env checks what its log says. */
-static void t_sched_env_child(void) {
+CHILD(sched_env_child) {
     async_sched_t *s = sched_new(1);
     CHECK(async_fiber_spawn(s, nop_fiber, NULL, 0));
     CHECK_EQ(async_sched_run(s), 0);
     async_sched_destroy(s);
 }
 
-static const test_case_t cases[] = {
-    T(stall),
-    T(stall_handler_calls),
-    T(stall_env_child),
-    T(stall_env),
-    /* run by stall_env in a child process, not a test of its own */
-    {"sched_env_child", t_sched_env_child},
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

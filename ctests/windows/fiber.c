@@ -47,7 +47,7 @@ static void parent_fiber(void *arg) {
     p->joined = 1;
 }
 
-static void t_spawn_yield_join(void) {
+CASE(spawn_yield_join) {
     CHECK(async_fiber_current() == NULL);
     parent_t p = {sched_new(2), NULL, 0};
     async_fiber_t *f = async_fiber_spawn(p.s, parent_fiber, &p, ASYNC_FIBER_JOINABLE);
@@ -73,7 +73,7 @@ static void add_one(void *arg) {
 
 /* Many fibers at once (each one a stack) on 4 workers, run twice (the
  * stacks are reused). */
-static void t_many_fibers(void) {
+CASE(many_fibers) {
     enum { N = 20000 };
     async_sched_t *s = sched_new(4);
     atomic_int n = 0;
@@ -110,7 +110,7 @@ static void deep_fiber(void *arg) {
     *(int *)arg = r;
 }
 
-static void t_deep_recursion(void) {
+CASE(deep_recursion) {
     ULONG_PTR lo0, hi0, lo1, hi1;
     GetCurrentThreadStackLimits(&lo0, &hi0);
     async_sched_t *s = sched_new(1);
@@ -131,7 +131,7 @@ static void unbounded(void *arg) {
 }
 
 /* Child of t_overflow: a fiber recursing without end. */
-static void t_overflow_child(void) {
+CASE(overflow_child) {
     async_sched_t *s = sched_new(1);
     CHECK(async_fiber_spawn(s, unbounded, s, 0));
     async_sched_run(s);
@@ -173,7 +173,7 @@ static DWORD run_child(const char *child_case, char *out, size_t cap) {
     return code;
 }
 
-static void t_overflow(void) {
+CASE(overflow) {
     char out[4096];
     DWORD code = run_child("overflow_child", out, sizeof out);
     printf("child exit %lu, output:\n%s", (unsigned long)code, out);
@@ -182,7 +182,7 @@ static void t_overflow(void) {
     CHECK_EQ(code, 3);
 }
 
-static void t_guard_modes(void) {
+CASE(guard_modes) {
     async_sched_config_t c1 = {1, 0, 1}, c2 = {1, 32 * 1024, 2}, c3 = {1, 0, 3};
     CHECK_FAIL(async_sched_create(&c1) == NULL, ASYNC_E_NOTSUP);
     CHECK_FAIL(async_sched_create(&c3) == NULL, ASYNC_E_NOTSUP);
@@ -235,7 +235,7 @@ static void unwind_fiber(void *arg) {
     out[1] = n;
 }
 
-static void t_unwind(void) {
+CASE(unwind) {
     async_sched_t *s = sched_new(1);
     int out[2] = {0, 0};
     CHECK(async_fiber_spawn(s, unwind_fiber, out, 0));
@@ -291,7 +291,7 @@ static void xmm_fiber(void *arg) {
     }
 }
 
-static void t_xmm_preserved(void) {
+CASE(xmm_preserved) {
     /* one worker: every yield switches to another fiber with other values */
     async_sched_t *s = sched_new(1);
     for (uintptr_t i = 1; i <= 4; i++) CHECK(async_fiber_spawn(s, xmm_fiber, (void *)i, 0));
@@ -349,8 +349,8 @@ static void chan_case(size_t cap) {
     async_sched_destroy(s);
 }
 
-static void t_chan_thread_buffered(void) { chan_case(16); }
-static void t_chan_thread_rendezvous(void) { chan_case(0); }
+CASE(chan_thread_buffered) { chan_case(16); }
+CASE(chan_thread_rendezvous) { chan_case(0); }
 
 /* ---- sleep ------------------------------------------------------------------------ */
 
@@ -362,7 +362,7 @@ static void sleep_fiber(void *arg) {
     slot[1] = atomic_fetch_add(&wake_seq, 1);
 }
 
-static void t_sleep_order(void) {
+CASE(sleep_order) {
     /* one worker: timers fire in deadline order and wake in that order */
     async_sched_t *s = sched_new(1);
     int slots[5][2] = {{80, -1}, {10, -1}, {160, -1}, {40, -1}, {0, -1}};
@@ -410,7 +410,7 @@ static void setter_fiber(void *arg) {
     SetEvent(b->ev);
 }
 
-static void t_blocking(void) {
+CASE(blocking) {
     async_sched_t *s = sched_new(1);
     blk_t b = {CreateEventA(NULL, TRUE, FALSE, NULL), 0, 0, 0};
     CHECK(b.ev);
@@ -466,7 +466,7 @@ static void tcp_pair(SOCKET *a, SOCKET *b) {
     closesocket(l);
 }
 
-static void t_shutdown_parked(void) {
+CASE(shutdown_parked) {
     async_sched_t *s = sched_new(2);
     async_chan_t *c = async_chan_create(0, sizeof(long));
     SOCKET a, b;
@@ -539,7 +539,7 @@ static void echo_client(void *arg) {
     free(back);
 }
 
-static void t_sockets(void) {
+CASE(sockets) {
     async_sched_t *s = sched_new(2);
     srv_t sv = {socket(AF_INET, SOCK_STREAM, IPPROTO_TCP), {0}, 0};
     CHECK(sv.l != INVALID_SOCKET);
@@ -572,7 +572,7 @@ static void fd_waiter(void *arg) {
 
 /* A fiber parked on a socket is woken by data a plain thread sends, and a
  * closed peer is reported. */
-static void t_wait_fd_wake(void) {
+CASE(wait_fd_wake) {
     async_sched_t *s = sched_new(1);
     SOCKET a, b;
     tcp_pair(&a, &b);
@@ -612,7 +612,7 @@ static void zero_fiber(void *arg) {
     CHECK_FAIL(async_fiber_read((async_fd_t)a, &c, 1, -5) == -1, ASYNC_E_INVAL);
 }
 
-static void t_zero_len(void) {
+CASE(zero_len) {
     async_sched_t *s = sched_new(1);
     SOCKET a, b;
     tcp_pair(&a, &b);
@@ -628,7 +628,7 @@ static void t_zero_len(void) {
 /* A plain thread: the calls async.h defines off fibers. */
 static void mark(void *arg) { *(int *)arg = 1; }
 
-static void t_plain_thread(void) {
+CASE(plain_thread) {
     CHECK(async_fiber_current() == NULL);
     int done = 0;
     CHECK_EQ(async_fiber_blocking(mark, &done), 0);
@@ -676,7 +676,7 @@ static void sy_waiter(void *arg) {
     CHECK_EQ(async_mutex_unlock(sy_mu), 0);
 }
 
-static void t_sync_fls(void) {
+CASE(sync_fls) {
     async_sched_t *s = sched_new(2);
     CHECK((sy_mu = async_mutex_create()) != NULL);
     CHECK((sy_cv = async_cond_create()) != NULL);
@@ -693,26 +693,6 @@ static void t_sync_fls(void) {
     CHECK_EQ(async_fiber_key_delete(sy_key), 0);
 }
 
-static const test_case_t cases[] = {
-    T(spawn_yield_join),
-    T(many_fibers),
-    T(deep_recursion),
-    T(overflow),
-    T(overflow_child),
-    T(guard_modes),
-    T(xmm_preserved),
-    T(unwind),
-    T(chan_thread_buffered),
-    T(chan_thread_rendezvous),
-    T(sleep_order),
-    T(blocking),
-    T(shutdown_parked),
-    T(sockets),
-    T(wait_fd_wake),
-    T(zero_len),
-    T(plain_thread),
-    T(sync_fls),
-};
 
 int main(int argc, char **argv) {
     WSADATA wsa;

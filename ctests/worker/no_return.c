@@ -53,7 +53,7 @@ static void *exits(void *ctx) {
     return NULL;
 }
 
-static void t_worker_pthread_exit(void) {
+CASE(worker_pthread_exit) {
     go_started();
     for (int i = 0; i < 3; i++) {
         async_worker_t *w = async_worker_create(exits, NULL, 0);
@@ -74,7 +74,7 @@ static void *waits_for_cancel(void *ctx) {
     return NULL;
 }
 
-static void t_worker_cancel(void) {
+CASE(worker_cancel) {
     go_started();
     atomic_store(&spinning, 0);
     async_worker_t *w = async_worker_create(waits_for_cancel, NULL, 0);
@@ -176,7 +176,7 @@ static void *joiner(void *w)
     return NULL;
 }
 
-static void t_worker_never_stops(void)
+CASE(worker_never_stops)
 {
     void *(*procs[4])(void *) = {never_read, never_queue, never_wait, never_post};
     async_worker_t *w[4];
@@ -263,10 +263,4 @@ static void t_worker_never_stops(void)
     /* return with the read(2) proc and the spinner still running: exit must be clean */
 }
 
-static const test_case_t cases[] = {
-    T(worker_pthread_exit),
-    T(worker_cancel),
-    T(worker_never_stops),
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

@@ -117,7 +117,7 @@ static size_t qsize(async_queue_t *q) {
 
 /* A worker blocked in dequeue_wait(-1) on an empty queue wakes with
  * ASYNC_E_CANCELLED; so does one blocked with a long timeout. */
-static void t_stop_dequeue_wakes(void) {
+CASE(stop_dequeue_wakes) {
     async_queue_t *q = async_queue_create(4, sizeof(int), 0);
     CHECK(q);
     for (int k = 0; k < 2; k++) {
@@ -160,7 +160,7 @@ static void *sticky_proc(void *arg) {
     return (void *)1;
 }
 
-static void t_stop_sticky(void) {
+CASE(stop_sticky) {
     async_queue_t *qs[2];
     qs[0] = async_queue_create(4, sizeof(int), 0);
     qs[1] = async_queue_create(1, sizeof(int), ASYNC_QUEUE_BLOCK_WRITER);
@@ -180,7 +180,7 @@ static void t_stop_sticky(void) {
 /* Data before stop: messages queued when the stop comes are still handed out
  * by dequeue_wait (without waiting); only when it would have to wait does it
  * fail with ASYNC_E_CANCELLED. */
-static void t_stop_data_first(void) {
+CASE(stop_data_first) {
     async_queue_t *q = async_queue_create(8, sizeof(int), 0);
     CHECK(q);
     for (int i = 0; i < 5; i++) enq_int(q, 100 + i);
@@ -216,7 +216,7 @@ static void *stopper(void *arg) {
     return NULL;
 }
 
-static void t_stop_race(void) {
+CASE(stop_race) {
     const int rounds = 600;
     async_queue_t *q = async_queue_create(16, sizeof(int), 0);
     CHECK(q);
@@ -260,7 +260,7 @@ static void *plain_reader(void *arg) {
     return NULL;
 }
 
-static void t_stop_others_undisturbed(void) {
+CASE(stop_others_undisturbed) {
     async_queue_t *q = async_queue_create(8, sizeof(int), 0);
     CHECK(q);
     enum { NW = 3 };
@@ -310,7 +310,7 @@ static void t_stop_others_undisturbed(void) {
 /* A full BLOCK_WRITER queue: a worker in enqueue_wait(-1) and one in the
  * blocking async_queue_enqueue both wake with ASYNC_E_CANCELLED and add
  * nothing; a writer that is not stopped still gets the room later. */
-static void t_stop_enqueue_wait_full(void) {
+CASE(stop_enqueue_wait_full) {
     async_queue_t *q = async_queue_create(1, sizeof(int), ASYNC_QUEUE_BLOCK_WRITER);
     CHECK(q);
     enq_int(q, 1);
@@ -363,7 +363,7 @@ static void *destroyer(void *arg) {
     return NULL;
 }
 
-static void t_stop_queue_destroyed(void) {
+CASE(stop_queue_destroyed) {
     /* destroy alone */
     async_queue_t *q = async_queue_create(2, sizeof(int), 0);
     CHECK(q);
@@ -396,7 +396,7 @@ static void t_stop_queue_destroyed(void) {
 
 /* async_worker_destroy of a running worker asks it to stop: its wait ends
  * too, and the detached proc returns. */
-static void t_stop_destroy_running(void) {
+CASE(stop_destroy_running) {
     async_queue_t *q = async_queue_create(2, sizeof(int), 0);
     CHECK(q);
     job_t j = {.q = q, .op = OP_DEQ, .timeout_ms = -1};
@@ -435,7 +435,7 @@ static void *echo_proc(void *arg) {
     }
 }
 
-static void t_stop_handoff(void) {
+CASE(stop_handoff) {
     async_queue_t *qs[2];
     qs[0] = async_queue_create(1, sizeof(int), ASYNC_QUEUE_BLOCK_WRITER);
     qs[1] = async_queue_create(1, sizeof(int), ASYNC_QUEUE_BLOCK_WRITER);
@@ -469,7 +469,7 @@ static void fiber_reader(void *arg) {
     else atomic_store(&fiber_got, -async_last_error());
 }
 
-static void t_stop_fiber_unaffected(void) {
+CASE(stop_fiber_unaffected) {
     async_sched_config_t cfg = {1, 0, 0};
     async_sched_t *s = async_sched_create(&cfg);
     if (!s && async_last_error() == ASYNC_E_NOTSUP) {
@@ -523,7 +523,7 @@ static void *bad_proc(void *arg) {
     return (void *)1;
 }
 
-static void t_stop_bad_input(void) {
+CASE(stop_bad_input) {
     CHECK_FAIL((async_worker_signal_stop(NULL), 1), ASYNC_E_BADHANDLE);
     CHECK_FAIL((async_worker_signal_stop((async_worker_t *)(uintptr_t)0x4321), 1), ASYNC_E_BADHANDLE);
     async_queue_t *q = async_queue_create(2, sizeof(int), ASYNC_QUEUE_BLOCK_WRITER);
@@ -567,7 +567,7 @@ static void *rt_proc(void *arg) {
     return (void *)1;
 }
 
-static void t_stop_runtime_fd(void) {
+CASE(stop_runtime_fd) { // poll
     async_worker_t *w = async_worker_create(rt_proc, NULL, 0);
     CHECK(w);
     sleep_ms(20);
@@ -577,19 +577,4 @@ static void t_stop_runtime_fd(void) {
     async_worker_destroy(w);
 }
 
-static const test_case_t cases[] = {
-    T(stop_dequeue_wakes),
-    T(stop_sticky),
-    T(stop_data_first),
-    T(stop_race),
-    T(stop_others_undisturbed),
-    T(stop_enqueue_wait_full),
-    T(stop_queue_destroyed),
-    T(stop_destroy_running),
-    T(stop_handoff),
-    T(stop_fiber_unaffected),
-    T(stop_bad_input),
-    T(stop_runtime_fd), // poll
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()

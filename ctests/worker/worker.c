@@ -55,7 +55,7 @@ static void *until_stop_proc(void *ctx)
 
 /* ---------------------------------------------------------------------- */
 
-static void t_state(void)
+CASE(state)
 {
     async_worker_t *w = async_worker_create(gated_proc, (void *)(uintptr_t)1, 0);
     double t0;
@@ -96,7 +96,7 @@ static void t_state(void)
     async_worker_destroy(w);
 }
 
-static void t_result(void)
+CASE(result)
 {
     async_worker_t *w = async_worker_create(gated_proc, (void *)(uintptr_t)0x1234, 0);
     CHECK(w != NULL);
@@ -113,7 +113,7 @@ static void t_result(void)
     async_worker_destroy(w);
 }
 
-static void t_join_zero(void)
+CASE(join_zero)
 {
     async_worker_t *w = async_worker_create(gated_proc, NULL, 0);
     double t0;
@@ -127,7 +127,7 @@ static void t_join_zero(void)
     async_worker_destroy(w);
 }
 
-static void t_join_timeout(void)
+CASE(join_timeout)
 {
     async_worker_t *w = async_worker_create(gated_proc, NULL, 0);
     double t0, el;
@@ -149,7 +149,7 @@ static void *sleep_proc(void *ctx)
     return ctx;
 }
 
-static void t_join_wakes(void)
+CASE(join_wakes)
 {
     /* join(n) returns when proc returns, not at the end of n */
     double t0 = now_ms(), el;
@@ -173,7 +173,7 @@ static void *joiner_thread(void *arg)
     return NULL;
 }
 
-static void t_join_twice(void)
+CASE(join_twice)
 {
     pthread_t th[2];
     int i;
@@ -196,7 +196,7 @@ static void t_join_twice(void)
     async_worker_destroy(g_jw);
 }
 
-static void t_join_inval(void)
+CASE(join_inval)
 {
     async_worker_t *w = async_worker_create(gated_proc, NULL, 0);
     CHECK(w != NULL);
@@ -225,7 +225,7 @@ static void *self_join_proc(void *ctx)
     return (void *)(uintptr_t)1;
 }
 
-static void t_join_self(void)
+CASE(join_self)
 {
     async_worker_t *w = async_worker_create(self_join_proc, NULL, 0);
     CHECK(w != NULL);
@@ -260,7 +260,7 @@ static void *big_local_proc(void *ctx)
     return (void *)(uintptr_t)(sum + 1);
 }
 
-static void t_stack_size(void)
+CASE(stack_size)
 {
     const size_t sizes[3] = {4u << 20, 2u << 20, 300000};
     async_worker_t *w;
@@ -332,7 +332,7 @@ static void *stop_fd_waiter_proc(void *ctx)
     return ctx;
 }
 
-static void t_destroy_running(void)
+CASE(destroy_running)
 {
     async_worker_t *w;
     struct pollfd pfd;
@@ -396,7 +396,7 @@ static void *native_proc(void *ctx)
     return NULL;
 }
 
-static void t_native_handle(void)
+CASE(native_handle)
 {
     async_worker_t *w = async_worker_create(native_proc, NULL, 0);
     pthread_t t;
@@ -427,7 +427,7 @@ static void *plain_thread(void *arg)
     return async_worker_current();
 }
 
-static void t_current(void)
+CASE(current)
 {
     pthread_t th;
     void *r = (void *)1;
@@ -453,7 +453,7 @@ static int readable(int fd, int timeout)
     return poll(&pfd, 1, timeout) == 1 && (pfd.revents & POLLIN);
 }
 
-static void t_stop_fd(void)
+CASE(stop_fd)
 {
     async_worker_t *w = async_worker_create(gated_proc, NULL, 0);
     int fd;
@@ -497,7 +497,7 @@ static void *poll_proc(void *ctx)
     return (void *)(uintptr_t)2;
 }
 
-static void t_stop_fd_poll(void)
+CASE(stop_fd_poll)
 {
     async_worker_t *w;
     CHECK(pipe(g_never_pipe) == 0);
@@ -521,7 +521,7 @@ static void on_sigusr1(int sig)
     async_worker_signal_stop(g_sw);
 }
 
-static void t_signal_stop_from_handler(void)
+CASE(signal_stop_from_handler)
 {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -544,7 +544,7 @@ static void *index_proc(void *ctx)
     return (void *)((uintptr_t)ctx * 3 + 1);
 }
 
-static void t_many(void)
+CASE(many)
 {
     async_worker_t *w[16];
     uintptr_t i;
@@ -559,7 +559,7 @@ static void t_many(void)
     }
 }
 
-static void t_create_inval(void)
+CASE(create_inval)
 {
     CHECK_FAIL(async_worker_create(NULL, NULL, 0) == NULL, ASYNC_E_INVAL);
     CHECK_FAIL(async_worker_create(NULL, (void *)1, 1u << 20) == NULL, ASYNC_E_INVAL);
@@ -579,7 +579,7 @@ static void *native_slow(void *c)
     return c;
 }
 
-static void t_native_stopped(void)
+CASE(native_stopped) // adversarial
 {
     pthread_t zero, t;
     memset(&zero, 0, sizeof zero);
@@ -618,7 +618,7 @@ static void *huge_proc(void *arg)
  * to the page size overflows, NOMEM for any other stack the system cannot
  * provide (SIZE_MAX - 4096 too, although pthread_create refuses it with
  * EINVAL rather than ENOMEM). */
-static void t_worker_huge_stack(void)
+CASE(worker_huge_stack) // poll adversarial
 {
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     size_t inval[] = {SIZE_MAX, SIZE_MAX - 1, SIZE_MAX - (page - 2)};
@@ -640,26 +640,4 @@ static void t_worker_huge_stack(void)
     }
 }
 
-static const test_case_t cases[] = {
-    T(state),
-    T(result),
-    T(join_zero),
-    T(join_timeout),
-    T(join_wakes),
-    T(join_twice),
-    T(join_inval),
-    T(join_self),
-    T(stack_size),
-    T(worker_huge_stack), // poll adversarial
-    T(destroy_running),
-    T(native_handle),
-    T(native_stopped), // adversarial
-    T(current),
-    T(stop_fd),
-    T(stop_fd_poll),
-    T(signal_stop_from_handler),
-    T(many),
-    T(create_inval),
-};
-
-TEST_MAIN(cases)
+TEST_MAIN()
