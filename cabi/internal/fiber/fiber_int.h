@@ -149,7 +149,7 @@ static inline int la_timers_due(la_sched_t *s) {
 int la_default_workers(void);
 size_t la_default_stack(void);
 
-/* fd parks (io.c, io_windows.c): the current fiber f begins (+1) or ends
+/* fd parks (io_park.c, io_windows.c): the current fiber f begins (+1) or ends
  * (-1) an fd wait; f->wk is the worker it runs on now. */
 static inline void la_fdwait_add(la_fiber_t *f, long d) {
     la_wk_t *w = f->wk;
@@ -164,7 +164,7 @@ static inline int la_fd_waiters(la_sched_t *s) {
     return n > 0;
 }
 
-/* io.c */
+/* io.c, io_sys.c */
 #if !defined(_WIN32)
 /* write(2) without SIGPIPE (a broken pipe gives -EPIPE); -errno on failure */
 ssize_t la_write_nosigpipe(int fd, const void *buf, size_t n);
@@ -174,6 +174,83 @@ void la_io_free(la_sched_t *s);
 /* la_poller_wait's callback: an event (LA_PF_*) for rec; ctx is the la_sched_t. */
 void la_io_event(void *ctx, void *rec, unsigned got);
 void la_io_prefetch(void *rec);
+
+/* ---- fd records (io*.c, POSIX; io.c tells the design) ---- */
+#if !defined(_WIN32)
+#include <sys/socket.h>
+#include <sys/types.h>
+#define LA_FD_CHUNK 1024
+#define LA_FD_CHUNKS 4096 /* fds below 4M */
+
+struct la_fdrec {
+    la_spin_t lk;
+    int fd;                /* the number (set by the first park) */
+    la_waiter_t *rw, *ww;  /* parked reader / writer */
+    _Atomic char drained;  /* hint: the last fiber read returned less than asked */
+    _Atomic char stream;   /* read hint usable: stream socket or pipe (at ADD) */
+    /* owned fds (see the top); owned, gen, sin and sout change under lk */
+    _Atomic char owned;         /* registered edge-triggered for good */
+    _Atomic char tcp;           /* owned: the read hint is usable */
+    _Atomic unsigned gen;       /* bumped when an ownership ends */
+    _Atomic unsigned sin, sout; /* owned: events dispatched per direction */
+    _Atomic unsigned dseq;      /* owned: sin before the last short read */
+};
+
+/* What a call saw of its fd's record before its syscall (owned fds), and
+ * what its first look saw. Start it zeroed (LA_FDSNAP_START). */
+typedef struct {
+    la_fdrec_t *r;
+    int owned;
+    unsigned gen, sin, sout;
+    int taken; /* la_fd_snap ran before in this call */
+    int began; /* the call's first look saw the fd owned, with gen bgen */
+    unsigned bgen;
+} la_fdsnap_t;
+#define LA_FDSNAP_START {0}
+
+/* io.c: s's record of fd (allocated on first use), NULL if fd is out of
+ * range or memory is short. */
+la_fdrec_t *la_fdrec(la_sched_t *s, int fd);
+/* io.c: takes a fresh look at r (NULL: no record). Returns 1 if the
+ * ownership the call began under has ended since (async_fiber_close, or the
+ * number taken over): the call fails with ASYNC_E_CLOSED. */
+int la_fd_snap(la_fdrec_t *r, la_fdsnap_t *sn);
+/* la_fd_snap in a call's retry loop: 1 (ASYNC_E_CLOSED recorded) if the
+ * call must end. */
+static inline int la_fd_snap_closed(la_fdrec_t *r, la_fdsnap_t *sn) {
+    if (!la_fd_snap(r, sn)) return 0;
+    la_set_error(ASYNC_E_CLOSED);
+    return 1;
+}
+/* The poller directions r's parked waiters want (under r->lk). */
+static inline unsigned la_io_arm_mask(la_fdrec_t *r) { return (r->rw ? LA_PF_IN : 0u) | (r->ww ? LA_PF_OUT : 0u); }
+
+/* io_sys.c: the system calls; each returns its result or -errno. */
+int la_io_arm(la_sched_t *s, la_fdrec_t *r, unsigned want); /* (re)arms r->fd one-shot */
+int la_io_poll1(int fd, short events, int timeout);         /* revents, 0: timeout */
+int la_io_fd_open(int fd);                                  /* 0 if fd is open */
+int la_io_nonblock_undoable(int fd, int *was);              /* *was: old flags, -1 unchanged */
+void la_io_setfl(int fd, int fl);                           /* keeps errno */
+ssize_t la_io_read_now(int fd, void *buf, size_t n);        /* one non-blocking read */
+ssize_t la_io_write_now(int fd, const void *buf, size_t n); /* one non-blocking write */
+int la_io_accept_now(int fd, struct sockaddr *a, socklen_t *l);
+int la_io_connect_now(int fd, const struct sockaddr *a, socklen_t l);
+int la_io_sockerr(int fd);                                  /* -SO_ERROR */
+/* errno -> async_err_t (an unknown one is noted for async_last_os_error) */
+int la_io_map_errno(int e);
+
+/* io_park.c: park the current fiber f on fd for dirs (1 read, 2 write, 3
+ * either) until ready or the deadline; la_io_wait_dir for a thread or a
+ * fiber. 0 (retry the syscall) or an async_err_t. */
+int la_io_fd_park(la_fiber_t *f, int fd, int dirs, uint64_t deadline);
+int la_io_owned_park(la_fiber_t *f, int fd, int dirs, const la_fdsnap_t *sn, uint64_t deadline);
+int la_io_wait_dir(int fd, int dir, uint64_t deadline, int timeout_ms, const la_fdsnap_t *sn);
+
+/* io_owned.c: makes fd owned by s (fresh: the kernel just handed the
+ * number out); drops s's ownerships at its end. */
+int la_io_own_fd(la_sched_t *s, int fd, int fresh);
+void la_io_owners_drop(la_sched_t *s);
+#endif
 
 /* config.c: 1 when ASYNC_FIBER_IO asks for io_uring */
 int la_default_fiber_io_uring(void);
@@ -200,11 +277,6 @@ int la_uring_flush(la_uring_t *r, int max);
  * sleep on the condition variable, where a completion does not wake them);
  * a memory read per ring when they are empty. Returns the number reaped. */
 int la_uring_reap_others(la_sched_t *s, la_uring_t *own);
-/* io.c's errno -> async_err_t mapping and SO_ERROR read, for io_uring.c */
-int la_io_map_errno(int e);
-int la_io_sockerr(int fd);
-/* One non-blocking read attempt, as the fiber read makes it: the count, or -errno. */
-ssize_t la_io_read_now(int fd, void *buf, size_t n);
 /* Submits r's pending SQEs now (a memory read when there are none). */
 void la_uring_submit(la_uring_t *r);
 /* A busy worker about to run another fiber: submits its pending SQEs now if

@@ -148,7 +148,7 @@ LA_NOINLINE static int ur_connect(int fd, const struct sockaddr *a, socklen_t l)
     return r == 0 ? 0 : -errno;
 }
 
-/* io.c's mapping of errno values to async_err_t, and ECANCELED: an op
+/* io_sys.c's mapping of errno values to async_err_t, and ECANCELED: an op
  * cancelled by async_fiber_close (la_uring_cancel_fd); a timeout or shutdown
  * cancel is told apart by op_err's why. */
 static int ur_map_errno(int e) { return e == ECANCELED ? ASYNC_E_CLOSED : la_io_map_errno(e); }
@@ -661,7 +661,7 @@ int la_uring_read(int fd, void *buf, size_t n, int timeout_ms, ssize_t *ret) {
          * epoll path, only a call that has to wait is refused: data already
          * there is returned (async.h, async_fiber_wait_fd). */
         ssize_t k;
-        do k = la_io_read_now(fd, buf, n); /* io.c's: a socket or not */
+        do k = la_io_read_now(fd, buf, n); /* io_sys.c's: a socket or not */
         while (k == -EINTR);
         if (k >= 0) {
             *ret = k;
@@ -732,7 +732,7 @@ int la_uring_accept(int lfd, struct sockaddr *addr, socklen_t *len, int timeout_
     la_fiber_t *f = NULL;
     la_uring_t *r = my_ring(&f, timeout_ms);
     if (!r) return 0;
-    int e = ur_nonblock(lfd); /* as promised (io.c does the same) */
+    int e = ur_nonblock(lfd); /* as promised (io_sys.c does the same) */
     if (e) {
         la_set_error(ur_map_errno(-e));
         *ret = -1;
@@ -794,7 +794,7 @@ int la_uring_connect(int fd, const struct sockaddr *addr, socklen_t alen, int ti
         *ret = 0;
         return 1;
     }
-    if (e != -EINPROGRESS && e != -EINTR && e != -EALREADY) { /* EALREADY: in progress already (io.c) */
+    if (e != -EINPROGRESS && e != -EINTR && e != -EALREADY) { /* EALREADY: in progress already (io_api.c) */
         la_set_error(ur_map_errno(-e));
         return 1;
     }
