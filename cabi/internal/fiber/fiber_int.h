@@ -138,12 +138,51 @@ void la_ready_on(la_wk_t *w, la_fiber_t *f, int lifo);
 void la_switch_out(la_fiber_t *f, int action);
 void *la_worker_main(void *arg);
 
+/* sched.c, for sched_idle.c: a worker's take of the global queue (a fair
+ * share, up to max: one to run, the rest into w's ring), of the inbox, of
+ * its own ring and LIFO slot; a non-blocking poll of the fds (the number of
+ * fd events). */
+la_fiber_t *la_global_get(la_sched_t *s, la_wk_t *w, int max);
+la_fiber_t *la_inbox_get(la_sched_t *s, la_wk_t *w);
+la_fiber_t *la_local_get(la_wk_t *w);
+int la_poll_now(la_sched_t *s);
+
+/* sched_idle.c, for the worker loop (sched.c). la_spin: looks for work in
+ * the other workers' rings, the global queue and the inbox (bounded == 0:
+ * one sweep that also takes LIFO slots; else sweeps for up to LA_SPIN_NS,
+ * then that one). la_idle_park: sleeps until woken (the first idle worker in
+ * the poller); 1 if a waker handed it a unit of nspinning. */
+la_fiber_t *la_spin(la_wk_t *w, int bounded);
+int la_idle_park(la_wk_t *w);
+
+/* Becomes a spinning worker unless half of the busy workers already spin,
+ * or no other worker is busy (la_spin). */
+static inline int la_spin_begin(la_sched_t *s) {
+    int busy = s->nw - atomic_load_explicit(&s->nidle, memory_order_relaxed); /* this one too */
+    if (busy < 2 || 2 * atomic_load_explicit(&s->nspinning, memory_order_relaxed) >= busy) return 0;
+    atomic_fetch_add(&s->nspinning, 1);
+    return 1;
+}
+
+/* sched_fibers.c, for the worker loop: a released stack goes to w's cache
+ * (w: a worker of s running this code, or NULL: to the pool). */
+void la_stack_release(la_sched_t *s, la_wk_t *w, la_stack_t *st);
+/* s->live counts the live fibers plus the units workers hold in reserve
+ * (w->lease, LA_LEASE at a time: la_live_take). */
+#define LA_LEASE 64
+static inline void la_live_sub(la_sched_t *s, la_wk_t *w, int64_t n) {
+    w->lease -= n;
+    la_live_drop(s, n);
+}
+
 /* timers.c */
 int la_timers_fire(la_sched_t *s);
 static inline int la_timers_due(la_sched_t *s) {
     uint64_t d = atomic_load_explicit(&s->next_deadline, memory_order_acquire);
     return d != UINT64_MAX && d <= la_now_ns();
 }
+/* Fires due timers; returns how many fibers it woke. */
+static inline int la_timers_run(la_sched_t *s) { return la_timers_due(s) ? la_timers_fire(s) : 0; }
 
 /* config.c */
 int la_default_workers(void);
@@ -295,6 +334,16 @@ int la_uring_write(int fd, const void *buf, size_t n, int timeout_ms, ssize_t *r
 int la_uring_accept(int lfd, struct sockaddr *addr, socklen_t *len, int timeout_ms, int *ret);
 int la_uring_connect(int fd, const struct sockaddr *addr, socklen_t len, int timeout_ms, int *ret);
 #endif
+
+/* Dispatches fd events (io.c, io_uring.c) after a kick or a timeout (the
+ * worker loop: sched.c, sched_idle.c); returns the number of fd events.
+ * *rang: as la_poller_wait. */
+static inline int la_poll_events(la_sched_t *s, int timeout_ms, int *rang) {
+#if defined(LA_URING)
+    if (s->uring) return la_poller_wait(&s->poller, timeout_ms, la_uring_event, s, rang);
+#endif
+    return la_poller_wait(&s->poller, timeout_ms, la_io_event, s, rang);
+}
 
 /* blocking.c: on a pool thread, the fiber whose job it runs; else NULL */
 la_fiber_t *la_blocking_served(void);
