@@ -2,7 +2,7 @@
 // its context switch (switch_<arch>.S), stacks (stacks.c; the overflow report's
 // text in stack_report.c), fault signals
 // (signals.c), fiber fds (io.c), channels (chan.c), mutexes and condition
-// variables (sync.c), fiber-local storage (fls.c), debugging tools (tools.c)
+// variables (sync.c), fiber-local storage (fls.c), debugging tools (tools.c, stall.c)
 // and the blocking pool (blocking.c). Every public async_sched_*, async_fiber_*,
 // async_chan_*, async_mutex_* and async_cond_* function is here. Windows has its
 // own switch (switch_windows_amd64.S), stacks (stacks_windows.c), overflow

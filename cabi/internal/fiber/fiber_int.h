@@ -110,7 +110,7 @@ struct la_sched {
     la_flist_t fl;
     _Atomic int64_t live;
     _Atomic uint64_t spawned; /* by plain threads */
-    /* tools.c: the stall monitor (NULL: off), the list gdb walks */
+    /* stall.c: the stall monitor (NULL: off); tools.c: the list gdb walks */
     struct la_stallmon *stall;
     la_sched_t *dbg_next;
     /* io_uring.c: the workers' rings (NULL: fiber I/O goes through the
@@ -353,7 +353,10 @@ void la_tools_sched_created(la_sched_t *s);
 /* before s is freed: stops its stall monitor, drops its dump-on-signal
  * registration (waits for a handler using s) */
 void la_tools_sched_gone(la_sched_t *s);
-/* 1 on a stall monitor thread (a log handler called from it) */
+/* stall.c: 1 on a stall monitor thread (a log handler called from it) */
 int la_on_stall_monitor(void);
+/* stall.c: sets s's stall threshold in ms (0: off, the monitor stops). 0 or
+ * an async_err_t (*os: errno). */
+int la_stall_set(la_sched_t *s, int ms, int *os);
 
 #endif
