@@ -374,9 +374,8 @@ static void notify(la_queue_t *q) {
     q->npend = rc != 0 && q->rt != 0;
 }
 
-/* wait: 0 never waits (FULL), 1 waits up to timeout_ms, -1 waits forever
- * if the queue is BLOCK_WRITER (async_queue_enqueue). */
-int la_q_enqueue(uint64_t h, const void *data, size_t size, int wait, int timeout_ms) {
+/* full: what to do when the queue is full (queue.h). */
+int la_q_enqueue(uint64_t h, const void *data, size_t size, la_q_full_t full, int timeout_ms) {
     la_queue_t *q = q_lock(h);
     if (!q) return ASYNC_E_BADHANDLE;
     int rc = 0, sig = 0;
@@ -390,7 +389,7 @@ int la_q_enqueue(uint64_t h, const void *data, size_t size, int wait, int timeou
         rc = ASYNC_E_TOOBIG;
         goto out;
     }
-    if (wait < 0) wait = (q->flags & Q_BLOCK) != 0;
+    int wait = full == LA_Q_FULL_BY_FLAG ? (q->flags & Q_BLOCK) != 0 : full == LA_Q_FULL_WAIT;
     int dropped = 0; /* the head makes room: the queue was full, not empty */
     while (q->count == q->cap) {
         if (q->flags & Q_DROP) {
@@ -485,11 +484,10 @@ out:
     return rc;
 }
 
-/* what: 0 is_empty, 1 is_full. */
-int la_q_query(uint64_t h, int what, int *out) {
+int la_q_query(uint64_t h, la_q_query_t what, int *out) {
     la_queue_t *q = q_lock(h);
     if (!q) return ASYNC_E_BADHANDLE;
-    *out = what == 0 ? q->count == 0 : q->count == q->cap;
+    *out = what == LA_Q_IS_EMPTY ? q->count == 0 : q->count == q->cap;
     pthread_mutex_unlock(&q->mu);
     return 0;
 }
