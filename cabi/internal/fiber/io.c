@@ -125,19 +125,21 @@ la_fdrec_t *la_fdrec(la_sched_t *s, int fd) {
     return &c[(size_t)fd % LA_FD_CHUNK];
 }
 
-/* Called by whichever worker polled. */
 /* A hint from the poller (poller_epoll.c) about the event it dispatches
  * next: the parked reader's waiter record (on its fiber's stack, usually a
  * cache miss by now) is fetched while this event is handled. rw is read
  * without the lock: a stale value only makes a useless prefetch, and a
- * prefetch never faults. (Going one step deeper, the claim word the waiter
- * points to, made the dispatch slower: that read waits for the waiter.) */
+ * prefetch never faults. Only the waiter record: the claim word it points
+ * to cannot be fetched before the record itself has arrived. */
 void la_io_prefetch(void *rec) {
     la_fdrec_t *r = rec;
     la_waiter_t *w = __atomic_load_n(&r->rw, __ATOMIC_RELAXED);
     if (w) __builtin_prefetch(w, 1);
 }
 
+/* An event for record p (la_poller_wait's callback, on whichever worker
+ * polled): counts it on an owned record, and claims and wakes the waiters
+ * of its directions. */
 void la_io_event(void *ctx, void *p, unsigned ev) {
     la_sched_t *s = ctx;
     la_fdrec_t *r = p;

@@ -55,8 +55,9 @@ static int zero_len(int fd) {
 static int io_args(async_fd_t fd, const void *buf, size_t n, int timeout_ms, ssize_t *early) {
     *early = -1;
     if (la_check_timeout(timeout_ms)) return 1;
-    /* NULL with bytes to move, or more than the ssize_t result can tell
-     * (adversarial pass 8: the kernel's EFAULT came back as ASYNC_E_SYS) */
+    /* NULL with bytes to move, or more than the ssize_t result can tell:
+     * ASYNC_E_INVAL here, before the kernel (its EFAULT would map to
+     * ASYNC_E_SYS) */
     if ((!buf && n > 0) || n > (size_t)SSIZE_MAX) {
         la_set_error(ASYNC_E_INVAL);
         return 1;
@@ -283,8 +284,7 @@ int async_fiber_connect(async_fd_t fd, const struct sockaddr *addr, socklen_t le
     int r = la_io_connect_now(fd, addr, len);
     if (r == 0) return 0;
     /* EALREADY: a connect of this socket is in progress (one that timed out,
-     * or the host's own non-blocking one): wait for its result as for ours
-     * (adversarial pass 8: it failed with ASYNC_E_SYS) */
+     * or the host's own non-blocking one): wait for its result as for ours */
     if (r != -EINPROGRESS && r != -EINTR && r != -EALREADY) {
         la_set_error(la_io_map_errno(-r));
         return -1;

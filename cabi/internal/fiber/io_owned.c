@@ -44,10 +44,11 @@ LA_NOINLINE static int sys_is_tcp(int fd) {
 #endif
 }
 
-/* close(2) is a cancellation point: glibc acts on a pending deferred cancel
- * before the system call, so async_fiber_close from a host thread whose
- * cancel is pending unwound with the ownership already dropped and the fd
- * still open (no libasync call is a cancellation point, include/async.h). */
+/* close(2) without its cancellation point: glibc acts on a pending deferred
+ * cancel before the system call, and async_fiber_close from a host thread
+ * whose cancel is pending must not unwind with the ownership dropped and
+ * the fd still open (no libasync call is a cancellation point,
+ * include/async.h). */
 LA_NOINLINE static int sys_close(int fd) {
     int cs = LA_CANCEL_KEPT;
     la_nocancel_enter(&cs);

@@ -549,8 +549,8 @@ static void busy_free(la_sched_t *s) {
 /* Takes fd's direction bit (1 read, 2 write): 0, or an async_err_t, or -1
  * for an fd beyond the table (negative, or 4M and above: a number that is
  * not open, or one the ring path does not track): the caller leaves it to
- * the poller path, which answers ASYNC_E_BADFD for a closed one instead of
- * the ASYNC_E_NOMEM this once gave (adversarial pass 8). */
+ * the poller path, which answers ASYNC_E_BADFD for a closed one (never
+ * ASYNC_E_NOMEM for a number out of the table's range). */
 static int busy_take(la_sched_t *s, int fd, unsigned bit, _Atomic unsigned char **slot) {
     if (fd < 0 || fd >= LA_UB_CHUNK * LA_UB_CHUNKS) return -1;
     _Atomic unsigned char *b = busy_slot(s, fd);

@@ -484,11 +484,11 @@ static void run_fiber(la_wk_t *w, la_fiber_t *f) {
  * or a spinning one, which saw no poller: poller_active read without imu).
  * The doorbell is in the same poller set: if that worker is preempted after
  * its look, another one may become the poller meanwhile and be kicked
- * (wake_one, an earlier timer), and the kick is then taken here. The poller
- * slept on (until an fd event or its timeout: for ever without either), and
- * with a wake_one's kick it kept the spinning unit it was handed, so that no
- * later ready woke anybody: a lost wake-up (ctest adv14.kick_stolen_inbox).
- * A kick taken here is rung again while there is a poller. */
+ * (wake_one, an earlier timer), and the kick is then taken here. A kick
+ * taken here is rung again while there is a poller: the poller must wake
+ * for every kick, or it sleeps on (until an fd event or its timeout: for
+ * ever without either) holding a wake_one's spinning unit, and no later
+ * ready wakes anybody. */
 int la_poll_now(la_sched_t *s) {
     int rang = 0;
     int n = la_poll_events(s, 0, &rang);
@@ -538,7 +538,7 @@ static la_fiber_t *find_work(la_wk_t *w) {
              * room in the ring (runq_room); without it, wait, but at the
              * latest every LA_POLL_SKIPS-th time: a ring kept full by
              * runnable fibers (many yielding ones) must not shut out the
-             * fd waiters (ctest fiber_handoff.fd_wake_crowded). */
+             * fd waiters. */
             int take = runq_room(w) || ++w->poll_skips >= LA_POLL_SKIPS;
             if (take) w->poll_skips = 0;
 #if defined(LA_URING)
@@ -547,15 +547,15 @@ static la_fiber_t *find_work(la_wk_t *w) {
                 if (s->nw > 1 && take) la_uring_reap_others(s, w->ur);
             }
 #endif
-            /* Timers and fds first: a global queue that is never empty
-             * (a ring overflowing with yielding fibers) made this break out
-             * before them every time, and a sleeper or an fd waiter among
-             * those fibers was never woken (ctests fiber_handoff.*_crowded). */
+            /* Timers and fds first, before a fiber is taken: the global
+             * queue may never run empty (a ring overflowing with yielding
+             * fibers), and the sleepers and fd waiters among those fibers
+             * must still be woken. */
             la_timers_run(s);
             if (take && la_fd_waiters(s) && !s->poller_active) la_poll_now(s);
-            /* Both queues: with the global one never empty, the inbox (the
-             * fibers spawned or readied from outside) was never looked at
-             * here, and while the ring did not run dry, not at all. */
+            /* Both queues: the inbox (the fibers spawned or readied from
+             * outside) gets its look even while the global queue never
+             * runs empty and the ring never runs dry. */
             la_fiber_t *g = la_global_get(s, w, 1), *in = la_inbox_get(s, w);
             if (g && in) runq_put(w, in);
             if ((f = g ? g : in)) break;

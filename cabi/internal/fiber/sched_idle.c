@@ -123,8 +123,8 @@ LA_NOINLINE la_fiber_t *la_spin(la_wk_t *w, int bounded) {
             /* Every other worker idle (asleep or in the poller): no ring
              * will fill while it looks, and work from the poller, the inbox
              * or a timer wakes a sleeper. Spinning then only burns a CPU
-             * (the 2-worker TCP echo server: the idle worker spun 50 µs
-             * after every burst of fd events, docs/PERFORMANCE.md). */
+             * (docs/PERFORMANCE.md: an echo server's idle worker after
+             * each burst of fd events). */
             if (atomic_load_explicit(&s->nidle, memory_order_relaxed) >= s->nw - 1) bounded = 0;
             stale = 0;
             for (int i = 0; i < nseen; i++) {
@@ -168,8 +168,8 @@ LA_NOINLINE int la_idle_park(la_wk_t *w) {
     if (!s->poller_active) {
         s->poller_active = 1;
         pthread_mutex_unlock(&s->imu);
-        /* capped: a deadline over 24.8 days away made a negative timeout
-         * (sleep for ever) before */
+        /* capped (la_ms_left): a deadline however far away is a finite
+         * timeout, never a negative one (sleep for ever) */
         uint64_t d = atomic_load(&s->next_deadline);
         int timeout = d == UINT64_MAX ? -1 : la_ms_left(d ? d : 1);
         la_poll_events(s, timeout, NULL);
