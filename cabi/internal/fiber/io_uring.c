@@ -641,6 +641,14 @@ static struct io_uring_sqe *op_start(la_uop_t *op, la_uring_t **rp, unsigned cha
     return q;
 }
 
+/* The end of an accept or connect that failed with err (recorded): *ret
+ * -1, and the call was handled here. */
+static int ur_fail(int *ret, int err) {
+    la_set_error(err);
+    *ret = -1;
+    return 1;
+}
+
 /* The error of an op that ended with res < 0 after a park that ended for
  * why. */
 static int op_err(int res, int why) {
@@ -733,11 +741,7 @@ int la_uring_accept(int lfd, struct sockaddr *addr, socklen_t *len, int timeout_
     la_uring_t *r = my_ring(&f, timeout_ms);
     if (!r) return 0;
     int e = ur_nonblock(lfd); /* as promised (io_sys.c does the same) */
-    if (e) {
-        la_set_error(ur_map_errno(-e));
-        *ret = -1;
-        return 1;
-    }
+    if (e) return ur_fail(ret, ur_map_errno(-e));
     /* A connection already queued is taken at once: an accept per ring
      * round would let a backlog of thousands grow until the kernel drops
      * the handshakes (the clients then see resets). */
@@ -748,18 +752,10 @@ int la_uring_accept(int lfd, struct sockaddr *addr, socklen_t *len, int timeout_
         *ret = res;
         return 1;
     }
-    if (res != -EAGAIN) {
-        la_set_error(res == -EMFILE || res == -ENFILE ? ASYNC_E_NOMEM : ur_map_errno(-res));
-        *ret = -1;
-        return 1;
-    }
+    if (res != -EAGAIN) return ur_fail(ret, res == -EMFILE || res == -ENFILE ? ASYNC_E_NOMEM : ur_map_errno(-res));
     _Atomic unsigned char *b;
     if ((e = busy_take(f->s, lfd, 1, &b)) < 0) return 0; /* the poller path */
-    if (e) {
-        la_set_error(e);
-        *ret = -1;
-        return 1;
-    }
+    if (e) return ur_fail(ret, e);
     uint64_t deadline = la_deadline(timeout_ms);
     la_uop_t op;
     int why;
@@ -777,9 +773,7 @@ int la_uring_accept(int lfd, struct sockaddr *addr, socklen_t *len, int timeout_
     }
     if (res == -EAGAIN && why == LA_W_READY) return 0;
     int err = res == -EMFILE || res == -ENFILE ? ASYNC_E_NOMEM : op_err(res, why);
-    la_set_error(err);
-    *ret = -1;
-    return 1;
+    return ur_fail(ret, err);
 }
 
 int la_uring_connect(int fd, const struct sockaddr *addr, socklen_t alen, int timeout_ms, int *ret) {
@@ -795,15 +789,11 @@ int la_uring_connect(int fd, const struct sockaddr *addr, socklen_t alen, int ti
         return 1;
     }
     if (e != -EINPROGRESS && e != -EINTR && e != -EALREADY) { /* EALREADY: in progress already (io_api.c) */
-        la_set_error(ur_map_errno(-e));
-        return 1;
+        return ur_fail(ret, ur_map_errno(-e));
     }
     _Atomic unsigned char *b;
     if ((e = busy_take(f->s, fd, 2, &b)) < 0) return 0; /* the poller path */
-    if (e) {
-        la_set_error(e);
-        return 1;
-    }
+    if (e) return ur_fail(ret, e);
     uint64_t deadline = la_deadline(timeout_ms);
     la_uop_t op;
     int why, res;
@@ -821,9 +811,7 @@ int la_uring_connect(int fd, const struct sockaddr *addr, socklen_t alen, int ti
             *ret = 0;
             return 1;
         }
-        la_set_error(ur_map_errno(-e));
-        return 1;
+        return ur_fail(ret, ur_map_errno(-e));
     }
-    la_set_error(op_err(res, why));
-    return 1;
+    return ur_fail(ret, op_err(res, why));
 }

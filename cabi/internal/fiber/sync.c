@@ -40,18 +40,21 @@ typedef struct {
     la_snode_t *head, *tail;
 } la_sq_t;
 
+/* What a mutex and a condition variable have alike: a lock, the queue of
+ * parked waiters and their count, and whether the handle is gone (dead:
+ * the last waiter to leave frees the object). */
 typedef struct {
     la_spin_t lk;
-    uint64_t owner; /* 0: unlocked */
     int dead, nparked;
     la_sq_t q;
-} la_mutex_t;
+} la_sobj_t;
 
 typedef struct {
-    la_spin_t lk;
-    int dead, nparked;
-    la_sq_t q;
-} la_cond_t;
+    la_sobj_t o;
+    uint64_t owner; /* 0: unlocked */
+} la_mutex_t;
+
+typedef la_sobj_t la_cond_t;
 
 LA_LIST_DEFINE(sq, la_sq_t, la_snode_t)
 
@@ -106,7 +109,7 @@ async_mutex_t *async_mutex_create(void) {
     return (async_mutex_t *)(uintptr_t)h;
 }
 
-/* Wakes every parked locker with CLOSED (m->lk held); the list to signal
+/* Wakes every parked locker with CLOSED (m->o.lk held); the list to signal
  * after unlocking (through next). */
 static la_snode_t *drain_closed(la_sq_t *q, int *nparked) {
     la_snode_t *list = NULL, *n;
@@ -126,6 +129,29 @@ static void signal_list(la_snode_t *list) {
     }
 }
 
+/* The destroy of o's handle (already freed): o is dead, its parked waiters
+ * wake with ASYNC_E_CLOSED. 1 if none is left: the caller frees o. */
+static int sobj_close(la_sobj_t *o) {
+    la_spin_lock(&o->lk);
+    la_snode_t *list = drain_closed(&o->q, &o->nparked);
+    o->dead = 1;
+    int last = o->nparked == 0;
+    la_spin_unlock(&o->lk);
+    signal_list(list);
+    return last;
+}
+
+/* A node woken by something other than the object: unlinks it (if still
+ * listed) and uncounts it. 1 if it was the last waiter of a dead object:
+ * the caller frees it. */
+static int sobj_unpark(la_sobj_t *o, la_snode_t *n) {
+    la_spin_lock(&o->lk);
+    sq_remove(&o->q, n);
+    int last = --o->nparked == 0 && o->dead;
+    la_spin_unlock(&o->lk);
+    return last;
+}
+
 void async_mutex_destroy(async_mutex_t *h) {
     LA_ENTRY();
     la_mutex_t *m = la_handle_free(LA_H(h), LA_T_MUTEX);
@@ -133,30 +159,18 @@ void async_mutex_destroy(async_mutex_t *h) {
         la_set_error(ASYNC_E_BADHANDLE);
         return;
     }
-    la_spin_lock(&m->lk);
-    la_snode_t *list = drain_closed(&m->q, &m->nparked);
-    m->dead = 1;
-    int last = m->nparked == 0;
-    la_spin_unlock(&m->lk);
-    signal_list(list);
-    if (last) mutex_free(m);
+    if (sobj_close(&m->o)) mutex_free(m);
 }
 
-/* A node woken by something other than the object: unlink it (if still
- * listed) and uncount it; frees the object when it was the last one of a
- * dead object. */
+/* sobj_unpark for m: a dead mutex goes with its last waiter. */
 static void mutex_unpark(la_mutex_t *m, la_snode_t *n) {
-    la_spin_lock(&m->lk);
-    sq_remove(&m->q, n);
-    int last = --m->nparked == 0 && m->dead;
-    la_spin_unlock(&m->lk);
-    if (last) mutex_free(m);
+    if (sobj_unpark(&m->o, n)) mutex_free(m);
 }
 
-/* Gives m up (m->lk held, the caller owns it): to the first waiter, or to
+/* Gives m up (m->o.lk held, the caller owns it): to the first waiter, or to
  * nobody. Returns the waiter to signal after unlocking, or NULL. */
 static la_snode_t *release_locked(la_mutex_t *m) {
-    la_snode_t *n = sq_take(&m->q, &m->nparked);
+    la_snode_t *n = sq_take(&m->o.q, &m->o.nparked);
     if (n) {
         m->owner = n->who;
         n->status = 0;
@@ -174,7 +188,7 @@ static int mutex_lock(async_mutex_t *h, int timeout_ms, int kind) {
     la_slot_t *slot;
     la_mutex_t *m = la_handle_get(LA_H(h), LA_T_MUTEX, &slot);
     if (!m) return ASYNC_E_BADHANDLE;
-    la_spin_lock(&m->lk);
+    la_spin_lock(&m->o.lk);
     int rc = -1;
     if (m->owner == 0) {
         m->owner = me;
@@ -185,20 +199,20 @@ static int mutex_lock(async_mutex_t *h, int timeout_ms, int kind) {
         rc = ASYNC_E_BUSY;
     }
     if (rc >= 0) {
-        la_spin_unlock(&m->lk);
+        la_spin_unlock(&m->o.lk);
         la_handle_put(slot);
         return rc;
     }
     la_waiter_t w;
     if ((rc = la_waiter_init(&w, kind)) != 0) {
-        la_spin_unlock(&m->lk);
+        la_spin_unlock(&m->o.lk);
         la_handle_put(slot);
         return rc;
     }
     la_snode_t node = {.w = &w, .who = me};
-    sq_push(&m->q, &node);
-    m->nparked++;
-    la_spin_unlock(&m->lk);
+    sq_push(&m->o.q, &node);
+    m->o.nparked++;
+    la_spin_unlock(&m->o.lk);
     la_handle_put(slot);
     int why = la_waiter_wait(&w, la_deadline(timeout_ms));
     if (why != LA_W_READY) mutex_unpark(m, &node);
@@ -226,15 +240,15 @@ int async_mutex_unlock(async_mutex_t *h) {
         la_set_error(ASYNC_E_BADHANDLE);
         return -1;
     }
-    la_spin_lock(&m->lk);
+    la_spin_lock(&m->o.lk);
     if (m->owner != me) {
-        la_spin_unlock(&m->lk);
+        la_spin_unlock(&m->o.lk);
         la_handle_put(slot);
         la_set_error(ASYNC_E_STATE);
         return -1;
     }
     la_snode_t *n = release_locked(m);
-    la_spin_unlock(&m->lk);
+    la_spin_unlock(&m->o.lk);
     la_handle_put(slot);
     if (n) la_waiter_signal(n->w);
     return 0;
@@ -263,21 +277,11 @@ void async_cond_destroy(async_cond_t *h) {
         la_set_error(ASYNC_E_BADHANDLE);
         return;
     }
-    la_spin_lock(&c->lk);
-    la_snode_t *list = drain_closed(&c->q, &c->nparked);
-    c->dead = 1;
-    int last = c->nparked == 0;
-    la_spin_unlock(&c->lk);
-    signal_list(list);
-    if (last) cond_free(c);
+    if (sobj_close(c)) cond_free(c);
 }
 
 static void cond_unpark(la_cond_t *c, la_snode_t *n) {
-    la_spin_lock(&c->lk);
-    sq_remove(&c->q, n);
-    int last = --c->nparked == 0 && c->dead;
-    la_spin_unlock(&c->lk);
-    if (last) cond_free(c);
+    if (sobj_unpark(c, n)) cond_free(c);
 }
 
 /* Returns 0 or an async_err_t; see async.h for who holds m afterwards. */
@@ -294,10 +298,10 @@ static int cond_wait(async_cond_t *ch, async_mutex_t *mh, int timeout_ms) {
     }
     la_waiter_t w;
     la_snode_t node = {.w = &w, .who = me};
-    la_spin_lock(&m->lk);
+    la_spin_lock(&m->o.lk);
     int rc = m->owner != me ? ASYNC_E_STATE : la_waiter_init(&w, LA_PK_NORMAL);
     if (rc) {
-        la_spin_unlock(&m->lk);
+        la_spin_unlock(&m->o.lk);
         la_handle_put(mslot);
         la_handle_put(cslot);
         return rc;
@@ -307,7 +311,7 @@ static int cond_wait(async_cond_t *ch, async_mutex_t *mh, int timeout_ms) {
     c->nparked++;
     la_spin_unlock(&c->lk);
     la_snode_t *next = release_locked(m);
-    la_spin_unlock(&m->lk);
+    la_spin_unlock(&m->o.lk);
     la_handle_put(mslot);
     la_handle_put(cslot);
     if (next) la_waiter_signal(next->w);
