@@ -195,6 +195,16 @@ static inline void la_fdwait_add(la_fiber_t *f, long d) {
     atomic_store_explicit(&w->fdwait, atomic_load_explicit(&w->fdwait, memory_order_relaxed) + d,
                           memory_order_relaxed);
 }
+/* The checks of async_fiber_wait_fd (io_api.c, io_windows.c) before its fd:
+ * 1 (the error recorded) if timeout_ms or events is not valid. */
+static inline int la_wait_fd_bad_args(uint32_t events, int timeout_ms) {
+    if (la_check_timeout(timeout_ms)) return 1;
+    if (events == 0 || (events & ~(ASYNC_EVENT_READ | ASYNC_EVENT_WRITE))) {
+        la_set_error(ASYNC_E_INVAL);
+        return 1;
+    }
+    return 0;
+}
 /* Whether some fiber of s may wait for an fd (a hint: the busy workers poll
  * the fds only then). */
 static inline int la_fd_waiters(la_sched_t *s) {
