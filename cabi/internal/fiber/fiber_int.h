@@ -2,6 +2,10 @@
 #ifndef LA_FIBER_INT_H
 #define LA_FIBER_INT_H
 
+#if !defined(_WIN32)
+#include <signal.h> /* la_block_sigpipe */
+#endif
+
 #include "fiber.h"
 #include "poller.h"
 
@@ -353,6 +357,19 @@ static inline int la_poll_events(la_sched_t *s, int timeout_ms, int *rang) {
     if (s->uring) return la_poller_wait(&s->poller, timeout_ms, la_uring_event, s, rang);
 #endif
     return la_poller_wait(&s->poller, timeout_ms, la_io_event, s, rang);
+}
+
+/* A thread of the library (a worker, a blocking-pool thread) blocks SIGPIPE
+ * for good: a write to a closed pipe or socket gives EPIPE, and the
+ * process is not killed (io_sys.c, la_write_nosigpipe). No SIGPIPE on
+ * Windows. */
+static inline void la_block_sigpipe(void) {
+#if !defined(_WIN32)
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+#endif
 }
 
 /* blocking.c: on a pool thread, the fiber whose job it runs; else NULL */

@@ -604,12 +604,7 @@ static la_fiber_t *find_work(la_wk_t *w) {
 void *la_worker_main(void *arg) {
     la_wk_t *w = arg;
     tls_wk = w;
-#if !defined(_WIN32) /* no SIGPIPE there */
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &set, NULL);
-#endif
+    la_block_sigpipe();
     void *alt = NULL;
     la_sig_thread_init(&alt);
     la_fiber_t *f;
