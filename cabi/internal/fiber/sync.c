@@ -93,24 +93,10 @@ static uint64_t self_id(void) {
     return f ? f->handle : thread_id();
 }
 
-/* ---- mutex ---------------------------------------------------------------------- */
+/* ---- what a mutex and a condition variable share --------------------------- */
 
-static void mutex_free(la_mutex_t *m) { free(m); }
-
-async_mutex_t *async_mutex_create(void) {
-    LA_ENTRY(NULL);
-    la_mutex_t *m = calloc(1, sizeof *m);
-    uint64_t h;
-    if (!m || !(h = la_handle_alloc(LA_T_MUTEX, m))) {
-        free(m);
-        la_set_error(ASYNC_E_NOMEM);
-        return NULL;
-    }
-    return (async_mutex_t *)(uintptr_t)h;
-}
-
-/* Wakes every parked locker with CLOSED (m->o.lk held); the list to signal
- * after unlocking (through next). */
+/* Claims every parked waiter with CLOSED (the object's lock held); returns
+ * the list to signal after unlocking (through next). */
 static la_snode_t *drain_closed(la_sq_t *q, int *nparked) {
     la_snode_t *list = NULL, *n;
     while ((n = sq_take(q, nparked))) {
@@ -127,6 +113,19 @@ static void signal_list(la_snode_t *list) {
         la_waiter_signal(list->w);
         list = nx;
     }
+}
+
+/* A zeroed object of size bytes (a mutex or a condition variable) behind a
+ * new handle of type: the handle, or 0 with ASYNC_E_NOMEM recorded. */
+static uint64_t sobj_new(size_t size, int type) {
+    void *o = calloc(1, size);
+    uint64_t h;
+    if (!o || !(h = la_handle_alloc(type, o))) {
+        free(o);
+        la_set_error(ASYNC_E_NOMEM);
+        return 0;
+    }
+    return h;
 }
 
 /* The destroy of o's handle (already freed): o is dead, its parked waiters
@@ -152,6 +151,13 @@ static int sobj_unpark(la_sobj_t *o, la_snode_t *n) {
     return last;
 }
 
+/* ---- mutex ---------------------------------------------------------------------- */
+
+async_mutex_t *async_mutex_create(void) {
+    LA_ENTRY(NULL);
+    return (async_mutex_t *)(uintptr_t)sobj_new(sizeof(la_mutex_t), LA_T_MUTEX);
+}
+
 void async_mutex_destroy(async_mutex_t *h) {
     LA_ENTRY();
     la_mutex_t *m = la_handle_free(LA_H(h), LA_T_MUTEX);
@@ -159,12 +165,12 @@ void async_mutex_destroy(async_mutex_t *h) {
         la_set_error(ASYNC_E_BADHANDLE);
         return;
     }
-    if (sobj_close(&m->o)) mutex_free(m);
+    if (sobj_close(&m->o)) free(m);
 }
 
 /* sobj_unpark for m: a dead mutex goes with its last waiter. */
 static void mutex_unpark(la_mutex_t *m, la_snode_t *n) {
-    if (sobj_unpark(&m->o, n)) mutex_free(m);
+    if (sobj_unpark(&m->o, n)) free(m);
 }
 
 /* Gives m up (m->o.lk held, the caller owns it): to the first waiter, or to
@@ -256,18 +262,9 @@ int async_mutex_unlock(async_mutex_t *h) {
 
 /* ---- condition variable --------------------------------------------------------- */
 
-static void cond_free(la_cond_t *c) { free(c); }
-
 async_cond_t *async_cond_create(void) {
     LA_ENTRY(NULL);
-    la_cond_t *c = calloc(1, sizeof *c);
-    uint64_t h;
-    if (!c || !(h = la_handle_alloc(LA_T_COND, c))) {
-        free(c);
-        la_set_error(ASYNC_E_NOMEM);
-        return NULL;
-    }
-    return (async_cond_t *)(uintptr_t)h;
+    return (async_cond_t *)(uintptr_t)sobj_new(sizeof(la_cond_t), LA_T_COND);
 }
 
 void async_cond_destroy(async_cond_t *h) {
@@ -277,11 +274,11 @@ void async_cond_destroy(async_cond_t *h) {
         la_set_error(ASYNC_E_BADHANDLE);
         return;
     }
-    if (sobj_close(c)) cond_free(c);
+    if (sobj_close(c)) free(c);
 }
 
 static void cond_unpark(la_cond_t *c, la_snode_t *n) {
-    if (sobj_unpark(c, n)) cond_free(c);
+    if (sobj_unpark(c, n)) free(c);
 }
 
 /* Returns 0 or an async_err_t; see async.h for who holds m afterwards. */
