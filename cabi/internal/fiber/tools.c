@@ -242,6 +242,17 @@ static const char *state_name(int st) {
     }
 }
 
+/* The words before the object's address, for a park on an object. */
+static const char *object_wait(int what) {
+    switch (what) {
+    case LA_WAIT_CHAN_SEND: return ": chan send ";
+    case LA_WAIT_CHAN_RECV: return ": chan recv ";
+    case LA_WAIT_BLOCKING: return ": blocking call ";
+    case LA_WAIT_QUEUE_READ: return ": queue read ";
+    default: return ": queue write ";
+    }
+}
+
 static void out_wait(la_out_t *o, const la_drec_t *d, uint64_t now_ns) {
     uint64_t obj = d->obj;
     switch (d->what) {
@@ -256,7 +267,10 @@ static void out_wait(la_out_t *o, const la_drec_t *d, uint64_t now_ns) {
         break;
     case LA_WAIT_CHAN_SEND:
     case LA_WAIT_CHAN_RECV:
-        out_s(o, d->what == LA_WAIT_CHAN_SEND ? ": chan send " : ": chan recv ");
+    case LA_WAIT_BLOCKING:
+    case LA_WAIT_QUEUE_READ:
+    case LA_WAIT_QUEUE_WRITE:
+        out_s(o, object_wait(d->what));
         out_x(o, obj);
         break;
     case LA_WAIT_SELECT:
@@ -271,15 +285,6 @@ static void out_wait(la_out_t *o, const la_drec_t *d, uint64_t now_ns) {
         out_s(o, dirs == 3 ? " read+write" : dirs == 2 ? " write" : " read");
         break;
     }
-    case LA_WAIT_BLOCKING:
-        out_s(o, ": blocking call ");
-        out_x(o, obj);
-        break;
-    case LA_WAIT_QUEUE_READ:
-    case LA_WAIT_QUEUE_WRITE:
-        out_s(o, d->what == LA_WAIT_QUEUE_READ ? ": queue read " : ": queue write ");
-        out_x(o, obj);
-        break;
     default: break;
     }
 }
