@@ -130,7 +130,7 @@ static uint64_t sobj_new(size_t size, int type) {
 
 /* The destroy of o's handle (already freed): o is dead, its parked waiters
  * wake with ASYNC_E_CLOSED. 1 if none is left: the caller frees o. */
-static int sobj_close(la_sobj_t *o) {
+static inline int sobj_close(la_sobj_t *o) {
     la_spin_lock(&o->lk);
     la_snode_t *list = drain_closed(&o->q, &o->nparked);
     o->dead = 1;
@@ -143,7 +143,7 @@ static int sobj_close(la_sobj_t *o) {
 /* A node woken by something other than the object: unlinks it (if still
  * listed) and uncounts it. 1 if it was the last waiter of a dead object:
  * the caller frees it. */
-static int sobj_unpark(la_sobj_t *o, la_snode_t *n) {
+static inline int sobj_unpark(la_sobj_t *o, la_snode_t *n) {
     la_spin_lock(&o->lk);
     sq_remove(&o->q, n);
     int last = --o->nparked == 0 && o->dead;
