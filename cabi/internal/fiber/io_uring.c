@@ -506,7 +506,7 @@ void la_uring_submit_others(la_sched_t *s, la_uring_t *own) {
 /* ---- per-fd busy bits (one reader, one writer per fd and scheduler) ---------- */
 
 #define LA_UB_CHUNK 4096
-#define LA_UB_CHUNKS 1024 /* fds below 4M, as io.c */
+#define LA_UB_CHUNKS 1024 /* fds below 4M, as the fd records (LA_FD_CHUNKS) */
 
 struct la_ubusy {
     pthread_mutex_t mu;
