@@ -24,6 +24,7 @@
  * Destroy invalidates the handle, wakes every waiter with ASYNC_E_CLOSED, and
  * whoever brings nparked to 0 on a dead object frees it. */
 #define _GNU_SOURCE
+#include <stddef.h>
 #include <stdlib.h>
 
 #include "fiber_int.h"
@@ -55,6 +56,7 @@ typedef struct {
 } la_mutex_t;
 
 typedef la_sobj_t la_cond_t;
+_Static_assert(offsetof(la_mutex_t, o) == 0, "a mutex is freed through its la_sobj_t");
 
 LA_LIST_DEFINE(sq, la_sq_t, la_snode_t)
 
@@ -128,16 +130,22 @@ static uint64_t sobj_new(size_t size, int type) {
     return h;
 }
 
-/* The destroy of o's handle (already freed): o is dead, its parked waiters
- * wake with ASYNC_E_CLOSED. 1 if none is left: the caller frees o. */
-static inline int sobj_close(la_sobj_t *o) {
+/* The destroy of handle h of a mutex or a condition variable (type): the
+ * object is dead, its parked waiters wake with ASYNC_E_CLOSED, and the last
+ * one to leave frees it (here if none is parked). */
+static void sobj_destroy(uint64_t h, int type) {
+    la_sobj_t *o = la_handle_free(h, type); /* an la_cond_t, or an la_mutex_t's first member */
+    if (!o) {
+        la_set_error(ASYNC_E_BADHANDLE);
+        return;
+    }
     la_spin_lock(&o->lk);
     la_snode_t *list = drain_closed(&o->q, &o->nparked);
     o->dead = 1;
     int last = o->nparked == 0;
     la_spin_unlock(&o->lk);
     signal_list(list);
-    return last;
+    if (last) free(o);
 }
 
 /* A node woken by something other than the object: unlinks it (if still
@@ -160,12 +168,7 @@ async_mutex_t *async_mutex_create(void) {
 
 void async_mutex_destroy(async_mutex_t *h) {
     LA_ENTRY();
-    la_mutex_t *m = la_handle_free(LA_H(h), LA_T_MUTEX);
-    if (!m) {
-        la_set_error(ASYNC_E_BADHANDLE);
-        return;
-    }
-    if (sobj_close(&m->o)) free(m);
+    sobj_destroy(LA_H(h), LA_T_MUTEX);
 }
 
 /* sobj_unpark for m: a dead mutex goes with its last waiter. */
@@ -269,12 +272,7 @@ async_cond_t *async_cond_create(void) {
 
 void async_cond_destroy(async_cond_t *h) {
     LA_ENTRY();
-    la_cond_t *c = la_handle_free(LA_H(h), LA_T_COND);
-    if (!c) {
-        la_set_error(ASYNC_E_BADHANDLE);
-        return;
-    }
-    if (sobj_close(c)) free(c);
+    sobj_destroy(LA_H(h), LA_T_COND);
 }
 
 static void cond_unpark(la_cond_t *c, la_snode_t *n) {
