@@ -129,7 +129,9 @@ int la_waiter_claim(la_waiter_t *w, int reason);
 void la_waiter_signal(la_waiter_t *w);
 size_t la_stackpool_stack_size(la_stackpool_t *p);
 
-/* sched.c, for the public functions of api.c */
+/* for the public functions of api.c: sched_fibers.c (fiber records, lists,
+ * the live count) and sched.c (the poller kick, readying, switching out, the
+ * worker thread) */
 la_fiber_t *la_fiber_new(la_sched_t *s, la_wk_t *w, int *rc);
 void la_fiber_release(la_fiber_t *f, la_wk_t *w);
 void la_flist_add(la_flist_t *l, la_fiber_t *f);
