@@ -206,7 +206,7 @@ static inline void la_nocancel_leave(int *cs) {
  * there, with the runtime's handle pinned (its deinit then spins forever)
  * or its waiting flag up. On Linux these are the raw system calls, which
  * are not cancellation points (syscall(2) in glibc and musl); elsewhere
- * libc's (see docs/RELIABILITY.md, "Adversarial pass 10"). Both are
+ * libc's (cancellation points there). Both are
  * async-signal-safe and set errno as write and read do. */
 #if defined(__linux__)
 #include <sys/syscall.h>

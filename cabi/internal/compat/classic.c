@@ -30,9 +30,8 @@
 #include <unistd.h>
 #endif
 
-/* package rt's Go export (rt/runtime.go): op 3 modifies events and context. */
+/* package rt's Go export (rt/runtime.go); op: an la_rt_fd_op_t (rt.h). */
 int la_go_rt_fd(uint64_t h, int op, int fd, uint32_t events, uintptr_t ctx);
-#define LA_GO_RT_FD_MODIFY_CTX 3
 
 enum { CL_READ = 0x01, CL_WRITE = 0x02, CL_ERROR = 0x04, CL_CLOSE = 0x08 };
 enum { CL_CONSOLE_NONE = 0, CL_CONSOLE_REAL, CL_CONSOLE_PIPE, CL_CONSOLE_FILE };
@@ -220,7 +219,7 @@ typedef struct {
 
 static void cl_modify_go(void *arg) {
     cl_modify_t *m = arg;
-    m->rc = la_go_rt_fd(m->h, LA_GO_RT_FD_MODIFY_CTX, m->fd, m->events, m->ctx);
+    m->rc = la_go_rt_fd(m->h, LA_RT_FD_MODIFY_CTX, m->fd, m->events, m->ctx);
 }
 
 static int cl_modern_modify(async_runtime_t *rt, async_fd_t fd, uint32_t events, void *ctx) {

@@ -63,8 +63,8 @@ async_sched_t *async_sched_create(const async_sched_config_t *cfg) {
     la_ensure_go_poller(); /* the first one starts Go's poller (base/gopoller.go) */
     int nw = cfg && cfg->workers ? cfg->workers : la_default_workers();
     size_t ss = cfg && cfg->stack_size ? cfg->stack_size : la_default_stack();
-    int gm = cfg ? cfg->guard_mode : 0;
-    if (nw < 0 || nw > LA_MAX_WORKERS || gm < 0 || gm > 3 || ss < 16 * 1024 || ss > ((size_t)1 << 30)) {
+    int gm = cfg ? cfg->guard_mode : LA_GUARD_AUTO;
+    if (nw < 0 || nw > LA_MAX_WORKERS || gm < LA_GUARD_AUTO || gm > LA_GUARD_CANARY || ss < 16 * 1024 || ss > ((size_t)1 << 30)) {
         la_set_error(ASYNC_E_INVAL);
         return NULL;
     }

@@ -51,12 +51,7 @@ static void init_cv(void) {
 
 static void *pool_main(void *unused) {
     (void)unused;
-#if !defined(_WIN32) /* no SIGPIPE there */
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &set, NULL);
-#endif
+    la_block_sigpipe();
     pthread_mutex_lock(&mu);
     for (;;) {
         while (!head) {

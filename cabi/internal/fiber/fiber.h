@@ -259,6 +259,9 @@ void la_timer_del(la_sched_t *s, la_fiber_t *f);
 
 /* ---- stacks (stacks.c) ---------------------------------------------- */
 typedef struct la_stackpool la_stackpool_t;
+/* A stack pool's guard mode: the values of async_sched_config_t.guard_mode
+ * (include/async.h; stacks.c tells what each does). */
+enum { LA_GUARD_AUTO = 0, LA_GUARD_MADVISE = 1, LA_GUARD_MPROTECT = 2, LA_GUARD_CANARY = 3 };
 la_stackpool_t *la_stackpool_new(size_t stack_size, int guard_mode);
 void la_stackpool_free(la_stackpool_t *p);
 int la_stack_get(la_stackpool_t *p, la_stack_t *out, uint64_t fiber_id);

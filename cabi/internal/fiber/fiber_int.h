@@ -2,6 +2,10 @@
 #ifndef LA_FIBER_INT_H
 #define LA_FIBER_INT_H
 
+#if !defined(_WIN32)
+#include <signal.h> /* la_block_sigpipe */
+#endif
+
 #include "fiber.h"
 #include "poller.h"
 
@@ -110,7 +114,7 @@ struct la_sched {
     la_flist_t fl;
     _Atomic int64_t live;
     _Atomic uint64_t spawned; /* by plain threads */
-    /* tools.c: the stall monitor (NULL: off), the list gdb walks */
+    /* stall.c: the stall monitor (NULL: off); tools.c: the list gdb walks */
     struct la_stallmon *stall;
     la_sched_t *dbg_next;
     /* io_uring.c: the workers' rings (NULL: fiber I/O goes through the
@@ -125,7 +129,9 @@ int la_waiter_claim(la_waiter_t *w, int reason);
 void la_waiter_signal(la_waiter_t *w);
 size_t la_stackpool_stack_size(la_stackpool_t *p);
 
-/* sched.c, for the public functions of api.c */
+/* for the public functions of api.c: sched_fibers.c (fiber records, lists,
+ * the live count) and sched.c (the poller kick, readying, switching out, the
+ * worker thread) */
 la_fiber_t *la_fiber_new(la_sched_t *s, la_wk_t *w, int *rc);
 void la_fiber_release(la_fiber_t *f, la_wk_t *w);
 void la_flist_add(la_flist_t *l, la_fiber_t *f);
@@ -138,23 +144,72 @@ void la_ready_on(la_wk_t *w, la_fiber_t *f, int lifo);
 void la_switch_out(la_fiber_t *f, int action);
 void *la_worker_main(void *arg);
 
+/* sched.c, for sched_idle.c: a worker's take of the global queue (a fair
+ * share, up to max: one to run, the rest into w's ring), of the inbox, of
+ * its own ring and LIFO slot; a non-blocking poll of the fds (the number of
+ * fd events). */
+la_fiber_t *la_global_get(la_sched_t *s, la_wk_t *w, int max);
+la_fiber_t *la_inbox_get(la_sched_t *s, la_wk_t *w);
+la_fiber_t *la_local_get(la_wk_t *w);
+int la_poll_now(la_sched_t *s);
+
+/* sched_idle.c, for the worker loop (sched.c). la_spin: looks for work in
+ * the other workers' rings, the global queue and the inbox (bounded == 0:
+ * one sweep that also takes LIFO slots; else sweeps for up to LA_SPIN_NS,
+ * then that one). la_idle_park: sleeps until woken (the first idle worker in
+ * the poller); 1 if a waker handed it a unit of nspinning. */
+la_fiber_t *la_spin(la_wk_t *w, int bounded);
+int la_idle_park(la_wk_t *w);
+
+/* Becomes a spinning worker unless half of the busy workers already spin,
+ * or no other worker is busy (la_spin). */
+static inline int la_spin_begin(la_sched_t *s) {
+    int busy = s->nw - atomic_load_explicit(&s->nidle, memory_order_relaxed); /* this one too */
+    if (busy < 2 || 2 * atomic_load_explicit(&s->nspinning, memory_order_relaxed) >= busy) return 0;
+    atomic_fetch_add(&s->nspinning, 1);
+    return 1;
+}
+
+/* sched_fibers.c, for the worker loop: a released stack goes to w's cache
+ * (w: a worker of s running this code, or NULL: to the pool). */
+void la_stack_release(la_sched_t *s, la_wk_t *w, la_stack_t *st);
+/* s->live counts the live fibers plus the units workers hold in reserve
+ * (w->lease, LA_LEASE at a time: la_live_take). */
+#define LA_LEASE 64
+static inline void la_live_sub(la_sched_t *s, la_wk_t *w, int64_t n) {
+    w->lease -= n;
+    la_live_drop(s, n);
+}
+
 /* timers.c */
 int la_timers_fire(la_sched_t *s);
 static inline int la_timers_due(la_sched_t *s) {
     uint64_t d = atomic_load_explicit(&s->next_deadline, memory_order_acquire);
     return d != UINT64_MAX && d <= la_now_ns();
 }
+/* Fires due timers; returns how many fibers it woke. */
+static inline int la_timers_run(la_sched_t *s) { return la_timers_due(s) ? la_timers_fire(s) : 0; }
 
 /* config.c */
 int la_default_workers(void);
 size_t la_default_stack(void);
 
-/* fd parks (io.c, io_windows.c): the current fiber f begins (+1) or ends
+/* fd parks (io_park.c, io_windows.c): the current fiber f begins (+1) or ends
  * (-1) an fd wait; f->wk is the worker it runs on now. */
 static inline void la_fdwait_add(la_fiber_t *f, long d) {
     la_wk_t *w = f->wk;
     atomic_store_explicit(&w->fdwait, atomic_load_explicit(&w->fdwait, memory_order_relaxed) + d,
                           memory_order_relaxed);
+}
+/* The checks of async_fiber_wait_fd (io_api.c, io_windows.c) before its fd:
+ * 1 (the error recorded) if timeout_ms or events is not valid. */
+static inline int la_wait_fd_bad_args(uint32_t events, int timeout_ms) {
+    if (la_check_timeout(timeout_ms)) return 1;
+    if (events == 0 || (events & ~(ASYNC_EVENT_READ | ASYNC_EVENT_WRITE))) {
+        la_set_error(ASYNC_E_INVAL);
+        return 1;
+    }
+    return 0;
 }
 /* Whether some fiber of s may wait for an fd (a hint: the busy workers poll
  * the fds only then). */
@@ -164,7 +219,7 @@ static inline int la_fd_waiters(la_sched_t *s) {
     return n > 0;
 }
 
-/* io.c */
+/* io.c, io_sys.c */
 #if !defined(_WIN32)
 /* write(2) without SIGPIPE (a broken pipe gives -EPIPE); -errno on failure */
 ssize_t la_write_nosigpipe(int fd, const void *buf, size_t n);
@@ -174,6 +229,83 @@ void la_io_free(la_sched_t *s);
 /* la_poller_wait's callback: an event (LA_PF_*) for rec; ctx is the la_sched_t. */
 void la_io_event(void *ctx, void *rec, unsigned got);
 void la_io_prefetch(void *rec);
+
+/* ---- fd records (io*.c, POSIX; io.c tells the design) ---- */
+#if !defined(_WIN32)
+#include <sys/socket.h>
+#include <sys/types.h>
+#define LA_FD_CHUNK 1024
+#define LA_FD_CHUNKS 4096 /* fds below 4M */
+
+struct la_fdrec {
+    la_spin_t lk;
+    int fd;                /* the number (set by the first park) */
+    la_waiter_t *rw, *ww;  /* parked reader / writer */
+    _Atomic char drained;  /* hint: the last fiber read returned less than asked */
+    _Atomic char stream;   /* read hint usable: stream socket or pipe (at ADD) */
+    /* owned fds (see the top); owned, gen, sin and sout change under lk */
+    _Atomic char owned;         /* registered edge-triggered for good */
+    _Atomic char tcp;           /* owned: the read hint is usable */
+    _Atomic unsigned gen;       /* bumped when an ownership ends */
+    _Atomic unsigned sin, sout; /* owned: events dispatched per direction */
+    _Atomic unsigned dseq;      /* owned: sin before the last short read */
+};
+
+/* What a call saw of its fd's record before its syscall (owned fds), and
+ * what its first look saw. Start it zeroed (LA_FDSNAP_START). */
+typedef struct {
+    la_fdrec_t *r;
+    int owned;
+    unsigned gen, sin, sout;
+    int taken; /* la_fd_snap ran before in this call */
+    int began; /* the call's first look saw the fd owned, with gen bgen */
+    unsigned bgen;
+} la_fdsnap_t;
+#define LA_FDSNAP_START {0}
+
+/* io.c: s's record of fd (allocated on first use), NULL if fd is out of
+ * range or memory is short. */
+la_fdrec_t *la_fdrec(la_sched_t *s, int fd);
+/* io.c: takes a fresh look at r (NULL: no record). Returns 1 if the
+ * ownership the call began under has ended since (async_fiber_close, or the
+ * number taken over): the call fails with ASYNC_E_CLOSED. */
+int la_fd_snap(la_fdrec_t *r, la_fdsnap_t *sn);
+/* la_fd_snap in a call's retry loop: 1 (ASYNC_E_CLOSED recorded) if the
+ * call must end. */
+static inline int la_fd_snap_closed(la_fdrec_t *r, la_fdsnap_t *sn) {
+    if (!la_fd_snap(r, sn)) return 0;
+    la_set_error(ASYNC_E_CLOSED);
+    return 1;
+}
+/* The poller directions r's parked waiters want (under r->lk). */
+static inline unsigned la_io_arm_mask(la_fdrec_t *r) { return (r->rw ? LA_PF_IN : 0u) | (r->ww ? LA_PF_OUT : 0u); }
+
+/* io_sys.c: the system calls; each returns its result or -errno. */
+int la_io_arm(la_sched_t *s, la_fdrec_t *r, unsigned want); /* (re)arms r->fd one-shot */
+int la_io_poll1(int fd, short events, int timeout);         /* revents, 0: timeout */
+int la_io_fd_open(int fd);                                  /* 0 if fd is open */
+int la_io_nonblock_undoable(int fd, int *was);              /* *was: old flags, -1 unchanged */
+void la_io_setfl(int fd, int fl);                           /* keeps errno */
+ssize_t la_io_read_now(int fd, void *buf, size_t n);        /* one non-blocking read */
+ssize_t la_io_write_now(int fd, const void *buf, size_t n); /* one non-blocking write */
+int la_io_accept_now(int fd, struct sockaddr *a, socklen_t *l);
+int la_io_connect_now(int fd, const struct sockaddr *a, socklen_t l);
+int la_io_sockerr(int fd);                                  /* -SO_ERROR */
+/* errno -> async_err_t (an unknown one is noted for async_last_os_error) */
+int la_io_map_errno(int e);
+
+/* io_park.c: park the current fiber f on fd for dirs (1 read, 2 write, 3
+ * either) until ready or the deadline; la_io_wait_dir for a thread or a
+ * fiber. 0 (retry the syscall) or an async_err_t. */
+int la_io_fd_park(la_fiber_t *f, int fd, int dirs, uint64_t deadline);
+int la_io_owned_park(la_fiber_t *f, int fd, int dirs, const la_fdsnap_t *sn, uint64_t deadline);
+int la_io_wait_dir(int fd, int dir, uint64_t deadline, int timeout_ms, const la_fdsnap_t *sn);
+
+/* io_owned.c: makes fd owned by s (fresh: the kernel just handed the
+ * number out); drops s's ownerships at its end. */
+int la_io_own_fd(la_sched_t *s, int fd, int fresh);
+void la_io_owners_drop(la_sched_t *s);
+#endif
 
 /* config.c: 1 when ASYNC_FIBER_IO asks for io_uring */
 int la_default_fiber_io_uring(void);
@@ -200,11 +332,6 @@ int la_uring_flush(la_uring_t *r, int max);
  * sleep on the condition variable, where a completion does not wake them);
  * a memory read per ring when they are empty. Returns the number reaped. */
 int la_uring_reap_others(la_sched_t *s, la_uring_t *own);
-/* io.c's errno -> async_err_t mapping and SO_ERROR read, for io_uring.c */
-int la_io_map_errno(int e);
-int la_io_sockerr(int fd);
-/* One non-blocking read attempt, as the fiber read makes it: the count, or -errno. */
-ssize_t la_io_read_now(int fd, void *buf, size_t n);
 /* Submits r's pending SQEs now (a memory read when there are none). */
 void la_uring_submit(la_uring_t *r);
 /* A busy worker about to run another fiber: submits its pending SQEs now if
@@ -224,6 +351,29 @@ int la_uring_accept(int lfd, struct sockaddr *addr, socklen_t *len, int timeout_
 int la_uring_connect(int fd, const struct sockaddr *addr, socklen_t len, int timeout_ms, int *ret);
 #endif
 
+/* Dispatches fd events (io.c, io_uring.c) after a kick or a timeout (the
+ * worker loop: sched.c, sched_idle.c); returns the number of fd events.
+ * *rang: as la_poller_wait. */
+static inline int la_poll_events(la_sched_t *s, int timeout_ms, int *rang) {
+#if defined(LA_URING)
+    if (s->uring) return la_poller_wait(&s->poller, timeout_ms, la_uring_event, s, rang);
+#endif
+    return la_poller_wait(&s->poller, timeout_ms, la_io_event, s, rang);
+}
+
+/* A thread of the library (a worker, a blocking-pool thread) blocks SIGPIPE
+ * for good: a write to a closed pipe or socket gives EPIPE, and the
+ * process is not killed (io_sys.c, la_write_nosigpipe). No SIGPIPE on
+ * Windows. */
+static inline void la_block_sigpipe(void) {
+#if !defined(_WIN32)
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+#endif
+}
+
 /* blocking.c: on a pool thread, the fiber whose job it runs; else NULL */
 la_fiber_t *la_blocking_served(void);
 
@@ -232,7 +382,10 @@ void la_tools_sched_created(la_sched_t *s);
 /* before s is freed: stops its stall monitor, drops its dump-on-signal
  * registration (waits for a handler using s) */
 void la_tools_sched_gone(la_sched_t *s);
-/* 1 on a stall monitor thread (a log handler called from it) */
+/* stall.c: 1 on a stall monitor thread (a log handler called from it) */
 int la_on_stall_monitor(void);
+/* stall.c: sets s's stall threshold in ms (0: off, the monitor stops). 0 or
+ * an async_err_t (*os: errno). */
+int la_stall_set(la_sched_t *s, int ms, int *os);
 
 #endif

@@ -148,7 +148,7 @@ LA_NOINLINE static int ur_connect(int fd, const struct sockaddr *a, socklen_t l)
     return r == 0 ? 0 : -errno;
 }
 
-/* io.c's mapping of errno values to async_err_t, and ECANCELED: an op
+/* io_sys.c's mapping of errno values to async_err_t, and ECANCELED: an op
  * cancelled by async_fiber_close (la_uring_cancel_fd); a timeout or shutdown
  * cancel is told apart by op_err's why. */
 static int ur_map_errno(int e) { return e == ECANCELED ? ASYNC_E_CLOSED : la_io_map_errno(e); }
@@ -506,7 +506,7 @@ void la_uring_submit_others(la_sched_t *s, la_uring_t *own) {
 /* ---- per-fd busy bits (one reader, one writer per fd and scheduler) ---------- */
 
 #define LA_UB_CHUNK 4096
-#define LA_UB_CHUNKS 1024 /* fds below 4M, as io.c */
+#define LA_UB_CHUNKS 1024 /* fds below 4M, as the fd records (LA_FD_CHUNKS) */
 
 struct la_ubusy {
     pthread_mutex_t mu;
@@ -549,8 +549,8 @@ static void busy_free(la_sched_t *s) {
 /* Takes fd's direction bit (1 read, 2 write): 0, or an async_err_t, or -1
  * for an fd beyond the table (negative, or 4M and above: a number that is
  * not open, or one the ring path does not track): the caller leaves it to
- * the poller path, which answers ASYNC_E_BADFD for a closed one instead of
- * the ASYNC_E_NOMEM this once gave (adversarial pass 8). */
+ * the poller path, which answers ASYNC_E_BADFD for a closed one (never
+ * ASYNC_E_NOMEM for a number out of the table's range). */
 static int busy_take(la_sched_t *s, int fd, unsigned bit, _Atomic unsigned char **slot) {
     if (fd < 0 || fd >= LA_UB_CHUNK * LA_UB_CHUNKS) return -1;
     _Atomic unsigned char *b = busy_slot(s, fd);
@@ -641,6 +641,14 @@ static struct io_uring_sqe *op_start(la_uop_t *op, la_uring_t **rp, unsigned cha
     return q;
 }
 
+/* The end of an accept or connect that failed with err (recorded): *ret
+ * -1, and the call was handled here. */
+static int ur_fail(int *ret, int err) {
+    la_set_error(err);
+    *ret = -1;
+    return 1;
+}
+
 /* The error of an op that ended with res < 0 after a park that ended for
  * why. */
 static int op_err(int res, int why) {
@@ -661,7 +669,7 @@ int la_uring_read(int fd, void *buf, size_t n, int timeout_ms, ssize_t *ret) {
          * epoll path, only a call that has to wait is refused: data already
          * there is returned (async.h, async_fiber_wait_fd). */
         ssize_t k;
-        do k = la_io_read_now(fd, buf, n); /* io.c's: a socket or not */
+        do k = la_io_read_now(fd, buf, n); /* io_sys.c's: a socket or not */
         while (k == -EINTR);
         if (k >= 0) {
             *ret = k;
@@ -732,12 +740,8 @@ int la_uring_accept(int lfd, struct sockaddr *addr, socklen_t *len, int timeout_
     la_fiber_t *f = NULL;
     la_uring_t *r = my_ring(&f, timeout_ms);
     if (!r) return 0;
-    int e = ur_nonblock(lfd); /* as promised (io.c does the same) */
-    if (e) {
-        la_set_error(ur_map_errno(-e));
-        *ret = -1;
-        return 1;
-    }
+    int e = ur_nonblock(lfd); /* as promised (io_sys.c does the same) */
+    if (e) return ur_fail(ret, ur_map_errno(-e));
     /* A connection already queued is taken at once: an accept per ring
      * round would let a backlog of thousands grow until the kernel drops
      * the handshakes (the clients then see resets). */
@@ -748,18 +752,10 @@ int la_uring_accept(int lfd, struct sockaddr *addr, socklen_t *len, int timeout_
         *ret = res;
         return 1;
     }
-    if (res != -EAGAIN) {
-        la_set_error(res == -EMFILE || res == -ENFILE ? ASYNC_E_NOMEM : ur_map_errno(-res));
-        *ret = -1;
-        return 1;
-    }
+    if (res != -EAGAIN) return ur_fail(ret, res == -EMFILE || res == -ENFILE ? ASYNC_E_NOMEM : ur_map_errno(-res));
     _Atomic unsigned char *b;
     if ((e = busy_take(f->s, lfd, 1, &b)) < 0) return 0; /* the poller path */
-    if (e) {
-        la_set_error(e);
-        *ret = -1;
-        return 1;
-    }
+    if (e) return ur_fail(ret, e);
     uint64_t deadline = la_deadline(timeout_ms);
     la_uop_t op;
     int why;
@@ -777,9 +773,7 @@ int la_uring_accept(int lfd, struct sockaddr *addr, socklen_t *len, int timeout_
     }
     if (res == -EAGAIN && why == LA_W_READY) return 0;
     int err = res == -EMFILE || res == -ENFILE ? ASYNC_E_NOMEM : op_err(res, why);
-    la_set_error(err);
-    *ret = -1;
-    return 1;
+    return ur_fail(ret, err);
 }
 
 int la_uring_connect(int fd, const struct sockaddr *addr, socklen_t alen, int timeout_ms, int *ret) {
@@ -794,16 +788,12 @@ int la_uring_connect(int fd, const struct sockaddr *addr, socklen_t alen, int ti
         *ret = 0;
         return 1;
     }
-    if (e != -EINPROGRESS && e != -EINTR && e != -EALREADY) { /* EALREADY: in progress already (io.c) */
-        la_set_error(ur_map_errno(-e));
-        return 1;
+    if (e != -EINPROGRESS && e != -EINTR && e != -EALREADY) { /* EALREADY: in progress already (io_api.c) */
+        return ur_fail(ret, ur_map_errno(-e));
     }
     _Atomic unsigned char *b;
     if ((e = busy_take(f->s, fd, 2, &b)) < 0) return 0; /* the poller path */
-    if (e) {
-        la_set_error(e);
-        return 1;
-    }
+    if (e) return ur_fail(ret, e);
     uint64_t deadline = la_deadline(timeout_ms);
     la_uop_t op;
     int why, res;
@@ -821,9 +811,7 @@ int la_uring_connect(int fd, const struct sockaddr *addr, socklen_t alen, int ti
             *ret = 0;
             return 1;
         }
-        la_set_error(ur_map_errno(-e));
-        return 1;
+        return ur_fail(ret, ur_map_errno(-e));
     }
-    la_set_error(op_err(res, why));
-    return 1;
+    return ur_fail(ret, op_err(res, why));
 }

@@ -237,11 +237,7 @@ static uint32_t from_poll(int re, uint32_t asked) {
 
 int async_fiber_wait_fd(async_fd_t fd, uint32_t events, int timeout_ms) {
     LA_ENTRY(-1);
-    if (la_check_timeout(timeout_ms)) return -1;
-    if (events == 0 || (events & ~(ASYNC_EVENT_READ | ASYNC_EVENT_WRITE))) {
-        la_set_error(ASYNC_E_INVAL);
-        return -1;
-    }
+    if (la_wait_fd_bad_args(events, timeout_ms)) return -1;
     if (bad_sock(fd)) {
         la_set_error(ASYNC_E_BADFD);
         return -1;

@@ -23,7 +23,11 @@
  * handing off to each other stays on one worker).
  *
  * TLS is read only through the noinline accessors below: a fiber may resume
- * on another thread after any switch. */
+ * on another thread after any switch.
+ *
+ * The files: sched.c (TLS, run queues, waking idle workers, readying,
+ * parking, the worker loop: the dispatch path in one unit), sched_idle.c
+ * (spinning and sleeping), sched_fibers.c (fiber records, stacks, lists). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -150,45 +154,11 @@ static inline int runq_room(la_wk_t *w) {
     return atomic_load_explicit(&w->tail, memory_order_relaxed) - h <= LA_RUNQ - LA_POLL_MAX;
 }
 
-static int runq_empty(la_wk_t *w) {
-    uint32_t h = atomic_load_explicit(&w->head, memory_order_acquire);
-    uint32_t t = atomic_load_explicit(&w->tail, memory_order_acquire);
-    return t == h && !atomic_load_explicit(&w->runnext, memory_order_acquire);
-}
-
-/* Steals half of v's ring into w's (empty) ring; returns one fiber. */
-static la_fiber_t *runq_steal(la_wk_t *w, la_wk_t *v, int take_next) {
-    uint32_t wt = atomic_load_explicit(&w->tail, memory_order_relaxed);
-    for (;;) {
-        uint32_t h = atomic_load_explicit(&v->head, memory_order_acquire);
-        uint32_t t = atomic_load_explicit(&v->tail, memory_order_acquire);
-        uint32_t n = t - h;
-        n -= n / 2;
-        if (n == 0) {
-            if (!take_next) return NULL;
-            la_fiber_t *f = atomic_load_explicit(&v->runnext, memory_order_acquire);
-            if (f && atomic_compare_exchange_strong(&v->runnext, &f, NULL)) return f;
-            return NULL;
-        }
-        if (n > LA_RUNQ / 2) continue; /* inconsistent snapshot */
-        for (uint32_t i = 0; i < n; i++) {
-            la_fiber_t *f = atomic_load_explicit(&v->ring[(h + i) % LA_RUNQ], memory_order_relaxed);
-            atomic_store_explicit(&w->ring[(wt + i) % LA_RUNQ], f, memory_order_relaxed);
-        }
-        if (atomic_compare_exchange_strong_explicit(&v->head, &h, h + n, memory_order_acq_rel,
-                                                    memory_order_relaxed)) {
-            la_fiber_t *f = atomic_load_explicit(&w->ring[(wt + n - 1) % LA_RUNQ], memory_order_relaxed);
-            if (n > 1) atomic_store_explicit(&w->tail, wt + n - 1, memory_order_release);
-            return f;
-        }
-    }
-}
-
 static void wake_idle(la_sched_t *s);
 
 /* Takes up to a fair share of the global queue: one to run, the rest into
  * w's ring. */
-static la_fiber_t *global_get(la_sched_t *s, la_wk_t *w, int max) {
+la_fiber_t *la_global_get(la_sched_t *s, la_wk_t *w, int max) {
     if (atomic_load_explicit(&s->glen, memory_order_acquire) == 0) return NULL;
     pthread_mutex_lock(&s->gmu);
     size_t len = atomic_load(&s->glen);
@@ -221,7 +191,7 @@ static la_fiber_t *global_get(la_sched_t *s, la_wk_t *w, int max) {
  * oldest first: one to run, a fair share (as global_get) into w's ring, and
  * the rest, if any, to the global queue (one lock per batch), where the
  * other workers find them. */
-static la_fiber_t *inbox_get(la_sched_t *s, la_wk_t *w) {
+la_fiber_t *la_inbox_get(la_sched_t *s, la_wk_t *w) {
     if (!atomic_load_explicit(&s->inbox, memory_order_relaxed)) return NULL;
     la_fiber_t *l = atomic_exchange_explicit(&s->inbox, NULL, memory_order_acquire);
     la_fiber_t *fifo = NULL;
@@ -295,13 +265,6 @@ static void wake_idle(la_sched_t *s) {
         wake_one(s);
 }
 
-static int has_work(la_sched_t *s) {
-    if (atomic_load(&s->glen) > 0 || atomic_load(&s->inbox)) return 1;
-    for (int i = 0; i < s->nw; i++)
-        if (!runq_empty(&s->wks[i])) return 1;
-    return la_timers_due(s);
-}
-
 /* ---- readying fibers ----------------------------------------------------------- */
 
 /* w: the calling thread's worker (la_current_worker()), or NULL. */
@@ -355,9 +318,6 @@ static void fiber_wake_q(la_fiber_t *f, int lifo) {
 }
 
 void la_fiber_wake(la_fiber_t *f) { fiber_wake_q(f, 1); }
-
-/* Fires due timers (timers.c); returns how many fibers it woke. */
-static inline int timers_run(la_sched_t *s) { return la_timers_due(s) ? la_timers_fire(s) : 0; }
 
 /* ---- parking ------------------------------------------------------------------- */
 
@@ -417,179 +377,15 @@ void la_fiber_trap(void (*fn)(void *), void *arg) {
 
 /* ---- the worker loop ------------------------------------------------------------ */
 
-/* ---- fiber records, stacks and lists ---------------------------------------------
- * A worker keeps the records and stacks its fibers released (LA_FCACHE,
- * LA_SCACHE): spawning and finishing on a worker take no shared lock and call
- * no allocator. A cached record keeps its handle slot reserved (retired: old
- * handles are BADHANDLE), so reusing it publishes a new generation there. */
-
-void la_flist_add(la_flist_t *l, la_fiber_t *f) {
-    f->home = l;
-    f->all_prev = NULL;
-    la_spin_lock(&l->lk);
-    f->all_next = l->head;
-    if (l->head) l->head->all_prev = f;
-    l->head = f;
-    la_spin_unlock(&l->lk);
-}
-
-void la_flist_del(la_fiber_t *f) {
-    la_flist_t *l = f->home;
-    la_spin_lock(&l->lk);
-    if (f->all_prev)
-        f->all_prev->all_next = f->all_next;
-    else
-        l->head = f->all_next;
-    if (f->all_next) f->all_next->all_prev = f->all_prev;
-    la_spin_unlock(&l->lk);
-}
-
-la_flist_t *la_flist_at(la_sched_t *s, int i) { return i < s->nw ? &s->wks[i].fl : &s->fl; }
-
-/* w: a worker of f's scheduler running this code, or NULL. */
-static void stack_release(la_sched_t *s, la_wk_t *w, la_stack_t *st) {
-    if (!w) {
-        la_stack_put(s->pool, st);
-        return;
-    }
-    la_stack_own(st, 0);
-    if (w->nscache == LA_SCACHE) {
-        la_stack_put_many(s->pool, w->scache + LA_SCACHE / 2, LA_SCACHE / 2);
-        w->nscache = LA_SCACHE / 2;
-    }
-    w->scache[w->nscache++] = *st;
-}
-
-static int stack_take(la_sched_t *s, la_wk_t *w, la_stack_t *st, uint64_t id) {
-    if (!w) return la_stack_get(s->pool, st, id);
-    if (w->nscache == 0) {
-        int n = la_stack_get_many(s->pool, w->scache, LA_SCACHE / 2);
-        if (n < 0) return -n;
-        w->nscache = n;
-    }
-    *st = w->scache[--w->nscache];
-    la_stack_own(st, id);
-    return 0;
-}
-
-/* s->live counts the live fibers plus the units workers hold in reserve
- * (w->lease): a spawn on a worker takes a unit from its reserve and an exit
- * puts one back, so neither touches the shared counter. A worker returns its
- * reserve before it looks for work elsewhere or sleeps, so live reaches 0
- * (and wait_idle wakes) once no fiber is live and the workers are idle. */
-#define LA_LEASE 64
-
-void la_live_drop(la_sched_t *s, int64_t n) {
-    if (atomic_fetch_sub(&s->live, n) == n) {
-        pthread_mutex_lock(&s->fmu);
-        pthread_cond_broadcast(&s->fcv);
-        pthread_mutex_unlock(&s->fmu);
-    }
-}
-
-static void live_sub(la_sched_t *s, la_wk_t *w, int64_t n) {
-    w->lease -= n;
-    la_live_drop(s, n);
-}
-
-void la_live_take(la_wk_t *w) {
-    if (w->lease == 0) {
-        atomic_fetch_add(&w->s->live, LA_LEASE);
-        w->lease = LA_LEASE;
-    }
-    w->lease--;
-}
-
-/* Invalidates f's handle and frees (or caches, w as above) the record; f is
- * off its list and its stack is released. */
-void la_fiber_release(la_fiber_t *f, la_wk_t *w) {
-    la_handle_retire(f->handle, LA_T_FIBER);
-    if (w && w->nfcache < LA_FCACHE) {
-        f->next = w->fcache;
-        w->fcache = f;
-        w->nfcache++;
-        return;
-    }
-    la_handle_release(f->hidx);
-    free(f);
-}
-
-static _Atomic uint64_t next_fiber_id = 1;
-
-static uint64_t new_fiber_id(la_wk_t *w) {
-    if (!w) return atomic_fetch_add(&next_fiber_id, 1);
-    if (w->id_next == w->id_end) {
-        w->id_next = atomic_fetch_add(&next_fiber_id, 256);
-        w->id_end = w->id_next + 256;
-    }
-    return w->id_next++;
-}
-
-/* A zeroed fiber record on a cache-line boundary: its hot fields (the
- * first two lines, fiber.h) are then two lines, not three. Freed with
- * free(). */
-static la_fiber_t *fiber_alloc(void) {
-#if defined(_WIN32)
-    return calloc(1, sizeof(la_fiber_t));
-#else
-    void *p = NULL;
-    if (posix_memalign(&p, 64, sizeof(la_fiber_t)) != 0) return NULL;
-    memset(p, 0, sizeof(la_fiber_t));
-    return p;
-#endif
-}
-
-/* A new record with a stack and a live handle (state NEW), or NULL with *rc. */
-la_fiber_t *la_fiber_new(la_sched_t *s, la_wk_t *w, int *rc) {
-    la_fiber_t *f = w ? w->fcache : NULL;
-    uint32_t hidx = 0;
-    if (f) {
-        w->fcache = f->next;
-        w->nfcache--;
-        hidx = f->hidx;
-        /* what a fresh record has as 0 (the rest is set below or before use) */
-        f->asan_fake = NULL;
-        f->last_error = 0;
-        f->last_os_error = 0;
-        f->jlk = (la_spin_t){0};
-        f->done = 0;
-        atomic_store_explicit(&f->joining, 0, memory_order_relaxed);
-        atomic_store_explicit(&f->park_kind, 0, memory_order_relaxed);
-        f->joiner = NULL;
-        f->wk = NULL;
-        f->name[0] = 0;
-        atomic_store_explicit(&f->wait_what, LA_WAIT_NONE, memory_order_relaxed);
-    } else if (!(f = fiber_alloc())) {
-        *rc = ASYNC_E_NOMEM;
-        return NULL;
-    }
-    f->s = s;
-    f->heap_idx = -1;
-    f->id = new_fiber_id(w);
-    atomic_store_explicit(&f->claim, LA_W_IDLE, memory_order_relaxed);
-    if ((*rc = stack_take(s, w, &f->stack, f->id)) != 0) goto fail;
-    f->sp = la_ctx_make(f->stack.base + s->page + f->stack.size - LA_STACK_TOP_RESERVE, f);
-    f->handle = hidx ? la_handle_reuse(hidx, LA_T_FIBER, f) : la_handle_alloc(LA_T_FIBER, f);
-    if (!f->handle) {
-        stack_release(s, w, &f->stack);
-        *rc = ASYNC_E_NOMEM;
-        goto fail;
-    }
-    f->hidx = la_handle_idx(f->handle);
-    return f;
-fail:
-    if (hidx) la_handle_release(hidx);
-    free(f);
-    return NULL;
-}
-
+/* The end of a fiber that returned: its stack goes back (w's cache), a
+ * detached record is released, a joinable one marked DONE (its joiner woken). */
 static void fiber_finish(la_wk_t *w, la_fiber_t *f) {
     la_sched_t *s = w->s;
     la_stack_check(s->pool, &f->stack, f->id);
 #if defined(_WIN32)
     la_stack_win_exit(&f->stack, f->sp, s->page); /* the stack's commit so far */
 #endif
-    stack_release(s, w, &f->stack);
+    la_stack_release(s, w, &f->stack);
     LA_BUMP(w->n_finished);
     int joinable = (f->flags & ASYNC_FIBER_JOINABLE) != 0;
     if (!joinable) {
@@ -611,12 +407,7 @@ static void fiber_finish(la_wk_t *w, la_fiber_t *f) {
         /* The last touch: a joiner that sees DONE frees f. */
         atomic_store_explicit(&f->state, LA_FS_DONE, memory_order_release);
     }
-    if (++w->lease > 2 * LA_LEASE) live_sub(s, w, LA_LEASE);
-}
-
-uint64_t la_fiber_coarse_now(la_fiber_t *f) {
-    la_wk_t *w = f->wk;
-    return w && w->coarse ? w->coarse : la_coarse_ns();
+    if (++w->lease > 2 * LA_LEASE) la_live_sub(s, w, LA_LEASE);
 }
 
 /* One worker: the fibers in its ring stay there until it takes them (no
@@ -689,84 +480,24 @@ static void run_fiber(la_wk_t *w, la_fiber_t *f) {
     }
 }
 
-/* Dispatches fd events (io.c) after a kick or a timeout; returns the
- * number of fd events. *rang: as la_poller_wait. */
-static int poll_events(la_sched_t *s, int timeout_ms, int *rang) {
-#if defined(LA_URING)
-    if (s->uring) return la_poller_wait(&s->poller, timeout_ms, la_uring_event, s, rang);
-#endif
-    return la_poller_wait(&s->poller, timeout_ms, la_io_event, s, rang);
-}
-
 /* A non-blocking poll of the fds by a worker that is not the poller (a busy
  * or a spinning one, which saw no poller: poller_active read without imu).
  * The doorbell is in the same poller set: if that worker is preempted after
  * its look, another one may become the poller meanwhile and be kicked
- * (wake_one, an earlier timer), and the kick is then taken here. The poller
- * slept on (until an fd event or its timeout: for ever without either), and
- * with a wake_one's kick it kept the spinning unit it was handed, so that no
- * later ready woke anybody: a lost wake-up (ctest adv14.kick_stolen_inbox).
- * A kick taken here is rung again while there is a poller. */
-static int poll_now(la_sched_t *s) {
+ * (wake_one, an earlier timer), and the kick is then taken here. A kick
+ * taken here is rung again while there is a poller: the poller must wake
+ * for every kick, or it sleeps on (until an fd event or its timeout: for
+ * ever without either) holding a wake_one's spinning unit, and no later
+ * ready wakes anybody. */
+int la_poll_now(la_sched_t *s) {
     int rang = 0;
-    int n = poll_events(s, 0, &rang);
+    int n = la_poll_events(s, 0, &rang);
     if (rang) {
         pthread_mutex_lock(&s->imu);
         if (s->poller_active) la_kick_poller(s);
         pthread_mutex_unlock(&s->imu);
     }
     return n;
-}
-
-/* Sleeps until woken (or, as the poller, until an fd event or the next
- * timer). Returns 1 if a waker handed this worker a unit of nspinning
- * (wake_one): it then looks for work as a spinning worker. */
-LA_NOINLINE static int idle_park(la_wk_t *w) {
-    la_sched_t *s = w->s;
-    pthread_mutex_lock(&s->imu);
-    atomic_fetch_add(&s->nidle, 1);
-    atomic_thread_fence(memory_order_seq_cst);
-#if defined(LA_URING)
-    /* counted idle: the busy workers' pending SQEs are ours to submit
-     * (la_uring_before_run) */
-    if (s->uring && s->nw > 1) la_uring_submit_others(s, w->ur);
-#endif
-    if (has_work(s) || atomic_load(&s->stopping)) {
-        atomic_fetch_sub(&s->nidle, 1);
-        pthread_mutex_unlock(&s->imu);
-        return 0;
-    }
-    if (!s->poller_active) {
-        s->poller_active = 1;
-        pthread_mutex_unlock(&s->imu);
-        /* capped: a deadline over 24.8 days away made a negative timeout
-         * (sleep for ever) before */
-        uint64_t d = atomic_load(&s->next_deadline);
-        int timeout = d == UINT64_MAX ? -1 : la_ms_left(d ? d : 1);
-        poll_events(s, timeout, NULL);
-        w->coarse = la_coarse_ns();
-        pthread_mutex_lock(&s->imu);
-        s->poller_active = 0;
-        s->poll_kicked = 0;
-        int spin = s->poll_spin;
-        s->poll_spin = 0;
-        atomic_fetch_sub(&s->nidle, 1);
-        pthread_mutex_unlock(&s->imu);
-        timers_run(s);
-        return spin;
-    }
-    s->nsleep++;
-    while (!s->wakeups && !atomic_load(&s->stopping)) pthread_cond_wait(&s->icv, &s->imu);
-    s->nsleep--;
-    int spin = 0;
-    if (s->wakeups) {
-        s->wakeups--;
-        spin = 1;
-    }
-    atomic_fetch_sub(&s->nidle, 1);
-    pthread_mutex_unlock(&s->imu);
-    w->coarse = la_coarse_ns();
-    return spin;
 }
 
 static la_fiber_t *take_next(la_wk_t *w) {
@@ -779,7 +510,7 @@ static la_fiber_t *take_next(la_wk_t *w) {
     return atomic_exchange(&w->runnext, NULL);
 }
 
-static la_fiber_t *local_get(la_wk_t *w) {
+la_fiber_t *la_local_get(la_wk_t *w) {
     if (w->lifo_streak < 3) {
         la_fiber_t *f = take_next(w);
         if (f) {
@@ -791,104 +522,6 @@ static la_fiber_t *local_get(la_wk_t *w) {
     la_fiber_t *f = runq_get(w);
     if (f) return f;
     return take_next(w);
-}
-
-static uint32_t rnd(la_wk_t *w) {
-    w->rng ^= w->rng << 13;
-    w->rng ^= w->rng >> 7;
-    w->rng ^= w->rng << 17;
-    return (uint32_t)w->rng;
-}
-
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ volatile("yield" ::: "memory");
-#else
-    __asm__ volatile("" ::: "memory");
-#endif
-}
-
-/* How long an idle worker keeps looking for work before it sleeps: while it
- * looks (nspinning > 0) readying a fiber wakes nobody, so a hand-off to a
- * busy scheduler costs no system call. Bounded: with no work the CPU goes
- * back to ~0 after this long. */
-#define LA_SPIN_NS 50000
-/* A fiber in another worker's LIFO slot is that worker's next fiber (often
- * the partner of the fiber it runs, which is about to park): a spinning
- * worker takes it only once it has sat there this long with that worker
- * still running the same fiber, so a pair keeps its worker (and caches)
- * and no hand-off bounces between threads. */
-#define LA_NEXT_STALE_NS 4000
-#define LA_SPIN_SEEN 32 /* victims (the first ones) whose LIFO slot is watched */
-
-/* Becomes a spinning worker unless half of the busy workers already spin,
- * or no other worker is busy (spin, below). */
-static int spin_begin(la_sched_t *s) {
-    int busy = s->nw - atomic_load_explicit(&s->nidle, memory_order_relaxed); /* this one too */
-    if (busy < 2 || 2 * atomic_load_explicit(&s->nspinning, memory_order_relaxed) >= busy) return 0;
-    atomic_fetch_add(&s->nspinning, 1);
-    return 1;
-}
-
-/* Looks for work in the other workers' rings, the global queue and the inbox.
- * bounded == 0: one sweep that also takes LIFO slots (before sleeping);
- * else repeated sweeps for up to LA_SPIN_NS (less once no other worker is
- * busy), then that final sweep. */
-LA_NOINLINE static la_fiber_t *spin(la_wk_t *w, int bounded) {
-    la_sched_t *s = w->s;
-#if defined(LA_URING)
-    if (bounded && s->uring) la_uring_submit_others(s, w->ur); /* counted: see idle_park */
-#endif
-    la_fiber_t *seen[LA_SPIN_SEEN]; /* a LIFO slot's fiber when first seen */
-    uint64_t seen_run[LA_SPIN_SEEN], seen_t[LA_SPIN_SEEN];
-    int nseen = s->nw < LA_SPIN_SEEN ? s->nw : LA_SPIN_SEEN;
-    for (int i = 0; i < nseen; i++) seen[i] = NULL;
-    uint64_t t0 = 0;
-    uint32_t stale = 0; /* bit per watched victim: take its LIFO slot */
-    for (uint32_t round = 0;; round++) {
-        la_fiber_t *f = NULL;
-        uint32_t start = rnd(w);
-        for (int i = 0; i < s->nw && !f; i++) {
-            uint32_t vi = (start + (uint32_t)i) % (uint32_t)s->nw;
-            la_wk_t *v = &s->wks[vi];
-            if (v == w) continue;
-            f = runq_steal(w, v, !bounded || (vi < LA_SPIN_SEEN && (stale >> vi & 1)));
-        }
-        if (!f) f = global_get(s, w, LA_RUNQ / 2);
-        if (!f) f = inbox_get(s, w);
-        if (!f && la_timers_due(s) && timers_run(s) > 0) f = local_get(w);
-        if (!f && (round & 3) == 3 && la_fd_waiters(s) && !s->poller_active && poll_now(s) > 0)
-            f = local_get(w);
-        if (f || !bounded || atomic_load_explicit(&s->stopping, memory_order_relaxed)) return f;
-        if ((round & 3) == 3) {
-            uint64_t now = la_now_ns();
-            if (!t0) t0 = now;
-            if (now - t0 >= LA_SPIN_NS) bounded = 0; /* the final sweep */
-            /* Every other worker idle (asleep or in the poller): no ring
-             * will fill while it looks, and work from the poller, the inbox
-             * or a timer wakes a sleeper. Spinning then only burns a CPU
-             * (the 2-worker TCP echo server: the idle worker spun 50 µs
-             * after every burst of fd events, docs/PERFORMANCE.md). */
-            if (atomic_load_explicit(&s->nidle, memory_order_relaxed) >= s->nw - 1) bounded = 0;
-            stale = 0;
-            for (int i = 0; i < nseen; i++) {
-                la_wk_t *v = &s->wks[i];
-                if (v == w) continue;
-                la_fiber_t *nx = atomic_load_explicit(&v->runnext, memory_order_relaxed);
-                uint64_t nr = atomic_load_explicit(&v->n_run, memory_order_relaxed);
-                if (!nx || nx != seen[i] || nr != seen_run[i]) {
-                    seen[i] = nx;
-                    seen_run[i] = nr;
-                    seen_t[i] = now;
-                } else if (now - seen_t[i] >= LA_NEXT_STALE_NS) {
-                    stale |= (uint32_t)1 << i;
-                }
-            }
-        }
-        for (int k = 0; k < 32; k++) cpu_relax();
-    }
 }
 
 static la_fiber_t *find_work(la_wk_t *w) {
@@ -905,7 +538,7 @@ static la_fiber_t *find_work(la_wk_t *w) {
              * room in the ring (runq_room); without it, wait, but at the
              * latest every LA_POLL_SKIPS-th time: a ring kept full by
              * runnable fibers (many yielding ones) must not shut out the
-             * fd waiters (ctest fiber_handoff.fd_wake_crowded). */
+             * fd waiters. */
             int take = runq_room(w) || ++w->poll_skips >= LA_POLL_SKIPS;
             if (take) w->poll_skips = 0;
 #if defined(LA_URING)
@@ -914,20 +547,20 @@ static la_fiber_t *find_work(la_wk_t *w) {
                 if (s->nw > 1 && take) la_uring_reap_others(s, w->ur);
             }
 #endif
-            /* Timers and fds first: a global queue that is never empty
-             * (a ring overflowing with yielding fibers) made this break out
-             * before them every time, and a sleeper or an fd waiter among
-             * those fibers was never woken (ctests fiber_handoff.*_crowded). */
-            timers_run(s);
-            if (take && la_fd_waiters(s) && !s->poller_active) poll_now(s);
-            /* Both queues: with the global one never empty, the inbox (the
-             * fibers spawned or readied from outside) was never looked at
-             * here, and while the ring did not run dry, not at all. */
-            la_fiber_t *g = global_get(s, w, 1), *in = inbox_get(s, w);
+            /* Timers and fds first, before a fiber is taken: the global
+             * queue may never run empty (a ring overflowing with yielding
+             * fibers), and the sleepers and fd waiters among those fibers
+             * must still be woken. */
+            la_timers_run(s);
+            if (take && la_fd_waiters(s) && !s->poller_active) la_poll_now(s);
+            /* Both queues: the inbox (the fibers spawned or readied from
+             * outside) gets its look even while the global queue never
+             * runs empty and the ring never runs dry. */
+            la_fiber_t *g = la_global_get(s, w, 1), *in = la_inbox_get(s, w);
             if (g && in) runq_put(w, in);
             if ((f = g ? g : in)) break;
         }
-        if ((f = local_get(w))) {
+        if ((f = la_local_get(w))) {
 #if defined(LA_URING)
             /* the SQEs of fibers that just parked must not wait behind f
              * (which may compute for long) while another worker is free */
@@ -940,13 +573,13 @@ static la_fiber_t *find_work(la_wk_t *w) {
         if (w->ur && (la_uring_flush(w->ur, LA_RUNQ / 2) > 0 || (s->nw > 1 && la_uring_reap_others(s, w->ur) > 0)))
             continue;
 #endif
-        if (w->lease) live_sub(s, w, w->lease);
-        if ((f = global_get(s, w, LA_RUNQ / 2)) || (f = inbox_get(s, w))) break;
-        if (timers_run(s) > 0) continue;
-        if (la_fd_waiters(s) && !s->poller_active && poll_now(s) > 0) continue;
+        if (w->lease) la_live_sub(s, w, w->lease);
+        if ((f = la_global_get(s, w, LA_RUNQ / 2)) || (f = la_inbox_get(s, w))) break;
+        if (la_timers_run(s) > 0) continue;
+        if (la_fd_waiters(s) && !s->poller_active && la_poll_now(s) > 0) continue;
         if (s->nw > 1) {
-            if (!spinning) spinning = spin_begin(s);
-            if ((f = spin(w, spinning))) {
+            if (!spinning) spinning = la_spin_begin(s);
+            if ((f = la_spin(w, spinning))) {
                 LA_BUMP(w->n_steal);
                 if (!spinning) wake_idle(s); /* (a spinner: below) */
                 break;
@@ -961,7 +594,7 @@ static la_fiber_t *find_work(la_wk_t *w) {
             atomic_fetch_sub(&s->nspinning, 1);
             spinning = 0;
         }
-        spinning = idle_park(w);
+        spinning = la_idle_park(w);
     }
     /* The last spinner found work: there may be more, let another look. */
     if (spinning && atomic_fetch_sub(&s->nspinning, 1) == 1 && f) wake_idle(s);
@@ -971,12 +604,7 @@ static la_fiber_t *find_work(la_wk_t *w) {
 void *la_worker_main(void *arg) {
     la_wk_t *w = arg;
     tls_wk = w;
-#if !defined(_WIN32) /* no SIGPIPE there */
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &set, NULL);
-#endif
+    la_block_sigpipe();
     void *alt = NULL;
     la_sig_thread_init(&alt);
     la_fiber_t *f;
@@ -995,29 +623,4 @@ void la_fiber_main(la_fiber_t *f) {
     if (f->fls) la_fls_fiber_exit(f); /* before anyone sees f done */
     la_switch_out(f, LA_ACT_EXIT);
     abort();
-}
-
-void *la_ctx_make(void *hi, void *arg) {
-    uintptr_t top = (uintptr_t)hi & ~(uintptr_t)15;
-#if defined(_WIN32) && defined(__x86_64__)
-    (void)top;
-    return la_ctx_make_win64(hi, arg); /* stacks_windows.c: the TIB fields too */
-#elif defined(__x86_64__)
-    /* [mxcsr|fpucw] r15 r14 r13 r12 rbx rbp ret, see switch_amd64.S */
-    uint64_t *sp = (uint64_t *)top - 8;
-    memset(sp, 0, 8 * sizeof *sp);
-    ((uint32_t *)sp)[0] = 0x1F80; /* MXCSR default */
-    ((uint16_t *)sp)[2] = 0x037F; /* x87 control word default */
-    sp[4] = (uint64_t)(uintptr_t)arg; /* r12 */
-    sp[7] = (uint64_t)(uintptr_t)la_ctx_trampoline;
-    return sp;
-#elif defined(__aarch64__)
-    uint64_t *sp = (uint64_t *)(top - 176);
-    memset(sp, 0, 176);
-    sp[0] = (uint64_t)(uintptr_t)arg;               /* x19 */
-    sp[11] = (uint64_t)(uintptr_t)la_ctx_trampoline; /* x30 */
-    return sp;
-#else
-#error "fibers: unsupported architecture"
-#endif
 }

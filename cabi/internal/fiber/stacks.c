@@ -227,25 +227,26 @@ static int add_arena(la_stackpool_t *p) {
     char *mem = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (mem == MAP_FAILED) return ASYNC_E_NOMEM;
     int mode = p->want_mode;
-    if (mode == 1 && RUNNING_ON_VALGRIND) {
+    if (mode == LA_GUARD_MADVISE && RUNNING_ON_VALGRIND) {
         munmap(mem, bytes);
         return ASYNC_E_NOTSUP;
     }
-    if (mode == 0) mode = atomic_load(&madvise_guard_broken) || RUNNING_ON_VALGRIND ? 2 : 1;
-    if (mode == 1) {
+    if (mode == LA_GUARD_AUTO)
+        mode = atomic_load(&madvise_guard_broken) || RUNNING_ON_VALGRIND ? LA_GUARD_MPROTECT : LA_GUARD_MADVISE;
+    if (mode == LA_GUARD_MADVISE) {
         for (uint32_t i = 0; i < nslots; i++) {
             if (madvise(mem + (size_t)i * p->slot_size, p->page, MADV_GUARD_INSTALL) != 0) {
-                if (p->want_mode == 1) {
+                if (p->want_mode == LA_GUARD_MADVISE) {
                     munmap(mem, bytes);
                     return ASYNC_E_NOTSUP;
                 }
                 atomic_store(&madvise_guard_broken, 1);
-                mode = 2;
+                mode = LA_GUARD_MPROTECT;
                 break;
             }
         }
     }
-    if (mode == 2) {
+    if (mode == LA_GUARD_MPROTECT) {
         /* Past the budget: no more guarded stacks. Auto mode does not fall
          * back to canaries (opt-in only, guard_mode 3). */
         if (atomic_fetch_add(&mprotect_guards, (int)nslots) + (int)nslots > mprotect_budget()) {
@@ -267,7 +268,7 @@ static int add_arena(la_stackpool_t *p) {
         grow_list(&p->mine, NULL, &p->capmine, p->nmine + 1) != 0) {
         free(vg_id);
         munmap(mem, bytes);
-        if (mode == 2) atomic_fetch_sub(&mprotect_guards, (int)nslots);
+        if (mode == LA_GUARD_MPROTECT) atomic_fetch_sub(&mprotect_guards, (int)nslots);
         return ASYNC_E_NOMEM;
     }
     pthread_mutex_lock(&arenas_mu);
@@ -282,7 +283,7 @@ static int add_arena(la_stackpool_t *p) {
             pthread_mutex_unlock(&arenas_mu);
             free(vg_id);
             munmap(mem, bytes);
-            if (mode == 2) atomic_fetch_sub(&mprotect_guards, (int)nslots);
+            if (mode == LA_GUARD_MPROTECT) atomic_fetch_sub(&mprotect_guards, (int)nslots);
             return ASYNC_E_NOMEM;
         }
     }
@@ -300,7 +301,7 @@ static int add_arena(la_stackpool_t *p) {
             free(old);
             free(vg_id);
             munmap(mem, bytes);
-            if (mode == 2) atomic_fetch_sub(&mprotect_guards, (int)nslots);
+            if (mode == LA_GUARD_MPROTECT) atomic_fetch_sub(&mprotect_guards, (int)nslots);
             return ASYNC_E_NOMEM;
         }
         if (old) {
@@ -347,7 +348,7 @@ static void pop_slot(la_stackpool_t *p, la_stack_t *out) {
     out->size = p->stack_size;
     if (a->vg_id && !a->vg_id[si])
         a->vg_id[si] = 1u + VALGRIND_STACK_REGISTER(out->base + p->page, out->base + p->slot_size);
-    if (atomic_load_explicit(&a->mode, memory_order_relaxed) == 3) {
+    if (atomic_load_explicit(&a->mode, memory_order_relaxed) == LA_GUARD_CANARY) {
         for (int i = 0; i < LA_CANARY_WORDS; i++) ((uint64_t *)(out->base + p->page))[i] = LA_CANARY;
         for (int i = 1; i <= LA_TOP_CANARY_WORDS; i++) ((uint64_t *)(out->base + p->slot_size))[-i] = LA_CANARY;
     }
@@ -410,12 +411,12 @@ static int canary_top_ok(const char *base, size_t slot_size) {
 }
 
 int la_stack_canary_ok(la_stackpool_t *p, const la_stack_t *st) {
-    if (atomic_load_explicit(&arenas[st->arena].mode, memory_order_relaxed) != 3) return 1;
+    if (atomic_load_explicit(&arenas[st->arena].mode, memory_order_relaxed) != LA_GUARD_CANARY) return 1;
     return canary_bottom_ok(st->base, p->page);
 }
 
 void la_stack_check(la_stackpool_t *p, const la_stack_t *st, uint64_t id) {
-    if (atomic_load_explicit(&arenas[st->arena].mode, memory_order_relaxed) != 3) return;
+    if (atomic_load_explicit(&arenas[st->arena].mode, memory_order_relaxed) != LA_GUARD_CANARY) return;
     if (!canary_bottom_ok(st->base, p->page)) la_stack_overflow_abort(id, "canary overwritten");
     if (!canary_top_ok(st->base, p->slot_size)) {
         /* the fiber in the slot above overflowed down into this stack: name
@@ -438,7 +439,7 @@ uint64_t la_stack_canary_scan(uint64_t *top_broken) {
     *top_broken = 0;
     for (uint32_t i = 0; i < n; i++) {
         la_arena_view_t v;
-        if (!arena_view(&arenas[i], &v) || v.mode != 3) continue;
+        if (!arena_view(&arenas[i], &v) || v.mode != LA_GUARD_CANARY) continue;
         for (uint32_t si = 0; si < v.nslots; si++) {
             uint64_t id = atomic_load_explicit(&v.owner[si], memory_order_relaxed);
             if (!id) continue;
@@ -471,7 +472,7 @@ void la_stackpool_free(la_stackpool_t *p) {
         free(a->vg_id);
         a->vg_id = NULL;
         munmap((void *)base, (size_t)nslots * slot_size);
-        if (atomic_load_explicit(&a->mode, memory_order_relaxed) == 2)
+        if (atomic_load_explicit(&a->mode, memory_order_relaxed) == LA_GUARD_MPROTECT)
             atomic_fetch_sub(&mprotect_guards, (int)nslots);
         /* a->owner stays allocated (a signal handler may be reading it) and
          * goes with the entry to the next arena that takes it */

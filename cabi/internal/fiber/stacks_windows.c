@@ -65,7 +65,7 @@ la_stackpool_t *la_stackpool_new(size_t stack_size, int guard_mode) {
     pthread_mutex_init(&p->mu, NULL);
     p->page = page_size();
     p->stack_size = (stack_size + p->page - 1) / p->page * p->page;
-    p->mode = guard_mode == 0 || guard_mode == 2 ? 2 : 0;
+    p->mode = guard_mode == LA_GUARD_AUTO || guard_mode == LA_GUARD_MPROTECT ? LA_GUARD_MPROTECT : 0;
     return p;
 }
 

@@ -8,18 +8,7 @@
  * pointer in x19. x18 (the platform register, reserved on darwin) is never
  * touched. */
 
-/* Object formats: ELF (Linux, the BSDs) wants .type/.size and the
- * non-executable-stack note; Mach-O (darwin) has neither and prefixes C
- * symbols with an underscore. */
-#if defined(__APPLE__)
-#define LA_SYM(x) _##x
-#define LA_FUNC(x)
-#define LA_END(x)
-#else
-#define LA_SYM(x) x
-#define LA_FUNC(x) .type x, %function
-#define LA_END(x) .size x, .-x
-#endif
+#include "switch_sym.h" /* LA_SYM, LA_FUNC, LA_END */
 
         .text
         .globl  LA_SYM(la_ctx_switch)

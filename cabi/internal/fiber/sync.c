@@ -24,6 +24,7 @@
  * Destroy invalidates the handle, wakes every waiter with ASYNC_E_CLOSED, and
  * whoever brings nparked to 0 on a dead object frees it. */
 #define _GNU_SOURCE
+#include <stddef.h>
 #include <stdlib.h>
 
 #include "fiber_int.h"
@@ -40,18 +41,22 @@ typedef struct {
     la_snode_t *head, *tail;
 } la_sq_t;
 
+/* What a mutex and a condition variable have alike: a lock, the queue of
+ * parked waiters and their count, and whether the handle is gone (dead:
+ * the last waiter to leave frees the object). */
 typedef struct {
     la_spin_t lk;
-    uint64_t owner; /* 0: unlocked */
     int dead, nparked;
     la_sq_t q;
-} la_mutex_t;
+} la_sobj_t;
 
 typedef struct {
-    la_spin_t lk;
-    int dead, nparked;
-    la_sq_t q;
-} la_cond_t;
+    la_sobj_t o;
+    uint64_t owner; /* 0: unlocked */
+} la_mutex_t;
+
+typedef la_sobj_t la_cond_t;
+_Static_assert(offsetof(la_mutex_t, o) == 0, "a mutex is freed through its la_sobj_t");
 
 LA_LIST_DEFINE(sq, la_sq_t, la_snode_t)
 
@@ -90,24 +95,10 @@ static uint64_t self_id(void) {
     return f ? f->handle : thread_id();
 }
 
-/* ---- mutex ---------------------------------------------------------------------- */
+/* ---- what a mutex and a condition variable share --------------------------- */
 
-static void mutex_free(la_mutex_t *m) { free(m); }
-
-async_mutex_t *async_mutex_create(void) {
-    LA_ENTRY(NULL);
-    la_mutex_t *m = calloc(1, sizeof *m);
-    uint64_t h;
-    if (!m || !(h = la_handle_alloc(LA_T_MUTEX, m))) {
-        free(m);
-        la_set_error(ASYNC_E_NOMEM);
-        return NULL;
-    }
-    return (async_mutex_t *)(uintptr_t)h;
-}
-
-/* Wakes every parked locker with CLOSED (m->lk held); the list to signal
- * after unlocking (through next). */
+/* Claims every parked waiter with CLOSED (the object's lock held); returns
+ * the list to signal after unlocking (through next). */
 static la_snode_t *drain_closed(la_sq_t *q, int *nparked) {
     la_snode_t *list = NULL, *n;
     while ((n = sq_take(q, nparked))) {
@@ -126,37 +117,69 @@ static void signal_list(la_snode_t *list) {
     }
 }
 
-void async_mutex_destroy(async_mutex_t *h) {
-    LA_ENTRY();
-    la_mutex_t *m = la_handle_free(LA_H(h), LA_T_MUTEX);
-    if (!m) {
+/* A zeroed object of size bytes (a mutex or a condition variable) behind a
+ * new handle of type: the handle, or 0 with ASYNC_E_NOMEM recorded. */
+static uint64_t sobj_new(size_t size, int type) {
+    void *o = calloc(1, size);
+    uint64_t h;
+    if (!o || !(h = la_handle_alloc(type, o))) {
+        free(o);
+        la_set_error(ASYNC_E_NOMEM);
+        return 0;
+    }
+    return h;
+}
+
+/* The destroy of handle h of a mutex or a condition variable (type): the
+ * object is dead, its parked waiters wake with ASYNC_E_CLOSED, and the last
+ * one to leave frees it (here if none is parked). */
+static void sobj_destroy(uint64_t h, int type) {
+    la_sobj_t *o = la_handle_free(h, type); /* an la_cond_t, or an la_mutex_t's first member */
+    if (!o) {
         la_set_error(ASYNC_E_BADHANDLE);
         return;
     }
-    la_spin_lock(&m->lk);
-    la_snode_t *list = drain_closed(&m->q, &m->nparked);
-    m->dead = 1;
-    int last = m->nparked == 0;
-    la_spin_unlock(&m->lk);
+    la_spin_lock(&o->lk);
+    la_snode_t *list = drain_closed(&o->q, &o->nparked);
+    o->dead = 1;
+    int last = o->nparked == 0;
+    la_spin_unlock(&o->lk);
     signal_list(list);
-    if (last) mutex_free(m);
+    if (last) free(o);
 }
 
-/* A node woken by something other than the object: unlink it (if still
- * listed) and uncount it; frees the object when it was the last one of a
- * dead object. */
+/* A node woken by something other than the object: unlinks it (if still
+ * listed) and uncounts it. 1 if it was the last waiter of a dead object:
+ * the caller frees it. */
+static inline int sobj_unpark(la_sobj_t *o, la_snode_t *n) {
+    la_spin_lock(&o->lk);
+    sq_remove(&o->q, n);
+    int last = --o->nparked == 0 && o->dead;
+    la_spin_unlock(&o->lk);
+    return last;
+}
+
+/* ---- mutex ---------------------------------------------------------------------- */
+
+async_mutex_t *async_mutex_create(void) {
+    LA_ENTRY(NULL);
+    return (async_mutex_t *)(uintptr_t)sobj_new(sizeof(la_mutex_t), LA_T_MUTEX);
+}
+
+void async_mutex_destroy(async_mutex_t *h) {
+    LA_ENTRY();
+    sobj_destroy(LA_H(h), LA_T_MUTEX);
+}
+
+/* sobj_unpark for m: a dead mutex goes with its last waiter. */
 static void mutex_unpark(la_mutex_t *m, la_snode_t *n) {
-    la_spin_lock(&m->lk);
-    sq_remove(&m->q, n);
-    int last = --m->nparked == 0 && m->dead;
-    la_spin_unlock(&m->lk);
-    if (last) mutex_free(m);
+    if (sobj_unpark(&m->o, n)) free(m);
 }
 
-/* Gives m up (m->lk held, the caller owns it): to the first waiter, or to
+/* Gives m up (m->o.lk held, the caller owns it): to the first waiter, or to
  * nobody. Returns the waiter to signal after unlocking, or NULL. */
 static la_snode_t *release_locked(la_mutex_t *m) {
-    la_snode_t *n = sq_take(&m->q, &m->nparked);
+    la_snode_t *n = sq_take(&m->o.q, &m->o.nparked);
     if (n) {
         m->owner = n->who;
         n->status = 0;
@@ -174,7 +197,7 @@ static int mutex_lock(async_mutex_t *h, int timeout_ms, int kind) {
     la_slot_t *slot;
     la_mutex_t *m = la_handle_get(LA_H(h), LA_T_MUTEX, &slot);
     if (!m) return ASYNC_E_BADHANDLE;
-    la_spin_lock(&m->lk);
+    la_spin_lock(&m->o.lk);
     int rc = -1;
     if (m->owner == 0) {
         m->owner = me;
@@ -185,20 +208,20 @@ static int mutex_lock(async_mutex_t *h, int timeout_ms, int kind) {
         rc = ASYNC_E_BUSY;
     }
     if (rc >= 0) {
-        la_spin_unlock(&m->lk);
+        la_spin_unlock(&m->o.lk);
         la_handle_put(slot);
         return rc;
     }
     la_waiter_t w;
     if ((rc = la_waiter_init(&w, kind)) != 0) {
-        la_spin_unlock(&m->lk);
+        la_spin_unlock(&m->o.lk);
         la_handle_put(slot);
         return rc;
     }
     la_snode_t node = {.w = &w, .who = me};
-    sq_push(&m->q, &node);
-    m->nparked++;
-    la_spin_unlock(&m->lk);
+    sq_push(&m->o.q, &node);
+    m->o.nparked++;
+    la_spin_unlock(&m->o.lk);
     la_handle_put(slot);
     int why = la_waiter_wait(&w, la_deadline(timeout_ms));
     if (why != LA_W_READY) mutex_unpark(m, &node);
@@ -226,15 +249,15 @@ int async_mutex_unlock(async_mutex_t *h) {
         la_set_error(ASYNC_E_BADHANDLE);
         return -1;
     }
-    la_spin_lock(&m->lk);
+    la_spin_lock(&m->o.lk);
     if (m->owner != me) {
-        la_spin_unlock(&m->lk);
+        la_spin_unlock(&m->o.lk);
         la_handle_put(slot);
         la_set_error(ASYNC_E_STATE);
         return -1;
     }
     la_snode_t *n = release_locked(m);
-    la_spin_unlock(&m->lk);
+    la_spin_unlock(&m->o.lk);
     la_handle_put(slot);
     if (n) la_waiter_signal(n->w);
     return 0;
@@ -242,42 +265,18 @@ int async_mutex_unlock(async_mutex_t *h) {
 
 /* ---- condition variable --------------------------------------------------------- */
 
-static void cond_free(la_cond_t *c) { free(c); }
-
 async_cond_t *async_cond_create(void) {
     LA_ENTRY(NULL);
-    la_cond_t *c = calloc(1, sizeof *c);
-    uint64_t h;
-    if (!c || !(h = la_handle_alloc(LA_T_COND, c))) {
-        free(c);
-        la_set_error(ASYNC_E_NOMEM);
-        return NULL;
-    }
-    return (async_cond_t *)(uintptr_t)h;
+    return (async_cond_t *)(uintptr_t)sobj_new(sizeof(la_cond_t), LA_T_COND);
 }
 
 void async_cond_destroy(async_cond_t *h) {
     LA_ENTRY();
-    la_cond_t *c = la_handle_free(LA_H(h), LA_T_COND);
-    if (!c) {
-        la_set_error(ASYNC_E_BADHANDLE);
-        return;
-    }
-    la_spin_lock(&c->lk);
-    la_snode_t *list = drain_closed(&c->q, &c->nparked);
-    c->dead = 1;
-    int last = c->nparked == 0;
-    la_spin_unlock(&c->lk);
-    signal_list(list);
-    if (last) cond_free(c);
+    sobj_destroy(LA_H(h), LA_T_COND);
 }
 
 static void cond_unpark(la_cond_t *c, la_snode_t *n) {
-    la_spin_lock(&c->lk);
-    sq_remove(&c->q, n);
-    int last = --c->nparked == 0 && c->dead;
-    la_spin_unlock(&c->lk);
-    if (last) cond_free(c);
+    if (sobj_unpark(c, n)) free(c);
 }
 
 /* Returns 0 or an async_err_t; see async.h for who holds m afterwards. */
@@ -294,10 +293,10 @@ static int cond_wait(async_cond_t *ch, async_mutex_t *mh, int timeout_ms) {
     }
     la_waiter_t w;
     la_snode_t node = {.w = &w, .who = me};
-    la_spin_lock(&m->lk);
+    la_spin_lock(&m->o.lk);
     int rc = m->owner != me ? ASYNC_E_STATE : la_waiter_init(&w, LA_PK_NORMAL);
     if (rc) {
-        la_spin_unlock(&m->lk);
+        la_spin_unlock(&m->o.lk);
         la_handle_put(mslot);
         la_handle_put(cslot);
         return rc;
@@ -307,7 +306,7 @@ static int cond_wait(async_cond_t *ch, async_mutex_t *mh, int timeout_ms) {
     c->nparked++;
     la_spin_unlock(&c->lk);
     la_snode_t *next = release_locked(m);
-    la_spin_unlock(&m->lk);
+    la_spin_unlock(&m->o.lk);
     la_handle_put(mslot);
     la_handle_put(cslot);
     if (next) la_waiter_signal(next->w);

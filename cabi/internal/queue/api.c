@@ -21,14 +21,14 @@ void async_queue_destroy(async_queue_t *queue) {
 
 bool async_queue_enqueue(async_queue_t *queue, const void *data, size_t size) {
     LA_ENTRY(false);
-    /* wait is only consulted when the queue is full, and only BLOCK_WRITER
-     * waits then: queue.c reads the flag under its lock. */
-    return la_ok(la_q_enqueue(LA_H(queue), data, size, -1, -1));
+    /* Only a full queue looks at the flag (queue.c reads it under its
+     * lock): a BLOCK_WRITER queue waits then. */
+    return la_ok(la_q_enqueue(LA_H(queue), data, size, LA_Q_FULL_BY_FLAG, -1));
 }
 
 bool async_queue_enqueue_wait(async_queue_t *queue, const void *data, size_t size, int timeout_ms) {
     LA_ENTRY(false);
-    return la_ok(la_q_enqueue(LA_H(queue), data, size, 1, timeout_ms));
+    return la_ok(la_q_enqueue(LA_H(queue), data, size, LA_Q_FULL_WAIT, timeout_ms));
 }
 
 bool async_queue_dequeue(async_queue_t *queue, void *buffer, size_t buffer_size, size_t *out_size) {
@@ -45,14 +45,14 @@ bool async_queue_dequeue_wait(async_queue_t *queue, void *buffer, size_t buffer_
 bool async_queue_is_empty(const async_queue_t *queue) {
     LA_ENTRY(true);
     int r = 1;
-    if (!la_ok(la_q_query(LA_H(queue), 0, &r))) return true;
+    if (!la_ok(la_q_query(LA_H(queue), LA_Q_IS_EMPTY, &r))) return true;
     return r != 0;
 }
 
 bool async_queue_is_full(const async_queue_t *queue) {
     LA_ENTRY(false);
     int r = 0;
-    if (!la_ok(la_q_query(LA_H(queue), 1, &r))) return false;
+    if (!la_ok(la_q_query(LA_H(queue), LA_Q_IS_FULL, &r))) return false;
     return r != 0;
 }
 

@@ -231,8 +231,8 @@ func queueDiff(t *testing.T, in []byte) {
 				}
 				m.Clear()
 			case 4:
-				e, rc1 := cqQuery(h, 0)
-				full, rc2 := cqQuery(h, 1)
+				e, rc1 := cqIsEmpty(h)
+				full, rc2 := cqIsFull(h)
 				if rc1 != 0 || rc2 != 0 || e != m.IsEmpty() || full != m.IsFull() {
 					t.Fatalf("step %d: is_empty %v is_full %v (rc %d %d), model %v %v",
 						step, e, full, rc1, rc2, m.IsEmpty(), m.IsFull())

@@ -29,13 +29,18 @@ func cqCreate(capacity, maxMsg uint64, flags uint) (uint64, int) {
 
 func cqDestroy(h uint64) int { return int(C.la_q_destroy(C.uint64_t(h))) }
 
-// cqEnqueue never waits (timeout 0); wait is passed through (0 or 1).
+// cqEnqueue never waits (timeout 0); wait != 0 enqueues as a waiting call
+// would (LA_Q_FULL_WAIT), else as one that fails when full.
 func cqEnqueue(h uint64, data []byte, wait int) int {
 	var p unsafe.Pointer
 	if len(data) > 0 {
 		p = unsafe.Pointer(&data[0])
 	}
-	return int(C.la_q_enqueue(C.uint64_t(h), p, C.size_t(len(data)), C.int(wait), 0))
+	full := C.la_q_full_t(C.LA_Q_FULL_FAIL)
+	if wait != 0 {
+		full = C.LA_Q_FULL_WAIT
+	}
+	return int(C.la_q_enqueue(C.uint64_t(h), p, C.size_t(len(data)), full, 0))
 }
 
 // cqDequeue never waits; buf may be nil (size 0). Returns the size C
@@ -50,10 +55,13 @@ func cqDequeue(h uint64, buf []byte) (int, int) {
 	return int(n), int(rc)
 }
 
-// cqQuery: what 0 is_empty, 1 is_full.
-func cqQuery(h uint64, what int) (bool, int) {
+// cqIsEmpty and cqIsFull: la_q_query's answer and its result code.
+func cqIsEmpty(h uint64) (bool, int) { return cqQuery(h, C.LA_Q_IS_EMPTY) }
+func cqIsFull(h uint64) (bool, int)  { return cqQuery(h, C.LA_Q_IS_FULL) }
+
+func cqQuery(h uint64, what C.la_q_query_t) (bool, int) {
 	var out C.int = -1
-	rc := C.la_q_query(C.uint64_t(h), C.int(what), &out)
+	rc := C.la_q_query(C.uint64_t(h), what, &out)
 	return out != 0, int(rc)
 }
 

@@ -290,6 +290,17 @@ static void q_unlock(la_queue_t *q) {
     if (recycle) record_recycle(q);
 }
 
+/* The end of an enqueue or a dequeue, which holds q's lock until here:
+ * settles the threads' signals (if q is still h's), unlocks, then signals
+ * and kicks what the operation woke, and restores the cancel state. */
+static inline void op_end(la_queue_t *q, uint64_t h, la_wpark_t *kick, la_qwait_t *wt) {
+    int sig = q->h == h ? settle(q) : 0;
+    q_unlock(q);
+    signal_after(q, sig);
+    if (kick) la_wpark_kick_unpin(kick);
+    la_nocancel_leave(&wt->cs);
+}
+
 /* ---- the operations ------------------------------------------------------------- */
 
 int la_q_create(size_t capacity, size_t max_msg, unsigned flags, uint64_t *out) {
@@ -374,12 +385,11 @@ static void notify(la_queue_t *q) {
     q->npend = rc != 0 && q->rt != 0;
 }
 
-/* wait: 0 never waits (FULL), 1 waits up to timeout_ms, -1 waits forever
- * if the queue is BLOCK_WRITER (async_queue_enqueue). */
-int la_q_enqueue(uint64_t h, const void *data, size_t size, int wait, int timeout_ms) {
+/* full: what to do when the queue is full (queue.h). */
+int la_q_enqueue(uint64_t h, const void *data, size_t size, la_q_full_t full, int timeout_ms) {
     la_queue_t *q = q_lock(h);
     if (!q) return ASYNC_E_BADHANDLE;
-    int rc = 0, sig = 0;
+    int rc = 0;
     la_wpark_t *kick = NULL; /* a worker thread to wake after the unlock */
     la_qwait_t wt = {.timeout_ms = timeout_ms, .cs = LA_CANCEL_KEPT};
     if (!data || size == 0 || timeout_ms < -1) {
@@ -390,7 +400,7 @@ int la_q_enqueue(uint64_t h, const void *data, size_t size, int wait, int timeou
         rc = ASYNC_E_TOOBIG;
         goto out;
     }
-    if (wait < 0) wait = (q->flags & Q_BLOCK) != 0;
+    int wait = full == LA_Q_FULL_BY_FLAG ? (q->flags & Q_BLOCK) != 0 : full == LA_Q_FULL_WAIT;
     int dropped = 0; /* the head makes room: the queue was full, not empty */
     while (q->count == q->cap) {
         if (q->flags & Q_DROP) {
@@ -438,18 +448,14 @@ int la_q_enqueue(uint64_t h, const void *data, size_t size, int wait, int timeou
     if (((q->count == 1 && !dropped) || q->npend) && q->rt) notify(q);
     wake_fibers_later(q, 1, &kick);
 out:
-    if (q->h == h) sig = settle(q);
-    q_unlock(q);
-    signal_after(q, sig);
-    if (kick) la_wpark_kick_unpin(kick);
-    la_nocancel_leave(&wt.cs);
+    op_end(q, h, kick, &wt);
     return rc;
 }
 
 int la_q_dequeue(uint64_t h, void *buf, size_t size, size_t *out_size, int timeout_ms) {
     la_queue_t *q = q_lock(h);
     if (!q) return ASYNC_E_BADHANDLE;
-    int rc = 0, sig = 0;
+    int rc = 0;
     la_wpark_t *kick = NULL; /* a worker thread to wake after the unlock */
     la_qwait_t wt = {.timeout_ms = timeout_ms, .cs = LA_CANCEL_KEPT};
     if ((!buf && size > 0) || timeout_ms < -1) {
@@ -477,19 +483,14 @@ int la_q_dequeue(uint64_t h, void *buf, size_t size, size_t *out_size, int timeo
     q->deq++;
     wake_fibers_later(q, 0, &kick);
 out:
-    if (q->h == h) sig = settle(q);
-    q_unlock(q);
-    signal_after(q, sig);
-    if (kick) la_wpark_kick_unpin(kick);
-    la_nocancel_leave(&wt.cs);
+    op_end(q, h, kick, &wt);
     return rc;
 }
 
-/* what: 0 is_empty, 1 is_full. */
-int la_q_query(uint64_t h, int what, int *out) {
+int la_q_query(uint64_t h, la_q_query_t what, int *out) {
     la_queue_t *q = q_lock(h);
     if (!q) return ASYNC_E_BADHANDLE;
-    *out = what == 0 ? q->count == 0 : q->count == q->cap;
+    *out = what == LA_Q_IS_EMPTY ? q->count == 0 : q->count == q->cap;
     pthread_mutex_unlock(&q->mu);
     return 0;
 }

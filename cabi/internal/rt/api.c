@@ -64,7 +64,7 @@ void async_runtime_deinit(async_runtime_t *rt) {
     if (la_ok(GO(.op = GO_RT_DEINIT, .h = LA_H(rt)))) la_sig_forget(LA_H(rt)); /* sigwatch.c */
 }
 
-static int rt_fd(async_runtime_t *rt, int op, async_fd_t fd, uint32_t events, void *context) {
+static int rt_fd(async_runtime_t *rt, la_rt_fd_op_t op, async_fd_t fd, uint32_t events, void *context) {
     LA_ENTRY(-1);
 #if defined(_WIN32)
     if (fd > (async_fd_t)INT32_MAX) return la_set_error(ASYNC_E_BADFD), -1;
@@ -73,14 +73,14 @@ static int rt_fd(async_runtime_t *rt, int op, async_fd_t fd, uint32_t events, vo
 }
 
 int async_runtime_add(async_runtime_t *rt, async_fd_t fd, uint32_t events, void *context) {
-    return rt_fd(rt, 0, fd, events, context);
+    return rt_fd(rt, LA_RT_FD_ADD, fd, events, context);
 }
 
 int async_runtime_modify(async_runtime_t *rt, async_fd_t fd, uint32_t events) {
-    return rt_fd(rt, 1, fd, events, NULL);
+    return rt_fd(rt, LA_RT_FD_MODIFY, fd, events, NULL);
 }
 
-int async_runtime_remove(async_runtime_t *rt, async_fd_t fd) { return rt_fd(rt, 2, fd, 0, NULL); }
+int async_runtime_remove(async_runtime_t *rt, async_fd_t fd) { return rt_fd(rt, LA_RT_FD_REMOVE, fd, 0, NULL); }
 
 int async_runtime_wait(async_runtime_t *rt, io_event_t *events, int max_events, int timeout_ms) {
     LA_ENTRY(-1);

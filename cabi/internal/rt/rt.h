@@ -6,6 +6,15 @@
 
 #include "base.h"
 
+/* The op of la_go_rt_fd (runtime.go): what it does to fd's registration
+ * (rt/api.c; compat/classic.c's modify with a new context). */
+typedef enum {
+    LA_RT_FD_ADD = 0,
+    LA_RT_FD_MODIFY = 1,
+    LA_RT_FD_REMOVE = 2,
+    LA_RT_FD_MODIFY_CTX = 3, /* events and context */
+} la_rt_fd_op_t;
+
 /* The signal-safe doorbell of a runtime (the first member of its C side). */
 enum { LA_DOORBELL_EVENTFD = 1, LA_DOORBELL_PIPE = 2, LA_DOORBELL_IOCP = 3 /* port.DoorbellIOCP */ };
 typedef struct {

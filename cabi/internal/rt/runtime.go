@@ -342,7 +342,8 @@ func la_go_rt_deinit(h C.uint64_t) (rc C.int) {
 	return code(err)
 }
 
-// la_go_rt_fd: op 0 add, 1 modify, 2 remove, 3 modify with a new context.
+// la_go_rt_fd: op is an la_rt_fd_op_t (rt.h): add, modify, remove, or modify
+// with a new context.
 //
 //export la_go_rt_fd
 func la_go_rt_fd(h C.uint64_t, op C.int, fd C.int, events C.uint32_t, ctx C.uintptr_t) (rc C.int) {
@@ -352,11 +353,11 @@ func la_go_rt_fd(h C.uint64_t, op C.int, fd C.int, events C.uint32_t, ctx C.uint
 		return C.int(libasync.EBadHandle)
 	}
 	switch op {
-	case 0:
+	case C.LA_RT_FD_ADD:
 		return code(o.rt.Add(int(fd), uint32(events), uintptr(ctx)))
-	case 1:
+	case C.LA_RT_FD_MODIFY:
 		return code(o.rt.Modify(int(fd), uint32(events)))
-	case 3:
+	case C.LA_RT_FD_MODIFY_CTX:
 		return code(o.rt.ModifyContext(int(fd), uint32(events), uintptr(ctx)))
 	default:
 		return code(o.rt.Remove(int(fd)))

@@ -114,12 +114,24 @@ static void count_skip(la_shared_t *sh) {
     int32_t s = atomic_load_explicit(&sh->skipped, memory_order_relaxed);
     if (s < LA_MAX_SKIPPED) atomic_store_explicit(&sh->skipped, s + 1, memory_order_relaxed);
 }
+
+/* The hand-out of a fast path: the C-posted completions (and signals) are
+ * the only events possible, so the fds and Go are not looked at. 1 if it
+ * handed some out (*out set), 0 if there were none. */
+static inline int take_fast(la_rtc_t *r, io_event_t *ev, int max, int *out) {
+    int n = la_rtc_take_events(r, ev, max);
+    if (n == 0) return 0;
+    count_skip(&r->sh);
+    count_taken(r, ev, n);
+    *out = n;
+    return 1;
+}
 #endif
 
 #if defined(__linux__)
 #define LA_BELL_DRAIN 4096u
 /* Reads the eventfd doorbell, resetting its counter. What it held does not
- * tell a wakeup any more (the wakeup flag does, see c_wait): a wakeup whose
+ * tell a wakeup (the wakeup flag does, see sort_bell): a wakeup whose
  * flag an earlier ring's wake took down may write its 2^32 after that, and
  * the periodic drain would report it a second time. */
 static void drain_bell(la_rtc_t *r) {
@@ -167,119 +179,155 @@ static int translate_fds(la_rtc_t *r, const struct epoll_event *raw, int nraw, u
     return 1;
 }
 
-/* The wait of a runtime whose poller C drives (epoll). */
+/* One round of c_wait: what its phases found and decided. */
+typedef struct {
+    int64_t now;
+    int go_ready;  /* Go may have work: gowork raised, or a timer due */
+    int must_poll; /* the fd poll budget is spent */
+    int c_ready;   /* C-posted completions (or signals) wait */
+    int ms;        /* the poll's timeout: 0 none, -1 for ever */
+    int do_poll;   /* the fds are polled this round */
+    int nraw;      /* fd records the poll harvested (the doorbell taken out) */
+    int woken;     /* an explicit wakeup (async_runtime_wakeup) */
+    int intr;      /* the poll was interrupted by a signal */
+    uint64_t regseq; /* the registration sequence when the poll began */
+} la_round_t;
+
+/* Plans the round's sleep: ms stays 0 (no sleep) while something is ready;
+ * else the time to the deadline or the next timer, with the sleep flag
+ * raised (and taken down again if a poster came in between). */
+static inline void plan_sleep(la_rtc_t *r, la_round_t *rd, int64_t deadline) {
+    la_shared_t *sh = &r->sh;
+    rd->ms = 0;
+    if (rd->go_ready || rd->c_ready) return;
+    int64_t due = atomic_load(&sh->next_due);
+    int64_t wake = deadline < due ? deadline : due;
+    rd->ms = wake == INT64_MAX ? -1 : ms_until(wake - rd->now);
+    if (rd->ms == 0) return;
+    atomic_store(&sh->wake_at, wake);
+    atomic_store(&sh->sleeping, 1);
+    /* Dekker with the posters (completions.c, Go's Post and AddTimer):
+     * after raising the flag, look again. */
+    if (atomic_load(&sh->gowork) || la_rtc_pending(r)) {
+        atomic_store(&sh->sleeping, 0);
+        rd->ms = 0;
+        rd->c_ready = 1;
+    }
+}
+
+/* Takes the doorbell's records out of the k raw ones the poll harvested,
+ * keeping the others (rd->nraw) in order. The doorbell is edge-triggered
+ * (port/epoll_linux.go): a ring needs no read(2) to be over. It is read for
+ * an explicit wakeup (async_runtime_wakeup raised wakereq before its
+ * write), and every LA_BELL_DRAIN unread edges, so the counter never nears
+ * its limit. */
+static inline void sort_bell(la_rtc_t *r, struct epoll_event *raw, int k, la_round_t *rd) {
+    for (int i = 0; i < k; i++) {
+        if (raw[i].data.fd == r->bell.fd) {
+            int req = atomic_exchange(&r->wakereq, 0);
+            if (req || ++r->bell_unread >= LA_BELL_DRAIN) {
+                r->bell_unread = 0;
+                drain_bell(r);
+            }
+            rd->woken |= req;
+        } else
+            raw[rd->nraw++] = raw[i];
+    }
+}
+
+/* Polls the fds once, for up to rd->ms (the raw system call), and sorts out
+ * the doorbell. 0, or ASYNC_E_CLOSED / ASYNC_E_SYS. */
+static inline int poll_once(la_rtc_t *r, struct epoll_event *raw, la_round_t *rd, int *cs) {
+    la_shared_t *sh = &r->sh;
+    rd->regseq = atomic_load(&sh->reg_seq); /* before the poll: see libasync's fdReg */
+    atomic_store_explicit(&sh->skipped, 0, memory_order_relaxed);
+    atomic_store_explicit(&sh->last_poll, rd->now, memory_order_relaxed);
+    /* A poll that may block is timed (idle_ns): one clock read more, only
+     * then; the one after is needed anyway. */
+    int64_t t0 = rd->ms != 0 ? clock_ns(sh) : 0;
+    /* Not a cancellation point (base.h): a cancel in the sleep would leave
+     * r->waiting up (every later wait: BUSY). The old state comes back when
+     * la_rt_wait returns. */
+    if (rd->ms != 0) la_nocancel_enter(cs);
+    /* The raw system call: libc's epoll_wait is a cancellation point even
+     * when ms is 0 (and cancellation is disabled only for a wait that may
+     * sleep). No signal mask: epoll_wait. */
+    int k = (int)syscall(SYS_epoll_pwait, atomic_load(&sh->rawfd), raw, LA_RAW_MAX + 1, rd->ms, NULL,
+                         (size_t)(_NSIG / 8));
+    int err = errno;
+    rd->now = clock_ns(sh);
+    if (rd->ms != 0) {
+        atomic_store(&sh->sleeping, 0);
+        atomic_store_explicit(&sh->idle_ns, atomic_load_explicit(&sh->idle_ns, memory_order_relaxed) + (rd->now - t0),
+                              memory_order_relaxed);
+    }
+    if (atomic_load(&r->closed)) return ASYNC_E_CLOSED;
+    if (k < 0) {
+        if (err != EINTR) {
+            la_note_os_error(err); /* async_last_os_error */
+            return ASYNC_E_SYS;
+        }
+        rd->intr = 1;
+        k = 0;
+    }
+    sort_bell(r, raw, k, rd);
+    return 0;
+}
+
+/* Gathers the round's events into ev[*n..max) in source order. Fd records
+ * go first (they are level-triggered, and polled only once per budget while
+ * completions flow); otherwise C's and Go's sources take turns at going
+ * first. Records of live registrations are translated here (fd map); any
+ * other (a ghost, a stray, a registration being changed) sends the whole
+ * batch to Go, which knows what to do with them. 0 or Go's error. */
+static inline int gather(la_rtc_t *r, io_event_t *ev, int max, int *n, struct epoll_event *raw, la_round_t *rd,
+                         int *cs) {
+    la_shared_t *sh = &r->sh;
+    int go_first = rd->nraw > 0 || (r->rot++ & 1);
+    if (rd->nraw > 0 && *n < max && translate_fds(r, raw, rd->nraw, rd->regseq, ev, n, max)) rd->nraw = 0;
+    if (!go_first) *n += la_rtc_take_events(r, ev + *n, max - *n);
+    if (*n < max && (rd->nraw > 0 || atomic_load(&sh->gowork) || rd->now >= atomic_load(&sh->next_due))) {
+        int got = 0;
+        la_nocancel_enter(cs); /* Go: no cancellation point in there (base.h) */
+        int rc = la_go_rt_step(r->token, ev + *n, max - *n, raw, rd->nraw, rd->regseq, &got);
+        if (rc != 0) return rc;
+        *n += got;
+    }
+    if (go_first && *n < max) *n += la_rtc_take_events(r, ev + *n, max - *n);
+    return 0;
+}
+
+/* The wait of a runtime whose poller C drives (epoll): rounds of fast path,
+ * sleep planning, one poll, gathering, until an event, a wakeup, a signal
+ * or the deadline. */
 static int c_wait(la_rtc_t *r, io_event_t *ev, int max, int timeout, int *out, int *cs) {
     la_shared_t *sh = &r->sh;
     struct epoll_event raw[LA_RAW_MAX + 1];
-    int64_t now = clock_ns(sh);
-    int64_t deadline = timeout < 0 ? INT64_MAX : now + (int64_t)timeout * 1000000;
+    la_round_t rd;
+    rd.now = clock_ns(sh);
+    int64_t deadline = timeout < 0 ? INT64_MAX : rd.now + (int64_t)timeout * 1000000;
     int force_poll = 0;
     for (;;) {
         if (atomic_load(&r->closed)) return ASYNC_E_CLOSED;
         int n = 0;
-        int go_ready = atomic_load(&sh->gowork) || now >= atomic_load(&sh->next_due);
-        int must_poll = poll_due(sh, now);
-        if (!go_ready && !must_poll) {
-            /* The fast path: completions (and signals) are the only events possible. */
-            n = la_rtc_take_events(r, ev, max);
-            if (n > 0) {
-                count_skip(sh);
-                count_taken(r, ev, n);
-                *out = n;
-                return 0;
-            }
-        }
-        int c_ready = n > 0 || (go_ready || must_poll ? la_rtc_pending(r) : 0);
-        int ms = 0;
-        if (!go_ready && !c_ready) {
-            int64_t due = atomic_load(&sh->next_due);
-            int64_t wake = deadline < due ? deadline : due;
-            ms = wake == INT64_MAX ? -1 : ms_until(wake - now);
-            if (ms != 0) {
-                atomic_store(&sh->wake_at, wake);
-                atomic_store(&sh->sleeping, 1);
-                /* Dekker with the posters (completions.c, Go's Post and
-                 * AddTimer): after raising the flag, look again. */
-                if (atomic_load(&sh->gowork) || la_rtc_pending(r)) {
-                    atomic_store(&sh->sleeping, 0);
-                    ms = 0;
-                    c_ready = 1;
-                }
-            }
-        }
-        int other_ready = go_ready || c_ready;
-        int do_poll = ms != 0 || (atomic_load(&sh->nfds) > 0 && (must_poll || !other_ready || force_poll));
-        int nraw = 0, woken = 0, intr = 0;
-        uint64_t regseq = 0;
-        if (do_poll) {
-            regseq = atomic_load(&sh->reg_seq); /* before the poll: see libasync's fdReg */
-            atomic_store_explicit(&sh->skipped, 0, memory_order_relaxed);
-            atomic_store_explicit(&sh->last_poll, now, memory_order_relaxed);
-            /* A poll that may block is timed (idle_ns): one clock read
-             * more, only then; the one after is needed anyway. */
-            int64_t t0 = ms != 0 ? clock_ns(sh) : 0;
-            /* Not a cancellation point (base.h): a cancel in the sleep
-             * would leave r->waiting up (every later wait: BUSY). The old
-             * state comes back when la_rt_wait returns. */
-            if (ms != 0) la_nocancel_enter(cs);
-            /* The raw system call: libc's epoll_wait is a cancellation
-             * point even when ms is 0 (and cancellation is disabled only
-             * for a wait that may sleep). No signal mask: epoll_wait. */
-            int k = (int)syscall(SYS_epoll_pwait, atomic_load(&sh->rawfd), raw, LA_RAW_MAX + 1, ms, NULL,
-                                 (size_t)(_NSIG / 8));
-            int err = errno;
-            now = clock_ns(sh);
-            if (ms != 0) {
-                atomic_store(&sh->sleeping, 0);
-                atomic_store_explicit(&sh->idle_ns, atomic_load_explicit(&sh->idle_ns, memory_order_relaxed) + (now - t0),
-                                      memory_order_relaxed);
-            }
-            if (atomic_load(&r->closed)) return ASYNC_E_CLOSED;
-            if (k < 0) {
-                if (err != EINTR) {
-                    la_note_os_error(err); /* async_last_os_error */
-                    return ASYNC_E_SYS;
-                }
-                intr = 1;
-                k = 0;
-            }
-            for (int i = 0; i < k; i++) {
-                if (raw[i].data.fd == r->bell.fd) {
-                    /* The doorbell is edge-triggered (port/epoll_linux.go):
-                     * a ring needs no read(2) to be over. It is read for an
-                     * explicit wakeup (async_runtime_wakeup raised wakereq
-                     * before its write), and every LA_BELL_DRAIN unread
-                     * edges, so the counter never nears its limit. */
-                    int req = atomic_exchange(&r->wakereq, 0);
-                    if (req || ++r->bell_unread >= LA_BELL_DRAIN) {
-                        r->bell_unread = 0;
-                        drain_bell(r);
-                    }
-                    woken |= req;
-                } else
-                    raw[nraw++] = raw[i];
-            }
+        rd.go_ready = atomic_load(&sh->gowork) || rd.now >= atomic_load(&sh->next_due);
+        rd.must_poll = poll_due(sh, rd.now);
+        if (!rd.go_ready && !rd.must_poll && take_fast(r, ev, max, out)) return 0;
+        rd.c_ready = rd.go_ready || rd.must_poll ? la_rtc_pending(r) : 0;
+        plan_sleep(r, &rd, deadline);
+        int other_ready = rd.go_ready || rd.c_ready;
+        rd.do_poll = rd.ms != 0 || (atomic_load(&sh->nfds) > 0 && (rd.must_poll || !other_ready || force_poll));
+        rd.nraw = rd.woken = rd.intr = 0;
+        rd.regseq = 0;
+        if (rd.do_poll) {
+            int rc = poll_once(r, raw, &rd, cs);
+            if (rc != 0) return rc;
         } else if (other_ready) {
             count_skip(sh);
         }
-        /* Fd records go first (they are level-triggered, and polled only
-         * once per budget while completions flow); otherwise C's and Go's
-         * sources take turns at going first. */
-        int go_first = nraw > 0 || (r->rot++ & 1);
-        /* Records of live registrations are translated here (fd map); any
-         * other (a ghost, a stray, a registration being changed) sends the
-         * whole batch to Go, which knows what to do with them. */
-        if (nraw > 0 && n < max && translate_fds(r, raw, nraw, regseq, ev, &n, max)) nraw = 0;
-        if (!go_first) n += la_rtc_take_events(r, ev + n, max - n);
-        if (n < max && (nraw > 0 || atomic_load(&sh->gowork) || now >= atomic_load(&sh->next_due))) {
-            int got = 0;
-            la_nocancel_enter(cs); /* Go: no cancellation point in there (base.h) */
-            int rc = la_go_rt_step(r->token, ev + n, max - n, raw, nraw, regseq, &got);
-            if (rc != 0) return rc;
-            n += got;
-        }
-        if (go_first && n < max) n += la_rtc_take_events(r, ev + n, max - n);
-        if (n == 0 && !do_poll && !woken && !intr && atomic_load(&sh->nfds) > 0 && !force_poll) {
+        int rc = gather(r, ev, max, &n, raw, &rd, cs);
+        if (rc != 0) return rc;
+        if (n == 0 && !rd.do_poll && !rd.woken && !rd.intr && atomic_load(&sh->nfds) > 0 && !force_poll) {
             /* The poll was skipped for work that turned out to be nothing
              * (a stale gowork, an empty timer cascade): look at the fds
              * before returning 0, or wait(0) could miss a ready fd. */
@@ -287,7 +335,7 @@ static int c_wait(la_rtc_t *r, io_event_t *ev, int max, int timeout, int *out, i
             continue;
         }
         force_poll = 0;
-        if (n > 0 || woken || intr || timeout == 0 || now >= deadline) {
+        if (n > 0 || rd.woken || rd.intr || timeout == 0 || rd.now >= deadline) {
             count_events(r, ev, n);
             *out = n;
             return 0;
@@ -305,12 +353,7 @@ static int fast_wait(la_rtc_t *r, io_event_t *ev, int max, int *out) {
     if (atomic_load(&sh->gowork)) return 0;
     int64_t now = clock_ns(sh);
     if (now >= atomic_load(&sh->next_due) || poll_due(sh, now)) return 0;
-    int n = la_rtc_take_events(r, ev, max);
-    if (n == 0) return 0;
-    count_skip(sh);
-    count_taken(r, ev, n);
-    *out = n;
-    return 1;
+    return take_fast(r, ev, max, out);
 }
 #endif
 

@@ -65,11 +65,15 @@ static void worker_unref(la_worker_t *w) {
     if (atomic_fetch_sub(&w->refs, 1) == 1) worker_free(w);
 }
 
-/* Pins the worker behind h (a reference the caller drops with worker_unref). */
+/* Pins the worker behind h (a reference the caller drops with worker_unref);
+ * NULL with ASYNC_E_BADHANDLE recorded if h is not a live worker. */
 static la_worker_t *worker_get(const async_worker_t *h) {
     la_slot_t *slot;
     la_worker_t *w = la_handle_get(LA_H(h), LA_T_WORKER, &slot);
-    if (!w) return NULL;
+    if (!w) {
+        la_set_error(ASYNC_E_BADHANDLE);
+        return NULL;
+    }
     atomic_fetch_add(&w->refs, 1);
     la_handle_put(slot);
     return w;
@@ -262,7 +266,6 @@ void async_worker_signal_stop(async_worker_t *worker) {
     int saved = errno;
     la_worker_t *w = worker_get(worker);
     if (!w) {
-        la_set_error(ASYNC_E_BADHANDLE);
         errno = saved;
         return;
     }
@@ -278,10 +281,7 @@ bool async_worker_join(async_worker_t *worker, int timeout_ms) {
         return false;
     }
     la_worker_t *w = worker_get(worker);
-    if (!w) {
-        la_set_error(ASYNC_E_BADHANDLE);
-        return false;
-    }
+    if (!w) return false;
     /* Joining itself; or, on a fiber, a wait that would block the worker
      * thread (and every fiber queued there): refused. 0 only checks. */
     if (w == current_worker || (timeout_ms != 0 && la_current_fiber())) {
@@ -344,10 +344,7 @@ bool async_worker_should_stop(async_worker_t *worker) {
         return atomic_load_explicit(&w->park.stop, memory_order_acquire) != 0;
     }
     w = worker_get(worker);
-    if (!w) {
-        la_set_error(ASYNC_E_BADHANDLE);
-        return true;
-    }
+    if (!w) return true;
     bool r = atomic_load(&w->park.stop) != 0;
     worker_unref(w);
     return r;
@@ -356,10 +353,7 @@ bool async_worker_should_stop(async_worker_t *worker) {
 async_worker_state_t async_worker_get_state(const async_worker_t *worker) {
     LA_ENTRY(ASYNC_WORKER_STOPPED);
     la_worker_t *w = worker_get(worker);
-    if (!w) {
-        la_set_error(ASYNC_E_BADHANDLE);
-        return ASYNC_WORKER_STOPPED;
-    }
+    if (!w) return ASYNC_WORKER_STOPPED;
     async_worker_state_t s = (async_worker_state_t)atomic_load(&w->state);
     worker_unref(w);
     return s;
@@ -368,10 +362,7 @@ async_worker_state_t async_worker_get_state(const async_worker_t *worker) {
 void *async_worker_result(async_worker_t *worker) {
     LA_ENTRY(NULL);
     la_worker_t *w = worker_get(worker);
-    if (!w) {
-        la_set_error(ASYNC_E_BADHANDLE);
-        return NULL;
-    }
+    if (!w) return NULL;
     pthread_mutex_lock(&w->mu);
     int done = w->done;
     void *r = w->result;
@@ -387,10 +378,7 @@ void *async_worker_result(async_worker_t *worker) {
 int async_worker_stop_fd(async_worker_t *worker) {
     LA_ENTRY(-1);
     la_worker_t *w = worker_get(worker);
-    if (!w) {
-        la_set_error(ASYNC_E_BADHANDLE);
-        return -1;
-    }
+    if (!w) return -1;
     int fd = w->stop_rfd;
     worker_unref(w);
     return fd;
@@ -401,10 +389,7 @@ pthread_t async_worker_get_native_handle(async_worker_t *worker) {
     memset(&t, 0, sizeof t);
     LA_ENTRY(t);
     la_worker_t *w = worker_get(worker);
-    if (!w) {
-        la_set_error(ASYNC_E_BADHANDLE);
-        return t;
-    }
+    if (!w) return t;
     /* Once proc has returned the thread is gone (or about to be), and the
      * system reuses its id for the next thread it creates: handing it out
      * would aim pthread_kill/pthread_cancel at another thread. */
