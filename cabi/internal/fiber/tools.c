@@ -44,16 +44,16 @@ static pthread_mutex_t dbg_mu = PTHREAD_MUTEX_INITIALIZER;
  * UTF-8 are cut at 28 to 31 bytes. */
 
 /* The fiber of handle fh (NULL: the calling one), pinned in *slot (NULL
- * when it is the caller's own), or NULL with *rc. */
-static la_fiber_t *fiber_ref(async_fiber_t *fh, la_slot_t **slot, int *rc) {
+ * when it is the caller's own), or NULL with the error recorded: STATE off a
+ * fiber, BADHANDLE for a handle that names none. */
+static la_fiber_t *fiber_ref(async_fiber_t *fh, la_slot_t **slot) {
     *slot = NULL;
-    if (!fh) {
-        la_fiber_t *f = atomic_load_explicit(&la_forked, memory_order_relaxed) ? NULL : la_current_fiber();
-        if (!f) *rc = ASYNC_E_STATE;
-        return f;
-    }
-    la_fiber_t *f = la_handle_get(LA_H(fh), LA_T_FIBER, slot);
-    if (!f) *rc = ASYNC_E_BADHANDLE;
+    la_fiber_t *f;
+    if (!fh)
+        f = atomic_load_explicit(&la_forked, memory_order_relaxed) ? NULL : la_current_fiber();
+    else
+        f = la_handle_get(LA_H(fh), LA_T_FIBER, slot);
+    if (!f) la_set_error(fh ? ASYNC_E_BADHANDLE : ASYNC_E_STATE);
     return f;
 }
 
@@ -84,12 +84,8 @@ int async_fiber_set_name(async_fiber_t *fh, const char *name) {
     }
     buf[n] = 0;
     la_slot_t *slot;
-    int rc = 0;
-    la_fiber_t *f = fiber_ref(fh, &slot, &rc);
-    if (!f) {
-        la_set_error(rc);
-        return -1;
-    }
+    la_fiber_t *f = fiber_ref(fh, &slot);
+    if (!f) return -1;
     name_lock(f);
     memcpy(f->name, buf, n + 1);
     name_unlock(f);
@@ -104,12 +100,8 @@ int async_fiber_get_name(async_fiber_t *fh, char *buf, size_t size) {
         return -1;
     }
     la_slot_t *slot;
-    int rc = 0;
-    la_fiber_t *f = fiber_ref(fh, &slot, &rc);
-    if (!f) {
-        la_set_error(rc);
-        return -1;
-    }
+    la_fiber_t *f = fiber_ref(fh, &slot);
+    if (!f) return -1;
     char copy[ASYNC_FIBER_NAME_MAX];
     name_lock(f);
     memcpy(copy, f->name, sizeof copy);
