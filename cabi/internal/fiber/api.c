@@ -51,9 +51,9 @@ static void stop_workers(la_sched_t *s, int n) {
 
 static void sched_free(la_sched_t *s) {
     /* close(2) of the rings, the poller and its doorbell is a cancellation
-     * point: async_sched_destroy from a host thread whose deferred cancel
-     * is pending was unwound at the first close, leaking the rest of s and
-     * its descriptors (no libasync call is a cancellation point). */
+     * point, and no libasync call is one: cancellation stays off, so that a
+     * host thread with a deferred cancel pending frees all of s and its
+     * descriptors. */
     int cs = LA_CANCEL_KEPT;
     la_nocancel_enter(&cs);
 #if defined(LA_URING)
