@@ -37,6 +37,14 @@ static inline int echo_listen(void) {
     return fd;
 }
 
+/* How many descriptors a server's per-fd table covers: the (raised)
+ * RLIMIT_NOFILE, at most a million. */
+static inline int echo_max_fds(void) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return 1024;
+    return rl.rlim_cur > 1000000 ? 1000000 : (int)rl.rlim_cur;
+}
+
 static inline void echo_nodelay(int fd) {
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);

@@ -49,9 +49,7 @@ static int send_all(int ep, int fd, const char *data, size_t n) {
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     int lfd = echo_listen();
-    struct rlimit rl;
-    getrlimit(RLIMIT_NOFILE, &rl);
-    nconns = rl.rlim_cur > 1000000 ? 1000000 : (int)rl.rlim_cur;
+    nconns = echo_max_fds();
     conns = calloc((size_t)nconns, sizeof *conns);
     int ep = epoll_create1(EPOLL_CLOEXEC);
     fcntl(lfd, F_SETFL, O_NONBLOCK);

@@ -63,9 +63,7 @@ static void drop(int fd) {
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     int lfd = echo_listen();
-    struct rlimit rl;
-    getrlimit(RLIMIT_NOFILE, &rl);
-    nconns = rl.rlim_cur > 1000000 ? 1000000 : (int)rl.rlim_cur;
+    nconns = echo_max_fds();
     conns = calloc((size_t)nconns, sizeof *conns);
     if (!conns) {
         fprintf(stderr, "echo_uring: out of memory\n");

@@ -7,31 +7,17 @@
  * usage: fdlatency_async [samples=3000]
  */
 #define _GNU_SOURCE
-#include "latency.h"
-
-#include <fcntl.h>
-#include <unistd.h>
+#include "fdlatency.h"
 
 #include "async.h"
 
-static int pfd[2];
-
-static void sender_thread_start(void) {}
-
-static void send_wake(uint64_t t0) {
-    (void)t0;
-    if (write(pfd[1], "x", 1) != 1) FAIL("pipe write: %s", strerror(errno));
-}
-
 int main(int argc, char **argv) {
-    latency_setup(argc, argv);
-    if (pipe2(pfd, O_NONBLOCK | O_CLOEXEC) != 0) FAIL("pipe: %s", strerror(errno));
+    fdlatency_setup(argc, argv);
     async_runtime_t *rt = async_runtime_init();
     if (!rt) FAIL("async_runtime_init: %s", async_strerror(async_last_error()));
     if (async_runtime_add(rt, pfd[0], ASYNC_EVENT_READ, (void *)1) != 0)
         FAIL("async_runtime_add: %s", async_strerror(async_last_error()));
-    pthread_t th;
-    pthread_create(&th, NULL, sender, NULL);
+    pthread_t th = start_sender();
     io_event_t ev[8];
     uint64_t last = now_ns();
     for (int done = 0; !done;) {

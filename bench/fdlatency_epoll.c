@@ -5,30 +5,17 @@
  * usage: fdlatency_epoll [samples=3000]
  */
 #define _GNU_SOURCE
-#include "latency.h"
+#include "fdlatency.h"
 
-#include <fcntl.h>
 #include <sys/epoll.h>
-#include <unistd.h>
-
-static int pfd[2];
-
-static void sender_thread_start(void) {}
-
-static void send_wake(uint64_t t0) {
-    (void)t0;
-    if (write(pfd[1], "x", 1) != 1) FAIL("pipe write: %s", strerror(errno));
-}
 
 int main(int argc, char **argv) {
-    latency_setup(argc, argv);
-    if (pipe2(pfd, O_NONBLOCK | O_CLOEXEC) != 0) FAIL("pipe: %s", strerror(errno));
+    fdlatency_setup(argc, argv);
     int ep = epoll_create1(EPOLL_CLOEXEC);
     if (ep < 0) FAIL("epoll_create1: %s", strerror(errno));
     struct epoll_event e = {.events = EPOLLIN, .data.fd = pfd[0]};
     if (epoll_ctl(ep, EPOLL_CTL_ADD, pfd[0], &e) != 0) FAIL("epoll_ctl: %s", strerror(errno));
-    pthread_t th;
-    pthread_create(&th, NULL, sender, NULL);
+    pthread_t th = start_sender();
     for (int done = 0; !done;) {
         struct epoll_event out[8];
         int n = epoll_wait(ep, out, 8, 5000);

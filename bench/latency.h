@@ -41,6 +41,13 @@ static void *sender(void *arg) {
     return NULL;
 }
 
+/* Starts the sender thread (the caller joins it once every sample is in). */
+static pthread_t start_sender(void) {
+    pthread_t th;
+    if (pthread_create(&th, NULL, sender, NULL) != 0) FAIL("pthread_create failed");
+    return th;
+}
+
 /* Called by the loop thread for each wake; returns 1 once every sample is in. */
 static int record_sample(uint64_t t0) {
     uint64_t t1 = now_ns();

@@ -22,8 +22,7 @@ int main(int argc, char **argv) {
     latency_setup(argc, argv);
     rt = async_runtime_init();
     if (!rt) FAIL("async_runtime_init: %s", async_strerror(async_last_error()));
-    pthread_t th;
-    pthread_create(&th, NULL, sender, NULL);
+    pthread_t th = start_sender();
     io_event_t ev[8];
     uint64_t last = now_ns();
     for (int done = 0; !done;) {

@@ -27,8 +27,7 @@ int main(int argc, char **argv) {
     if (efd < 0 || ep < 0) FAIL("eventfd/epoll: %s", strerror(errno));
     struct epoll_event e = {.events = EPOLLIN, .data.u64 = 1};
     if (epoll_ctl(ep, EPOLL_CTL_ADD, efd, &e) != 0) FAIL("epoll_ctl: %s", strerror(errno));
-    pthread_t th;
-    pthread_create(&th, NULL, sender, NULL);
+    pthread_t th = start_sender();
     for (int done = 0; !done;) {
         struct epoll_event out[8];
         int n = epoll_wait(ep, out, 8, 5000);

@@ -25,8 +25,7 @@ int main(int argc, char **argv) {
     latency_setup(argc, argv);
     uv_loop_t *loop = uv_default_loop();
     uv_async_init(loop, &async_handle, on_async);
-    pthread_t th;
-    pthread_create(&th, NULL, sender, NULL);
+    pthread_t th = start_sender();
     uv_run(loop, UV_RUN_DEFAULT);
     pthread_join(th, NULL);
     print_latency();

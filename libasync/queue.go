@@ -97,8 +97,7 @@ func (q *Queue) EnqueueWait(data []byte, timeout time.Duration, wait bool) error
 	if len(data) > q.maxMsg {
 		return ErrTooBig
 	}
-	var w *waiter
-	var deadline time.Time
+	var b blocking
 	q.mu.Lock()
 	for {
 		if q.closed {
@@ -120,13 +119,7 @@ func (q *Queue) EnqueueWait(data []byte, timeout time.Duration, wait bool) error
 			q.mu.Unlock()
 			return ErrFull
 		}
-		if w == nil {
-			w = newWaiter()
-			if timeout > 0 {
-				deadline = time.Now().Add(timeout)
-			}
-		}
-		if !q.block(&q.writers, w, deadline) {
+		if !q.block(&q.writers, &b, timeout) {
 			q.mu.Unlock()
 			return ErrTimedOut
 		}
@@ -183,8 +176,7 @@ func (q *Queue) Dequeue(buf []byte) (int, error) {
 // DequeueTimeout is Dequeue that waits up to timeout (< 0: forever) for a
 // message.
 func (q *Queue) DequeueTimeout(buf []byte, timeout time.Duration) (int, error) {
-	var w *waiter
-	var deadline time.Time
+	var b blocking
 	q.mu.Lock()
 	for {
 		if q.closed {
@@ -198,13 +190,7 @@ func (q *Queue) DequeueTimeout(buf []byte, timeout time.Duration) (int, error) {
 			q.mu.Unlock()
 			return 0, ErrEmpty
 		}
-		if w == nil {
-			w = newWaiter()
-			if timeout > 0 {
-				deadline = time.Now().Add(timeout)
-			}
-		}
-		if !q.block(&q.readers, w, deadline) {
+		if !q.block(&q.readers, &b, timeout) {
 			q.mu.Unlock()
 			return 0, ErrTimedOut
 		}
@@ -228,12 +214,27 @@ func (q *Queue) DequeueTimeout(buf []byte, timeout time.Duration) (int, error) {
 	return n, nil
 }
 
-// block parks the caller on list until woken or deadline (zero: none).
-// Called and returns with q.mu held; false means the deadline passed.
-func (q *Queue) block(list *waitList, w *waiter, deadline time.Time) bool {
+// blocking is one Enqueue's or Dequeue's waiting state: its waiter and
+// deadline, made by its first block.
+type blocking struct {
+	w        *waiter
+	deadline time.Time // zero: none
+}
+
+// block parks the caller on list until woken or b's deadline, timeout from
+// the first block (< 0: none). Called and returns with q.mu held; false
+// means the deadline passed.
+func (q *Queue) block(list *waitList, b *blocking, timeout time.Duration) bool {
+	if b.w == nil {
+		b.w = newWaiter()
+		if timeout > 0 {
+			b.deadline = time.Now().Add(timeout)
+		}
+	}
+	w := b.w
 	list.push(w)
 	q.mu.Unlock()
-	ok := w.wait(deadline)
+	ok := w.wait(b.deadline)
 	q.mu.Lock()
 	if !ok {
 		if list.remove(w) {

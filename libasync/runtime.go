@@ -177,12 +177,11 @@ func mapPortErr(err error) error {
 
 const fdEventMask = EventRead | EventWrite | EventError | EventClose
 
-// Add watches fd for events (EventRead|EventWrite|EventClose; errors and a
-// hang-up of both sides are always reported, a read-side hang-up alone only
-// with EventClose: see port.Poller); ctx comes back in its events.
-// ErrBadFd for a number that names no open descriptor (negative, above
-// math.MaxInt32 on Unix, or not open), ErrExists if fd is registered.
-func (rt *Runtime) Add(fd int, events uint32, ctx uintptr) error {
+// lockChange checks the arguments of an Add or Modify, locks cmu and makes
+// the change in the poller. On nil cmu stays locked, for the caller to
+// record the registration; on an error it is unlocked: ErrInval for an
+// unknown event bit, ErrBadFd for a negative fd, or the poller's error.
+func (rt *Runtime) lockChange(fd int, events uint32, change func(int, uint32) error) error {
 	if events&^fdEventMask != 0 {
 		return ErrInval
 	}
@@ -190,10 +189,23 @@ func (rt *Runtime) Add(fd int, events uint32, ctx uintptr) error {
 		return ErrBadFd
 	}
 	rt.cmu.Lock()
-	defer rt.cmu.Unlock()
-	if err := mapPortErr(rt.poller.Add(fd, events)); err != nil {
+	if err := mapPortErr(change(fd, events)); err != nil {
+		rt.cmu.Unlock()
 		return err
 	}
+	return nil
+}
+
+// Add watches fd for events (EventRead|EventWrite|EventClose; errors and a
+// hang-up of both sides are always reported, a read-side hang-up alone only
+// with EventClose: see port.Poller); ctx comes back in its events.
+// ErrBadFd for a number that names no open descriptor (negative, above
+// math.MaxInt32 on Unix, or not open), ErrExists if fd is registered.
+func (rt *Runtime) Add(fd int, events uint32, ctx uintptr) error {
+	if err := rt.lockChange(fd, events, rt.poller.Add); err != nil {
+		return err
+	}
+	defer rt.cmu.Unlock()
 	if _, ok := rt.ctx[fd]; !ok {
 		atomic.AddInt64(&rt.sh.Nfds, 1)
 	}
@@ -218,17 +230,10 @@ func (rt *Runtime) ModifyContext(fd int, events uint32, ctx uintptr) error {
 }
 
 func (rt *Runtime) modify(fd int, events uint32, ctx uintptr, setCtx bool) error {
-	if events&^fdEventMask != 0 {
-		return ErrInval
-	}
-	if fd < 0 {
-		return ErrBadFd
-	}
-	rt.cmu.Lock()
-	defer rt.cmu.Unlock()
-	if err := mapPortErr(rt.poller.Modify(fd, events)); err != nil {
+	if err := rt.lockChange(fd, events, rt.poller.Modify); err != nil {
 		return err
 	}
+	defer rt.cmu.Unlock()
 	if r, ok := rt.ctx[fd]; ok {
 		r.seq = atomic.AddUint64(&rt.sh.RegSeq, 1)
 		if setCtx {

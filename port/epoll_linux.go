@@ -3,7 +3,6 @@
 package port
 
 import (
-	"sync"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -33,8 +32,7 @@ func init() { register("epoll", newEpoll) }
 type epollPoller struct {
 	epfd    int
 	efd     int
-	mu      sync.Mutex // guards closed, regs, epfd changes
-	closed  bool
+	guard   // mu also guards regs and epfd changes
 	regs    map[int]epollReg
 	nextID  int32
 	rebuild bool  // a ghost was seen: rebuild the set (waiter only)
@@ -101,14 +99,10 @@ func epollBits(events uint32) uint32 {
 }
 
 func (p *epollPoller) ctl(op, fd int, events uint32) error {
-	if badFdNumber(fd) {
-		return ErrBadFd
+	if err := p.lockFd(fd); err != nil {
+		return err
 	}
-	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
-		return ErrClosed
-	}
 	if fd == p.efd || fd == p.epfd {
 		// The poller's own descriptors are not the caller's to watch.
 		if op == unix.EPOLL_CTL_ADD {
@@ -338,24 +332,18 @@ func (p *epollPoller) Wakeup() error { return p.ring(WakeupIncrement) }
 // ring writes the doorbell unless the poller is closed (its fd number may
 // then belong to somebody else).
 func (p *epollPoller) ring(v uint64) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return ErrClosed
+	if err := p.lockOpen(); err != nil {
+		return err
 	}
+	defer p.mu.Unlock()
 	return p.write(v)
 }
 
 func (p *epollPoller) Doorbell() (int, int) { return p.efd, DoorbellEventfd }
 
 func (p *epollPoller) Close() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return ErrClosed
-	}
-	p.closed = true
-	unix.Close(p.epfd)
-	unix.Close(p.efd)
-	return nil
+	return p.shut(func() {
+		unix.Close(p.epfd)
+		unix.Close(p.efd)
+	})
 }

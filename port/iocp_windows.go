@@ -48,8 +48,7 @@ type iocpPoller struct {
 	ringPending atomic.Bool
 	wakePending atomic.Bool
 
-	mu       sync.Mutex
-	closed   bool
+	guard                         // mu also guards the fields up to ents
 	socks    map[int]*afdSock     // registered sockets by fd
 	inflight map[uintptr]*afdSock // outstanding polls by &iosb
 	updates  []*afdSock           // to poll (again) at the next Wait
@@ -299,14 +298,10 @@ func (p *iocpPoller) release(s *afdSock) {
 }
 
 func (p *iocpPoller) Add(fd int, events uint32) error {
-	if fd < 0 {
-		return ErrBadFd
+	if err := p.lockSock(fd); err != nil {
+		return err
 	}
-	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
-		return ErrClosed
-	}
 	if old, ok := p.socks[fd]; ok {
 		if !old.dead {
 			return ErrExists
@@ -333,27 +328,38 @@ func (p *iocpPoller) Add(fd int, events uint32) error {
 	return nil
 }
 
-// unknown is the error for an fd that is not registered.
-func unknown(fd int) error {
-	if _, err := baseSocket(windows.Handle(uintptr(fd))); err != nil {
-		return ErrBadFd
-	}
-	return ErrNotFound
-}
-
-func (p *iocpPoller) Modify(fd int, events uint32) error {
+// lockSock is lockOpen for a call about socket fd: ErrBadFd, without
+// locking, for a negative fd.
+func (p *iocpPoller) lockSock(fd int) error {
 	if fd < 0 {
 		return ErrBadFd
 	}
-	p.mu.Lock()
+	return p.lockOpen()
+}
+
+// lookup finds fd's registration for Modify and Remove and returns it with
+// mu held; an error leaves mu unlocked: ErrBadFd for an fd that names no
+// socket, ErrNotFound for an unregistered one.
+func (p *iocpPoller) lookup(fd int) (*afdSock, error) {
+	if err := p.lockSock(fd); err != nil {
+		return nil, err
+	}
+	if s, ok := p.socks[fd]; ok {
+		return s, nil
+	}
+	p.mu.Unlock()
+	if _, err := baseSocket(windows.Handle(uintptr(fd))); err != nil {
+		return nil, ErrBadFd
+	}
+	return nil, ErrNotFound
+}
+
+func (p *iocpPoller) Modify(fd int, events uint32) error {
+	s, err := p.lookup(fd)
+	if err != nil {
+		return err
+	}
 	defer p.mu.Unlock()
-	if p.closed {
-		return ErrClosed
-	}
-	s, ok := p.socks[fd]
-	if !ok {
-		return unknown(fd)
-	}
 	if s.dead || !isSocket(fd) {
 		p.forget(s) // closed while registered: forgotten, as epoll does
 		return ErrBadFd
@@ -370,18 +376,11 @@ func (p *iocpPoller) Modify(fd int, events uint32) error {
 }
 
 func (p *iocpPoller) Remove(fd int) error {
-	if fd < 0 {
-		return ErrBadFd
+	s, err := p.lookup(fd)
+	if err != nil {
+		return err
 	}
-	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
-		return ErrClosed
-	}
-	s, ok := p.socks[fd]
-	if !ok {
-		return unknown(fd)
-	}
 	p.forget(s)
 	if s.dead || !isSocket(fd) {
 		return ErrBadFd // closed while registered: forgotten, as epoll does
@@ -468,10 +467,8 @@ func (p *iocpPoller) decode(s *afdSock) uint32 {
 
 func (p *iocpPoller) Wait(evs []Event, timeoutMs int) (int, WaitResult, error) {
 	h := harvest{evs: evs}
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		return 0, WaitResult{}, ErrClosed
+	if err := p.lockOpen(); err != nil {
+		return 0, WaitResult{}, err
 	}
 	p.flush()
 	for _, s := range p.dead {
@@ -546,11 +543,10 @@ func (p *iocpPoller) consume(ents []overlappedEntry, h *harvest) {
 }
 
 func (p *iocpPoller) post(flag *atomic.Bool, key uintptr) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return ErrClosed
+	if err := p.lockOpen(); err != nil {
+		return err
 	}
+	defer p.mu.Unlock()
 	if !flag.CompareAndSwap(false, true) {
 		return nil // a packet is queued already: the waiter wakes anyway
 	}
@@ -566,13 +562,11 @@ func (p *iocpPoller) Wakeup() error { return p.post(&p.wakePending, keyWake) }
 
 func (p *iocpPoller) Doorbell() (int, int) { return int(p.iocp), DoorbellIOCP }
 
-func (p *iocpPoller) Close() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return ErrClosed
-	}
-	p.closed = true
+func (p *iocpPoller) Close() error { return p.shut(p.closeAll) }
+
+// closeAll cancels every outstanding poll, waits up to 2 s for their
+// packets and closes the poller's handles.
+func (p *iocpPoller) closeAll() {
 	// Cancel every outstanding poll and collect its packet, so the kernel
 	// is done with the afdSocks before they are dropped.
 	for _, s := range p.inflight {
@@ -605,5 +599,4 @@ func (p *iocpPoller) Close() error {
 	}
 	windows.CloseHandle(p.iocp)
 	p.socks, p.inflight, p.updates, p.dead, p.groups = nil, nil, nil, nil, nil
-	return nil
 }

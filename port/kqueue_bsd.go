@@ -3,7 +3,6 @@
 package port
 
 import (
-	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -37,12 +36,10 @@ func init() { register("kqueue", newKqueue) }
 // exists, but not every kqueue has it and C cannot trigger it signal-safely
 // without a second convention; one pipe everywhere keeps one code path.
 type kqueuePoller struct {
-	kq int
-	pipeBell
+	kq          int
+	guardedBell // mu also guards regs
 
-	mu     sync.Mutex
-	closed bool
-	regs   map[int]*kqReg
+	regs map[int]*kqReg
 
 	raw   []unix.Kevent_t // owned by the waiting thread
 	slot  map[int]int     // fd -> index in the output, rebuilt per Wait
@@ -72,7 +69,7 @@ func newKqueue() (Poller, error) {
 		unix.Close(kq)
 		return nil, err
 	}
-	kp := &kqueuePoller{kq: kq, pipeBell: bell, regs: map[int]*kqReg{}, slot: map[int]int{}}
+	kp := &kqueuePoller{kq: kq, guardedBell: guardedBell{pipeBell: bell}, regs: map[int]*kqReg{}, slot: map[int]int{}}
 	if err := kp.change(bell.rfd, unix.EVFILT_READ, unix.EV_ADD); err != nil {
 		kp.closeAll()
 		return nil, err
@@ -139,14 +136,10 @@ func (p *kqueuePoller) lookup(fd int) (*kqReg, error) {
 }
 
 func (p *kqueuePoller) Add(fd int, events uint32) error {
-	if badFdNumber(fd) {
-		return ErrBadFd
+	if err := p.lockFd(fd); err != nil {
+		return err
 	}
-	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
-		return ErrClosed
-	}
 	if p.own(fd) {
 		return ErrExists
 	}
@@ -176,14 +169,10 @@ func (p *kqueuePoller) Add(fd int, events uint32) error {
 }
 
 func (p *kqueuePoller) Modify(fd int, events uint32) error {
-	if badFdNumber(fd) {
-		return ErrBadFd
+	if err := p.lockFd(fd); err != nil {
+		return err
 	}
-	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
-		return ErrClosed
-	}
 	r, err := p.lookup(fd)
 	if err != nil {
 		return err
@@ -216,14 +205,10 @@ func (p *kqueuePoller) Modify(fd int, events uint32) error {
 }
 
 func (p *kqueuePoller) Remove(fd int) error {
-	if badFdNumber(fd) {
-		return ErrBadFd
+	if err := p.lockFd(fd); err != nil {
+		return err
 	}
-	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
-		return ErrClosed
-	}
 	r, err := p.lookup(fd)
 	if err != nil {
 		return err // a closed fd is forgotten too, as epoll does
@@ -330,34 +315,9 @@ func (p *kqueuePoller) events(e *unix.Kevent_t, reg *kqReg) (uint32, bool) {
 	return bits, true
 }
 
-func (p *kqueuePoller) Ring() error   { return p.ring(RingByte) }
-func (p *kqueuePoller) Wakeup() error { return p.ring(WakeupByte) }
-
-// ring writes the doorbell unless the poller is closed (its fd number may
-// then belong to somebody else).
-func (p *kqueuePoller) ring(b byte) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return ErrClosed
-	}
-	return p.write(b)
-}
-
-func (p *kqueuePoller) Doorbell() (int, int) { return p.wfd, DoorbellPipe }
-
 func (p *kqueuePoller) closeAll() {
 	unix.Close(p.kq)
 	p.pipeBell.close()
 }
 
-func (p *kqueuePoller) Close() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return ErrClosed
-	}
-	p.closed = true
-	p.closeAll()
-	return nil
-}
+func (p *kqueuePoller) Close() error { return p.shut(p.closeAll) }

@@ -66,3 +66,25 @@ func (b *pipeBell) close() {
 	unix.Close(b.rfd)
 	unix.Close(b.wfd)
 }
+
+// guardedBell is the doorbell of the poll and kqueue backends behind their
+// guard: their Ring, Wakeup and Doorbell.
+type guardedBell struct {
+	guard
+	pipeBell
+}
+
+func (b *guardedBell) Ring() error   { return b.ring(RingByte) }
+func (b *guardedBell) Wakeup() error { return b.ring(WakeupByte) }
+
+// ring writes the doorbell unless the poller is closed (its fd number may
+// then belong to somebody else).
+func (b *guardedBell) ring(c byte) error {
+	if err := b.lockOpen(); err != nil {
+		return err
+	}
+	defer b.mu.Unlock()
+	return b.write(c)
+}
+
+func (b *guardedBell) Doorbell() (int, int) { return b.wfd, DoorbellPipe }

@@ -3,8 +3,6 @@
 package port
 
 import (
-	"sync"
-
 	"golang.org/x/sys/unix"
 )
 
@@ -15,10 +13,8 @@ func init() { register("poll", newPoll) }
 // changed. A change made while a thread waits rings the doorbell so the wait
 // restarts with the new set. There is no descriptor limit besides RLIMIT_NOFILE.
 type pollPoller struct {
-	pipeBell
+	guardedBell // mu also guards the fields up to fds
 
-	mu      sync.Mutex
-	closed  bool
 	regs    map[int]pollReg
 	dirty   bool
 	waiting bool
@@ -56,7 +52,7 @@ func newPoll() (Poller, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &pollPoller{pipeBell: bell, regs: map[int]pollReg{}, dirty: true}, nil
+	return &pollPoller{guardedBell: guardedBell{pipeBell: bell}, regs: map[int]pollReg{}, dirty: true}, nil
 }
 
 func (p *pollPoller) Name() string { return "poll" }
@@ -67,14 +63,18 @@ func validFd(fd int) bool {
 	return err == nil
 }
 
-func (p *pollPoller) change(fd int, events uint32, op int) error {
-	if badFdNumber(fd) {
+// unregistered is the error for a Modify or Remove of an fd with no
+// registration: ErrBadFd if it is not open, else ErrNotFound.
+func unregistered(fd int) error {
+	if !validFd(fd) {
 		return ErrBadFd
 	}
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		return ErrClosed
+	return ErrNotFound
+}
+
+func (p *pollPoller) change(fd int, events uint32, op int) error {
+	if err := p.lockFd(fd); err != nil {
+		return err
 	}
 	reg, present := p.regs[fd]
 	if fd == p.rfd || fd == p.wfd {
@@ -98,10 +98,7 @@ func (p *pollPoller) change(fd int, events uint32, op int) error {
 	case opMod:
 		if !present || fd == p.rfd || fd == p.wfd {
 			p.mu.Unlock()
-			if !validFd(fd) {
-				return ErrBadFd
-			}
-			return ErrNotFound
+			return unregistered(fd)
 		}
 		// The registration is of the file the number named at Add: if
 		// that file was closed, or the number now names another file,
@@ -121,10 +118,7 @@ func (p *pollPoller) change(fd int, events uint32, op int) error {
 	case opDel:
 		if !present || fd == p.rfd || fd == p.wfd {
 			p.mu.Unlock()
-			if !validFd(fd) {
-				return ErrBadFd
-			}
-			return ErrNotFound
+			return unregistered(fd)
 		}
 		delete(p.regs, fd)
 		if !validFd(fd) {
@@ -263,28 +257,4 @@ func (p *pollPoller) events(i int) uint32 {
 	return bits
 }
 
-func (p *pollPoller) Ring() error   { return p.ring(RingByte) }
-func (p *pollPoller) Wakeup() error { return p.ring(WakeupByte) }
-
-// ring writes the doorbell unless the poller is closed.
-func (p *pollPoller) ring(b byte) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return ErrClosed
-	}
-	return p.write(b)
-}
-
-func (p *pollPoller) Doorbell() (int, int) { return p.wfd, DoorbellPipe }
-
-func (p *pollPoller) Close() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return ErrClosed
-	}
-	p.closed = true
-	p.pipeBell.close()
-	return nil
-}
+func (p *pollPoller) Close() error { return p.shut(p.pipeBell.close) }

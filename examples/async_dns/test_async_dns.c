@@ -178,6 +178,14 @@ static struct req *submit(dns_kind_t kind, const char *query, unsigned timeout_m
     return q;
 }
 
+/* submit of the forward lookup of the name fmt makes of i ("ok-%d"). */
+static struct req *submit_nth(const char *fmt, int i, unsigned timeout_ms)
+{
+    char name[32];
+    snprintf(name, sizeof name, fmt, i);
+    return submit(DNS_FORWARD, name, timeout_ms);
+}
+
 static void pump_once(int timeout_ms)
 {
     io_event_t evs[64];
@@ -447,17 +455,11 @@ static void case_hang(void)
      * come back the stale jobs are skipped rather than run. */
     gate_set(false);
     int base = g_nreqs;
-    for (int i = 0; i < 4; i++) {
-        char name[32];
-        snprintf(name, sizeof name, "hang-all-%d", i);
-        submit(DNS_FORWARD, name, 300);
-    }
+    for (int i = 0; i < 4; i++)
+        submit_nth("hang-all-%d", i, 300);
     PUMP_UNTIL(atomic_load(&g_hanging) == 4, WAIT_MS);
-    for (int i = 0; i < 10; i++) {
-        char name[32];
-        snprintf(name, sizeof name, "ok-queued-%d", i);
-        submit(DNS_FORWARD, name, 300);
-    }
+    for (int i = 0; i < 10; i++)
+        submit_nth("ok-queued-%d", i, 300);
     PUMP_UNTIL(g_told_total == g_nreqs, WAIT_MS);
     for (int i = base; i < g_nreqs; i++)
         if (g_reqs[i].state != DNS_TIMED_OUT || g_reqs[i].elapsed_ms < 300.0)
@@ -552,9 +554,7 @@ static void case_busy(void)
     submit(DNS_FORWARD, "hang-x", 200);
     PUMP_UNTIL(atomic_load(&g_hanging) == 1, WAIT_MS);
     for (int i = 0; i < 3; i++) {
-        char name[16];
-        snprintf(name, sizeof name, "ok-%d", i);
-        submit(DNS_FORWARD, name, 200);
+        submit_nth("ok-%d", i, 200);
         PUMP_UNTIL(g_told_total == g_nreqs, WAIT_MS);
     }
     REQUIRE(stats().inflight == 0 && stats().timed_out == 4);
@@ -578,11 +578,8 @@ static void case_shutdown(void)
                         .resolve = test_resolve, .resolve_arg = &g_mu};
     setup(&cfg);
     reset();
-    for (int i = 0; i < 3; i++) {
-        char name[16];
-        snprintf(name, sizeof name, "hang-%d", i);
-        submit(DNS_FORWARD, name, 60000);
-    }
+    for (int i = 0; i < 3; i++)
+        submit_nth("hang-%d", i, 60000);
     PUMP_UNTIL(atomic_load(&g_hanging) == 3, WAIT_MS);
     for (int i = 0; i < 60; i++)
         submit(DNS_FORWARD, i % 2 ? "slow" : "ok", 60000);

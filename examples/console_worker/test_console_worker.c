@@ -48,6 +48,16 @@ static long *pongs(const char *out, size_t *n)
     return v;
 }
 
+/* The program's output ends with last (unless NULL), it exits cleanly, and
+ * c is freed. */
+static void expect_exit(struct child *c, const char *last)
+{
+    if (last)
+        child_expect(c, last, WAIT_MS);
+    child_require_clean_exit(c, WAIT_MS);
+    child_free(c);
+}
+
 /* N lines written to a pipe are processed in order, each exactly once;
  * closing the pipe (EOF) shuts the program down cleanly. N < 256, the
  * queue's capacity, so no line can be dropped. */
@@ -156,15 +166,11 @@ static void case_eof(void)
     child_expect(&c, "stats: lines=5 dropped=0 truncated=1 ", WAIT_MS);
     child_expect(&c, "pong last\n", WAIT_MS);
     child_expect(&c, "console: end of input, shutting down\n", WAIT_MS);
-    child_expect(&c, "bye\n", WAIT_MS);
-    child_require_clean_exit(&c, WAIT_MS);
-    child_free(&c);
+    expect_exit(&c, "bye\n");
     unlink(path);
 
     start(&c, CHILD_FILE, "/dev/null", NULL);
-    child_expect(&c, "console: end of input, shutting down\n", WAIT_MS);
-    child_require_clean_exit(&c, WAIT_MS);
-    child_free(&c);
+    expect_exit(&c, "console: end of input, shutting down\n");
 
     /* A pipe that stays open: still running after heartbeats went by. */
     start(&c, CHILD_PIPE, NULL, NULL);
@@ -175,9 +181,7 @@ static void case_eof(void)
     REQUIRE(waitpid(c.pid, &c.status, WNOHANG) == 0);
     REQUIRE(strstr(c.out, "end of input") == NULL);
     child_close_input(&c);
-    child_expect(&c, "console: end of input, shutting down\n", WAIT_MS);
-    child_require_clean_exit(&c, WAIT_MS);
-    child_free(&c);
+    expect_exit(&c, "console: end of input, shutting down\n");
 }
 
 static int connect_client(unsigned port)
@@ -206,17 +210,28 @@ static void client_expect(int fd, char *acc, size_t cap, const char *text)
     }
 }
 
+/* Starts the program on pipes and connects its first TCP client, whose
+ * welcome line is then in in. Returns the client's socket; the server's
+ * port goes to *port unless port is NULL. */
+static int start_first_client(struct child *c, char *in, size_t cap, unsigned *port)
+{
+    start(c, CHILD_PIPE, NULL, NULL);
+    unsigned p = child_port(c);
+    if (port)
+        *port = p;
+    int a = connect_client(p);
+    client_expect(a, in, cap, "welcome, you are client #1\n");
+    return a;
+}
+
 /* TCP clients see `say` broadcasts; a client's lines reach the console; a
  * client that vanishes (reset) does not kill the server (no SIGPIPE). */
 static void case_tcp_say(void)
 {
     struct child c;
-    start(&c, CHILD_PIPE, NULL, NULL);
-    unsigned port = child_port(&c);
-
+    unsigned port;
     char a_in[4096] = "", b_in[4096] = "";
-    int a = connect_client(port);
-    client_expect(a, a_in, sizeof a_in, "welcome, you are client #1\n");
+    int a = start_first_client(&c, a_in, sizeof a_in, &port);
     int b = connect_client(port);
     client_expect(b, b_in, sizeof b_in, "welcome, you are client #2\n");
 
@@ -256,9 +271,7 @@ static void case_tcp_say(void)
     char tail[64];
     REQUIRE(recv(a, tail, sizeof tail, 0) == 0); /* the server closed it */
     close(a);
-    child_expect(&c, "bye\n", WAIT_MS);
-    child_require_clean_exit(&c, WAIT_MS);
-    child_free(&c);
+    expect_exit(&c, "bye\n");
 }
 
 /* A client's line longer than the server's 1024-byte buffer is shown in
@@ -267,11 +280,8 @@ static void case_tcp_say(void)
 static void case_tcp_lines(void)
 {
     struct child c;
-    start(&c, CHILD_PIPE, NULL, NULL);
-    unsigned port = child_port(&c);
     char in[256] = "";
-    int a = connect_client(port);
-    client_expect(a, in, sizeof in, "welcome, you are client #1\n");
+    int a = start_first_client(&c, in, sizeof in, NULL);
 
     enum { LONG = 1500 };
     char *line = malloc(LONG + 2);
@@ -294,9 +304,7 @@ static void case_tcp_lines(void)
     child_expect(&c, "client #1: last words\nclient #1 disconnected\n", WAIT_MS);
 
     child_write(&c, "shutdown\n");
-    child_expect(&c, "bye\n", WAIT_MS);
-    child_require_clean_exit(&c, WAIT_MS);
-    child_free(&c);
+    expect_exit(&c, "bye\n");
 }
 
 /* SIGPIPE never kills the program: with its stdout gone (the reader closed
@@ -305,11 +313,8 @@ static void case_tcp_lines(void)
 static void case_sigpipe(void)
 {
     struct child c;
-    start(&c, CHILD_PIPE, NULL, NULL);
-    unsigned port = child_port(&c);
     char a_in[4096] = "";
-    int a = connect_client(port);
-    client_expect(a, a_in, sizeof a_in, "welcome, you are client #1\n");
+    int a = start_first_client(&c, a_in, sizeof a_in, NULL);
     close(c.out_fd); /* nobody reads the child's stdout any more */
     c.out_fd = -1;
     c.eof = true;
@@ -318,8 +323,7 @@ static void case_sigpipe(void)
     child_write(&c, "shutdown\n");
     client_expect(a, a_in, sizeof a_in, "server shutting down\n");
     close(a);
-    child_require_clean_exit(&c, WAIT_MS);
-    child_free(&c);
+    expect_exit(&c, NULL);
 }
 
 /* A terminal session on a pseudo-terminal: commands typed in line mode are
@@ -343,17 +347,13 @@ static void case_pty(void)
     child_expect(&c, "pong ac", WAIT_MS);
     child_write(&c, "\x03"); /* Ctrl-C: the pty sends SIGINT to the foreground group */
     child_expect(&c, "caught Interrupt, shutting down", WAIT_MS);
-    child_expect(&c, "bye", WAIT_MS);
-    child_require_clean_exit(&c, WAIT_MS);
-    child_free(&c);
+    expect_exit(&c, "bye");
 
     /* The shutdown command on a terminal. */
     start(&c, CHILD_PTY, NULL, NULL);
     child_port(&c);
     child_write(&c, "shutdown\n");
-    child_expect(&c, "bye", WAIT_MS);
-    child_require_clean_exit(&c, WAIT_MS);
-    child_free(&c);
+    expect_exit(&c, "bye");
 }
 
 /* SIGINT and SIGTERM shut down cleanly while stdin is an idle pipe. */
@@ -369,9 +369,7 @@ static void case_signals(void)
         child_expect(&c, "pong 1\n", WAIT_MS);
         REQUIRE(kill(c.pid, sigs[i]) == 0);
         child_expect(&c, names[i], WAIT_MS);
-        child_expect(&c, "bye\n", WAIT_MS);
-        child_require_clean_exit(&c, WAIT_MS);
-        child_free(&c);
+        expect_exit(&c, "bye\n");
     }
 }
 

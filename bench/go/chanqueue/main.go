@@ -7,33 +7,16 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"strconv"
 	"sync"
 	"time"
+
+	"libasync/bench/peer"
 )
 
 type msg struct{ producer, seq uint64 }
 
-func arg(i, def int) int {
-	if len(os.Args) <= i {
-		return def
-	}
-	v, err := strconv.Atoi(os.Args[i])
-	if err != nil || v <= 0 {
-		fmt.Fprintln(os.Stderr, "bad argument:", os.Args[i])
-		os.Exit(2)
-	}
-	return v
-}
-
-func fail(format string, a ...any) {
-	fmt.Printf("ok=0 error=\"%s\"\n", fmt.Sprintf(format, a...))
-	os.Exit(1)
-}
-
 func main() {
-	producers, perProducer := arg(1, 1), arg(2, 500000)
+	producers, perProducer := peer.Arg(1, 1), peer.Arg(2, 500000)
 	ch := make(chan msg, 1024)
 	var start, done sync.WaitGroup
 	start.Add(1)
@@ -58,7 +41,7 @@ func main() {
 	for got := 0; got < total; got++ {
 		m := <-ch
 		if m.producer < 1 || m.producer > uint64(producers) || m.seq != next[m.producer] {
-			fail("lost, duplicated or reordered message (producer %d seq %d)", m.producer, m.seq)
+			peer.Fail("lost, duplicated or reordered message (producer %d seq %d)", m.producer, m.seq)
 		}
 		next[m.producer]++
 		sum += m.seq
@@ -66,7 +49,7 @@ func main() {
 	secs := time.Since(t0).Seconds()
 	done.Wait()
 	if want := uint64(producers) * uint64(perProducer) * uint64(perProducer+1) / 2; sum != want {
-		fail("checksum %d, expected %d", sum, want)
+		peer.Fail("checksum %d, expected %d", sum, want)
 	}
 	fmt.Printf("ok=1 msgs=%d secs=%.4f msgs_per_s=%.0f\n", total, secs, float64(total)/secs)
 }

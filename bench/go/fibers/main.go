@@ -19,41 +19,26 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"libasync/bench/peer"
 )
-
-func arg(i, def int) int {
-	if len(os.Args) <= i {
-		return def
-	}
-	v, err := strconv.Atoi(os.Args[i])
-	if err != nil || v <= 0 {
-		fmt.Fprintln(os.Stderr, "bad argument:", os.Args[i])
-		os.Exit(2)
-	}
-	return v
-}
-
-func fail(format string, a ...any) {
-	fmt.Printf("ok=0 error=\"%s\"\n", fmt.Sprintf(format, a...))
-	os.Exit(1)
-}
 
 func main() {
 	if len(os.Args) < 3 {
 		fmt.Fprintln(os.Stderr, "usage: fibers yield|spawn|pingpong|parked procs ...")
 		os.Exit(2)
 	}
-	procs := arg(2, 1)
+	procs := peer.Arg(2, 1)
 	runtime.GOMAXPROCS(procs)
 	switch os.Args[1] {
 	case "yield":
-		yield(procs, arg(3, 2), arg(4, 1000000))
+		yield(procs, peer.Arg(3, 2), peer.Arg(4, 1000000))
 	case "spawn":
-		spawn(procs, arg(3, 200000), arg(4, 100))
+		spawn(procs, peer.Arg(3, 200000), peer.Arg(4, 100))
 	case "pingpong":
-		pingpong(procs, arg(3, 1000000))
+		pingpong(procs, peer.Arg(3, 1000000))
 	case "parked":
-		parked(procs, arg(3, 1000000))
+		parked(procs, peer.Arg(3, 1000000))
 	default:
 		fmt.Fprintln(os.Stderr, "unknown mode", os.Args[1])
 		os.Exit(2)
@@ -83,7 +68,7 @@ func yield(procs, n, per int) {
 	wg.Wait()
 	yields := counted.Load()
 	if yields != int64(n*per) {
-		fail("%d yields, expected %d", yields, n*per)
+		peer.Fail("%d yields, expected %d", yields, n*per)
 	}
 	ns := float64(last.Load() - first.Load())
 	fmt.Printf("ok=1 procs=%d goroutines=%d yields=%d secs=%.4f ns_per_yield=%.2f\n", procs, n, yields, ns/1e9, ns/float64(yields))
@@ -106,7 +91,7 @@ func spawn(procs, total, batch int) {
 	}
 	ns := float64(time.Since(t0).Nanoseconds())
 	if counted.Load() != int64(total) {
-		fail("%d goroutines ran, expected %d", counted.Load(), total)
+		peer.Fail("%d goroutines ran, expected %d", counted.Load(), total)
 	}
 	fmt.Printf("ok=1 procs=%d goroutines=%d batch=%d secs=%.4f ns_per_fiber=%.1f\n", procs, total, batch, ns/1e9, ns/float64(total))
 }
@@ -123,7 +108,7 @@ func pingpong(procs, n int) {
 	for i := uint64(0); i < uint64(n); i++ {
 		a <- i
 		if x := <-b; x != i+1 {
-			fail("round trip %d came back as %d", i, x)
+			peer.Fail("round trip %d came back as %d", i, x)
 		}
 	}
 	ns := float64(time.Since(t0).Nanoseconds())
@@ -168,7 +153,7 @@ func parked(procs, n int) {
 	}
 	for i := 0; started.Load() < int64(n); i++ {
 		if i > 120000 {
-			fail("only %d of %d goroutines started in 120 s", started.Load(), n)
+			peer.Fail("only %d of %d goroutines started in 120 s", started.Load(), n)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -182,10 +167,10 @@ func parked(procs, n int) {
 	wg.Wait()
 	wakeNs := float64(time.Since(t1).Nanoseconds()) / float64(n)
 	if woke.Load() != int64(n) {
-		fail("%d of %d goroutines woke from the closed channel", woke.Load(), n)
+		peer.Fail("%d of %d goroutines woke from the closed channel", woke.Load(), n)
 	}
 	if rss0 < 0 || rss1 < 0 {
-		fail("no VmRSS in /proc/self/status")
+		peer.Fail("no VmRSS in /proc/self/status")
 	}
 	fmt.Printf("ok=1 procs=%d goroutines=%d rss_mib=%.1f rss_per_fiber_b=%.0f create_ns=%.1f close_wake_ns=%.1f\n",
 		procs, n, float64(rss1-rss0)/1024, float64(rss1-rss0)*1024/float64(n), createNs, wakeNs)

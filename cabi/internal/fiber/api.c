@@ -25,15 +25,35 @@ la_sched_t *la_sched_get(async_sched_t *h) {
     return s;
 }
 
+la_sched_t *la_sched_use(async_sched_t *h) {
+    la_sched_t *s = la_sched_get(h);
+    if (!s) la_set_error(ASYNC_E_BADHANDLE);
+    return s;
+}
+
 void la_sched_put(la_sched_t *s) { atomic_fetch_sub(&s->refs, 1); }
 
 /* ---- public API: scheduler -------------------------------------------------------- */
 
+/* Tells the workers to stop, wakes the sleeping and the polling one, and
+ * joins the first n (not a cancellation point: base.h). */
+static void stop_workers(la_sched_t *s, int n) {
+    atomic_store(&s->stopping, 1);
+    pthread_mutex_lock(&s->imu);
+    pthread_cond_broadcast(&s->icv);
+    pthread_mutex_unlock(&s->imu);
+    la_kick_poller(s);
+    int cs = LA_CANCEL_KEPT;
+    la_nocancel_enter(&cs);
+    for (int i = 0; i < n; i++) pthread_join(s->wks[i].th, NULL);
+    la_nocancel_leave(&cs);
+}
+
 static void sched_free(la_sched_t *s) {
     /* close(2) of the rings, the poller and its doorbell is a cancellation
-     * point: async_sched_destroy from a host thread whose deferred cancel
-     * is pending was unwound at the first close, leaking the rest of s and
-     * its descriptors (no libasync call is a cancellation point). */
+     * point, and no libasync call is one: cancellation stays off, so that a
+     * host thread with a deferred cancel pending frees all of s and its
+     * descriptors. */
     int cs = LA_CANCEL_KEPT;
     la_nocancel_enter(&cs);
 #if defined(LA_URING)
@@ -149,15 +169,7 @@ async_sched_t *async_sched_create(const async_sched_config_t *cfg) {
         }
     }
     if (started < nw) {
-        atomic_store(&s->stopping, 1);
-        pthread_mutex_lock(&s->imu);
-        pthread_cond_broadcast(&s->icv);
-        pthread_mutex_unlock(&s->imu);
-        la_kick_poller(s);
-        int cs = LA_CANCEL_KEPT; /* not a cancellation point (base.h) */
-        la_nocancel_enter(&cs);
-        for (int i = 0; i < started; i++) pthread_join(s->wks[i].th, NULL);
-        la_nocancel_leave(&cs);
+        stop_workers(s, started);
         la_handle_free(s->handle, LA_T_SCHED);
         sched_free(s);
         la_set_error_os(ASYNC_E_SYS, th_err);
@@ -206,11 +218,8 @@ static int serving_fiber_of(la_sched_t *s) {
 
 int async_sched_run(async_sched_t *sh) {
     LA_ENTRY(-1);
-    la_sched_t *s = la_sched_get(sh);
-    if (!s) {
-        la_set_error(ASYNC_E_BADHANDLE);
-        return -1;
-    }
+    la_sched_t *s = la_sched_use(sh);
+    if (!s) return -1;
     if (la_current_worker() || serving_fiber_of(s)) {
         la_sched_put(s);
         la_set_error(ASYNC_E_STATE);
@@ -241,11 +250,8 @@ int async_sched_shutdown(async_sched_t *sh, int timeout_ms) {
         la_set_error(ASYNC_E_INVAL);
         return -1;
     }
-    la_sched_t *s = la_sched_get(sh);
-    if (!s) {
-        la_set_error(ASYNC_E_BADHANDLE);
-        return -1;
-    }
+    la_sched_t *s = la_sched_use(sh);
+    if (!s) return -1;
     cancel_all(s);
     int rc = 0;
     if (!on_fiber_of(s) && !la_current_worker() && !serving_fiber_of(s)) {
@@ -262,11 +268,8 @@ int async_sched_shutdown(async_sched_t *sh, int timeout_ms) {
 
 void async_sched_destroy(async_sched_t *sh) {
     LA_ENTRY();
-    la_sched_t *s = la_sched_get(sh);
-    if (!s) {
-        la_set_error(ASYNC_E_BADHANDLE);
-        return;
-    }
+    la_sched_t *s = la_sched_use(sh);
+    if (!s) return;
     if (la_current_worker() || la_on_stall_monitor() || serving_fiber_of(s)) {
         la_sched_put(s);
         la_set_error(ASYNC_E_STATE);
@@ -291,15 +294,7 @@ void async_sched_destroy(async_sched_t *sh) {
     la_sched_put(s);
     while (atomic_load(&s->refs) != 0) sched_yield();
     la_tools_sched_gone(s);
-    atomic_store(&s->stopping, 1);
-    pthread_mutex_lock(&s->imu);
-    pthread_cond_broadcast(&s->icv);
-    pthread_mutex_unlock(&s->imu);
-    la_kick_poller(s);
-    int cs = LA_CANCEL_KEPT; /* not a cancellation point (base.h) */
-    la_nocancel_enter(&cs);
-    for (int i = 0; i < s->nw; i++) pthread_join(s->wks[i].th, NULL);
-    la_nocancel_leave(&cs);
+    stop_workers(s, s->nw);
     /* Joinable fibers nobody joined, and the workers' caches. */
     for (int i = 0; i <= s->nw; i++) {
         la_flist_t *l = la_flist_at(s, i);
@@ -335,11 +330,8 @@ int async_sched_get_stats(async_sched_t *sh, async_sched_stats_t *out, async_sch
         return -1;
     }
     memset(out, 0, sizeof *out);
-    la_sched_t *s = la_sched_get(sh);
-    if (!s) {
-        la_set_error(ASYNC_E_BADHANDLE);
-        return -1;
-    }
+    la_sched_t *s = la_sched_use(sh);
+    if (!s) return -1;
     out->workers = s->nw;
     out->stack_size = la_stackpool_stack_size(s->pool);
     out->guard_mode = la_stackpool_guard_mode(s->pool);
@@ -393,10 +385,7 @@ async_fiber_t *async_fiber_spawn(async_sched_t *sh, void (*fn)(void *), void *ar
         s = w->s;
     } else {
         w = NULL;
-        if (!(s = la_sched_get(sh))) {
-            la_set_error(ASYNC_E_BADHANDLE);
-            return NULL;
-        }
+        if (!(s = la_sched_use(sh))) return NULL;
     }
     int rc = 0;
     la_fiber_t *f = NULL;

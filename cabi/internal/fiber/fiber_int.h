@@ -124,6 +124,8 @@ struct la_sched {
 };
 
 la_sched_t *la_sched_get(async_sched_t *h);
+/* la_sched_get for an API call's handle: NULL with ASYNC_E_BADHANDLE set. */
+la_sched_t *la_sched_use(async_sched_t *h);
 void la_sched_put(la_sched_t *s);
 int la_waiter_claim(la_waiter_t *w, int reason);
 void la_waiter_signal(la_waiter_t *w);

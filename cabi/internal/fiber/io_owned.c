@@ -211,11 +211,8 @@ int async_fiber_fd_open(async_sched_t *sh, async_fd_t fd) {
     LA_ENTRY(-1);
     la_sched_t *s;
     if (sh) {
-        s = la_sched_get(sh);
-        if (!s) {
-            la_set_error(ASYNC_E_BADHANDLE);
-            return -1;
-        }
+        s = la_sched_use(sh);
+        if (!s) return -1;
     } else {
         la_fiber_t *f = la_current_fiber();
         if (!f) {

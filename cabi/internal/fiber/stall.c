@@ -208,11 +208,8 @@ int async_sched_set_stall_ms(async_sched_t *sh, int ms) {
         la_set_error(ASYNC_E_STATE);
         return -1;
     }
-    la_sched_t *s = la_sched_get(sh);
-    if (!s) {
-        la_set_error(ASYNC_E_BADHANDLE);
-        return -1;
-    }
+    la_sched_t *s = la_sched_use(sh);
+    if (!s) return -1;
     int os = 0;
     int rc = la_stall_set(s, ms, &os);
     la_sched_put(s);

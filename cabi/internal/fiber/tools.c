@@ -44,16 +44,16 @@ static pthread_mutex_t dbg_mu = PTHREAD_MUTEX_INITIALIZER;
  * UTF-8 are cut at 28 to 31 bytes. */
 
 /* The fiber of handle fh (NULL: the calling one), pinned in *slot (NULL
- * when it is the caller's own), or NULL with *rc. */
-static la_fiber_t *fiber_ref(async_fiber_t *fh, la_slot_t **slot, int *rc) {
+ * when it is the caller's own), or NULL with the error recorded: STATE off a
+ * fiber, BADHANDLE for a handle that names none. */
+static la_fiber_t *fiber_ref(async_fiber_t *fh, la_slot_t **slot) {
     *slot = NULL;
-    if (!fh) {
-        la_fiber_t *f = atomic_load_explicit(&la_forked, memory_order_relaxed) ? NULL : la_current_fiber();
-        if (!f) *rc = ASYNC_E_STATE;
-        return f;
-    }
-    la_fiber_t *f = la_handle_get(LA_H(fh), LA_T_FIBER, slot);
-    if (!f) *rc = ASYNC_E_BADHANDLE;
+    la_fiber_t *f;
+    if (!fh)
+        f = atomic_load_explicit(&la_forked, memory_order_relaxed) ? NULL : la_current_fiber();
+    else
+        f = la_handle_get(LA_H(fh), LA_T_FIBER, slot);
+    if (!f) la_set_error(fh ? ASYNC_E_BADHANDLE : ASYNC_E_STATE);
     return f;
 }
 
@@ -84,12 +84,8 @@ int async_fiber_set_name(async_fiber_t *fh, const char *name) {
     }
     buf[n] = 0;
     la_slot_t *slot;
-    int rc = 0;
-    la_fiber_t *f = fiber_ref(fh, &slot, &rc);
-    if (!f) {
-        la_set_error(rc);
-        return -1;
-    }
+    la_fiber_t *f = fiber_ref(fh, &slot);
+    if (!f) return -1;
     name_lock(f);
     memcpy(f->name, buf, n + 1);
     name_unlock(f);
@@ -104,12 +100,8 @@ int async_fiber_get_name(async_fiber_t *fh, char *buf, size_t size) {
         return -1;
     }
     la_slot_t *slot;
-    int rc = 0;
-    la_fiber_t *f = fiber_ref(fh, &slot, &rc);
-    if (!f) {
-        la_set_error(rc);
-        return -1;
-    }
+    la_fiber_t *f = fiber_ref(fh, &slot);
+    if (!f) return -1;
     char copy[ASYNC_FIBER_NAME_MAX];
     name_lock(f);
     memcpy(copy, f->name, sizeof copy);
@@ -216,6 +208,13 @@ static void out_u(la_out_t *o, uint64_t v) {
     out_s(o, u);
 }
 
+/* Writes pre, v in decimal, then post. */
+static void out_num(la_out_t *o, const char *pre, uint64_t v, const char *post) {
+    out_s(o, pre);
+    out_u(o, v);
+    out_s(o, post);
+}
+
 static void out_x(la_out_t *o, uint64_t v) {
     char u[20] = "0x";
     int k = 0;
@@ -257,13 +256,10 @@ static void out_wait(la_out_t *o, const la_drec_t *d, uint64_t now_ns) {
     uint64_t obj = d->obj;
     switch (d->what) {
     case LA_WAIT_SLEEP:
-        out_s(o, ": sleep, wakes in ");
-        out_u(o, obj > now_ns ? (obj - now_ns) / 1000000u : 0);
-        out_s(o, " ms");
+        out_num(o, ": sleep, wakes in ", obj > now_ns ? (obj - now_ns) / 1000000u : 0, " ms");
         break;
     case LA_WAIT_JOIN:
-        out_s(o, ": join of fiber ");
-        out_u(o, obj);
+        out_num(o, ": join of fiber ", obj, "");
         break;
     case LA_WAIT_CHAN_SEND:
     case LA_WAIT_CHAN_RECV:
@@ -274,15 +270,11 @@ static void out_wait(la_out_t *o, const la_drec_t *d, uint64_t now_ns) {
         out_x(o, obj);
         break;
     case LA_WAIT_SELECT:
-        out_s(o, ": select of ");
-        out_u(o, obj);
-        out_s(o, " operations");
+        out_num(o, ": select of ", obj, " operations");
         break;
     case LA_WAIT_FD: {
         unsigned dirs = (unsigned)(obj >> 32);
-        out_s(o, ": fd ");
-        out_u(o, (uint32_t)obj);
-        out_s(o, dirs == 3 ? " read+write" : dirs == 2 ? " write" : " read");
+        out_num(o, ": fd ", (uint32_t)obj, dirs == 3 ? " read+write" : dirs == 2 ? " write" : " read");
         break;
     }
     default: break;
@@ -290,22 +282,17 @@ static void out_wait(la_out_t *o, const la_drec_t *d, uint64_t now_ns) {
 }
 
 static void out_rec(la_out_t *o, const la_drec_t *d, uint64_t now_ns, uint64_t now_coarse) {
-    out_s(o, "fiber ");
-    out_u(o, d->id);
-    out_s(o, " \"");
+    out_num(o, "fiber ", d->id, " \"");
     out_s(o, d->name);
     out_s(o, "\" ");
     out_s(o, state_name(d->state));
     if (d->state == LA_FS_RUNNING && d->worker >= 0) {
-        out_s(o, " on worker ");
-        out_u(o, (uint64_t)d->worker);
+        out_num(o, " on worker ", (uint64_t)d->worker, "");
     }
     if (d->state == LA_FS_PARKING || d->state == LA_FS_PARKED) {
         out_wait(o, d, now_ns);
         if (d->what != LA_WAIT_NONE) {
-            out_s(o, ", for ");
-            out_u(o, now_coarse > d->since ? (now_coarse - d->since) / 1000000u : 0);
-            out_s(o, " ms");
+            out_num(o, ", for ", now_coarse > d->since ? (now_coarse - d->since) / 1000000u : 0, " ms");
         }
     }
     out_s(o, "\n");
@@ -317,31 +304,14 @@ static void out_dump(la_out_t *o, la_sched_t *s, const la_drec_t *r, size_t n, s
     uint64_t now_ns = la_now_ns(), now_coarse = la_coarse_ns();
     out_s(o, "libasync: sched ");
     out_x(o, s->handle);
-    out_s(o, ": ");
-    out_u(o, (uint64_t)s->nw);
-    out_s(o, " workers, ");
-    out_u(o, total);
-    out_s(o, " fibers");
-    if (signo) {
-        out_s(o, " (signal ");
-        out_u(o, (uint64_t)signo);
-        out_s(o, ")");
-    }
+    out_num(o, ": ", (uint64_t)s->nw, " workers, ");
+    out_num(o, "", total, " fibers");
+    if (signo) out_num(o, " (signal ", (uint64_t)signo, ")");
     out_s(o, "\n");
     for (size_t i = 0; i < n; i++) out_rec(o, &r[i], now_ns, now_coarse);
-    out_s(o, "libasync: end of dump: ");
-    out_u(o, n);
-    out_s(o, " fibers listed");
-    if (total > n) {
-        out_s(o, ", ");
-        out_u(o, total - n);
-        out_s(o, " not listed");
-    }
-    if (skipped) {
-        out_s(o, ", ");
-        out_u(o, (uint64_t)skipped);
-        out_s(o, " fiber lists skipped (locked)");
-    }
+    out_num(o, "libasync: end of dump: ", n, " fibers listed");
+    if (total > n) out_num(o, ", ", total - n, " not listed");
+    if (skipped) out_num(o, ", ", (uint64_t)skipped, " fiber lists skipped (locked)");
     out_s(o, "\n");
     out_flush(o);
 }
@@ -352,11 +322,8 @@ int async_sched_dump(async_sched_t *sh, int fd) {
         la_set_error(ASYNC_E_INVAL);
         return -1;
     }
-    la_sched_t *s = la_sched_get(sh);
-    if (!s) {
-        la_set_error(ASYNC_E_BADHANDLE);
-        return -1;
-    }
+    la_sched_t *s = la_sched_use(sh);
+    if (!s) return -1;
     size_t cap = 256, total = 0;
     la_drec_t *r = NULL;
     for (int tries = 0; tries < 8; tries++) {

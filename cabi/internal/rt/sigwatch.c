@@ -178,67 +178,67 @@ static void sig_unuse(int s) {
     la_sigown_drop(s, LA_SIGOWN_WATCH);
 }
 
-static int sig_add(uint64_t h, int signo, uintptr_t key) {
-    if (!sig_allowed(signo)) return ASYNC_E_INVAL;
-    uint64_t bit = (uint64_t)1 << (signo - 1);
+/* Runs op on the runtime behind h, under mu; ASYNC_E_BADHANDLE if h names
+ * none. */
+static int on_runtime(uint64_t h, int signo, uintptr_t key, int (*op)(la_rtc_t *, uint64_t, int, uintptr_t)) {
     pthread_mutex_lock(&mu);
     la_slot_t *slot;
     la_rtc_t *r = la_handle_get(h, LA_T_RUNTIME, &slot);
-    int rc = 0;
-    if (!r) {
-        rc = ASYNC_E_BADHANDLE;
-    } else if (atomic_load(&r->closed)) {
-        rc = ASYNC_E_CLOSED;
-    } else if (atomic_load(&r->sigon) & bit) {
-        rc = ASYNC_E_EXISTS;
-    } else {
-        int i = 0;
-        while (i < LA_SIG_WATCHES && atomic_load(&watches[i].signo) != 0) i++;
-        if (i == LA_SIG_WATCHES) {
-            rc = ASYNC_E_NOMEM;
-        } else {
-            atomic_store(&r->sigkey[signo], key);
-            atomic_store(&r->sigpend[signo], 0);
-            atomic_fetch_or(&r->sigon, bit);
-            atomic_store(&watches[i].h, h);
-            atomic_store(&watches[i].signo, signo);
-            rc = sig_use(signo);
-            if (rc != 0) {
-                atomic_store(&watches[i].signo, 0);
-                atomic_store(&watches[i].h, 0);
-                atomic_fetch_and(&r->sigon, ~bit);
-            }
-        }
-    }
+    int rc = r ? op(r, h, signo, key) : ASYNC_E_BADHANDLE;
     if (r) la_handle_put(slot);
     pthread_mutex_unlock(&mu);
     return rc;
 }
 
-static int sig_remove(uint64_t h, int signo) {
-    if (signo < 1 || signo >= LA_SIG_N) return ASYNC_E_INVAL;
+/* Empties watch slot i, which watched signo (under mu). */
+static void drop_watch(int i, int signo) {
+    atomic_store(&watches[i].signo, 0);
+    atomic_store(&watches[i].h, 0);
+    sig_unuse(signo);
+}
+
+static int add_locked(la_rtc_t *r, uint64_t h, int signo, uintptr_t key) {
     uint64_t bit = (uint64_t)1 << (signo - 1);
-    pthread_mutex_lock(&mu);
-    la_slot_t *slot;
-    la_rtc_t *r = la_handle_get(h, LA_T_RUNTIME, &slot);
-    int rc = 0;
-    if (!r) {
-        rc = ASYNC_E_BADHANDLE;
-    } else if (!(atomic_fetch_and(&r->sigon, ~bit) & bit)) {
-        rc = ASYNC_E_NOTFOUND;
-    } else {
-        for (int i = 0; i < LA_SIG_WATCHES; i++) {
-            if (atomic_load(&watches[i].signo) == signo && atomic_load(&watches[i].h) == h) {
-                atomic_store(&watches[i].signo, 0);
-                atomic_store(&watches[i].h, 0);
-                sig_unuse(signo);
-                break;
-            }
+    if (atomic_load(&r->closed)) return ASYNC_E_CLOSED;
+    if (atomic_load(&r->sigon) & bit) return ASYNC_E_EXISTS;
+    int i = 0;
+    while (i < LA_SIG_WATCHES && atomic_load(&watches[i].signo) != 0) i++;
+    if (i == LA_SIG_WATCHES) return ASYNC_E_NOMEM;
+    atomic_store(&r->sigkey[signo], key);
+    atomic_store(&r->sigpend[signo], 0);
+    atomic_fetch_or(&r->sigon, bit);
+    atomic_store(&watches[i].h, h);
+    atomic_store(&watches[i].signo, signo);
+    int rc = sig_use(signo);
+    if (rc != 0) {
+        atomic_store(&watches[i].signo, 0);
+        atomic_store(&watches[i].h, 0);
+        atomic_fetch_and(&r->sigon, ~bit);
+    }
+    return rc;
+}
+
+static int remove_locked(la_rtc_t *r, uint64_t h, int signo, uintptr_t key) {
+    (void)key;
+    uint64_t bit = (uint64_t)1 << (signo - 1);
+    if (!(atomic_fetch_and(&r->sigon, ~bit) & bit)) return ASYNC_E_NOTFOUND;
+    for (int i = 0; i < LA_SIG_WATCHES; i++) {
+        if (atomic_load(&watches[i].signo) == signo && atomic_load(&watches[i].h) == h) {
+            drop_watch(i, signo);
+            break;
         }
     }
-    if (r) la_handle_put(slot);
-    pthread_mutex_unlock(&mu);
-    return rc;
+    return 0;
+}
+
+static int sig_add(uint64_t h, int signo, uintptr_t key) {
+    if (!sig_allowed(signo)) return ASYNC_E_INVAL;
+    return on_runtime(h, signo, key, add_locked);
+}
+
+static int sig_remove(uint64_t h, int signo) {
+    if (signo < 1 || signo >= LA_SIG_N) return ASYNC_E_INVAL;
+    return on_runtime(h, signo, 0, remove_locked);
 }
 
 void la_sig_forget(uint64_t h) {
@@ -246,11 +246,7 @@ void la_sig_forget(uint64_t h) {
     pthread_mutex_lock(&mu);
     for (int i = 0; i < LA_SIG_WATCHES; i++) {
         int s = atomic_load(&watches[i].signo);
-        if (s != 0 && atomic_load(&watches[i].h) == h) {
-            atomic_store(&watches[i].signo, 0);
-            atomic_store(&watches[i].h, 0);
-            sig_unuse(s);
-        }
+        if (s != 0 && atomic_load(&watches[i].h) == h) drop_watch(i, s);
     }
     pthread_mutex_unlock(&mu);
 }

@@ -143,6 +143,16 @@ static int make_stop_fd(la_worker_t *w) {
 
 static void signal_stop(la_worker_t *w);
 
+/* Undoes an async_worker_create that got as far as the record: frees its
+ * handle (if it has one) and the record, and records the error. */
+static async_worker_t *create_failed(la_worker_t *w, int code, int os) {
+    if (w->handle) la_handle_free(w->handle, LA_T_WORKER);
+    atomic_store(&w->refs, 1);
+    worker_unref(w);
+    la_set_error_os(code, os);
+    return NULL;
+}
+
 async_worker_t *async_worker_create(async_worker_proc_t proc, void *context, size_t stack_size) {
     LA_ENTRY(NULL);
     la_ensure_go_poller(); /* the first one starts Go's poller (base/gopoller.go) */
@@ -168,12 +178,7 @@ async_worker_t *async_worker_create(async_worker_proc_t proc, void *context, siz
     atomic_store(&w->state, ASYNC_WORKER_RUNNING);
     atomic_store(&w->refs, 2); /* the handle and the thread */
     w->handle = la_handle_alloc(LA_T_WORKER, w);
-    if (!w->handle) {
-        atomic_store(&w->refs, 1);
-        worker_unref(w);
-        la_set_error(ASYNC_E_NOMEM);
-        return NULL;
-    }
+    if (!w->handle) return create_failed(w, ASYNC_E_NOMEM, 0);
 
     pthread_attr_t attr;
     pthread_attr_init(&attr);
@@ -186,22 +191,10 @@ async_worker_t *async_worker_create(async_worker_proc_t proc, void *context, siz
 #endif
         size_t sz = stack_size < LA_MIN_WORKER_STACK ? LA_MIN_WORKER_STACK : stack_size;
         if (sz < (size_t)PTHREAD_STACK_MIN) sz = PTHREAD_STACK_MIN;
-        if (sz > SIZE_MAX - (page - 1)) { /* rounding up would overflow */
+        int overflows = sz > SIZE_MAX - (page - 1); /* when rounded up to whole pages */
+        if (overflows || pthread_attr_setstacksize(&attr, (sz + page - 1) / page * page) != 0) {
             pthread_attr_destroy(&attr);
-            la_handle_free(w->handle, LA_T_WORKER);
-            atomic_store(&w->refs, 1);
-            worker_unref(w);
-            la_set_error(ASYNC_E_INVAL);
-            return NULL;
-        }
-        sz = (sz + page - 1) / page * page;
-        if (pthread_attr_setstacksize(&attr, sz) != 0) {
-            pthread_attr_destroy(&attr);
-            la_handle_free(w->handle, LA_T_WORKER);
-            atomic_store(&w->refs, 1);
-            worker_unref(w);
-            la_set_error(ASYNC_E_INVAL);
-            return NULL;
+            return create_failed(w, ASYNC_E_INVAL, 0);
         }
     }
     /* w->thread is written before the thread can be observed by anyone but
@@ -209,15 +202,11 @@ async_worker_t *async_worker_create(async_worker_proc_t proc, void *context, siz
     int err = pthread_create(&w->thread, &attr, worker_main, w);
     pthread_attr_destroy(&attr);
     if (err != 0) {
-        la_handle_free(w->handle, LA_T_WORKER);
-        atomic_store(&w->refs, 1);
-        worker_unref(w);
         /* EINVAL for a stack size asked for: one the system cannot provide
          * (glibc refuses a size whose guard and TLS do not fit), as EAGAIN
          * is for memory or threads: NOMEM (async.h). */
         int code = err == EAGAIN || (err == EINVAL && stack_size > 0) ? ASYNC_E_NOMEM : ASYNC_E_SYS;
-        la_set_error_os(code, err);
-        return NULL;
+        return create_failed(w, code, err);
     }
     return (async_worker_t *)(uintptr_t)w->handle;
 }
