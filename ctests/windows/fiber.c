@@ -693,11 +693,10 @@ CASE(sync_fls) {
     CHECK_EQ(async_fiber_key_delete(sy_key), 0);
 }
 
-
 int main(int argc, char **argv) {
     WSADATA wsa;
     WSAStartup(MAKEWORD(2, 2), &wsa);
     GetModuleFileNameA(NULL, self_path, sizeof self_path);
     setvbuf(stdout, NULL, _IONBF, 0);
-    return test_main_(cases, sizeof cases / sizeof cases[0], argc, argv);
+    return test_main_(test_cases_, test_ncases_, argc, argv);
 }
