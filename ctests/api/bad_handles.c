@@ -147,8 +147,7 @@ static void live_check_and_free(live_t *l)
     async_worker_destroy(l->w);
     async_queue_destroy(l->q);
     async_runtime_deinit(l->rt);
-    close(g_pipe[0]);
-    close(g_pipe[1]);
+    close_pair(g_pipe);
 }
 
 /* ---------------------------------------------------------------------- */

@@ -77,8 +77,7 @@ static int run_prog(char *const argv[], int in_closed, int out_full, char *out, 
             close(0);
         else
             dup2(null, 0);
-        close(p[0]);
-        close(p[1]);
+        close_pair(p);
         close(null);
         close(full);
         execv(argv[0], argv);
@@ -178,10 +177,8 @@ CASE(example_console_emfile) // poll adversarial
         dup2(in[0], 0);
         dup2(out[1], 1);
         dup2(out[1], 2);
-        close(in[0]);
-        close(in[1]);
-        close(out[0]);
-        close(out[1]);
+        close_pair(in);
+        close_pair(out);
         getrlimit(RLIMIT_NOFILE, &rl);
         rl.rlim_cur = 40;
         setrlimit(RLIMIT_NOFILE, &rl);

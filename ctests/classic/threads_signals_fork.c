@@ -128,8 +128,7 @@ CASE(deinit_race) // poll adversarial
         join_within(a, 10000, "poster a");
         join_within(b, 10000, "poster b");
         join_within(c, 10000, "waiter");
-        close(sp[0]);
-        close(sp[1]);
+        close_pair(sp);
     }
 }
 
@@ -237,8 +236,7 @@ CASE(fork) // poll adversarial
         CHECK(rd);
     }
     async_runtime_deinit(rt);
-    close(sp[0]);
-    close(sp[1]);
+    close_pair(sp);
 }
 
 TEST_MAIN()

@@ -143,6 +143,15 @@ static inline void sched_wait_parked(async_sched_t *s, size_t n)
 }
 #endif
 
+#ifdef ASYNC_VERSION_MAJOR
+/* Shuts s down (its fibers must all end within ms) and destroys it. */
+static inline void sched_finish(async_sched_t *s, int ms)
+{
+    CHECK_EQ(async_sched_shutdown(s, ms), 0);
+    async_sched_destroy(s);
+}
+#endif
+
 /* The cases of this executable, registered before main by CASE and CHILD. */
 #define TEST_MAX_CASES 256
 static test_case_t test_cases_[TEST_MAX_CASES] __attribute__((unused));
@@ -197,6 +206,13 @@ static inline int test_main_(const test_case_t *cases, size_t n, int argc, char 
 
 #define TEST_MAIN()                                                                                            \
     int main(int argc, char **argv) { return test_main_(test_cases_, test_ncases_, argc, argv); }
+
+/* Closes both ends of a pipe or socket pair (close(2), results ignored). */
+static inline void close_pair(const int p[2])
+{
+    close(p[0]);
+    close(p[1]);
+}
 
 /* Threads for the stress and fault cases. */
 static inline void start_thread(pthread_t *t, void *(*fn)(void *), void *arg)

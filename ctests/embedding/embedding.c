@@ -140,8 +140,7 @@ static int run_child(const char *name, long as_kib, char *out, size_t outsz)
     if (pid == 0) {
         dup2(p[1], 1);
         dup2(p[1], 2);
-        close(p[0]);
-        close(p[1]);
+        close_pair(p);
         if (as_kib > 0) {
             /* Thread stacks are reserved at RLIMIT_STACK (glibc's default
              * pthread stack size): the usual 8 MiB, whatever ctest got. */

@@ -121,8 +121,7 @@ static void accept_body(void *arg) {
     a = async_fiber_accept(p[0], NULL, NULL, 200);
     printf("accept(pipe) -> %d err %d\n", a, async_last_error());
     CHECK(a == -1 && async_last_error() != ASYNC_E_TIMEDOUT);
-    close(p[0]);
-    close(p[1]);
+    close_pair(p);
     close(l);
 }
 
@@ -189,8 +188,7 @@ static void states_body(void *arg) {
     CHECK_EQ(async_fiber_read(u, b, sizeof b, 2000), 4);
     close(a);
     close(u);
-    close(p[0]);
-    close(p[1]);
+    close_pair(p);
     close(l);
 }
 
@@ -383,8 +381,7 @@ static void accept_storm(int owned)
     }
     wait_count(&as_done, 2 * AC_CONNS, "clients and servers");
     atomic_store(&busy_stop, 1);
-    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
-    async_sched_destroy(s);
+    sched_finish(s, BOUND_MS);
     if (owned)
         CHECK_EQ(async_fiber_close(as_l), 0);
     else

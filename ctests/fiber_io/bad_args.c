@@ -97,10 +97,8 @@ static void badargs_body(void *arg) {
         CHECK_EQ(async_fiber_read(fd, b, 8, 1000), 1);
     }
     CHECK_FAIL(async_fiber_connect(sp[0], NULL, 16, 100) == -1, ASYNC_E_INVAL);
-    close(sp[0]);
-    close(sp[1]);
-    close(p[0]);
-    close(p[1]);
+    close_pair(sp);
+    close_pair(p);
 }
 
 CASE(badargs_fiber) { // uring adversarial

@@ -217,8 +217,7 @@ CASE(blocking_nested) { // adversarial
     CHECK_EQ(async_fiber_blocking(nested_inner, NULL), 0);
     CHECK_EQ(atomic_load(&nested_ran), 1);
     CHECK_FAIL(async_fiber_blocking(NULL, NULL) == -1, ASYNC_E_INVAL);
-    close(p[0]);
-    close(p[1]);
+    close_pair(p);
     async_sched_destroy(s);
 }
 

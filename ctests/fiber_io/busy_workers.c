@@ -74,11 +74,9 @@ static void pingpong(int workers, int kind, int owned)
         CHECK(async_fiber_spawn(s, pp_fn, &pp_args[i], 0) != NULL);
     wait_count(&pp_done, PP_PAIRS * 2, "ping-pong fibers");
     atomic_store(&busy_stop, 1);
-    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
-    async_sched_destroy(s);
+    sched_finish(s, BOUND_MS);
     for (int i = 0; i < PP_PAIRS; i++) {
-        close(pp_sv[i][0]);
-        close(pp_sv[i][1]);
+        close_pair(pp_sv[i]);
     }
 }
 
@@ -139,8 +137,7 @@ CASE(owned_close_busy) // uring adversarial
     wait_count(&cr_ended, CR_N, "parked readers woken by async_fiber_close");
     CHECK_EQ(atomic_load(&cr_bad), 0);
     atomic_store(&busy_stop, 1);
-    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
-    async_sched_destroy(s);
+    sched_finish(s, BOUND_MS);
     for (int i = 0; i < CR_N; i++)
         close(cr_fd[i][0]);
 }
@@ -163,11 +160,9 @@ CASE(shutdown_parked_busy) // uring adversarial
     atomic_store(&busy_stop, 1);
     wait_count(&cr_ended, CR_N, "parked readers ended by shutdown");
     CHECK_EQ(atomic_load(&cr_bad), 0);
-    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
-    async_sched_destroy(s);
+    sched_finish(s, BOUND_MS);
     for (int i = 0; i < CR_N; i++) {
-        close(cr_fd[i][0]);
-        close(cr_fd[i][1]);
+        close_pair(cr_fd[i]);
     }
 }
 
@@ -197,8 +192,7 @@ CASE(signal_wait_busy) // adversarial
         usleep(200);
     CHECK_EQ(atomic_load(&sg_state), 2);
     atomic_store(&busy_stop, 1);
-    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
-    async_sched_destroy(s);
+    sched_finish(s, BOUND_MS);
     CHECK_EQ(async_fiber_unwatch_signal(SIGUSR2), 0);
 }
 
@@ -261,8 +255,7 @@ static void midflight(int workers, int owned, int by_destroy)
         (void)async_sched_shutdown(s, 0); /* the busy fibers do not stop by themselves */
         wait_count(&mf_ended, PP_PAIRS * 2, "ping-pong fibers ended by the shutdown");
         atomic_store(&busy_stop, 1);
-        CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
-        async_sched_destroy(s);
+        sched_finish(s, BOUND_MS);
     } else {
         pthread_t t;
         mf_destroy_t d = {s};
@@ -273,8 +266,7 @@ static void midflight(int workers, int owned, int by_destroy)
     }
     CHECK_EQ(atomic_load(&mf_bad), 0);
     for (int i = 0; i < PP_PAIRS; i++) {
-        close(pp_sv[i][0]);
-        close(pp_sv[i][1]);
+        close_pair(pp_sv[i]);
     }
 }
 
@@ -330,13 +322,11 @@ CASE(dump_stats_busy) // uring adversarial
         CHECK(now_ms() - t0 < BOUND_MS);
     }
     atomic_store(&busy_stop, 1);
-    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
-    async_sched_destroy(s);
+    sched_finish(s, BOUND_MS);
     close(dn);
     (void)fd_lines;
     for (int i = 0; i < PP_PAIRS; i++) {
-        close(pp_sv[i][0]);
-        close(pp_sv[i][1]);
+        close_pair(pp_sv[i]);
     }
 }
 
@@ -392,11 +382,9 @@ CASE(many_fds_busy) // uring adversarial
         CHECK_EQ(b, (char)(i & 0x7f));
     }
     atomic_store(&busy_stop, 1);
-    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
-    async_sched_destroy(s);
+    sched_finish(s, BOUND_MS);
     for (int i = 0; i < n; i++) {
-        close(mfd[i][0]);
-        close(mfd[i][1]);
+        close_pair(mfd[i]);
     }
 }
 

@@ -37,8 +37,7 @@ static void reuse_kind_body(void *arg) {
         CHECK_EQ(w, 4);
         CHECK_EQ(async_fiber_read(a[1], b, sizeof b, 1000), 4);
         CHECK(async_fiber_wait_fd(a[0], ASYNC_EVENT_WRITE, 1000) & ASYNC_EVENT_WRITE);
-        close(a[0]);
-        close(a[1]);
+        close_pair(a);
     }
 }
 
@@ -322,8 +321,7 @@ CASE(reuse_owned_busy) // uring adversarial
     CHECK_EQ(atomic_load(&ru_bad), 0);
     CHECK_EQ(atomic_load(&ru_newok), 4 * RU_N);
     atomic_store(&busy_stop, 1);
-    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
-    async_sched_destroy(s);
+    sched_finish(s, BOUND_MS);
 }
 
 /* ---- plain numbers closed with close(2) and reused while fibers wait ---- */
@@ -365,14 +363,12 @@ CASE(reuse_plain_busy) // uring adversarial
         }
         wait_count(&rp_ended, base + RU_N, "readers of reused numbers");
         for (int i = 0; i < RU_N; i++) {
-            close(sv[i][0]);
-            close(sv[i][1]);
+            close_pair(sv[i]);
         }
     }
     CHECK_EQ(atomic_load(&rp_bad), 0);
     atomic_store(&busy_stop, 1);
-    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
-    async_sched_destroy(s);
+    sched_finish(s, BOUND_MS);
 }
 
 TEST_MAIN()

@@ -115,8 +115,7 @@ static void udp_body(void *arg) {
     CHECK_FAIL(async_fiber_read(u[0], b, sizeof b, 30) == -1, ASYNC_E_TIMEDOUT);
     CHECK_EQ(async_fiber_write(u[0], "xyz", 3, 1000), 3);
     CHECK_EQ(recv(u[1], b, sizeof b, 0), 3);
-    close(u[0]);
-    close(u[1]);
+    close_pair(u);
     /* an unconnected UDP socket: write has no destination */
     int d = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     async_clear_error();
@@ -181,10 +180,8 @@ static void dgram_case(int kind, int owned, int plain_thread)
     else
         CHECK(async_fiber_spawn(s, dgram_reader, NULL, 0) != NULL);
     wait_count(&nk_done, 1, "datagram reader");
-    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
-    async_sched_destroy(s);
-    close(nk_fd[0]);
-    close(nk_fd[1]);
+    sched_finish(s, BOUND_MS);
+    close_pair(nk_fd);
 }
 
 CASE(dgram_unix_owned) { dgram_case(0, 1, 0); } // uring adversarial

@@ -123,8 +123,7 @@ static void nb_body(void *arg) {
         }
         CHECK_EQ(fcntl(p[1], F_SETFL, fl & ~O_NONBLOCK), 0);
         CHECK_FAIL(async_fiber_write(p[1], "z", 1, 100) == -1, ASYNC_E_TIMEDOUT);
-        close(p[0]);
-        close(p[1]);
+        close_pair(p);
     }
     atomic_store(&nb_done, 1);
 }
@@ -214,8 +213,7 @@ CASE(eventfd_pty_pipe_fiber) // uring adversarial
     atomic_store(&nk_done, 0);
     CHECK(async_fiber_spawn(s, misc_fds_body, NULL, 0) != NULL);
     wait_count(&nk_done, 1, "misc fds fiber");
-    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
-    async_sched_destroy(s);
+    sched_finish(s, BOUND_MS);
 }
 
 CASE(eventfd_pty_pipe_plain) // adversarial
@@ -283,10 +281,8 @@ static void scm_case(int owned, int busy)
     CHECK(async_fiber_spawn(s, sc_reader, NULL, 0) != NULL);
     wait_count(&sc_done, 1, "reader across ancillary data");
     atomic_store(&busy_stop, 1);
-    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
-    async_sched_destroy(s);
-    close(sc_fd[0]);
-    close(sc_fd[1]);
+    sched_finish(s, BOUND_MS);
+    close_pair(sc_fd);
     close(extra);
 }
 
@@ -342,8 +338,7 @@ static void pty_gone(int fiber, int owned)
     CHECK_EQ(pt_err[0], 0);
     /* the wait returns at once with the hang-up */
     CHECK(pt_res[2] > 0 && (pt_res[2] & ASYNC_EVENT_CLOSE));
-    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
-    async_sched_destroy(s);
+    sched_finish(s, BOUND_MS);
     if (owned)
         CHECK_EQ(async_fiber_close(pt_m), 0);
     else
@@ -395,8 +390,7 @@ static void eventfd_full(int owned)
     CHECK(async_fiber_spawn(s, ef_reader, NULL, 0) != NULL);
     wait_count(&ef_state, 3, "eventfd writer after the read");
     atomic_store(&busy_stop, 1);
-    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
-    async_sched_destroy(s);
+    sched_finish(s, BOUND_MS);
     if (owned)
         CHECK_EQ(async_fiber_close(ef_fd), 0);
     else

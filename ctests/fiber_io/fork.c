@@ -94,8 +94,7 @@ CASE(fork_parked) { // uring adversarial
         async_fiber_yield();
         ok &= async_sched_create(NULL) == NULL && async_last_error() == ASYNC_E_FORKED;
         /* the child closes its copies: the parent must not notice */
-        close(sp[0]);
-        close(sp[1]);
+        close_pair(sp);
         _exit(ok ? 0 : 3);
     }
     int st;
@@ -106,8 +105,7 @@ CASE(fork_parked) { // uring adversarial
     async_sched_run(s);
     CHECK_EQ(atomic_load(&fk_err), 0);
     async_sched_destroy(s);
-    close(sp[0]);
-    close(sp[1]);
+    close_pair(sp);
 }
 
 #define BOUND_MS 20000
@@ -281,8 +279,7 @@ static void fork_load(int workers)
     CHECK_EQ(atomic_load(&fk.bad), 0);
     async_sched_destroy(fk.s);
     for (int i = 0; i < FK_PAIRS; i++) {
-        close(fk.sp[i][0]);
-        close(fk.sp[i][1]);
+        close_pair(fk.sp[i]);
     }
     async_chan_destroy(fk.ch);
     async_mutex_destroy(fk.mu);

@@ -48,8 +48,7 @@ CASE(fd_above_limit) { // uring adversarial
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
     CHECK_EQ(dup2(sp[0], want), want);
     CHECK_EQ(dup2(sp[1], want - 1), want - 1);
-    close(sp[0]);
-    close(sp[1]);
+    close_pair(sp);
     hi_fd = want;
     hi_peer = want - 1;
     rl.rlim_cur = 256;
@@ -135,8 +134,7 @@ static void churn_body(void *arg) {
         CHECK_FAIL(async_fiber_wait_fd(sp[0], ASYNC_EVENT_READ, 1) == -1, ASYNC_E_TIMEDOUT);
         CHECK_EQ(async_fiber_write(sp[1], "abc", 3, 100), 3);
         CHECK_EQ(async_fiber_read(sp[0], b, sizeof b, 100), 3);
-        close(sp[0]);
-        close(sp[1]);
+        close_pair(sp);
         int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         CHECK(async_fiber_connect(c, (struct sockaddr *)&bad, sizeof bad, 100) == -1);
         close(c);

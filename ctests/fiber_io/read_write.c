@@ -182,8 +182,7 @@ CASE(duplex_big) { // uring timeout=180 adversarial
         CHECK_EQ(r0.n, XFER);
         CHECK(r1.sum == want);
         CHECK(r0.sum == want);
-        close(sp[0]);
-        close(sp[1]);
+        close_pair(sp);
     }
     async_sched_destroy(s);
     free(xsrc);
@@ -259,8 +258,7 @@ CASE(duplex_ping) { // uring adversarial
         CHECK_EQ(r1.err, 0);
         CHECK_EQ(w0.err, 0);
         CHECK_EQ(w1.err, 0);
-        close(sp[0]);
-        close(sp[1]);
+        close_pair(sp);
     }
     async_sched_destroy(s);
 }
@@ -286,8 +284,7 @@ CASE(pipe_big) { // adversarial
     CHECK_EQ(r.err, 0);
     CHECK_EQ(r.n, n);
     CHECK(r.sum == want);
-    close(p[0]);
-    close(p[1]);
+    close_pair(p);
     async_sched_destroy(s);
     free(xsrc);
 }
@@ -371,8 +368,7 @@ static void pipe_big(int plain_writer)
     if (plain_writer)
         join_within(t, BOUND_MS, "plain writer");
     atomic_store(&busy_stop, 1);
-    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
-    async_sched_destroy(s);
+    sched_finish(s, BOUND_MS);
     CHECK_EQ(async_fiber_close(bw_p[0]), 0);
 }
 
@@ -453,8 +449,7 @@ CASE(big_write) { // linux uring
     CHECK_EQ(m.r1, (ssize_t)BIG);
     CHECK_EQ(bad, 0);
     async_sched_destroy(s);
-    close(sv[0]);
-    close(sv[1]);
+    close_pair(sv);
 }
 
 /* ---- large writes on 4 workers: a write's next send is submitted where the fiber
@@ -521,8 +516,7 @@ CASE(big_write_workers) { // linux uring
         CHECK_EQ(m[i].r, (ssize_t)MW_BYTES);
         CHECK_EQ(rd[i].got, (size_t)MW_BYTES);
         CHECK_EQ(rd[i].bad, 0);
-        close(sv[i][0]);
-        close(sv[i][1]);
+        close_pair(sv[i]);
     }
     async_sched_destroy(s);
 }

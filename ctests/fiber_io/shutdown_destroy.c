@@ -94,14 +94,10 @@ static void parked_end(int destroy) {
         CHECK_EQ(atomic_load(&sd_errs[i]), ASYNC_E_CANCELLED);
     }
     if (!destroy) async_sched_destroy(s);
-    close(sp[0]);
-    close(sp[1]);
-    close(sq[0]);
-    close(sq[1]);
-    close(pp[0]);
-    close(pp[1]);
-    close(pq[0]);
-    close(pq[1]);
+    close_pair(sp);
+    close_pair(sq);
+    close_pair(pp);
+    close_pair(pq);
     close(l);
 }
 
@@ -197,10 +193,8 @@ CASE(calls_after_shutdown) { // uring adversarial
     }
     CHECK_EQ(atomic_load(&late_res[5]), 1);
     async_sched_destroy(s);
-    close(late_sp[0]);
-    close(late_sp[1]);
-    close(late_full[0]);
-    close(late_full[1]);
+    close_pair(late_sp);
+    close_pair(late_full);
     close(late_l);
 }
 
@@ -287,8 +281,7 @@ CASE(destroy_races_owned_close) // uring adversarial
             }
             close(dr_sv[i][0]);
         }
-        CHECK_EQ(async_sched_shutdown(s2, BOUND_MS), 0);
-        async_sched_destroy(s2);
+        sched_finish(s2, BOUND_MS);
     }
 }
 
@@ -345,8 +338,7 @@ static void inflight(int destroy_only) {
         CHECK_EQ(write(sv[i][1], "x", 1), 1);
         char c;
         CHECK_EQ(read(sv[i][0], &c, 1), 1);
-        close(sv[i][0]);
-        close(sv[i][1]);
+        close_pair(sv[i]);
     }
     close(lfd);
 }

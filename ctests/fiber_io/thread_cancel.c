@@ -138,10 +138,8 @@ static void cancel_case(int owned)
     atomic_store(&cx_ok, 0);
     CHECK(async_fiber_spawn(s, cx_fiber_read, NULL, 0) != NULL);
     wait_count(&cx_ok, 1, "fiber read after the cancelled writers");
-    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
-    async_sched_destroy(s);
-    close(cx_fd[0]);
-    close(cx_fd[1]);
+    sched_finish(s, BOUND_MS);
+    close_pair(cx_fd);
 }
 
 CASE(pthread_cancel_plain) // adversarial
@@ -207,8 +205,7 @@ CASE(pthread_cancel_accept) // adversarial
         wait_count(&ac_ok, 1, "fiber accept after a cancel");
         close(c);
     }
-    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
-    async_sched_destroy(s);
+    sched_finish(s, BOUND_MS);
     close(ac_l);
 }
 

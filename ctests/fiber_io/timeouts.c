@@ -52,8 +52,7 @@ CASE(huge_timeout) { // uring adversarial
         CHECK_EQ(pthread_create(&th, NULL, ht_feeder, (void *)(intptr_t)a[1]), 0);
         on_fiber(s, ht_body, NULL);
         pthread_join(th, NULL);
-        close(a[0]);
-        close(a[1]);
+        close_pair(a);
     }
     async_sched_destroy(s);
 }
@@ -114,8 +113,7 @@ CASE(tiny_timeout_read) { // uring adversarial
     on_fiber(s, tt_reader, (void *)(intptr_t)sp[0]);
     pthread_join(th, NULL);
     printf("timeouts: %d\n", atomic_load(&tt_timeouts));
-    close(sp[0]);
-    close(sp[1]);
+    close_pair(sp);
     async_sched_destroy(s);
 }
 
@@ -229,8 +227,7 @@ CASE(timeout_under_signal_rain) { // adversarial
     CHECK_EQ(atomic_load(&eintr_err[0]), ASYNC_E_TIMEDOUT);
     CHECK_EQ(atomic_load(&eintr_err[1]), ASYNC_E_TIMEDOUT);
     CHECK(eintr_ms[0] >= 299 && eintr_ms[1] >= 299);
-    close(p[0]);
-    close(p[1]);
+    close_pair(p);
 }
 
 /* ---- timeout_ms bounds the whole write, also when the peer trickles ------------------------------------ */
@@ -283,8 +280,7 @@ CASE(write_trickle) { // uring adversarial
         printf("mode %d: write -> err %d after %.0f ms\n", mode, atomic_load(&trickle_err), trickle_ms);
         CHECK_EQ(atomic_load(&trickle_err), ASYNC_E_TIMEDOUT);
         CHECK(trickle_ms < 5000); /* 300 ms asked: not restarted at every bit of progress */
-        close(sp[0]);
-        close(sp[1]);
+        close_pair(sp);
     }
     async_sched_destroy(s);
 }
@@ -362,12 +358,10 @@ static void timeout_race(int workers, int kind, int owned)
     }
     wait_count(&tr_done, 2 * TR_FDS, "timeout race fibers");
     atomic_store(&busy_stop, 1);
-    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
-    async_sched_destroy(s);
+    sched_finish(s, BOUND_MS);
     for (int i = 0; i < TR_FDS; i++) {
         CHECK_EQ(atomic_load(&tr_got[i]), TR_BYTES);
-        close(tr_sv[i][0]);
-        close(tr_sv[i][1]);
+        close_pair(tr_sv[i]);
     }
     (void)tr_seen;
 }
@@ -442,8 +436,7 @@ CASE(timeout_read_no_loss) { // linux uring
     CHECK_EQ(t.got, TO_BYTES);
     printf("%d timeouts\n", t.timeouts);
     async_sched_destroy(s);
-    close(sv[0]);
-    close(sv[1]);
+    close_pair(sv);
 }
 
 /* ---- a timed-out receive never writes into a stack that was given back ---------- */
@@ -516,8 +509,7 @@ CASE(timeout_read_stack_reuse) { // linux uring
     CHECK_EQ(x.intact, 1);
     CHECK_EQ(x.later, (ssize_t)sizeof data); /* the cancelled receive took nothing */
     async_sched_destroy(s);
-    close(sv[0]);
-    close(sv[1]);
+    close_pair(sv);
 }
 
 /* ---- accept: a timed-out accept takes no connection ----------------------------- */

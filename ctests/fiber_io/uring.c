@@ -124,8 +124,7 @@ CASE(uring_nofile_falls_back) { // linux
     wait_count_within(&r.done, 1, 5000, "read after the fallback");
     CHECK_EQ(r.got, 1);
     async_sched_destroy(s);
-    close(sv[0]);
-    close(sv[1]);
+    close_pair(sv);
 }
 
 /* ---- pipes take the poller path ------------------------------------------------- */
@@ -218,8 +217,7 @@ CASE(uring_submit_while_busy) { // linux
         } while (st.fibers_runnable + st.fibers_running);
         printf("round %d: the computing fiber saw the read done: %d\n", round, atomic_load(&busy_saw_done));
         CHECK_EQ(atomic_load(&busy_saw_done), 1);
-        close(sv[0]);
-        close(sv[1]);
+        close_pair(sv);
     }
     async_sched_destroy(s);
 }

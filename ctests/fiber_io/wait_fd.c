@@ -145,8 +145,7 @@ CASE(wait_fd_busy) { // uring adversarial
     CHECK(b.a_ret > 0 && (b.a_ret & ASYNC_EVENT_READ));
     CHECK_EQ(async_sched_run(s), 0);
     async_sched_destroy(s);
-    close(sv[0]);
-    close(sv[1]);
+    close_pair(sv);
 }
 
 /* ---- shutdown(2) from another thread ends a parked read (both paths) --------------------------- */
@@ -178,8 +177,7 @@ CASE(shutdown_rd_ends_parked_read) { // uring adversarial
             CHECK_EQ(shutdown(sp[1], SHUT_WR), 0); /* the peer half-closes */
         CHECK_EQ(async_fiber_join(f, 10000), 0);
         CHECK_EQ(atomic_load(&shr_r), 0);
-        close(sp[0]);
-        close(sp[1]);
+        close_pair(sp);
     }
     async_sched_destroy(s);
 }
@@ -210,8 +208,7 @@ CASE(two_scheds_one_fd) { // uring adversarial
     CHECK_EQ(atomic_load(&two_woke), 2);
     async_sched_destroy(a);
     async_sched_destroy(b);
-    close(sp[0]);
-    close(sp[1]);
+    close_pair(sp);
 }
 
 /* ---- urgent (out-of-band) data only: readiness the read cannot clear ---------------------------------- */
@@ -283,8 +280,7 @@ CASE(second_reader_busy) { // linux uring
     wait_count_within(&m.step, 111, 30000, "first reader's data");
     CHECK_EQ(m.r1, 3);
     async_sched_destroy(s);
-    close(sv[0]);
-    close(sv[1]);
+    close_pair(sv);
 }
 
 TEST_MAIN()

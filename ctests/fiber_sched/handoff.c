@@ -487,8 +487,7 @@ CASE(sleep_crowded) {
         CHECK_EQ(atomic_load(&b.gave_up), 0);
         CHECK_EQ(atomic_load(&z.naps), 20);
         atomic_store(&b.stop, 1);
-        CHECK_EQ(async_sched_shutdown(s, 30000), 0);
-        async_sched_destroy(s);
+        sched_finish(s, 30000);
     }
 }
 #endif

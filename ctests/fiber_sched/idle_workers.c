@@ -164,8 +164,7 @@ CASE(kick_stolen_inbox) { // uring adversarial
     CHECK_EQ(atomic_load(&e.got), e.rounds);
     async_chan_destroy(e.in);
     async_chan_destroy(e.out);
-    close(p[0]);
-    close(p[1]);
+    close_pair(p);
     async_sched_destroy(s);
 }
 
@@ -252,8 +251,7 @@ CASE(kick_stolen_timer) { // uring adversarial
     CHECK_EQ(atomic_load(&q.rc), 0);
     async_chan_destroy(e.in);
     async_chan_destroy(e.out);
-    close(p[0]);
-    close(p[1]);
+    close_pair(p);
     async_sched_destroy(s);
 }
 #else
@@ -509,8 +507,7 @@ static void mixed_run(int workers) {
     CHECK_EQ(m.shared, LOCKERS * (m.rounds / 4));
     async_chan_destroy(m.c);
     async_mutex_destroy(m.mu);
-    close(sv[0]);
-    close(sv[1]);
+    close_pair(sv);
     async_sched_destroy(s);
 }
 
@@ -557,8 +554,7 @@ CASE(idle_cpu_fd_waiter) { // adversarial
         CHECK_EQ(atomic_load(&q.rc), 0);
         async_chan_destroy(e.in);
         async_chan_destroy(e.out);
-        close(p[0]);
-        close(p[1]);
+        close_pair(p);
         async_sched_destroy(s);
     }
 }

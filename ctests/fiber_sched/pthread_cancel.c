@@ -110,8 +110,7 @@ static void cx_wait0(void)
 static void cx_join(void) { CHECK_EQ(async_fiber_join(cx_f, BOUND_MS), 0); }
 static void cx_destroy(void)
 {
-    CHECK_EQ(async_sched_shutdown(cx_s, BOUND_MS), 0);
-    async_sched_destroy(cx_s);
+    sched_finish(cx_s, BOUND_MS);
 }
 
 CASE(cancel_fiber_calls) // uring adversarial
@@ -152,8 +151,7 @@ CASE(cancel_fiber_calls) // uring adversarial
     CHECK(fcntl(cx_sv[0], F_GETFD) == -1 && errno == EBADF);
     errno = 0;
     CHECK(fcntl(cx_sv[1], F_GETFD) == -1 && errno == EBADF);
-    close(cx_pipe[0]);
-    close(cx_pipe[1]);
+    close_pair(cx_pipe);
     for (int i = 0; i < 2; i++) {
         close(cx_rp[i]);
         close(cx_ep[i]);
@@ -232,8 +230,7 @@ CASE(cancel_dump_signal) // uring adversarial
     start_thread(&th, cds_destroy, s); /* unregisters the dump: waits for the handlers */
     join_within(th, BOUND_MS, "async_sched_destroy");
     async_chan_destroy(c);
-    close(p[0]);
-    close(p[1]);
+    close_pair(p);
 }
 
 TEST_MAIN()

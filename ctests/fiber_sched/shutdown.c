@@ -137,12 +137,9 @@ CASE(shutdown_waits) { // uring valgrind
     CHECK_EQ(async_sched_run(s), 0);
     CHECK_EQ(async_sched_shutdown(s, 0), 0); /* idempotent */
     async_sched_destroy(s); /* frees the unjoined (cancelled-join) sleeper */
-    close(p[0]);
-    close(p[1]);
-    close(p2[0]);
-    close(p2[1]);
-    close(sp[0]);
-    close(sp[1]);
+    close_pair(p);
+    close_pair(p2);
+    close_pair(sp);
     close(sdw.lfd);
     async_chan_destroy(sdw.empty);
     async_chan_destroy(sdw.full);

@@ -496,8 +496,7 @@ static void *fs_thread(void *arg)
             fs_disarm(&fs.slot[t][i]);
     for (i = 0; i < FS_IDLE; i++) {
         CHECK_EQ(async_runtime_remove(fs.rt, idle[i][0]), 0);
-        close(idle[i][0]);
-        close(idle[i][1]);
+        close_pair(idle[i]);
     }
     CHECK_EQ(async_runtime_post_completion(fs.rt, FS_END, t), 0);
     return NULL;

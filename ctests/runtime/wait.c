@@ -462,8 +462,7 @@ CASE(add_while_waiting) // poll
     CHECK(ev[0].context == (void *)&g_apipe);
     CHECK_EQ(async_runtime_remove(g_art, g_apipe[0]), 0);
     async_runtime_deinit(g_art);
-    close(g_apipe[0]);
-    close(g_apipe[1]);
+    close_pair(g_apipe);
 }
 
 /* ---- wakeups from signal handlers ------------------------------------------- */

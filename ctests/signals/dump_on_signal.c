@@ -141,8 +141,7 @@ CASE(dump_failed_rereg) // adversarial
         async_sched_destroy(m[i]);
     async_sched_destroy(s);
     close(devnull);
-    close(p[0]);
-    close(p[1]);
+    close_pair(p);
 }
 
 TEST_MAIN()

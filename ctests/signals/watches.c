@@ -333,8 +333,7 @@ CASE(fiber_rewatch) // adversarial
     CHECK_EQ(sigqueue(getpid(), rw_sig, v), 0);
     CHECK_EQ(async_fiber_wait_signal(rw_sig, 5000), 1);
     CHECK_EQ(async_fiber_unwatch_signal(rw_sig), 0);
-    CHECK_EQ(async_sched_shutdown(s, 5000), 0);
-    async_sched_destroy(s);
+    sched_finish(s, 5000);
 }
 
 TEST_MAIN()

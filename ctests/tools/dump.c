@@ -197,8 +197,7 @@ CASE(dump_states) {
     async_sched_destroy(s);
     async_chan_destroy(dch);
     async_queue_destroy(dq);
-    close(dpipe[0]);
-    close(dpipe[1]);
+    close_pair(dpipe);
 }
 
 /* ---- dump during churn (run it under ASan): threads and fibers dump while
@@ -370,8 +369,7 @@ CASE(dump_signal) {
     CHECK_EQ(raise(SIGUSR2), 0);
     CHECK_EQ(atomic_load(&host_hits), 2);
     async_chan_destroy(dch);
-    close(p[0]);
-    close(p[1]);
+    close_pair(p);
 }
 
 /* ---- a dump to a pipe whose reader is gone ------------------------------------------
