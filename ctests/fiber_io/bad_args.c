@@ -101,11 +101,7 @@ static void badargs_body(void *arg) {
     close_pair(p);
 }
 
-CASE(badargs_fiber) { // uring adversarial
-    async_sched_t *s = sched_new(2);
-    on_fiber(s, badargs_body, NULL);
-    async_sched_destroy(s);
-}
+CASE(badargs_fiber) { on_new_sched(2, badargs_body); } // uring adversarial
 
 CASE(badargs_thread) { badargs_body(NULL); } // adversarial
 

@@ -22,9 +22,7 @@ static void *wk_proc(void *ctx) {
 typedef struct {
     async_runtime_t *rt;
     async_worker_t *wk;
-    counter_t cnt;
-    int step, err;
-    atomic_int done;
+    steps_t st;
 } blk_t;
 
 static void blk_fiber(void *arg) {
@@ -32,35 +30,31 @@ static void blk_fiber(void *arg) {
     io_event_t ev[4];
     /* runtime_wait with a timeout: refused, the worker is not blocked */
     async_clear_error();
-    if (async_runtime_wait(x->rt, ev, 4, 500) != -1 || async_last_error() != ASYNC_E_STATE) goto fail;
-    x->step = 1;
+    if (async_runtime_wait(x->rt, ev, 4, 500) != -1 || async_last_error() != ASYNC_E_STATE) goto end;
+    x->st.step = 1;
     async_clear_error();
-    if (async_runtime_wait(x->rt, ev, 4, -1) != -1 || async_last_error() != ASYNC_E_STATE) goto fail;
-    x->step = 2;
+    if (async_runtime_wait(x->rt, ev, 4, -1) != -1 || async_last_error() != ASYNC_E_STATE) goto end;
+    x->st.step = 2;
     /* a poll (timeout 0) is allowed: it never blocks */
-    if (async_runtime_wait(x->rt, ev, 4, 0) != 0) goto fail;
-    x->step = 3;
+    if (async_runtime_wait(x->rt, ev, 4, 0) != 0) goto end;
+    x->st.step = 3;
     /* worker_join with a timeout: refused; with 0: just a check */
     async_clear_error();
-    if (async_worker_join(x->wk, 500) || async_last_error() != ASYNC_E_STATE) goto fail;
-    x->step = 4;
+    if (async_worker_join(x->wk, 500) || async_last_error() != ASYNC_E_STATE) goto end;
+    x->st.step = 4;
     async_clear_error();
-    if (async_worker_join(x->wk, -1) || async_last_error() != ASYNC_E_STATE) goto fail;
-    x->step = 5;
+    if (async_worker_join(x->wk, -1) || async_last_error() != ASYNC_E_STATE) goto end;
+    x->st.step = 5;
     async_clear_error();
-    if (async_worker_join(x->wk, 0) || async_last_error() != ASYNC_E_TIMEDOUT) goto fail;
-    x->step = 6;
+    if (async_worker_join(x->wk, 0) || async_last_error() != ASYNC_E_TIMEDOUT) goto end;
+    x->st.step = 6;
     /* the other fiber of this worker still runs */
-    long c0 = atomic_load(&x->cnt.count);
-    for (int i = 0; i < 20000 && atomic_load(&x->cnt.count) < c0 + 3; i++) async_fiber_sleep(1);
-    if (atomic_load(&x->cnt.count) < c0 + 3) goto fail;
-    x->step = 7;
-    goto out;
-fail:
-    x->err = async_last_error();
-out:
-    atomic_store(&x->cnt.stop, 1);
-    atomic_store(&x->done, 1);
+    long c0 = atomic_load(&x->st.cnt.count);
+    for (int i = 0; i < 20000 && atomic_load(&x->st.cnt.count) < c0 + 3; i++) async_fiber_sleep(1);
+    if (atomic_load(&x->st.cnt.count) < c0 + 3) goto end;
+    x->st.step = 7;
+end:
+    steps_end(&x->st);
 }
 
 CASE(blocking_calls_refused_on_fiber) { // poll
@@ -70,11 +64,9 @@ CASE(blocking_calls_refused_on_fiber) { // poll
     x.wk = async_worker_create(wk_proc, NULL, 0);
     CHECK(x.wk != NULL);
     async_sched_t *s = sched_new(1);
-    CHECK(async_fiber_spawn(s, counter_fiber, &x.cnt, 0));
+    CHECK(async_fiber_spawn(s, counter_fiber, &x.st.cnt, 0));
     CHECK(async_fiber_spawn(s, blk_fiber, &x, 0));
-    wait_flag(&x.done, 20000, "blocking_calls_refused_on_fiber");
-    if (x.step != 7) fprintf(stderr, "stopped after step %d: %s\n", x.step, async_strerror(x.err));
-    CHECK_EQ(x.step, 7);
+    steps_wait(&x.st, 7, 20000, "blocking_calls_refused_on_fiber");
     CHECK_EQ(async_sched_run(s), 0);
     async_sched_destroy(s);
     /* the same calls on a plain thread still block and work */

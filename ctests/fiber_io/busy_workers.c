@@ -18,10 +18,6 @@
 #include "check.h"
 #include "net.h"
 
-#define BOUND_MS 8000
-
-#define wait_count(v, target, what) wait_count_within(v, target, BOUND_MS, what)
-
 /* ---- ping-pong across workers: every message parks both ends ---- */
 
 #define PP_PAIRS 24

@@ -42,9 +42,7 @@ static void reuse_kind_body(void *arg) {
 }
 
 CASE(reuse_number_other_kind) { // uring adversarial
-    async_sched_t *s = sched_new(1);
-    on_fiber(s, reuse_kind_body, NULL);
-    async_sched_destroy(s);
+    on_new_sched(1, reuse_kind_body);
     reuse_kind_body(NULL);
 }
 
@@ -249,10 +247,6 @@ CASE(stale_reader_after_close) { // uring adversarial
     close(np[1]);
     close(st_num);
 }
-
-#define BOUND_MS 8000
-
-#define wait_count(v, target, what) wait_count_within(v, target, BOUND_MS, what)
 
 /* ---- owned numbers closed by the library and reused while fibers wait ---- */
 

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 
 #include "check.h"
+#define BOUND_MS 20000 /* every wait of this file, in ms */
 #include "net.h"
 
 /* ---- fork on a fiber ----------------------------------------------- */
@@ -107,10 +108,6 @@ CASE(fork_parked) { // uring adversarial
     async_sched_destroy(s);
     close_pair(sp);
 }
-
-#define BOUND_MS 20000
-
-#define wait_count(v, target, what) wait_count_within(v, target, BOUND_MS, what)
 
 /* ---- fork while fibers do I/O on every worker --------------------------------- */
 
@@ -286,14 +283,8 @@ static void fork_load(int workers)
     async_queue_destroy(fk.q);
 }
 
-CASE(fork_load_1w) // uring adversarial
-{
-    fork_load(1);
-}
+CASE(fork_load_1w) { fork_load(1); } // uring adversarial
 
-CASE(fork_load_2w) // uring adversarial
-{
-    fork_load(2);
-}
+CASE(fork_load_2w) { fork_load(2); } // uring adversarial
 
 TEST_MAIN()

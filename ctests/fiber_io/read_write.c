@@ -289,10 +289,6 @@ CASE(pipe_big) { // adversarial
     free(xsrc);
 }
 
-#define BOUND_MS 8000
-
-#define wait_count(v, target, what) wait_count_within(v, target, BOUND_MS, what)
-
 /* ---- writes that must park on non-sockets: a full pipe, an eventfd at its
  * maximum; busy workers; a plain thread on one end ---- */
 
@@ -399,9 +395,7 @@ CASE(eof_closed_refused) { // linux uring
     int sv[2];
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
     close(sv[1]);
-    io_probe_t m;
-    memset(&m, 0, sizeof m);
-    m.fd = sv[0];
+    io_probe_t m = {.fd = sv[0]};
     CHECK(async_fiber_spawn(s, ends_fiber, &m, 0) != NULL);
     wait_count_within(&m.step, 1, 30000, "fiber");
     CHECK_EQ(m.r1, 0);
@@ -427,18 +421,14 @@ static void big_writer(void *arg) {
 
 CASE(big_write) { // linux uring
     async_sched_t *s = sched_new(1);
-    int sv[2];
-    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
     io_probe_t m;
-    memset(&m, 0, sizeof m);
-    m.fd = sv[0];
-    CHECK(async_fiber_spawn(s, big_writer, &m, 0) != NULL);
+    probe_spawn(s, big_writer, &m);
     unsigned char buf[65536];
     size_t got = 0;
     int bad = 0;
     double t0 = now_ms();
     while (got < BIG) {
-        ssize_t r = read(sv[1], buf, sizeof buf);
+        ssize_t r = read(m.fd2, buf, sizeof buf);
         CHECK(r > 0);
         for (ssize_t i = 0; i < r; i++)
             if (buf[i] != (unsigned char)((got + (size_t)i) * 7)) bad = 1;
@@ -449,7 +439,8 @@ CASE(big_write) { // linux uring
     CHECK_EQ(m.r1, (ssize_t)BIG);
     CHECK_EQ(bad, 0);
     async_sched_destroy(s);
-    close_pair(sv);
+    close(m.fd);
+    close(m.fd2);
 }
 
 /* ---- large writes on 4 workers: a write's next send is submitted where the fiber

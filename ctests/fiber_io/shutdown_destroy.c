@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 
 #include "check.h"
+#include "net.h"
 
 /* Fills socket and pipe buffers. */
 static char bigbuf[8 << 20];
@@ -197,8 +198,6 @@ CASE(calls_after_shutdown) { // uring adversarial
     close_pair(late_full);
     close(late_l);
 }
-
-#define BOUND_MS 8000
 
 /* ---- destroy racing async_fiber_close / fd_open of owned fds from host
  * threads while fibers are parked on them; afterwards no number is left

@@ -296,8 +296,6 @@ CASE(sigpipe_pending) { // adversarial
     }
 }
 
-#define BOUND_MS 8000
-
 /* ---- a SIGPIPE pending before a plain thread's pipe write stays; none is added ---- */
 
 CASE(sigpipe_pending_plain) // adversarial

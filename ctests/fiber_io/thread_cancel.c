@@ -8,10 +8,7 @@
 #include <sys/socket.h>
 
 #include "check.h"
-
-#define BOUND_MS 8000
-
-#define wait_count(v, target, what) wait_count_within(v, target, BOUND_MS, what)
+#include "net.h"
 
 /* ---- pthread_cancel of plain threads inside async_fiber_read/write ---- */
 
@@ -90,8 +87,7 @@ static void cancel_case(int owned)
     async_sched_t *s = sched_new(2);
     char sink[1 << 16];
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, cx_fd), 0);
-    if (owned)
-        CHECK_EQ(async_fiber_fd_open(s, cx_fd[1]), 0);
+    own_if(s, cx_fd[1], owned);
     for (int round = 0; round < 12; round++) {
         pthread_t t;
         atomic_store(&cx_in, 0);

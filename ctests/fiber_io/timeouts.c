@@ -285,10 +285,6 @@ CASE(write_trickle) { // uring adversarial
     async_sched_destroy(s);
 }
 
-#define BOUND_MS 8000
-
-#define wait_count(v, target, what) wait_count_within(v, target, BOUND_MS, what)
-
 /* ---- timeouts racing readiness: every byte read exactly once ---- */
 
 #define TR_FDS 8
@@ -351,8 +347,7 @@ static void timeout_race(int workers, int kind, int owned)
     busy_start(s, workers);
     for (int i = 0; i < TR_FDS; i++) {
         make_pair(kind, tr_sv[i]);
-        if (owned)
-            CHECK_EQ(async_fiber_fd_open(s, tr_sv[i][1]), 0);
+        own_if(s, tr_sv[i][1], owned);
         CHECK(async_fiber_spawn(s, tr_reader, (void *)(intptr_t)i, 0) != NULL);
         CHECK(async_fiber_spawn(s, tr_writer, (void *)(intptr_t)i, 0) != NULL);
     }
@@ -415,9 +410,7 @@ CASE(timeout_read_no_loss) { // linux uring
     async_sched_t *s = sched_new(1);
     int sv[2];
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-    tord_t t;
-    memset(&t, 0, sizeof t);
-    t.fd = sv[0];
+    tord_t t = {.fd = sv[0]};
     CHECK(async_fiber_spawn(s, to_reader, &t, 0) != NULL);
     unsigned char b[7];
     int sent = 0;
@@ -494,10 +487,7 @@ CASE(timeout_read_stack_reuse) { // linux uring
     async_sched_t *s = sched_new(1);
     int sv[2];
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-    reuse_t x;
-    memset(&x, 0, sizeof x);
-    x.fd = sv[0];
-    x.s = s;
+    reuse_t x = {.fd = sv[0], .s = s};
     CHECK(async_fiber_spawn(s, reuse_driver, &x, 0) != NULL);
     wait_count_within(&x.step, 2, 30000, "second fiber");
     CHECK_EQ(x.err, ASYNC_E_TIMEDOUT);

@@ -256,20 +256,11 @@ static void queue_stress(const char *name, int flags)
         CHECK(dropped_total > 0); /* the policy was exercised */
 }
 
-CASE(stress_no_policy) // stress
-{
-    queue_stress("queue_none", 0);
-}
+CASE(stress_no_policy) { queue_stress("queue_none", 0); } // stress
 
-CASE(stress_drop_oldest) // stress
-{
-    queue_stress("queue_drop_oldest", ASYNC_QUEUE_DROP_OLDEST);
-}
+CASE(stress_drop_oldest) { queue_stress("queue_drop_oldest", ASYNC_QUEUE_DROP_OLDEST); } // stress
 
-CASE(stress_block_writer) // stress
-{
-    queue_stress("queue_block_writer", ASYNC_QUEUE_BLOCK_WRITER);
-}
+CASE(stress_block_writer) { queue_stress("queue_block_writer", ASYNC_QUEUE_BLOCK_WRITER); } // stress
 
 /* --- attach + SIGNAL_ON_DATA under MPSC load --------------------------------- */
 /*
