@@ -65,10 +65,7 @@ static int run_prog(char *const argv[], int in_closed, int out_full, char *out, 
     double t0 = now_ms();
     pid_t pid;
     CHECK_EQ(pipe(p), 0);
-    fflush(stdout);
-    fflush(stderr);
-    pid = fork();
-    CHECK(pid >= 0);
+    pid = fork_flushed();
     if (pid == 0) {
         int null = open("/dev/null", O_RDONLY), full = open("/dev/full", O_WRONLY);
         dup2(p[1], 2);
@@ -167,10 +164,7 @@ CASE(example_console_emfile) // poll adversarial
     int clients[200], nc = 0;
     CHECK_EQ(pipe(in), 0);
     CHECK_EQ(pipe(out), 0);
-    fflush(stdout);
-    fflush(stderr);
-    pid = fork();
-    CHECK(pid >= 0);
+    pid = fork_flushed();
     if (pid == 0) {
         struct rlimit rl;
         char *argv[] = {ASYNC_TEST_CONSOLE_WORKER, "--port", "0", "--heartbeat", "0", NULL};

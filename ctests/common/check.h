@@ -144,6 +144,18 @@ static inline void sched_wait_parked(async_sched_t *s, size_t n)
 #endif
 
 #ifdef ASYNC_VERSION_MAJOR
+/* Checks every count of the queue stats st: capacity, max_msg_size,
+ * current_size, enqueue_count, dequeue_count, dropped_count. */
+#define CHECK_QUEUE_STATS(st, cap, max_msg, size, enq, deq, dropped)                                          \
+    do {                                                                                                       \
+        CHECK_EQ((st).capacity, cap);                                                                          \
+        CHECK_EQ((st).max_msg_size, max_msg);                                                                  \
+        CHECK_EQ((st).current_size, size);                                                                     \
+        CHECK_EQ((st).enqueue_count, enq);                                                                     \
+        CHECK_EQ((st).dequeue_count, deq);                                                                     \
+        CHECK_EQ((st).dropped_count, dropped);                                                                 \
+    } while (0)
+
 /* Shuts s down (its fibers must all end within ms) and destroys it. */
 static inline void sched_finish(async_sched_t *s, int ms)
 {
@@ -302,6 +314,18 @@ static inline int loopback_listener(int backlog, struct sockaddr_in *addr)
     return l;
 }
 
+/* fork(2) after flushing stdio (so that the child cannot write the parent's
+ * buffered output again); fails the test if fork fails. */
+static inline pid_t fork_flushed(void)
+{
+    pid_t pid;
+    fflush(stdout);
+    fflush(stderr);
+    pid = fork();
+    CHECK(pid >= 0);
+    return pid;
+}
+
 /* Runs this test binary's case child_case in a child process (through
  * ASYNC_TEST_EMULATOR under qemu-user), with env ("NAME=value", or NULL)
  * added; returns its wait status and says on stderr how a failing child
@@ -314,10 +338,7 @@ static inline int run_self_case(const char *child_case, const char *env)
     int st = 0;
     CHECK(len > 0);
     self[len] = 0;
-    fflush(stdout);
-    fflush(stderr);
-    pid = fork();
-    CHECK(pid >= 0);
+    pid = fork_flushed();
     if (pid == 0) {
         char *argv[] = {self, (char *)child_case, NULL};
         char *emu = getenv("ASYNC_TEST_EMULATOR");
@@ -352,10 +373,7 @@ static inline int run_self_case_out(const char *child_case, const char *env, cha
     CHECK(len > 0);
     self[len] = 0;
     CHECK_EQ(pipe(p), 0);
-    fflush(stdout);
-    fflush(stderr);
-    pid = fork();
-    CHECK(pid >= 0);
+    pid = fork_flushed();
     if (pid == 0) {
         const char *emu;
         dup2(p[1], 2);

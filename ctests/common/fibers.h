@@ -129,4 +129,25 @@ static inline void wait_counts(async_sched_t *s, uint64_t parked, uint64_t runni
     CHECK(!"fibers did not reach the expected states");
 }
 
+/* Recurses in ~1 KiB frames until a frame lies below limit, yielding at the
+ * bottom. */
+__attribute__((noinline, unused)) static int recurse_to(char *limit, int depth)
+{
+    volatile char buf[1024];
+    memset((char *)buf, depth, sizeof buf);
+    if ((char *)buf > limit)
+        return recurse_to(limit, depth + 1) + buf[depth % 1024];
+    async_fiber_yield();
+    return buf[0];
+}
+
+/* A fiber that overflows a 32 KiB stack: it recurses to about 1 KiB below
+ * its bottom. */
+static inline void overflow_32k(void *arg)
+{
+    char top;
+    (void)arg;
+    printf("%d\n", recurse_to((char *)((uintptr_t)&top - 33 * 1024), 0));
+}
+
 #endif /* FIBERS_H */

@@ -113,6 +113,23 @@ static void echo_fiber(void *arg) {
     }
 }
 
+/* Starts echo_fiber on s for `rounds` rounds, over two new unbuffered
+ * channels of longs. */
+static void echo_start(async_sched_t *s, echo_t *e, long rounds) {
+    e->in = async_chan_create(0, sizeof(long));
+    e->out = async_chan_create(0, sizeof(long));
+    e->rounds = rounds;
+    atomic_store(&e->got, 0);
+    CHECK(e->in && e->out);
+    CHECK(async_fiber_spawn(s, echo_fiber, e, 0));
+}
+
+/* Destroys the channels of an echo fiber that has ended. */
+static void echo_free(echo_t *e) {
+    async_chan_destroy(e->in);
+    async_chan_destroy(e->out);
+}
+
 #if defined(HAVE_DELAYS)
 /* Two workers, a fiber parked on a pipe nobody writes (so the workers poll
  * the fds without blocking when they run dry), and a plain thread that hands
@@ -131,9 +148,8 @@ CASE(kick_stolen_inbox) { // uring adversarial
     CHECK(async_fiber_spawn(s, quiet_reader, &q, 0));
     while (atomic_load(&q.rc) != 1) sleep_ms(1);
     sched_wait_parked(s, 1);
-    echo_t e = {async_chan_create(0, sizeof(long)), async_chan_create(0, sizeof(long)), 300, 0};
-    CHECK(e.in && e.out);
-    CHECK(async_fiber_spawn(s, echo_fiber, &e, 0));
+    echo_t e;
+    echo_start(s, &e, 300);
     atomic_store(&staged, 1);
     long staged_rounds = 0;
     for (long i = 0; i < e.rounds; i++) {
@@ -162,8 +178,7 @@ CASE(kick_stolen_inbox) { // uring adversarial
     CHECK_EQ(async_sched_run(s), 0);
     CHECK_EQ(atomic_load(&q.rc), 0);
     CHECK_EQ(atomic_load(&e.got), e.rounds);
-    async_chan_destroy(e.in);
-    async_chan_destroy(e.out);
+    echo_free(&e);
     close_pair(p);
     async_sched_destroy(s);
 }
@@ -209,10 +224,9 @@ CASE(kick_stolen_timer) { // uring adversarial
     quiet_t q = {p[0], 0};
     CHECK(async_fiber_spawn(s, quiet_reader, &q, 0));
     sched_wait_parked(s, 1);
-    echo_t e = {async_chan_create(0, sizeof(long)), async_chan_create(0, sizeof(long)), 1L << 40, 0};
+    echo_t e;
     tk_t t = {0, 0, 0};
-    CHECK(e.in && e.out);
-    CHECK(async_fiber_spawn(s, echo_fiber, &e, 0));
+    echo_start(s, &e, 1L << 40);
     CHECK(async_fiber_spawn(s, timer_kicker, &t, 0));
     long rounds = 200, staged_rounds = 0;
     atomic_store(&nb_bells, 0);
@@ -249,8 +263,7 @@ CASE(kick_stolen_timer) { // uring adversarial
     while (atomic_load(&q.rc) == 1 && now_ms() - t1 < 20000) sleep_ms(1);
     CHECK_EQ(async_sched_shutdown(s, 20000), 0); /* ends the echo fiber's wait */
     CHECK_EQ(atomic_load(&q.rc), 0);
-    async_chan_destroy(e.in);
-    async_chan_destroy(e.out);
+    echo_free(&e);
     close_pair(p);
     async_sched_destroy(s);
 }
@@ -535,9 +548,8 @@ CASE(idle_cpu_fd_waiter) { // adversarial
         quiet_t q = {p[0], 0};
         CHECK(async_fiber_spawn(s, quiet_reader, &q, 0));
         sched_wait_parked(s, 1);
-        echo_t e = {async_chan_create(0, sizeof(long)), async_chan_create(0, sizeof(long)), 2000, 0};
-        CHECK(e.in && e.out);
-        CHECK(async_fiber_spawn(s, echo_fiber, &e, 0));
+        echo_t e;
+        echo_start(s, &e, 2000);
         for (long i = 0; i < e.rounds; i++) {
             long v = i;
             CHECK_EQ(async_chan_send(e.in, &v, 10000), 0);
@@ -552,8 +564,7 @@ CASE(idle_cpu_fd_waiter) { // adversarial
         CHECK_EQ(write(p[1], "x", 1), 1);
         CHECK_EQ(async_sched_run(s), 0);
         CHECK_EQ(atomic_load(&q.rc), 0);
-        async_chan_destroy(e.in);
-        async_chan_destroy(e.out);
+        echo_free(&e);
         close_pair(p);
         async_sched_destroy(s);
     }
@@ -598,9 +609,8 @@ CASE(close_while_polled) { // uring adversarial
             CHECK(async_fiber_spawn(s, closed_reader, &cl[k], 0));
         }
         sched_wait_parked(s, CL_FDS);
-        echo_t e = {async_chan_create(0, sizeof(long)), async_chan_create(0, sizeof(long)), 1L << 40, 0};
-        CHECK(e.in && e.out);
-        CHECK(async_fiber_spawn(s, echo_fiber, &e, 0));
+        echo_t e;
+        echo_start(s, &e, 1L << 40);
         uint32_t x = 99;
         for (int k = 0; k < CL_FDS; k++) {
             for (int j = 0; j < 20; j++) {
@@ -618,8 +628,7 @@ CASE(close_while_polled) { // uring adversarial
             close(peer[k]);
         }
         CHECK_EQ(async_sched_shutdown(s, 20000), 0); /* ends the echo fiber's wait */
-        async_chan_destroy(e.in);
-        async_chan_destroy(e.out);
+        echo_free(&e);
         async_sched_destroy(s);
     }
 }

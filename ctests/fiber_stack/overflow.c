@@ -11,7 +11,7 @@
 #include <sys/mman.h>
 #include <sys/wait.h>
 
-#include "check.h"
+#include "fibers.h"
 
 #if defined(__linux__)
 #include <linux/filter.h>
@@ -56,21 +56,6 @@ static int guard_mode_of(async_sched_t *s) {
 
 /* ---- automatic mode: an overflow is always reported ---------------------------------- */
 
-/* ~1 KiB frames until about 1 KiB below the bottom of the 32 KiB stack. */
-__attribute__((noinline)) static int recurse(char *limit, int depth) {
-    volatile char buf[1024];
-    memset((char *)buf, depth, sizeof buf);
-    if ((char *)buf > limit) return recurse(limit, depth + 1) + buf[depth % 1024];
-    async_fiber_yield();
-    return buf[0];
-}
-
-static void deep(void *arg) {
-    (void)arg;
-    char top;
-    printf("%d\n", recurse((char *)((uintptr_t)&top - 33 * 1024), 0));
-}
-
 CHILD(auto_overflow_child) {
     if (getenv("ASYNC_TEST_NO_MADV_GUARD") && no_madv_guard() != 0) {
         fprintf(stderr, "no seccomp: skipped\n");
@@ -80,7 +65,7 @@ CHILD(auto_overflow_child) {
     async_sched_t *s = async_sched_create(&cfg);
     CHECK(s);
     fprintf(stderr, "guard_mode %d\n", guard_mode_of(s));
-    CHECK(async_fiber_spawn(s, deep, NULL, 0));
+    CHECK(async_fiber_spawn(s, overflow_32k, NULL, 0));
     async_sched_run(s);
     fprintf(stderr, "survived\n");
     exit(0);
@@ -108,7 +93,7 @@ CASE(auto_overflow) { // valgrind
 
 /* ---- each explicit mode: the overflow is reported, then the process aborts ---------- */
 
-/* A 32 KiB stack in guard mode ASYNC_TEST_GUARD overflowed by deep: in the
+/* A 32 KiB stack in guard mode ASYNC_TEST_GUARD overflowed by overflow_32k: in the
  * guard modes (1, 2) the overflow hits the guard page; in canary mode (3)
  * it stays in the slot's own spare page and is found at the next switch. */
 CHILD(mode_overflow_child) {
@@ -116,7 +101,7 @@ CHILD(mode_overflow_child) {
     async_sched_config_t cfg = {1, 32 * 1024, m ? atoi(m) : 0};
     async_sched_t *s = async_sched_create(&cfg);
     CHECK(s);
-    CHECK(async_fiber_spawn(s, deep, NULL, 0));
+    CHECK(async_fiber_spawn(s, overflow_32k, NULL, 0));
     async_sched_run(s);
     printf("survived\n");
     exit(0);

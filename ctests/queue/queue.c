@@ -625,22 +625,12 @@ CASE(stats)
     async_queue_stats_t st;
     int i;
     stats(q, &st);
-    CHECK_EQ(st.capacity, 3);
-    CHECK_EQ(st.max_msg_size, 24);
-    CHECK_EQ(st.current_size, 0);
-    CHECK_EQ(st.enqueue_count, 0);
-    CHECK_EQ(st.dequeue_count, 0);
-    CHECK_EQ(st.dropped_count, 0);
+    CHECK_QUEUE_STATS(st, 3, 24, 0, 0, 0, 0);
     for (i = 0; i < 5; i++)
         enq_int(q, i); /* 2 dropped */
     CHECK_EQ(deq_int(q), 2);
     stats(q, &st);
-    CHECK_EQ(st.capacity, 3);
-    CHECK_EQ(st.max_msg_size, 24);
-    CHECK_EQ(st.current_size, 2);
-    CHECK_EQ(st.enqueue_count, 5);
-    CHECK_EQ(st.dequeue_count, 1);
-    CHECK_EQ(st.dropped_count, 2);
+    CHECK_QUEUE_STATS(st, 3, 24, 2, 5, 1, 2);
     /* failed calls are not counted */
     {
         char big[25] = {0};
