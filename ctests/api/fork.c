@@ -461,9 +461,7 @@ CASE(fork_queue_stats_zeroed) // adversarial
     async_queue_t *q = async_queue_create(4, 8, 0);
     CHECK(q != NULL);
     CHECK(async_queue_enqueue(q, "a", 1));
-    fflush(stdout);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
+    pid_t pid = fork_flushed();
     if (pid == 0) {
         async_queue_stats_t st;
         memset(&st, 0xa5, sizeof st);
@@ -488,10 +486,8 @@ CASE(fork_child_calls) // poll adversarial
     /* Let the parent's loop sleep on another thread. */
     waitres_t w = {rt, -2, 0};
     pthread_t th;
-    start_thread(&th, timed_wait, &w);
-    sleep_ms(50);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
+    start_timed_wait(&w, &th);
+    pid_t pid = fork_flushed();
     if (pid == 0) {
         io_event_t ev[4];
         async_runtime_stats_t st;

@@ -105,12 +105,18 @@ static void run_bogus_backend(const char *name, char out[4096]) {
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
-/* Without a handler the message is on stderr as before the hook existed. */
-CASE(log_default_stderr) {
+/* Runs child case `name` (see run_bogus_backend): the default handler wrote
+ * the message to stderr, and no hook got it. */
+static void check_default_log(const char *name) {
     char out[4096];
-    run_bogus_backend("child_default", out);
+    run_bogus_backend(name, out);
     CHECK(strstr(out, "libasync: " BACKEND_MSG) != NULL);
     CHECK(strstr(out, "HOOK") == NULL);
+}
+
+/* Without a handler the message is on stderr as before the hook existed. */
+CASE(log_default_stderr) {
+    check_default_log("child_default");
 }
 
 /* A handler gets the message (level, ctx, text without "libasync: " and
@@ -135,10 +141,7 @@ CASE(log_level_filters) {
 
 /* fn NULL restores the default handler; the replaced handler gets nothing. */
 CASE(log_restore_default) {
-    char out[4096];
-    run_bogus_backend("child_restored", out);
-    CHECK(strstr(out, "libasync: " BACKEND_MSG) != NULL);
-    CHECK(strstr(out, "HOOK") == NULL);
+    check_default_log("child_restored");
 }
 
 /* The fiber stack overflow report (from the SIGSEGV handler) goes through
@@ -199,8 +202,7 @@ CASE(log_fork_set) {
     for (uintptr_t i = 0; i < 3; i++) start_thread(&th[i], fork_setter, (void *)i);
     int hung = 0;
     for (int k = 0; k < 40; k++) {
-        pid_t pid = fork();
-        CHECK(pid >= 0);
+        pid_t pid = fork_flushed();
         if (pid == 0) {
             int rc = async_set_log_handler(ASYNC_LOG_WARN, NULL, NULL);
             _exit(rc == 0 ? 0 : 3);

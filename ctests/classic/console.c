@@ -63,9 +63,7 @@ static int run_prog(char *const argv[], int in_closed, int out_full, char *out, 
     int p[2], st = 0;
     size_t have = 0;
     double t0 = now_ms();
-    pid_t pid;
-    CHECK_EQ(pipe(p), 0);
-    pid = fork_flushed();
+    pid_t pid = fork_piped(p);
     if (pid == 0) {
         int null = open("/dev/null", O_RDONLY), full = open("/dev/full", O_WRONLY);
         dup2(p[1], 2);
@@ -163,8 +161,7 @@ CASE(example_console_emfile) // poll adversarial
     pid_t pid;
     int clients[200], nc = 0;
     CHECK_EQ(pipe(in), 0);
-    CHECK_EQ(pipe(out), 0);
-    pid = fork_flushed();
+    pid = fork_piped(out);
     if (pid == 0) {
         struct rlimit rl;
         char *argv[] = {ASYNC_TEST_CONSOLE_WORKER, "--port", "0", "--heartbeat", "0", NULL};

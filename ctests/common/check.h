@@ -13,6 +13,7 @@
 #endif
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -141,9 +142,15 @@ static inline void sched_wait_parked(async_sched_t *s, size_t n)
         sleep_ms(1);
     }
 }
-#endif
 
-#ifdef ASYNC_VERSION_MAJOR
+/* Starts fn(arg) on s (not joinable) and waits until n fibers of s are
+ * parked: the new one and the n - 1 parked before it. */
+static inline void spawn_until_parked(async_sched_t *s, void (*fn)(void *), void *arg, size_t n)
+{
+    CHECK(async_fiber_spawn(s, fn, arg, 0) != NULL);
+    sched_wait_parked(s, n);
+}
+
 /* Checks every count of the queue stats st: capacity, max_msg_size,
  * current_size, enqueue_count, dequeue_count, dropped_count. */
 #define CHECK_QUEUE_STATS(st, cap, max_msg, size, enq, deq, dropped)                                          \
@@ -225,6 +232,17 @@ static inline void close_pair(const int p[2])
     close(p[0]);
     close(p[1]);
 }
+
+#if !defined(_WIN32)
+/* Blocks sig on the calling thread (the process's other threads take it). */
+static inline void block_signal(int sig)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, sig);
+    CHECK_EQ(pthread_sigmask(SIG_BLOCK, &set, NULL), 0);
+}
+#endif
 
 /* Threads for the stress and fault cases. */
 static inline void start_thread(pthread_t *t, void *(*fn)(void *), void *arg)
@@ -326,6 +344,13 @@ static inline pid_t fork_flushed(void)
     return pid;
 }
 
+/* Makes the pipe p, then fork_flushed(). */
+static inline pid_t fork_piped(int p[2])
+{
+    CHECK_EQ(pipe(p), 0);
+    return fork_flushed();
+}
+
 /* Runs this test binary's case child_case in a child process (through
  * ASYNC_TEST_EMULATOR under qemu-user), with env ("NAME=value", or NULL)
  * added; returns its wait status and says on stderr how a failing child
@@ -372,8 +397,7 @@ static inline int run_self_case_out(const char *child_case, const char *env, cha
     int status;
     CHECK(len > 0);
     self[len] = 0;
-    CHECK_EQ(pipe(p), 0);
-    pid = fork_flushed();
+    pid = fork_piped(p);
     if (pid == 0) {
         const char *emu;
         dup2(p[1], 2);

@@ -30,6 +30,21 @@ static inline void spin_us(double us)
     }
 }
 
+/* Defines name_fiber (a fiber entry) and name_thread (a pthread entry), each
+ * of which runs body(): the same work on a fiber and on a plain thread. */
+#define FIBER_AND_THREAD(name, body)                                                                           \
+    static void name##_fiber(void *arg)                                                                        \
+    {                                                                                                          \
+        (void)arg;                                                                                             \
+        body();                                                                                                \
+    }                                                                                                          \
+    static void *name##_thread(void *arg)                                                                      \
+    {                                                                                                          \
+        (void)arg;                                                                                             \
+        body();                                                                                                \
+        return NULL;                                                                                           \
+    }
+
 /* A fiber that returns at once. */
 static inline void nop_fiber(void *arg)
 {
@@ -149,5 +164,28 @@ static inline void overflow_32k(void *arg)
     (void)arg;
     printf("%d\n", recurse_to((char *)((uintptr_t)&top - 33 * 1024), 0));
 }
+
+/* true (saying that `what` is skipped) under qemu-user, which accepts
+ * MADV_GUARD_INSTALL but ignores it: a guard installed that way is never
+ * hit there. */
+static inline int madv_guard_ignored(const char *what)
+{
+    if (!getenv("ASYNC_TEST_EMULATOR"))
+        return 0;
+    printf("%s skipped: qemu-user accepts MADV_GUARD_INSTALL but ignores it\n", what);
+    return 1;
+}
+
+#if !defined(_WIN32)
+/* Runs child case `name` with env (run_self_case_out; its stderr into out,
+ * cap bytes) and checks that it reported a fiber stack overflow and was
+ * aborted (SIGABRT). */
+static inline void check_overflow_child(const char *name, const char *env, char *out, size_t cap)
+{
+    int st = run_self_case_out(name, env, out, cap);
+    CHECK(strstr(out, "libasync: fiber stack overflow") != NULL);
+    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT);
+}
+#endif
 
 #endif /* FIBERS_H */

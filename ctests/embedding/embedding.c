@@ -143,9 +143,7 @@ static int run_child(const char *name, long as_kib, char *out, size_t outsz)
     int p[2], status = 0;
     size_t got = 0;
     double t0 = now_ms();
-    pid_t pid;
-    CHECK_EQ(pipe(p), 0);
-    pid = fork_flushed();
+    pid_t pid = fork_piped(p);
     if (pid == 0) {
         dup2(p[1], 1);
         dup2(p[1], 2);

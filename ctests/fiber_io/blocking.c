@@ -240,19 +240,25 @@ static void self_shutdown_fiber(void *arg) {
     atomic_store(&self_after, async_fiber_sleep(1) == -1 ? async_last_error() : 0);
 }
 
+/* Waits (10 s at most, then the process ends saying that `call` hangs) until
+ * the offloaded job has made its call on its own scheduler. */
+static void wait_self_job(const char *call) {
+    double t0 = now_ms();
+    while (atomic_load(&self_rc) == 99) {
+        if (now_ms() - t0 > 10000) {
+            fprintf(stderr, "%s in an offloaded job: hangs\n", call);
+            _exit(1);
+        }
+        sleep_ms(5);
+    }
+}
+
 CASE(blocking_self_shutdown) { // adversarial
     self_s = sched_new(2);
     async_fiber_t *f = async_fiber_spawn(self_s, self_shutdown_fiber, NULL, ASYNC_FIBER_JOINABLE);
     CHECK(f != NULL);
     atomic_store(&self_f, f);
-    double t0 = now_ms();
-    while (atomic_load(&self_rc) == 99) {
-        if (now_ms() - t0 > 10000) {
-            fprintf(stderr, "async_sched_shutdown(own scheduler, -1) in an offloaded job: hangs\n");
-            _exit(1);
-        }
-        sleep_ms(5);
-    }
+    wait_self_job("async_sched_shutdown(own scheduler, -1)");
     printf("shutdown in job -> %d err %d\n", atomic_load(&self_rc), atomic_load(&self_err));
     CHECK_EQ(atomic_load(&self_rc), 0);
     CHECK_EQ(async_fiber_join(f, 10000), 0);
@@ -276,14 +282,7 @@ static void self_destroy_fiber(void *arg) {
 CASE(blocking_self_destroy) { // adversarial
     self_s = sched_new(2);
     CHECK(async_fiber_spawn(self_s, self_destroy_fiber, NULL, 0) != NULL);
-    double t0 = now_ms();
-    while (atomic_load(&self_rc) == 99) {
-        if (now_ms() - t0 > 10000) {
-            fprintf(stderr, "async_sched_destroy(own scheduler) in an offloaded job: hangs\n");
-            _exit(1);
-        }
-        sleep_ms(5);
-    }
+    wait_self_job("async_sched_destroy(own scheduler)");
     printf("destroy in job -> err %d\n", atomic_load(&self_err));
     CHECK_EQ(atomic_load(&self_err), ASYNC_E_STATE);
     async_sched_destroy(self_s);

@@ -113,13 +113,21 @@ static void cr_closer(void *arg)
     cr_fd[i][1] = -1;
 }
 
+/* A scheduler of `workers` workers, every one kept busy (busy_start), and
+ * the cr_ counts cleared. */
+static async_sched_t *cr_sched(int workers)
+{
+    async_sched_t *s = sched_new(workers);
+    atomic_store(&cr_ended, 0);
+    atomic_store(&cr_bad, 0);
+    busy_start(s, workers);
+    return s;
+}
+
 /* Owned read ends closed by another fiber while every worker is busy. */
 CASE(owned_close_busy) // uring adversarial
 {
-    async_sched_t *s = sched_new(3);
-    atomic_store(&cr_ended, 0);
-    atomic_store(&cr_bad, 0);
-    busy_start(s, 3);
+    async_sched_t *s = cr_sched(3);
     for (int i = 0; i < CR_N; i++) {
         int p[2];
         CHECK_EQ(pipe2(p, O_CLOEXEC), 0);
@@ -141,14 +149,10 @@ CASE(owned_close_busy) // uring adversarial
 /* Parked readers (owned and plain) on busy workers; shutdown ends them all. */
 CASE(shutdown_parked_busy) // uring adversarial
 {
-    async_sched_t *s = sched_new(4);
-    atomic_store(&cr_ended, 0);
-    atomic_store(&cr_bad, 0);
-    busy_start(s, 4);
+    async_sched_t *s = cr_sched(4);
     for (int i = 0; i < CR_N; i++) {
         CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, cr_fd[i]), 0);
-        if (i % 2)
-            CHECK_EQ(async_fiber_fd_open(s, cr_fd[i][1]), 0);
+        own_if(s, cr_fd[i][1], i % 2);
         CHECK(async_fiber_spawn(s, cr_parked, (void *)(intptr_t)i, 0) != NULL);
     }
     sched_wait_parked(s, CR_N);
@@ -180,8 +184,7 @@ CASE(signal_wait_busy) // adversarial
     CHECK_EQ(async_fiber_watch_signal(SIGUSR2), 0);
     atomic_store(&sg_state, 0);
     busy_start(s, 4);
-    CHECK(async_fiber_spawn(s, sg_waiter, NULL, 0) != NULL);
-    sched_wait_parked(s, 1);
+    spawn_until_parked(s, sg_waiter, NULL, 1);
     CHECK_EQ(kill(getpid(), SIGUSR2), 0);
     double t0 = now_ms();
     while (atomic_load(&sg_state) < 2 && now_ms() - t0 < 2 * BOUND_MS)

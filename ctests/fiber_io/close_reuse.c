@@ -218,8 +218,7 @@ CASE(stale_reader_after_close) { // uring adversarial
     int sp[2];
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
     st_num = sp[0];
-    CHECK(async_fiber_spawn(s, st_old_reader, NULL, 0) != NULL);
-    sched_wait_parked(s, 1);
+    spawn_until_parked(s, st_old_reader, NULL, 1);
     /* With io_uring the parked reader's receive reaches the kernel when its
      * worker runs out of work, a moment after the park (batched SQEs); the
      * kernel takes the number's file then. Submitted after the dup2 below,

@@ -68,8 +68,7 @@ static void udp_run(int recverr) {
 
     async_sched_t *s = sched_new(1);
     CHECK(async_fiber_spawn(s, counter_fiber, &x.st.cnt, 0));
-    CHECK(async_fiber_spawn(s, udp_reader, &x, 0));
-    sched_wait_parked(s, 2);
+    spawn_until_parked(s, udp_reader, &x, 2);
     CHECK_EQ(send(x.fd, "ping", 4, 0), 4); /* -> ICMP port unreachable */
     wait_flag(&x.st.done, 20000, "udp_icmp");
     if (x.st.step != 3)

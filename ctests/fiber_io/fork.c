@@ -75,10 +75,8 @@ CASE(fork_parked) { // uring adversarial
     int sp[2];
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
     fk_fd = sp[0];
-    CHECK(async_fiber_spawn(s, fk_reader, NULL, 0) != NULL);
-    sched_wait_parked(s, 1);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
+    spawn_until_parked(s, fk_reader, NULL, 1);
+    pid_t pid = fork_flushed();
     if (pid == 0) {
         char b[4];
         int ok = 1;
@@ -265,8 +263,7 @@ static void fork_load(int workers)
             wait_count(&fk.forks_from_fiber, f0 + 1, "fork from a fiber");
             continue;
         }
-        pid_t pid = fork();
-        CHECK(pid >= 0);
+        pid_t pid = fork_flushed();
         if (pid == 0)
             fk_child();
         fk_wait_child(pid);

@@ -26,36 +26,27 @@ static int sd_fds[8];
 
 static struct sockaddr_in sd_sa;
 
+/* The fibers of parked_end: fiber i makes its call on sd_fds[i] and keeps
+ * the error it ends with in sd_errs[i]. */
+static void sd_set(void *a, ssize_t r) {
+    atomic_store(&sd_errs[(intptr_t)a], r == -1 ? async_last_error() : 0);
+}
+
 static void sd_read(void *a) {
-    (void)a;
     char b[4];
-    atomic_store(&sd_errs[0], async_fiber_read(sd_fds[0], b, 4, -1) == -1 ? async_last_error() : 0);
+    sd_set(a, async_fiber_read(sd_fds[(intptr_t)a], b, 4, -1));
 }
 
 static void sd_write(void *a) {
-    (void)a;
-    atomic_store(&sd_errs[1], async_fiber_write(sd_fds[1], bigbuf, sizeof bigbuf, -1) == -1 ? async_last_error() : 0);
+    sd_set(a, async_fiber_write(sd_fds[(intptr_t)a], bigbuf, sizeof bigbuf, -1));
 }
 
 static void sd_accept(void *a) {
-    (void)a;
-    atomic_store(&sd_errs[2], async_fiber_accept(sd_fds[2], NULL, NULL, -1) == -1 ? async_last_error() : 0);
+    sd_set(a, async_fiber_accept(sd_fds[(intptr_t)a], NULL, NULL, -1));
 }
 
 static void sd_wait(void *a) {
-    (void)a;
-    atomic_store(&sd_errs[3], async_fiber_wait_fd(sd_fds[3], ASYNC_EVENT_READ, -1) == -1 ? async_last_error() : 0);
-}
-
-static void sd_pread(void *a) {
-    (void)a;
-    char b[4];
-    atomic_store(&sd_errs[4], async_fiber_read(sd_fds[4], b, 4, -1) == -1 ? async_last_error() : 0);
-}
-
-static void sd_pwrite(void *a) {
-    (void)a;
-    atomic_store(&sd_errs[5], async_fiber_write(sd_fds[5], bigbuf, sizeof bigbuf, -1) == -1 ? async_last_error() : 0);
+    sd_set(a, async_fiber_wait_fd(sd_fds[(intptr_t)a], ASYNC_EVENT_READ, -1));
 }
 
 static void *destroy_thread(void *arg) {
@@ -77,10 +68,11 @@ static void parked_end(int destroy) {
     sd_fds[3] = sp[1];
     sd_fds[4] = pp[0];
     sd_fds[5] = pq[1];
-    void (*fns[6])(void *) = {sd_read, sd_write, sd_accept, sd_wait, sd_pread, sd_pwrite};
+    /* a socket and a pipe read and written, an accept, a wait_fd */
+    void (*fns[6])(void *) = {sd_read, sd_write, sd_accept, sd_wait, sd_read, sd_write};
     for (int i = 0; i < 6; i++) {
         atomic_store(&sd_errs[i], -1);
-        CHECK(async_fiber_spawn(s, fns[i], NULL, 0) != NULL);
+        CHECK(async_fiber_spawn(s, fns[i], (void *)(intptr_t)i, 0) != NULL);
     }
     sched_wait_parked(s, 6);
     if (destroy) {

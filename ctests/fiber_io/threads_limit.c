@@ -286,9 +286,7 @@ CASE(nothreads_partial_child) // adversarial
     }
     printf("%d scheduler creations refused\n", failed);
     CHECK(failed > 0);
-    async_sched_config_t cfg = {4, 0, 0};
-    async_sched_t *s2 = async_sched_create(&cfg);
-    CHECK(s2 != NULL);
+    async_sched_t *s2 = sched_new(4);
     async_sched_destroy(s2);
     async_sched_destroy(s);
     exit(0);

@@ -54,9 +54,7 @@ CASE(uring_only_when_asked) { // linux
     setenv("ASYNC_FIBER_IO", "epoll", 1);
     atomic_store(&log_uring, 0);
     CHECK_EQ(async_set_log_handler(ASYNC_LOG_INFO, log_fn, NULL), 0);
-    async_sched_config_t cfg = {1, 0, 0};
-    async_sched_t *s = async_sched_create(&cfg);
-    CHECK(s != NULL);
+    async_sched_t *s = sched_new(1);
     CHECK_EQ(async_set_log_handler(ASYNC_LOG_WARN, NULL, NULL), 0);
     CHECK(!atomic_load(&log_uring));
     async_sched_destroy(s);

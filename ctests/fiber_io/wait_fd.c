@@ -119,8 +119,7 @@ CASE(wait_fd_busy) { // uring adversarial
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
     b.fd = sv[0];
     async_sched_t *s = sched_new(1);
-    CHECK(async_fiber_spawn(s, busy_a, &b, 0));
-    sched_wait_parked(s, 1);
+    spawn_until_parked(s, busy_a, &b, 1);
     CHECK(async_fiber_spawn(s, busy_b, &b, 0));
     wait_flag(&b.b_done, 10000, "second waiter");
     CHECK_EQ(b.b_both, ASYNC_EVENT_WRITE);

@@ -78,7 +78,7 @@ int epoll_wait(int ep, struct epoll_event *evs, int n, int timeout) {
 
 #if !defined(_WIN32)
 typedef struct {
-    int fd;
+    int p[2]; /* a pipe: the reader waits on p[0] */
     atomic_int rc; /* 1 while it waits */
 } quiet_t;
 
@@ -89,8 +89,16 @@ static void quiet_reader(void *arg) {
     quiet_t *q = arg;
     char c;
     atomic_store(&q->rc, 1);
-    ssize_t r = async_fiber_read(q->fd, &c, 1, 60000);
+    ssize_t r = async_fiber_read(q->p[0], &c, 1, 60000);
     atomic_store(&q->rc, r == 1 ? 0 : 2);
+}
+
+/* Makes the pipe q->p and starts quiet_reader (q) on its read end; returns
+ * once that reader is parked (the only parked fiber of s). */
+static void quiet_start(async_sched_t *s, quiet_t *q) {
+    CHECK_EQ(pipe(q->p), 0);
+    atomic_store(&q->rc, 0);
+    spawn_until_parked(s, quiet_reader, q, 1);
 }
 #endif
 
@@ -142,12 +150,8 @@ static void echo_free(echo_t *e) {
  * sleeping scheduler was lost. */
 CASE(kick_stolen_inbox) { // uring adversarial
     async_sched_t *s = sched_new(2);
-    int p[2];
-    CHECK_EQ(pipe(p), 0);
-    quiet_t q = {p[0], 0};
-    CHECK(async_fiber_spawn(s, quiet_reader, &q, 0));
-    while (atomic_load(&q.rc) != 1) sleep_ms(1);
-    sched_wait_parked(s, 1);
+    quiet_t q;
+    quiet_start(s, &q);
     echo_t e;
     echo_start(s, &e, 300);
     atomic_store(&staged, 1);
@@ -174,12 +178,12 @@ CASE(kick_stolen_inbox) { // uring adversarial
     atomic_store(&staged, 0);
     printf("rounds staged: %ld of %ld, doorbells taken by non-blocking polls: %ld\n", staged_rounds, e.rounds,
            atomic_load(&nb_bells));
-    CHECK_EQ(write(p[1], "x", 1), 1);
+    CHECK_EQ(write(q.p[1], "x", 1), 1);
     CHECK_EQ(async_sched_run(s), 0);
     CHECK_EQ(atomic_load(&q.rc), 0);
     CHECK_EQ(atomic_load(&e.got), e.rounds);
     echo_free(&e);
-    close_pair(p);
+    close_pair(q.p);
     async_sched_destroy(s);
 }
 
@@ -219,11 +223,8 @@ static void timer_kicker(void *arg) {
  * workers moving between rounds. */
 CASE(kick_stolen_timer) { // uring adversarial
     async_sched_t *s = sched_new(3);
-    int p[2];
-    CHECK_EQ(pipe(p), 0);
-    quiet_t q = {p[0], 0};
-    CHECK(async_fiber_spawn(s, quiet_reader, &q, 0));
-    sched_wait_parked(s, 1);
+    quiet_t q;
+    quiet_start(s, &q);
     echo_t e;
     tk_t t = {0, 0, 0};
     echo_start(s, &e, 1L << 40);
@@ -258,13 +259,13 @@ CASE(kick_stolen_timer) { // uring adversarial
     printf("rounds staged: %ld of %ld, doorbells taken by non-blocking polls: %ld\n", staged_rounds, rounds,
            atomic_load(&nb_bells));
     atomic_store(&t.go, -1);
-    CHECK_EQ(write(p[1], "x", 1), 1);
+    CHECK_EQ(write(q.p[1], "x", 1), 1);
     double t1 = now_ms();
     while (atomic_load(&q.rc) == 1 && now_ms() - t1 < 20000) sleep_ms(1);
     CHECK_EQ(async_sched_shutdown(s, 20000), 0); /* ends the echo fiber's wait */
     CHECK_EQ(atomic_load(&q.rc), 0);
     echo_free(&e);
-    close_pair(p);
+    close_pair(q.p);
     async_sched_destroy(s);
 }
 #else
@@ -543,11 +544,8 @@ CASE(mixed_wakes) { printf("skipped: socketpair (not Windows)\n"); } // uring ad
 CASE(idle_cpu_fd_waiter) { // adversarial
     for (int workers = 2; workers <= 4; workers += 2) {
         async_sched_t *s = sched_new(workers);
-        int p[2];
-        CHECK_EQ(pipe(p), 0);
-        quiet_t q = {p[0], 0};
-        CHECK(async_fiber_spawn(s, quiet_reader, &q, 0));
-        sched_wait_parked(s, 1);
+        quiet_t q;
+        quiet_start(s, &q);
         echo_t e;
         echo_start(s, &e, 2000);
         for (long i = 0; i < e.rounds; i++) {
@@ -561,11 +559,11 @@ CASE(idle_cpu_fd_waiter) { // adversarial
         double used = cpu_ms() - c0;
         printf("workers %d: idle cpu %.1f ms over 1 s\n", workers, used);
         CHECK(used < 300);
-        CHECK_EQ(write(p[1], "x", 1), 1);
+        CHECK_EQ(write(q.p[1], "x", 1), 1);
         CHECK_EQ(async_sched_run(s), 0);
         CHECK_EQ(atomic_load(&q.rc), 0);
         echo_free(&e);
-        close_pair(p);
+        close_pair(q.p);
         async_sched_destroy(s);
     }
 }

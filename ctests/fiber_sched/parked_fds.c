@@ -418,8 +418,7 @@ CASE(reuse_own_close) // uring adversarial
     for (int round = 0; round < 50; round++) {
         int sv[2], nv[2];
         CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-        CHECK(async_fiber_spawn(s, ow_reader, (void *)(intptr_t)sv[1], 0) != NULL);
-        sched_wait_parked(s, 1);
+        spawn_until_parked(s, ow_reader, (void *)(intptr_t)sv[1], 1);
         CHECK_EQ(close(sv[1]), 0);
         CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, nv), 0);
         int x = nv[0] == sv[1] ? nv[0] : nv[1] == sv[1] ? nv[1] : -1;

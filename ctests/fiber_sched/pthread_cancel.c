@@ -208,8 +208,7 @@ CASE(cancel_dump_signal) // uring adversarial
     async_sched_t *s = sched_new(1);
     async_chan_t *c = async_chan_create(0, sizeof(int));
     CHECK(c != NULL);
-    CHECK(async_fiber_spawn(s, cds_parked, c, 0) != NULL);
-    sched_wait_parked(s, 1);
+    spawn_until_parked(s, cds_parked, c, 1);
     int p[2];
     CHECK_EQ(pipe(p), 0);
     CHECK_EQ(async_sched_dump_on_signal(s, SIGUSR1, p[1]), 0);

@@ -116,8 +116,7 @@ CASE(shutdown_waits) { // uring valgrind
         CHECK(async_fiber_spawn(s, sd_waiter, &x[k], 0));
     }
     int bdone = 0;
-    CHECK(async_fiber_spawn(s, sd_blocking, &bdone, 0));
-    sched_wait_parked(s, W_NKINDS + 2);
+    spawn_until_parked(s, sd_blocking, &bdone, W_NKINDS + 2);
     for (int k = 0; k < W_NKINDS; k++) {
         if (atomic_load(&x[k].returned)) fprintf(stderr, "wait %s returned early: rc %d err %d\n", wait_names[k], x[k].rc, x[k].err);
         CHECK_EQ(atomic_load(&x[k].returned), 0);

@@ -338,8 +338,7 @@ CASE(stress_attach) // poll stress
     double suspect_since = 0;
     rng_t r;
     int i;
-    as.deadline = stress_begin("attach");
-    rng_init(&r, 3200);
+    as.deadline = stress_begin_rng("attach", &r, 3200);
     as.rt = mkrt();
     as.q = async_queue_create(32, sizeof(as_msg_t),
                               (async_queue_flags_t)(ASYNC_QUEUE_BLOCK_WRITER | ASYNC_QUEUE_SIGNAL_ON_DATA));

@@ -70,6 +70,15 @@ static uint64_t collect(async_runtime_t *rt, uint64_t want, uintptr_t key) {
     return sum;
 }
 
+/* Raises sig n times before a wait: the wait returns one event that
+ * carries all n. */
+static void raise_coalesced(async_runtime_t *rt, int sig, int n) {
+    for (int i = 0; i < n; i++) CHECK_EQ(raise(sig), 0);
+    int nev = 0;
+    CHECK_EQ(wait_signals(rt, 5000, KEY, &nev), (uint64_t)n);
+    CHECK_EQ(nev, 1);
+}
+
 /* ---- runtime ----------------------------------------------------------------- */
 
 /* One raise: one event with count 1; the action comes back on removal. */
@@ -97,10 +106,7 @@ CASE(rt_basic) { // poll
  * event however many signals it carries. */
 CASE(rt_metrics) { // poll
     async_runtime_t *rt = rt_watching(SIGUSR1, KEY);
-    for (int i = 0; i < 3; i++) CHECK_EQ(raise(SIGUSR1), 0);
-    int nev = 0;
-    CHECK_EQ(wait_signals(rt, 5000, KEY, &nev), 3);
-    CHECK_EQ(nev, 1);
+    raise_coalesced(rt, SIGUSR1, 3);
     async_runtime_stats_t st;
     CHECK(async_runtime_get_stats(rt, &st, sizeof st) > 0);
     CHECK_EQ(st.events[6], 1);
@@ -112,10 +118,7 @@ CASE(rt_metrics) { // poll
 /* Five signals before a wait: one event, count 5. */
 CASE(rt_coalesced) { // poll
     async_runtime_t *rt = rt_watching(SIGUSR2, KEY);
-    for (int i = 0; i < 5; i++) CHECK_EQ(raise(SIGUSR2), 0);
-    int nev = 0;
-    CHECK_EQ(wait_signals(rt, 5000, KEY, &nev), 5);
-    CHECK_EQ(nev, 1);
+    raise_coalesced(rt, SIGUSR2, 5);
     async_runtime_deinit(rt);
     CHECK(is_ign(SIGUSR2)); /* deinit dropped the watch */
 }
@@ -128,10 +131,7 @@ static void *blocked_waiter(void *arg) {
     (void)arg;
     /* Blocked here, so the signal lands on another thread and the waiter
      * must be woken through the doorbell, not by EINTR. */
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGHUP);
-    CHECK_EQ(pthread_sigmask(SIG_BLOCK, &set, NULL), 0);
+    block_signal(SIGHUP);
     atomic_store(&blocked_got, (int)wait_signals(blocked_rt, -1, KEY, NULL)); /* join_within bounds it */
     return NULL;
 }
@@ -428,10 +428,7 @@ static _Atomic int pp_stop;
 static int pp_sig;
 static void *pp_waiter(void *arg) {
     (void)arg;
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, pp_sig);
-    CHECK_EQ(pthread_sigmask(SIG_BLOCK, &set, NULL), 0);
+    block_signal(pp_sig);
     while (!atomic_load(&pp_stop)) atomic_fetch_add(&pp_total, wait_signals(pp_rt, -1, KEY, NULL));
     return NULL;
 }
@@ -477,11 +474,7 @@ CASE(rt_every_thread) { // poll
     }
     int sig = SIGRTMIN + 3;
     set_ign(sig);
-    async_sched_config_t cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.workers = 2;
-    async_sched_t *s = async_sched_create(&cfg);
-    CHECK(s);
+    async_sched_t *s = sched_new(2);
     for (int i = 0; i < 10; i++) CHECK(async_fiber_spawn(s, noop_fiber, NULL, 0));
     async_runtime_t *rt = async_runtime_init();
     CHECK(rt);
@@ -610,11 +603,7 @@ CASE(fiber_wait) {
     CHECK(!is_ign(SIGUSR1));
     CHECK_EQ(raise(SIGUSR1), 0);
     CHECK_EQ(raise(SIGUSR1), 0);
-    async_sched_config_t cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.workers = 2;
-    async_sched_t *s = async_sched_create(&cfg);
-    CHECK(s);
+    async_sched_t *s = sched_new(2);
     CHECK(async_fiber_spawn(s, fw_fiber, NULL, 0));
     double end = now_ms() + 20000;
     while (atomic_load(&fw_stage) < 1 && now_ms() < end) sleep_ms(1);
@@ -687,11 +676,7 @@ CASE(fiber_flood) {
     flood_sig = SIGRTMIN + 4;
     set_ign(flood_sig);
     CHECK_EQ(async_fiber_watch_signal(flood_sig), 0);
-    async_sched_config_t cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.workers = 2;
-    async_sched_t *s = async_sched_create(&cfg);
-    CHECK(s);
+    async_sched_t *s = sched_new(2);
     CHECK(async_fiber_spawn(s, ff_fiber, NULL, 0));
     pthread_t th[FLOOD_THREADS];
     for (int i = 0; i < FLOOD_THREADS; i++) start_thread(&th[i], flooder, NULL);
@@ -724,11 +709,7 @@ static void bc_second(void *arg) {
 CASE(fiber_busy_cancel) {
     set_ign(SIGUSR1);
     CHECK_EQ(async_fiber_watch_signal(SIGUSR1), 0);
-    async_sched_config_t cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.workers = 1;
-    async_sched_t *s = async_sched_create(&cfg);
-    CHECK(s);
+    async_sched_t *s = sched_new(1);
     CHECK(async_fiber_spawn(s, bc_first, NULL, 0));
     double end = now_ms() + 20000;
     while (!atomic_load(&bc_parked) && now_ms() < end) sleep_ms(1);
