@@ -1,9 +1,11 @@
-/* net.h — helpers shared by the fiber I/O tests (ctests/fiber_io): socket
- * pairs of each kind, a port nobody listens on, fibers that keep workers
- * busy or count while others park, bounded waits on a flag, and the child
- * runner of the cases that must change a process-wide limit. Include it
- * after check.h. Everything here is static inline or marked unused: a file
- * takes what it needs. */
+/* net.h — helpers shared by the fiber I/O tests (ctests/fiber_io): the
+ * bound on a case's waits (BOUND_MS, wait_count), socket pairs of each kind,
+ * a port nobody listens on, owned-or-plain descriptors (own_if, close_as),
+ * one-fiber probes (io_probe_t, probe_spawn, steps_t), fibers that keep
+ * workers busy or count while others park, bounded waits on a flag, and the
+ * child runner of the cases that must change a process-wide limit. Include
+ * it after check.h. Everything here is static inline or marked unused: a
+ * file takes what it needs. */
 #ifndef NET_H
 #define NET_H
 
