@@ -35,12 +35,7 @@ static void queue_matrix(async_queue_t *q, async_runtime_t *good_rt)
     async_clear_error();
     async_queue_get_stats(q, &st);
     CHECK_ERR(ASYNC_E_BADHANDLE);
-    CHECK_EQ(st.capacity, 0);
-    CHECK_EQ(st.current_size, 0);
-    CHECK_EQ(st.max_msg_size, 0);
-    CHECK_EQ(st.enqueue_count, 0);
-    CHECK_EQ(st.dequeue_count, 0);
-    CHECK_EQ(st.dropped_count, 0);
+    CHECK_QUEUE_STATS(st, 0, 0, 0, 0, 0, 0);
     CHECK_FAIL(async_queue_attach(q, good_rt, 1) == -1, ASYNC_E_BADHANDLE);
     CHECK_FAIL(async_queue_attach(q, NULL, 0) == -1, ASYNC_E_BADHANDLE);
     async_clear_error();
@@ -147,8 +142,7 @@ static void live_check_and_free(live_t *l)
     async_worker_destroy(l->w);
     async_queue_destroy(l->q);
     async_runtime_deinit(l->rt);
-    close(g_pipe[0]);
-    close(g_pipe[1]);
+    close_pair(g_pipe);
 }
 
 /* ---------------------------------------------------------------------- */

@@ -51,8 +51,7 @@ static void open_fds(void)
 
 static void close_fds(void)
 {
-    close(bv.p[0]);
-    close(bv.p[1]);
+    close_pair(bv.p);
     close(bv.dirfd);
     close(bv.lsock);
     close(bv.plain);

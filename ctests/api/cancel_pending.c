@@ -118,8 +118,7 @@ static void cancel_case(int what)
     pthread_t dt;
     start_thread(&dt, deinit_thread, rt);
     join_within(dt, 10000, "deinit");
-    close(p[0]);
-    close(p[1]);
+    close_pair(p);
 }
 
 CASE(cancel_wakeup) { cancel_case(CX_WAKEUP); } // poll adversarial
@@ -225,8 +224,7 @@ CASE(cancel_all_calls) // poll adversarial
     if (atomic_load(&c.step) != 4)
         fprintf(stderr, "the pending cancel acted after step %d\n", atomic_load(&c.step));
     CHECK_EQ(atomic_load(&c.step), 4);
-    close(p[0]);
-    close(p[1]);
+    close_pair(p);
 }
 
 /* The one line logged for an unknown ASYNC_BACKEND (stderr, the default

@@ -191,9 +191,7 @@ CASE(os_error_fiber) {
     async_runtime_t *rt = async_runtime_init();
     CHECK(rt != NULL);
     async_runtime_deinit(rt);
-    async_sched_config_t cfg = {2, 0, 0};
-    async_sched_t *s = async_sched_create(&cfg);
-    CHECK(s != NULL);
+    async_sched_t *s = sched_new(2);
     fib_err_t x = {0, 0, 0};
     CHECK(async_fiber_spawn(s, fails_sys, &x, 0) != NULL);
     struct rlimit old = exhaust_fds();

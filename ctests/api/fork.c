@@ -99,21 +99,10 @@ static void *busy_waiter(void *arg)
 
 static void run_child(async_queue_t *q, async_runtime_t *rt, async_worker_t *w)
 {
-    pid_t pid;
-    int status = 0;
-    fflush(stdout);
-    fflush(stderr);
-    pid = fork();
-    CHECK(pid >= 0);
+    pid_t pid = fork_flushed();
     if (pid == 0)
         child_body(q, rt, w);
-    status = wait_child_within(pid, 15000, "child hung in a libasync call after fork");
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        fprintf(stderr, "child: %s %d (exit code N = failed CHILD_CHECK N in child_body)\n",
-                WIFEXITED(status) ? "exit code" : "signal",
-                WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
-    CHECK(WIFEXITED(status));
-    CHECK_EQ(WEXITSTATUS(status), 0);
+    wait_child_ok(pid, 15000, "child_body after fork (exit code N = failed CHILD_CHECK N in child_body)");
     /* the child's signal_stop did not reach the parent's worker */
     {
         struct pollfd pfd = {async_worker_stop_fd(w), POLLIN, 0};
@@ -371,20 +360,12 @@ static void fb_child(int round)
 
 static void fb_fork(int round)
 {
-    pid_t pid;
-    int status = 0;
-    fflush(stdout);
-    fflush(stderr);
-    pid = fork();
-    CHECK(pid >= 0);
+    char what[96];
+    snprintf(what, sizeof what, "fb_child round %d (exit code N: CHILD_CHECK N in fb_child failed)", round);
+    pid_t pid = fork_flushed();
     if (pid == 0)
         fb_child(round);
-    status = wait_child_within(pid, 15000, "the child hung");
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        fprintf(stderr, "child %d: %s %d (exit code N: CHILD_CHECK N in fb_child failed)\n", round,
-                WIFEXITED(status) ? "exit code" : "signal", WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
-    CHECK(WIFEXITED(status));
-    CHECK_EQ(WEXITSTATUS(status), 0);
+    wait_child_ok(pid, 15000, what);
 }
 
 CASE(fork_busy) // poll
@@ -480,19 +461,12 @@ CASE(fork_queue_stats_zeroed) // adversarial
     async_queue_t *q = async_queue_create(4, 8, 0);
     CHECK(q != NULL);
     CHECK(async_queue_enqueue(q, "a", 1));
-    fflush(stdout);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
+    pid_t pid = fork_flushed();
     if (pid == 0) {
         async_queue_stats_t st;
         memset(&st, 0xa5, sizeof st);
         CHECK_FAIL((async_queue_get_stats(q, &st), 1), ASYNC_E_FORKED);
-        CHECK_EQ(st.capacity, 0);
-        CHECK_EQ(st.current_size, 0);
-        CHECK_EQ(st.max_msg_size, 0);
-        CHECK_EQ(st.enqueue_count, 0);
-        CHECK_EQ(st.dequeue_count, 0);
-        CHECK_EQ(st.dropped_count, 0);
+        CHECK_QUEUE_STATS(st, 0, 0, 0, 0, 0, 0);
         CHECK_FAIL((async_queue_get_stats(q, NULL), 1), ASYNC_E_FORKED);
         _exit(0);
     }
@@ -512,10 +486,8 @@ CASE(fork_child_calls) // poll adversarial
     /* Let the parent's loop sleep on another thread. */
     waitres_t w = {rt, -2, 0};
     pthread_t th;
-    start_thread(&th, timed_wait, &w);
-    sleep_ms(50);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
+    start_timed_wait(&w, &th);
+    pid_t pid = fork_flushed();
     if (pid == 0) {
         io_event_t ev[4];
         async_runtime_stats_t st;

@@ -124,9 +124,7 @@ static void respawner(void *arg) {
 
 CASE(handle_exhausted_fiber) {
     CHECK_EQ(setenv("ASYNC_TEST_HANDLE_GEN", NEAR_END, 1), 0);
-    async_sched_config_t cfg = {1, 0, 0};
-    async_sched_t *s = async_sched_create(&cfg);
-    CHECK(s != NULL);
+    async_sched_t *s = sched_new(1);
     respawn_t r = {s, NULL, 0};
     CHECK(async_fiber_spawn(s, respawner, &r, 0) != NULL);
     CHECK_EQ(async_sched_run(s), 0);

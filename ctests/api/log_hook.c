@@ -98,21 +98,32 @@ CHILD(child_overflow) {
 
 #define BACKEND_MSG "the environment variable ASYNC_BACKEND=\"bogus\" names no poller backend"
 
-/* Without a handler the message is on stderr as before the hook existed. */
-CASE(log_default_stderr) {
-    char out[4096];
-    int st = run_self_case_out("child_default", "ASYNC_BACKEND=bogus", out, sizeof out);
+/* Runs child case `name` with ASYNC_BACKEND=bogus (its init logs
+ * BACKEND_MSG), its stderr into out[4096]; the child must exit with 0. */
+static void run_bogus_backend(const char *name, char out[4096]) {
+    int st = run_self_case_out(name, "ASYNC_BACKEND=bogus", out, 4096);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+/* Runs child case `name` (see run_bogus_backend): the default handler wrote
+ * the message to stderr, and no hook got it. */
+static void check_default_log(const char *name) {
+    char out[4096];
+    run_bogus_backend(name, out);
     CHECK(strstr(out, "libasync: " BACKEND_MSG) != NULL);
     CHECK(strstr(out, "HOOK") == NULL);
+}
+
+/* Without a handler the message is on stderr as before the hook existed. */
+CASE(log_default_stderr) {
+    check_default_log("child_default");
 }
 
 /* A handler gets the message (level, ctx, text without "libasync: " and
  * without a newline) and nothing is written to stderr by libasync. */
 CASE(log_handler_gets_message) {
     char out[4096];
-    int st = run_self_case_out("child_hook", "ASYNC_BACKEND=bogus", out, sizeof out);
-    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    run_bogus_backend("child_hook", out);
     CHECK(strstr(out, "HOOK2[ctx1]:" BACKEND_MSG) != NULL);
     CHECK(strstr(out, "ASYNC_E_NOTSUP|") != NULL); /* one line, no newline in it */
     CHECK(strstr(out, "libasync:") == NULL);
@@ -121,22 +132,16 @@ CASE(log_handler_gets_message) {
 /* A message above the handler's level is dropped; OFF silences the default. */
 CASE(log_level_filters) {
     char out[4096];
-    int st = run_self_case_out("child_filtered", "ASYNC_BACKEND=bogus", out, sizeof out);
-    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    run_bogus_backend("child_filtered", out);
     CHECK(strstr(out, "HOOK") == NULL);
     CHECK(strstr(out, "libasync:") == NULL);
-    st = run_self_case_out("child_off", "ASYNC_BACKEND=bogus", out, sizeof out);
-    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    run_bogus_backend("child_off", out);
     CHECK(strstr(out, "libasync:") == NULL);
 }
 
 /* fn NULL restores the default handler; the replaced handler gets nothing. */
 CASE(log_restore_default) {
-    char out[4096];
-    int st = run_self_case_out("child_restored", "ASYNC_BACKEND=bogus", out, sizeof out);
-    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    CHECK(strstr(out, "libasync: " BACKEND_MSG) != NULL);
-    CHECK(strstr(out, "HOOK") == NULL);
+    check_default_log("child_restored");
 }
 
 /* The fiber stack overflow report (from the SIGSEGV handler) goes through
@@ -197,8 +202,7 @@ CASE(log_fork_set) {
     for (uintptr_t i = 0; i < 3; i++) start_thread(&th[i], fork_setter, (void *)i);
     int hung = 0;
     for (int k = 0; k < 40; k++) {
-        pid_t pid = fork();
-        CHECK(pid >= 0);
+        pid_t pid = fork_flushed();
         if (pid == 0) {
             int rc = async_set_log_handler(ASYNC_LOG_WARN, NULL, NULL);
             _exit(rc == 0 ? 0 : 3);

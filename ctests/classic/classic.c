@@ -364,8 +364,7 @@ CASE(many_events) // poll
     CHECK_EQ(ncomp, NPAIRS);
     for (i = 0; i < NPAIRS; i++) {
         CHECK_EQ(async_runtime_remove(rt, sp[i][0]), 0);
-        close(sp[i][0]);
-        close(sp[i][1]);
+        close_pair(sp[i]);
     }
     async_runtime_deinit(rt);
 }
@@ -454,8 +453,7 @@ CASE(modify_context) // poll
     CHECK_FAIL(async_runtime_add(rt, sp[0], EVENT_READ, &a) == -1, ASYNC_E_EXISTS);
     CHECK_EQ(async_runtime_remove(rt, sp[0]), 0);
     CHECK_FAIL(async_runtime_remove(rt, sp[0]) == -1, ASYNC_E_NOTFOUND);
-    close(sp[0]);
-    close(sp[1]);
+    close_pair(sp);
     async_runtime_deinit(rt);
 }
 

@@ -63,12 +63,7 @@ static int run_prog(char *const argv[], int in_closed, int out_full, char *out, 
     int p[2], st = 0;
     size_t have = 0;
     double t0 = now_ms();
-    pid_t pid;
-    CHECK_EQ(pipe(p), 0);
-    fflush(stdout);
-    fflush(stderr);
-    pid = fork();
-    CHECK(pid >= 0);
+    pid_t pid = fork_piped(p);
     if (pid == 0) {
         int null = open("/dev/null", O_RDONLY), full = open("/dev/full", O_WRONLY);
         dup2(p[1], 2);
@@ -77,8 +72,7 @@ static int run_prog(char *const argv[], int in_closed, int out_full, char *out, 
             close(0);
         else
             dup2(null, 0);
-        close(p[0]);
-        close(p[1]);
+        close_pair(p);
         close(null);
         close(full);
         execv(argv[0], argv);
@@ -167,21 +161,15 @@ CASE(example_console_emfile) // poll adversarial
     pid_t pid;
     int clients[200], nc = 0;
     CHECK_EQ(pipe(in), 0);
-    CHECK_EQ(pipe(out), 0);
-    fflush(stdout);
-    fflush(stderr);
-    pid = fork();
-    CHECK(pid >= 0);
+    pid = fork_piped(out);
     if (pid == 0) {
         struct rlimit rl;
         char *argv[] = {ASYNC_TEST_CONSOLE_WORKER, "--port", "0", "--heartbeat", "0", NULL};
         dup2(in[0], 0);
         dup2(out[1], 1);
         dup2(out[1], 2);
-        close(in[0]);
-        close(in[1]);
-        close(out[0]);
-        close(out[1]);
+        close_pair(in);
+        close_pair(out);
         getrlimit(RLIMIT_NOFILE, &rl);
         rl.rlim_cur = 40;
         setrlimit(RLIMIT_NOFILE, &rl);

@@ -22,8 +22,7 @@ CASE(fd_reuse) // poll adversarial
     CHECK(rt);
     CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sp) == 0);
     CHECK_EQ(async_runtime_add(rt, sp[0], EVENT_READ, &a), 0);
-    close(sp[0]);
-    close(sp[1]);
+    close_pair(sp);
     CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sp2) == 0);
     CHECK_EQ(sp2[0], sp[0]);
     /* the old file's events never come with the new number */
@@ -47,8 +46,7 @@ CASE(fd_reuse) // poll adversarial
     }
     CHECK(seen);
     CHECK_EQ(async_runtime_remove(rt, sp2[0]), 0);
-    close(sp2[0]);
-    close(sp2[1]);
+    close_pair(sp2);
     async_runtime_deinit(rt);
 }
 
@@ -186,8 +184,7 @@ CASE(modify_race) // poll adversarial
             break;
     }
     join_within(th, 30000, "modifier");
-    close(sp[0]);
-    close(sp[1]);
+    close_pair(sp);
     async_runtime_deinit(rt);
 }
 

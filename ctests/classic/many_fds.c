@@ -173,8 +173,7 @@ CASE(high_fds) // poll adversarial
         fds[i][1] = fds[i][0] + 1;
         CHECK_EQ(dup2(sp[0], fds[i][0]), fds[i][0]);
         CHECK_EQ(dup2(sp[1], fds[i][1]), fds[i][1]);
-        close(sp[0]);
-        close(sp[1]);
+        close_pair(sp);
         CHECK_EQ(async_runtime_add(rt, fds[i][0], EVENT_READ, &fds[i][0]), 0);
         CHECK_EQ(write(fds[i][1], "q", 1), 1);
     }
@@ -192,8 +191,7 @@ CASE(high_fds) // poll adversarial
     CHECK_EQ(seen, 0xff);
     for (i = 0; i < 8; i++) {
         CHECK_EQ(async_runtime_remove(rt, fds[i][0]), 0);
-        close(fds[i][0]);
-        close(fds[i][1]);
+        close_pair(fds[i]);
     }
     async_runtime_deinit(rt);
 }

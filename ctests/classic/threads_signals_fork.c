@@ -128,8 +128,7 @@ CASE(deinit_race) // poll adversarial
         join_within(a, 10000, "poster a");
         join_within(b, 10000, "poster b");
         join_within(c, 10000, "waiter");
-        close(sp[0]);
-        close(sp[1]);
+        close_pair(sp);
     }
 }
 
@@ -198,10 +197,7 @@ CASE(fork) // poll adversarial
     CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sp) == 0);
     CHECK_EQ(async_runtime_add(rt, sp[0], EVENT_READ, NULL), 0);
     CHECK_EQ(async_runtime_post_completion(rt, 3, 4), 0);
-    fflush(stdout);
-    fflush(stderr);
-    pid = fork();
-    CHECK(pid >= 0);
+    pid = fork_flushed();
     if (pid == 0) {
         struct timeval tv = {0, 0};
         if (async_runtime_wait(rt, ev, MAXEV, &tv) != -1 || async_last_error() != ASYNC_E_FORKED)
@@ -237,8 +233,7 @@ CASE(fork) // poll adversarial
         CHECK(rd);
     }
     async_runtime_deinit(rt);
-    close(sp[0]);
-    close(sp[1]);
+    close_pair(sp);
 }
 
 TEST_MAIN()

@@ -149,8 +149,7 @@ CASE(badargs) // poll adversarial
                ASYNC_E_BADHANDLE);
     async_runtime_deinit((async_runtime_t *)(uintptr_t)0x1234);
     CHECK_EQ(async_runtime_get_console_type((async_runtime_t *)(uintptr_t)0xdead), CONSOLE_TYPE_NONE);
-    close(sp[0]);
-    close(sp[1]);
+    close_pair(sp);
 }
 
 /* ---- the wait never fails for memory ------------------------------------------------------- */

@@ -80,8 +80,7 @@ CASE(mix_deinit) // poll adversarial
     }
     CHECK_EQ(dup2(saved, 0), 0);
     close(saved);
-    close(p[0]);
-    close(p[1]);
+    close_pair(p);
     close(fd);
 }
 

@@ -13,6 +13,7 @@
 #endif
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -141,6 +142,33 @@ static inline void sched_wait_parked(async_sched_t *s, size_t n)
         sleep_ms(1);
     }
 }
+
+/* Starts fn(arg) on s (not joinable) and waits until n fibers of s are
+ * parked: the new one and the n - 1 parked before it. */
+static inline void spawn_until_parked(async_sched_t *s, void (*fn)(void *), void *arg, size_t n)
+{
+    CHECK(async_fiber_spawn(s, fn, arg, 0) != NULL);
+    sched_wait_parked(s, n);
+}
+
+/* Checks every count of the queue stats st: capacity, max_msg_size,
+ * current_size, enqueue_count, dequeue_count, dropped_count. */
+#define CHECK_QUEUE_STATS(st, cap, max_msg, size, enq, deq, dropped)                                          \
+    do {                                                                                                       \
+        CHECK_EQ((st).capacity, cap);                                                                          \
+        CHECK_EQ((st).max_msg_size, max_msg);                                                                  \
+        CHECK_EQ((st).current_size, size);                                                                     \
+        CHECK_EQ((st).enqueue_count, enq);                                                                     \
+        CHECK_EQ((st).dequeue_count, deq);                                                                     \
+        CHECK_EQ((st).dropped_count, dropped);                                                                 \
+    } while (0)
+
+/* Shuts s down (its fibers must all end within ms) and destroys it. */
+static inline void sched_finish(async_sched_t *s, int ms)
+{
+    CHECK_EQ(async_sched_shutdown(s, ms), 0);
+    async_sched_destroy(s);
+}
 #endif
 
 /* The cases of this executable, registered before main by CASE and CHILD. */
@@ -197,6 +225,24 @@ static inline int test_main_(const test_case_t *cases, size_t n, int argc, char 
 
 #define TEST_MAIN()                                                                                            \
     int main(int argc, char **argv) { return test_main_(test_cases_, test_ncases_, argc, argv); }
+
+/* Closes both ends of a pipe or socket pair (close(2), results ignored). */
+static inline void close_pair(const int p[2])
+{
+    close(p[0]);
+    close(p[1]);
+}
+
+#if !defined(_WIN32)
+/* Blocks sig on the calling thread (the process's other threads take it). */
+static inline void block_signal(int sig)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, sig);
+    CHECK_EQ(pthread_sigmask(SIG_BLOCK, &set, NULL), 0);
+}
+#endif
 
 /* Threads for the stress and fault cases. */
 static inline void start_thread(pthread_t *t, void *(*fn)(void *), void *arg)
@@ -286,6 +332,25 @@ static inline int loopback_listener(int backlog, struct sockaddr_in *addr)
     return l;
 }
 
+/* fork(2) after flushing stdio (so that the child cannot write the parent's
+ * buffered output again); fails the test if fork fails. */
+static inline pid_t fork_flushed(void)
+{
+    pid_t pid;
+    fflush(stdout);
+    fflush(stderr);
+    pid = fork();
+    CHECK(pid >= 0);
+    return pid;
+}
+
+/* Makes the pipe p, then fork_flushed(). */
+static inline pid_t fork_piped(int p[2])
+{
+    CHECK_EQ(pipe(p), 0);
+    return fork_flushed();
+}
+
 /* Runs this test binary's case child_case in a child process (through
  * ASYNC_TEST_EMULATOR under qemu-user), with env ("NAME=value", or NULL)
  * added; returns its wait status and says on stderr how a failing child
@@ -298,10 +363,7 @@ static inline int run_self_case(const char *child_case, const char *env)
     int st = 0;
     CHECK(len > 0);
     self[len] = 0;
-    fflush(stdout);
-    fflush(stderr);
-    pid = fork();
-    CHECK(pid >= 0);
+    pid = fork_flushed();
     if (pid == 0) {
         char *argv[] = {self, (char *)child_case, NULL};
         char *emu = getenv("ASYNC_TEST_EMULATOR");
@@ -335,11 +397,7 @@ static inline int run_self_case_out(const char *child_case, const char *env, cha
     int status;
     CHECK(len > 0);
     self[len] = 0;
-    CHECK_EQ(pipe(p), 0);
-    fflush(stdout);
-    fflush(stderr);
-    pid = fork();
-    CHECK(pid >= 0);
+    pid = fork_piped(p);
     if (pid == 0) {
         const char *emu;
         dup2(p[1], 2);

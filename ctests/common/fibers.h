@@ -30,6 +30,21 @@ static inline void spin_us(double us)
     }
 }
 
+/* Defines name_fiber (a fiber entry) and name_thread (a pthread entry), each
+ * of which runs body(): the same work on a fiber and on a plain thread. */
+#define FIBER_AND_THREAD(name, body)                                                                           \
+    static void name##_fiber(void *arg)                                                                        \
+    {                                                                                                          \
+        (void)arg;                                                                                             \
+        body();                                                                                                \
+    }                                                                                                          \
+    static void *name##_thread(void *arg)                                                                      \
+    {                                                                                                          \
+        (void)arg;                                                                                             \
+        body();                                                                                                \
+        return NULL;                                                                                           \
+    }
+
 /* A fiber that returns at once. */
 static inline void nop_fiber(void *arg)
 {
@@ -128,5 +143,49 @@ static inline void wait_counts(async_sched_t *s, uint64_t parked, uint64_t runni
             (unsigned long long)st.fibers_running);
     CHECK(!"fibers did not reach the expected states");
 }
+
+/* Recurses in ~1 KiB frames until a frame lies below limit, yielding at the
+ * bottom. */
+__attribute__((noinline, unused)) static int recurse_to(char *limit, int depth)
+{
+    volatile char buf[1024];
+    memset((char *)buf, depth, sizeof buf);
+    if ((char *)buf > limit)
+        return recurse_to(limit, depth + 1) + buf[depth % 1024];
+    async_fiber_yield();
+    return buf[0];
+}
+
+/* A fiber that overflows a 32 KiB stack: it recurses to about 1 KiB below
+ * its bottom. */
+static inline void overflow_32k(void *arg)
+{
+    char top;
+    (void)arg;
+    printf("%d\n", recurse_to((char *)((uintptr_t)&top - 33 * 1024), 0));
+}
+
+/* true (saying that `what` is skipped) under qemu-user, which accepts
+ * MADV_GUARD_INSTALL but ignores it: a guard installed that way is never
+ * hit there. */
+static inline int madv_guard_ignored(const char *what)
+{
+    if (!getenv("ASYNC_TEST_EMULATOR"))
+        return 0;
+    printf("%s skipped: qemu-user accepts MADV_GUARD_INSTALL but ignores it\n", what);
+    return 1;
+}
+
+#if !defined(_WIN32)
+/* Runs child case `name` with env (run_self_case_out; its stderr into out,
+ * cap bytes) and checks that it reported a fiber stack overflow and was
+ * aborted (SIGABRT). */
+static inline void check_overflow_child(const char *name, const char *env, char *out, size_t cap)
+{
+    int st = run_self_case_out(name, env, out, cap);
+    CHECK(strstr(out, "libasync: fiber stack overflow") != NULL);
+    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT);
+}
+#endif
 
 #endif /* FIBERS_H */

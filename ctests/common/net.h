@@ -1,9 +1,11 @@
-/* net.h — helpers shared by the fiber I/O tests (ctests/fiber_io): socket
- * pairs of each kind, a port nobody listens on, fibers that keep workers
- * busy or count while others park, bounded waits on a flag, and the child
- * runner of the cases that must change a process-wide limit. Include it
- * after check.h. Everything here is static inline or marked unused: a file
- * takes what it needs. */
+/* net.h — helpers shared by the fiber I/O tests (ctests/fiber_io): the
+ * bound on a case's waits (BOUND_MS, wait_count), socket pairs of each kind,
+ * a port nobody listens on, owned-or-plain descriptors (own_if, close_as),
+ * one-fiber probes (io_probe_t, probe_spawn, steps_t), fibers that keep
+ * workers busy or count while others park, bounded waits on a flag, and the
+ * child runner of the cases that must change a process-wide limit. Include
+ * it after check.h. Everything here is static inline or marked unused: a
+ * file takes what it needs. */
 #ifndef NET_H
 #define NET_H
 
@@ -42,6 +44,21 @@ static inline int memfd_create(const char *name, unsigned flags)
 #endif
 
 #define NET_UNUSED __attribute__((unused))
+
+/* The bound on a case's waits, in ms: a file that wants another defines
+ * BOUND_MS before it includes net.h. */
+#ifndef BOUND_MS
+#define BOUND_MS 8000
+#endif
+
+/* Waits (at most BOUND_MS) until *v >= target; fails naming what. */
+#define wait_count(v, target, what) wait_count_within(v, target, BOUND_MS, what)
+
+/* e is a or b. */
+static inline int err_in(int e, int a, int b)
+{
+    return e == a || e == b;
+}
 
 /* ---- sockets ----------------------------------------------------------------- */
 
@@ -90,6 +107,36 @@ typedef struct {
     int e1, e2;
 } io_probe_t;
 
+/* Zeroes m, makes a unix stream pair and starts fn(m) on s: the fiber's end
+ * of the pair is m->fd, the caller's m->fd2. */
+static inline void probe_spawn(async_sched_t *s, void (*fn)(void *), io_probe_t *m)
+{
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    memset(m, 0, sizeof *m);
+    m->fd = sv[0];
+    m->fd2 = sv[1];
+    CHECK(async_fiber_spawn(s, fn, m, 0) != NULL);
+}
+
+/* Hands fd to s (async_fiber_fd_open, which must succeed) when owned; a
+ * plain fd stays as it is. */
+static inline void own_if(async_sched_t *s, int fd, int owned)
+{
+    if (owned)
+        CHECK_EQ(async_fiber_fd_open(s, fd), 0);
+}
+
+/* Closes fd through the library (which must succeed) when owned, with
+ * close(2) otherwise. */
+static inline void close_as(int fd, int owned)
+{
+    if (owned)
+        CHECK_EQ(async_fiber_close(fd), 0);
+    else
+        close(fd);
+}
+
 /* ---- fibers ------------------------------------------------------------------- */
 
 /* Runs fn(arg) on a fiber of s and waits (bounded) for it to return. */
@@ -100,14 +147,37 @@ static inline void on_fiber(async_sched_t *s, void (*fn)(void *), void *arg)
     CHECK_EQ(async_fiber_join(f, 30000), 0);
 }
 
+/* Runs fn(NULL) on a fiber of a fresh scheduler of `workers` workers, then
+ * destroys the scheduler. */
+static inline void on_new_sched(int workers, void (*fn)(void *))
+{
+    async_sched_t *s = sched_new(workers);
+    on_fiber(s, fn, NULL);
+    async_sched_destroy(s);
+}
+
 /* Runs fn(NULL) on a fiber of a fresh 2-worker scheduler, then on this
  * (plain) thread: a case that holds on both. */
 static inline void on_fiber_then_thread(void (*fn)(void *))
 {
-    async_sched_t *s = sched_new(2);
-    on_fiber(s, fn, NULL);
-    async_sched_destroy(s);
+    on_new_sched(2, fn);
     fn(NULL);
+}
+
+/* Creates a scheduler of `workers` workers and destroys it again; where
+ * there is no room for it the create must fail with ASYNC_E_NOMEM or
+ * ASYNC_E_SYS. Returns 1 if it was created. */
+static inline int sched_try_create(int workers)
+{
+    async_sched_config_t cfg = {workers, 0, 0};
+    async_clear_error();
+    async_sched_t *s = async_sched_create(&cfg);
+    if (!s) {
+        CHECK(err_in(async_last_error(), ASYNC_E_NOMEM, ASYNC_E_SYS));
+        return 0;
+    }
+    async_sched_destroy(s);
+    return 1;
 }
 
 /* Busy workers: fibers that yield until busy_stop is set, so that only a
@@ -160,6 +230,33 @@ static inline void wait_flag(atomic_int *flag, int ms, const char *what)
     }
 }
 
+/* A fiber that runs numbered steps beside a counter_fiber on its worker:
+ * how far it got (step), the error that stopped it (err), and done. */
+typedef struct {
+    counter_t cnt;
+    int step, err;
+    atomic_int done;
+} steps_t;
+
+/* Ends a steps fiber: keeps its last error, stops the counter fiber, sets
+ * done. */
+static inline void steps_end(steps_t *st)
+{
+    st->err = async_last_error();
+    atomic_store(&st->cnt.stop, 1);
+    atomic_store(&st->done, 1);
+}
+
+/* Waits (at most ms) until the steps fiber is done and checks that it
+ * reached step `last` (saying on stderr where it stopped otherwise). */
+static inline void steps_wait(steps_t *st, int last, int ms, const char *what)
+{
+    wait_flag(&st->done, ms, what);
+    if (st->step != last)
+        fprintf(stderr, "%s: stopped after step %d: %s\n", what, st->step, async_strerror(st->err));
+    CHECK_EQ(st->step, last);
+}
+
 /* ---- child processes and descriptor counts ---------------------------------- */
 
 /* Open descriptors below 4096, counted without opening one (works at
@@ -191,12 +288,6 @@ static inline long proc_status_field(const char *fmt)
             break;
     fclose(fp);
     return v;
-}
-
-/* e is a or b. */
-static inline int err_in(int e, int a, int b)
-{
-    return e == a || e == b;
 }
 
 /* A *_child case runs only in the child its parent case starts (run_child):

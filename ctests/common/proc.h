@@ -38,6 +38,19 @@ static inline int wait_child_within(pid_t pid, int ms, const char *what)
     }
 }
 
+/* Waits (at most ms) for the child pid, which must exit with 0; otherwise
+ * says on stderr how it ended, then `what` (which says what an exit code
+ * means). */
+static inline void wait_child_ok(pid_t pid, int ms, const char *what)
+{
+    int status = wait_child_within(pid, ms, what);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fprintf(stderr, "child: %s %d; %s\n", WIFEXITED(status) ? "exit code" : "signal",
+                WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), what);
+    CHECK(WIFEXITED(status));
+    CHECK_EQ(WEXITSTATUS(status), 0);
+}
+
 /* true if the thread is asleep (S or D in /proc/self/task/<tid>/stat). */
 static inline bool thread_asleep(int tid)
 {

@@ -182,6 +182,13 @@ static inline void *timed_wait(void *arg)
     return NULL;
 }
 
+/* Starts timed_wait(w) on *th and gives it 50 ms to fall asleep. */
+static inline void start_timed_wait(waitres_t *w, pthread_t *th)
+{
+    start_thread(th, timed_wait, w);
+    sleep_ms(50);
+}
+
 #endif /* ASYNC_TEST_CLASSIC */
 
 /* --- seeded random choices ---------------------------------------------- */
@@ -245,6 +252,15 @@ static inline void rng_init(rng_t *r, uint64_t stream)
     r->s = g_seed ^ (stream * 0x9E3779B97F4A7C15ull) ^ 0xD1B54A32D192ED03ull;
     if (r->s == 0)
         r->s = 1;
+}
+
+/* stress_begin(name), and r seeded as the case's stream `stream`; returns
+ * the deadline. */
+static inline double stress_begin_rng(const char *name, rng_t *r, uint64_t stream)
+{
+    double deadline = stress_begin(name);
+    rng_init(r, stream);
+    return deadline;
 }
 
 /* A number in [0, n); n > 0. */

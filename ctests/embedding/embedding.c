@@ -107,6 +107,18 @@ static bool emulated(void)
     return emu && *emu;
 }
 
+/* Readies run_child (find_self), unless skip: then it says "skipped: why"
+ * and returns false. */
+static bool children_ready(bool skip, const char *why)
+{
+    if (skip) {
+        printf("skipped: %s\n", why);
+        return false;
+    }
+    find_self();
+    return true;
+}
+
 /* In a forked child: exec this binary's case `name` (through the emulator
  * under qemu-user). Never returns. */
 static void exec_self(const char *name)
@@ -131,17 +143,11 @@ static int run_child(const char *name, long as_kib, char *out, size_t outsz)
     int p[2], status = 0;
     size_t got = 0;
     double t0 = now_ms();
-    pid_t pid;
-    CHECK_EQ(pipe(p), 0);
-    fflush(stdout);
-    fflush(stderr);
-    pid = fork();
-    CHECK(pid >= 0);
+    pid_t pid = fork_piped(p);
     if (pid == 0) {
         dup2(p[1], 1);
         dup2(p[1], 2);
-        close(p[0]);
-        close(p[1]);
+        close_pair(p);
         if (as_kib > 0) {
             /* Thread stacks are reserved at RLIMIT_STACK (glibc's default
              * pthread stack size): the usual 8 MiB, whatever ctest got. */
@@ -373,11 +379,8 @@ CASE(segv_in_host_code)
 {
     char out[8192];
     int st;
-    if (emulated()) {
-        printf("skipped under an emulator\n");
+    if (!children_ready(emulated(), "under an emulator"))
         return;
-    }
-    find_self();
     st = run_child("child_segv", 0, out, sizeof out);
     if (EMB_ASAN) { /* UBSan (null store) or ASan's handler, chained by Go, reports and exits */
         CHECK(strstr(out, "AddressSanitizer") != NULL || strstr(out, "runtime error") != NULL);
@@ -409,11 +412,8 @@ CASE(sigpipe_host_thread)
 {
     char out[8192];
     int st;
-    if (emulated()) {
-        printf("skipped under an emulator\n");
+    if (!children_ready(emulated(), "under an emulator"))
         return;
-    }
-    find_self();
     st = run_child("child_sigpipe", 0, out, sizeof out);
     if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGPIPE)
         show_status("child_sigpipe", st, out);
@@ -439,15 +439,11 @@ CASE(fork_exec) // poll
 {
     async_runtime_t *rt;
     pid_t pid;
-    int status = 0;
     find_self();
     rt = async_runtime_init();
     CHECK(rt != NULL);
     use_workers_and_fibers();
-    fflush(stdout);
-    fflush(stderr);
-    pid = fork();
-    CHECK(pid >= 0);
+    pid = fork_flushed();
     if (pid == 0) {
         io_event_t ev;
         if (async_version() != ASYNC_VERSION_NUMBER || strcmp(async_version_string(), "") == 0)
@@ -465,11 +461,7 @@ CASE(fork_exec) // poll
             _exit(14);
         exec_self("child_use");
     }
-    status = wait_child_within(pid, 30000, "the child hung");
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        fprintf(stderr, "child: %s %d (10-14: a check before exec failed; 1: child_use failed)\n",
-                WIFEXITED(status) ? "exit code" : "signal", WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
-    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    wait_child_ok(pid, 30000, "exit codes 10-14: a check before exec failed; 1: child_use failed");
     round_trip(); /* the parent carries on */
     async_runtime_deinit(rt);
 }
@@ -485,6 +477,9 @@ CHILD(child_limited)
     printf("child worked\n");
 }
 
+/* Why the RLIMIT_AS cases do not run under ASan or an emulator. */
+#define LIMITED_SKIP "ASan's shadow memory or the emulator needs more address space than the library"
+
 /* EMBEDDING.md "Memory": a program using the runtime, a worker and a
  * 2-worker scheduler works with RLIMIT_AS (ulimit -v) at EMB_ULIMIT_V_WORKS
  * KiB (thread stacks at 8 MiB). */
@@ -492,11 +487,8 @@ CASE(ulimit_v_works)
 {
     char out[16384];
     int st;
-    if (EMB_ASAN || emulated()) {
-        printf("skipped: ASan's shadow memory or the emulator needs more address space than the library\n");
+    if (!children_ready(EMB_ASAN || emulated(), LIMITED_SKIP))
         return;
-    }
-    find_self();
     st = run_child("child_limited", EMB_ULIMIT_V_WORKS, out, sizeof out);
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
         show_status("child_limited", st, out);
@@ -511,11 +503,8 @@ CASE(ulimit_v_too_low)
 {
     char out[16384];
     int st;
-    if (EMB_ASAN || emulated()) {
-        printf("skipped: ASan's shadow memory or the emulator needs more address space than the library\n");
+    if (!children_ready(EMB_ASAN || emulated(), LIMITED_SKIP))
         return;
-    }
-    find_self();
     st = run_child("child_limited", EMB_ULIMIT_V_FAILS, out, sizeof out);
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 2 || strstr(out, "called"))
         show_status("child_limited", st, out);

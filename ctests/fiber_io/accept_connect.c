@@ -63,11 +63,7 @@ static void connect_body(void *arg) {
     close(l);
 }
 
-CASE(connect_states) { // uring adversarial
-    async_sched_t *s = sched_new(2);
-    on_fiber(s, connect_body, NULL);
-    async_sched_destroy(s);
-}
+CASE(connect_states) { on_new_sched(2, connect_body); } // uring adversarial
 
 CASE(connect_states_thread) { connect_body(NULL); } // adversarial
 
@@ -121,16 +117,11 @@ static void accept_body(void *arg) {
     a = async_fiber_accept(p[0], NULL, NULL, 200);
     printf("accept(pipe) -> %d err %d\n", a, async_last_error());
     CHECK(a == -1 && async_last_error() != ASYNC_E_TIMEDOUT);
-    close(p[0]);
-    close(p[1]);
+    close_pair(p);
     close(l);
 }
 
-CASE(accept_args) { // uring adversarial
-    async_sched_t *s = sched_new(2);
-    on_fiber(s, accept_body, NULL);
-    async_sched_destroy(s);
-}
+CASE(accept_args) { on_new_sched(2, accept_body); } // uring adversarial
 
 /* Fills socket and pipe buffers. */
 static char bigbuf[8 << 20];
@@ -189,8 +180,7 @@ static void states_body(void *arg) {
     CHECK_EQ(async_fiber_read(u, b, sizeof b, 2000), 4);
     close(a);
     close(u);
-    close(p[0]);
-    close(p[1]);
+    close_pair(p);
     close(l);
 }
 
@@ -250,9 +240,7 @@ static void connect_again(int on_fiber_) {
     pthread_t th;
     start_thread(&th, ca_drain, NULL);
     if (on_fiber_) {
-        async_sched_t *s = sched_new(2);
-        on_fiber(s, ca_body, NULL);
-        async_sched_destroy(s);
+        on_new_sched(2, ca_body);
     } else {
         ca_body(NULL);
     }
@@ -322,10 +310,6 @@ CASE(accept_parked) { // uring adversarial
     close(pa_l);
 }
 
-#define BOUND_MS 8000
-
-#define wait_count(v, target, what) wait_count_within(v, target, BOUND_MS, what)
-
 /* ---- accept and connect storms on busy workers (owned and plain listener) ---- */
 
 #define AC_CONNS 48
@@ -370,8 +354,7 @@ static void accept_storm(int owned)
     async_sched_t *s = sched_new(3);
     atomic_store(&as_done, 0);
     as_l = loopback_listener(AC_CONNS, &as_addr);
-    if (owned)
-        CHECK_EQ(async_fiber_fd_open(s, as_l), 0);
+    own_if(s, as_l, owned);
     busy_start(s, 3);
     /* one acceptor at a time may wait (one-reader rule): they take turns */
     for (int i = 0; i < AC_CONNS; i++)
@@ -383,12 +366,8 @@ static void accept_storm(int owned)
     }
     wait_count(&as_done, 2 * AC_CONNS, "clients and servers");
     atomic_store(&busy_stop, 1);
-    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
-    async_sched_destroy(s);
-    if (owned)
-        CHECK_EQ(async_fiber_close(as_l), 0);
-    else
-        close(as_l);
+    sched_finish(s, BOUND_MS);
+    close_as(as_l, owned);
 }
 
 CASE(accept_storm_owned) { accept_storm(1); } // uring adversarial

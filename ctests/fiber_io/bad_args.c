@@ -97,17 +97,11 @@ static void badargs_body(void *arg) {
         CHECK_EQ(async_fiber_read(fd, b, 8, 1000), 1);
     }
     CHECK_FAIL(async_fiber_connect(sp[0], NULL, 16, 100) == -1, ASYNC_E_INVAL);
-    close(sp[0]);
-    close(sp[1]);
-    close(p[0]);
-    close(p[1]);
+    close_pair(sp);
+    close_pair(p);
 }
 
-CASE(badargs_fiber) { // uring adversarial
-    async_sched_t *s = sched_new(2);
-    on_fiber(s, badargs_body, NULL);
-    async_sched_destroy(s);
-}
+CASE(badargs_fiber) { on_new_sched(2, badargs_body); } // uring adversarial
 
 CASE(badargs_thread) { badargs_body(NULL); } // adversarial
 

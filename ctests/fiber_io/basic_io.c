@@ -189,8 +189,7 @@ static void reuse_fiber(void *arg) {
     x->step = 1;
     /* 2: close it; a pipe takes the number, with data already in */
     int num = sp[0];
-    close(sp[0]);
-    close(sp[1]);
+    close_pair(sp);
     int p[2];
     if (pipe(p) != 0) return;
     if (p[0] != num) {

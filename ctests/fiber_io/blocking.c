@@ -22,9 +22,7 @@ static void *wk_proc(void *ctx) {
 typedef struct {
     async_runtime_t *rt;
     async_worker_t *wk;
-    counter_t cnt;
-    int step, err;
-    atomic_int done;
+    steps_t st;
 } blk_t;
 
 static void blk_fiber(void *arg) {
@@ -32,35 +30,31 @@ static void blk_fiber(void *arg) {
     io_event_t ev[4];
     /* runtime_wait with a timeout: refused, the worker is not blocked */
     async_clear_error();
-    if (async_runtime_wait(x->rt, ev, 4, 500) != -1 || async_last_error() != ASYNC_E_STATE) goto fail;
-    x->step = 1;
+    if (async_runtime_wait(x->rt, ev, 4, 500) != -1 || async_last_error() != ASYNC_E_STATE) goto end;
+    x->st.step = 1;
     async_clear_error();
-    if (async_runtime_wait(x->rt, ev, 4, -1) != -1 || async_last_error() != ASYNC_E_STATE) goto fail;
-    x->step = 2;
+    if (async_runtime_wait(x->rt, ev, 4, -1) != -1 || async_last_error() != ASYNC_E_STATE) goto end;
+    x->st.step = 2;
     /* a poll (timeout 0) is allowed: it never blocks */
-    if (async_runtime_wait(x->rt, ev, 4, 0) != 0) goto fail;
-    x->step = 3;
+    if (async_runtime_wait(x->rt, ev, 4, 0) != 0) goto end;
+    x->st.step = 3;
     /* worker_join with a timeout: refused; with 0: just a check */
     async_clear_error();
-    if (async_worker_join(x->wk, 500) || async_last_error() != ASYNC_E_STATE) goto fail;
-    x->step = 4;
+    if (async_worker_join(x->wk, 500) || async_last_error() != ASYNC_E_STATE) goto end;
+    x->st.step = 4;
     async_clear_error();
-    if (async_worker_join(x->wk, -1) || async_last_error() != ASYNC_E_STATE) goto fail;
-    x->step = 5;
+    if (async_worker_join(x->wk, -1) || async_last_error() != ASYNC_E_STATE) goto end;
+    x->st.step = 5;
     async_clear_error();
-    if (async_worker_join(x->wk, 0) || async_last_error() != ASYNC_E_TIMEDOUT) goto fail;
-    x->step = 6;
+    if (async_worker_join(x->wk, 0) || async_last_error() != ASYNC_E_TIMEDOUT) goto end;
+    x->st.step = 6;
     /* the other fiber of this worker still runs */
-    long c0 = atomic_load(&x->cnt.count);
-    for (int i = 0; i < 20000 && atomic_load(&x->cnt.count) < c0 + 3; i++) async_fiber_sleep(1);
-    if (atomic_load(&x->cnt.count) < c0 + 3) goto fail;
-    x->step = 7;
-    goto out;
-fail:
-    x->err = async_last_error();
-out:
-    atomic_store(&x->cnt.stop, 1);
-    atomic_store(&x->done, 1);
+    long c0 = atomic_load(&x->st.cnt.count);
+    for (int i = 0; i < 20000 && atomic_load(&x->st.cnt.count) < c0 + 3; i++) async_fiber_sleep(1);
+    if (atomic_load(&x->st.cnt.count) < c0 + 3) goto end;
+    x->st.step = 7;
+end:
+    steps_end(&x->st);
 }
 
 CASE(blocking_calls_refused_on_fiber) { // poll
@@ -70,11 +64,9 @@ CASE(blocking_calls_refused_on_fiber) { // poll
     x.wk = async_worker_create(wk_proc, NULL, 0);
     CHECK(x.wk != NULL);
     async_sched_t *s = sched_new(1);
-    CHECK(async_fiber_spawn(s, counter_fiber, &x.cnt, 0));
+    CHECK(async_fiber_spawn(s, counter_fiber, &x.st.cnt, 0));
     CHECK(async_fiber_spawn(s, blk_fiber, &x, 0));
-    wait_flag(&x.done, 20000, "blocking_calls_refused_on_fiber");
-    if (x.step != 7) fprintf(stderr, "stopped after step %d: %s\n", x.step, async_strerror(x.err));
-    CHECK_EQ(x.step, 7);
+    steps_wait(&x.st, 7, 20000, "blocking_calls_refused_on_fiber");
     CHECK_EQ(async_sched_run(s), 0);
     async_sched_destroy(s);
     /* the same calls on a plain thread still block and work */
@@ -217,8 +209,7 @@ CASE(blocking_nested) { // adversarial
     CHECK_EQ(async_fiber_blocking(nested_inner, NULL), 0);
     CHECK_EQ(atomic_load(&nested_ran), 1);
     CHECK_FAIL(async_fiber_blocking(NULL, NULL) == -1, ASYNC_E_INVAL);
-    close(p[0]);
-    close(p[1]);
+    close_pair(p);
     async_sched_destroy(s);
 }
 
@@ -249,19 +240,25 @@ static void self_shutdown_fiber(void *arg) {
     atomic_store(&self_after, async_fiber_sleep(1) == -1 ? async_last_error() : 0);
 }
 
+/* Waits (10 s at most, then the process ends saying that `call` hangs) until
+ * the offloaded job has made its call on its own scheduler. */
+static void wait_self_job(const char *call) {
+    double t0 = now_ms();
+    while (atomic_load(&self_rc) == 99) {
+        if (now_ms() - t0 > 10000) {
+            fprintf(stderr, "%s in an offloaded job: hangs\n", call);
+            _exit(1);
+        }
+        sleep_ms(5);
+    }
+}
+
 CASE(blocking_self_shutdown) { // adversarial
     self_s = sched_new(2);
     async_fiber_t *f = async_fiber_spawn(self_s, self_shutdown_fiber, NULL, ASYNC_FIBER_JOINABLE);
     CHECK(f != NULL);
     atomic_store(&self_f, f);
-    double t0 = now_ms();
-    while (atomic_load(&self_rc) == 99) {
-        if (now_ms() - t0 > 10000) {
-            fprintf(stderr, "async_sched_shutdown(own scheduler, -1) in an offloaded job: hangs\n");
-            _exit(1);
-        }
-        sleep_ms(5);
-    }
+    wait_self_job("async_sched_shutdown(own scheduler, -1)");
     printf("shutdown in job -> %d err %d\n", atomic_load(&self_rc), atomic_load(&self_err));
     CHECK_EQ(atomic_load(&self_rc), 0);
     CHECK_EQ(async_fiber_join(f, 10000), 0);
@@ -285,14 +282,7 @@ static void self_destroy_fiber(void *arg) {
 CASE(blocking_self_destroy) { // adversarial
     self_s = sched_new(2);
     CHECK(async_fiber_spawn(self_s, self_destroy_fiber, NULL, 0) != NULL);
-    double t0 = now_ms();
-    while (atomic_load(&self_rc) == 99) {
-        if (now_ms() - t0 > 10000) {
-            fprintf(stderr, "async_sched_destroy(own scheduler) in an offloaded job: hangs\n");
-            _exit(1);
-        }
-        sleep_ms(5);
-    }
+    wait_self_job("async_sched_destroy(own scheduler)");
     printf("destroy in job -> err %d\n", atomic_load(&self_err));
     CHECK_EQ(atomic_load(&self_err), ASYNC_E_STATE);
     async_sched_destroy(self_s);

@@ -18,10 +18,6 @@
 #include "check.h"
 #include "net.h"
 
-#define BOUND_MS 8000
-
-#define wait_count(v, target, what) wait_count_within(v, target, BOUND_MS, what)
-
 /* ---- ping-pong across workers: every message parks both ends ---- */
 
 #define PP_PAIRS 24
@@ -74,11 +70,9 @@ static void pingpong(int workers, int kind, int owned)
         CHECK(async_fiber_spawn(s, pp_fn, &pp_args[i], 0) != NULL);
     wait_count(&pp_done, PP_PAIRS * 2, "ping-pong fibers");
     atomic_store(&busy_stop, 1);
-    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
-    async_sched_destroy(s);
+    sched_finish(s, BOUND_MS);
     for (int i = 0; i < PP_PAIRS; i++) {
-        close(pp_sv[i][0]);
-        close(pp_sv[i][1]);
+        close_pair(pp_sv[i]);
     }
 }
 
@@ -119,13 +113,21 @@ static void cr_closer(void *arg)
     cr_fd[i][1] = -1;
 }
 
+/* A scheduler of `workers` workers, every one kept busy (busy_start), and
+ * the cr_ counts cleared. */
+static async_sched_t *cr_sched(int workers)
+{
+    async_sched_t *s = sched_new(workers);
+    atomic_store(&cr_ended, 0);
+    atomic_store(&cr_bad, 0);
+    busy_start(s, workers);
+    return s;
+}
+
 /* Owned read ends closed by another fiber while every worker is busy. */
 CASE(owned_close_busy) // uring adversarial
 {
-    async_sched_t *s = sched_new(3);
-    atomic_store(&cr_ended, 0);
-    atomic_store(&cr_bad, 0);
-    busy_start(s, 3);
+    async_sched_t *s = cr_sched(3);
     for (int i = 0; i < CR_N; i++) {
         int p[2];
         CHECK_EQ(pipe2(p, O_CLOEXEC), 0);
@@ -139,8 +141,7 @@ CASE(owned_close_busy) // uring adversarial
     wait_count(&cr_ended, CR_N, "parked readers woken by async_fiber_close");
     CHECK_EQ(atomic_load(&cr_bad), 0);
     atomic_store(&busy_stop, 1);
-    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
-    async_sched_destroy(s);
+    sched_finish(s, BOUND_MS);
     for (int i = 0; i < CR_N; i++)
         close(cr_fd[i][0]);
 }
@@ -148,14 +149,10 @@ CASE(owned_close_busy) // uring adversarial
 /* Parked readers (owned and plain) on busy workers; shutdown ends them all. */
 CASE(shutdown_parked_busy) // uring adversarial
 {
-    async_sched_t *s = sched_new(4);
-    atomic_store(&cr_ended, 0);
-    atomic_store(&cr_bad, 0);
-    busy_start(s, 4);
+    async_sched_t *s = cr_sched(4);
     for (int i = 0; i < CR_N; i++) {
         CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, cr_fd[i]), 0);
-        if (i % 2)
-            CHECK_EQ(async_fiber_fd_open(s, cr_fd[i][1]), 0);
+        own_if(s, cr_fd[i][1], i % 2);
         CHECK(async_fiber_spawn(s, cr_parked, (void *)(intptr_t)i, 0) != NULL);
     }
     sched_wait_parked(s, CR_N);
@@ -163,11 +160,9 @@ CASE(shutdown_parked_busy) // uring adversarial
     atomic_store(&busy_stop, 1);
     wait_count(&cr_ended, CR_N, "parked readers ended by shutdown");
     CHECK_EQ(atomic_load(&cr_bad), 0);
-    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
-    async_sched_destroy(s);
+    sched_finish(s, BOUND_MS);
     for (int i = 0; i < CR_N; i++) {
-        close(cr_fd[i][0]);
-        close(cr_fd[i][1]);
+        close_pair(cr_fd[i]);
     }
 }
 
@@ -189,16 +184,14 @@ CASE(signal_wait_busy) // adversarial
     CHECK_EQ(async_fiber_watch_signal(SIGUSR2), 0);
     atomic_store(&sg_state, 0);
     busy_start(s, 4);
-    CHECK(async_fiber_spawn(s, sg_waiter, NULL, 0) != NULL);
-    sched_wait_parked(s, 1);
+    spawn_until_parked(s, sg_waiter, NULL, 1);
     CHECK_EQ(kill(getpid(), SIGUSR2), 0);
     double t0 = now_ms();
     while (atomic_load(&sg_state) < 2 && now_ms() - t0 < 2 * BOUND_MS)
         usleep(200);
     CHECK_EQ(atomic_load(&sg_state), 2);
     atomic_store(&busy_stop, 1);
-    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
-    async_sched_destroy(s);
+    sched_finish(s, BOUND_MS);
     CHECK_EQ(async_fiber_unwatch_signal(SIGUSR2), 0);
 }
 
@@ -261,8 +254,7 @@ static void midflight(int workers, int owned, int by_destroy)
         (void)async_sched_shutdown(s, 0); /* the busy fibers do not stop by themselves */
         wait_count(&mf_ended, PP_PAIRS * 2, "ping-pong fibers ended by the shutdown");
         atomic_store(&busy_stop, 1);
-        CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
-        async_sched_destroy(s);
+        sched_finish(s, BOUND_MS);
     } else {
         pthread_t t;
         mf_destroy_t d = {s};
@@ -273,8 +265,7 @@ static void midflight(int workers, int owned, int by_destroy)
     }
     CHECK_EQ(atomic_load(&mf_bad), 0);
     for (int i = 0; i < PP_PAIRS; i++) {
-        close(pp_sv[i][0]);
-        close(pp_sv[i][1]);
+        close_pair(pp_sv[i]);
     }
 }
 
@@ -330,13 +321,11 @@ CASE(dump_stats_busy) // uring adversarial
         CHECK(now_ms() - t0 < BOUND_MS);
     }
     atomic_store(&busy_stop, 1);
-    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
-    async_sched_destroy(s);
+    sched_finish(s, BOUND_MS);
     close(dn);
     (void)fd_lines;
     for (int i = 0; i < PP_PAIRS; i++) {
-        close(pp_sv[i][0]);
-        close(pp_sv[i][1]);
+        close_pair(pp_sv[i]);
     }
 }
 
@@ -392,11 +381,9 @@ CASE(many_fds_busy) // uring adversarial
         CHECK_EQ(b, (char)(i & 0x7f));
     }
     atomic_store(&busy_stop, 1);
-    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
-    async_sched_destroy(s);
+    sched_finish(s, BOUND_MS);
     for (int i = 0; i < n; i++) {
-        close(mfd[i][0]);
-        close(mfd[i][1]);
+        close_pair(mfd[i]);
     }
 }
 

@@ -37,15 +37,12 @@ static void reuse_kind_body(void *arg) {
         CHECK_EQ(w, 4);
         CHECK_EQ(async_fiber_read(a[1], b, sizeof b, 1000), 4);
         CHECK(async_fiber_wait_fd(a[0], ASYNC_EVENT_WRITE, 1000) & ASYNC_EVENT_WRITE);
-        close(a[0]);
-        close(a[1]);
+        close_pair(a);
     }
 }
 
 CASE(reuse_number_other_kind) { // uring adversarial
-    async_sched_t *s = sched_new(1);
-    on_fiber(s, reuse_kind_body, NULL);
-    async_sched_destroy(s);
+    on_new_sched(1, reuse_kind_body);
     reuse_kind_body(NULL);
 }
 
@@ -221,8 +218,7 @@ CASE(stale_reader_after_close) { // uring adversarial
     int sp[2];
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
     st_num = sp[0];
-    CHECK(async_fiber_spawn(s, st_old_reader, NULL, 0) != NULL);
-    sched_wait_parked(s, 1);
+    spawn_until_parked(s, st_old_reader, NULL, 1);
     /* With io_uring the parked reader's receive reaches the kernel when its
      * worker runs out of work, a moment after the park (batched SQEs); the
      * kernel takes the number's file then. Submitted after the dup2 below,
@@ -250,10 +246,6 @@ CASE(stale_reader_after_close) { // uring adversarial
     close(np[1]);
     close(st_num);
 }
-
-#define BOUND_MS 8000
-
-#define wait_count(v, target, what) wait_count_within(v, target, BOUND_MS, what)
 
 /* ---- owned numbers closed by the library and reused while fibers wait ---- */
 
@@ -322,8 +314,7 @@ CASE(reuse_owned_busy) // uring adversarial
     CHECK_EQ(atomic_load(&ru_bad), 0);
     CHECK_EQ(atomic_load(&ru_newok), 4 * RU_N);
     atomic_store(&busy_stop, 1);
-    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
-    async_sched_destroy(s);
+    sched_finish(s, BOUND_MS);
 }
 
 /* ---- plain numbers closed with close(2) and reused while fibers wait ---- */
@@ -365,14 +356,12 @@ CASE(reuse_plain_busy) // uring adversarial
         }
         wait_count(&rp_ended, base + RU_N, "readers of reused numbers");
         for (int i = 0; i < RU_N; i++) {
-            close(sv[i][0]);
-            close(sv[i][1]);
+            close_pair(sv[i]);
         }
     }
     CHECK_EQ(atomic_load(&rp_bad), 0);
     atomic_store(&busy_stop, 1);
-    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
-    async_sched_destroy(s);
+    sched_finish(s, BOUND_MS);
 }
 
 TEST_MAIN()

@@ -17,11 +17,9 @@
 
 typedef struct {
     int fd;
-    int step, err;
     ssize_t first;
     int first_err;
-    counter_t cnt;
-    atomic_int done;
+    steps_t st;
 } udp_t;
 
 static void udp_reader(void *arg) {
@@ -32,26 +30,22 @@ static void udp_reader(void *arg) {
     async_clear_error();
     x->first = async_fiber_read(x->fd, buf, sizeof buf, 10000);
     x->first_err = async_last_error();
-    if (x->first != -1 || x->first_err != ASYNC_E_CLOSED) goto fail;
-    x->step = 1;
+    if (x->first != -1 || x->first_err != ASYNC_E_CLOSED) goto end;
+    x->st.step = 1;
     /* 2: the error was reported; nothing else comes: a read times out */
     async_clear_error();
-    if (async_fiber_read(x->fd, buf, sizeof buf, 50) != -1 || async_last_error() != ASYNC_E_TIMEDOUT) goto fail;
-    x->step = 2;
+    if (async_fiber_read(x->fd, buf, sizeof buf, 50) != -1 || async_last_error() != ASYNC_E_TIMEDOUT) goto end;
+    x->st.step = 2;
     /* 3: and the worker still ran the counter while this read waited */
-    long c0 = atomic_load(&x->cnt.count);
-    for (int i = 0; i < 200 && atomic_load(&x->cnt.count) == c0; i++) {
+    long c0 = atomic_load(&x->st.cnt.count);
+    for (int i = 0; i < 200 && atomic_load(&x->st.cnt.count) == c0; i++) {
         async_clear_error();
-        if (async_fiber_read(x->fd, buf, sizeof buf, 5) != -1 || async_last_error() != ASYNC_E_TIMEDOUT) goto fail;
+        if (async_fiber_read(x->fd, buf, sizeof buf, 5) != -1 || async_last_error() != ASYNC_E_TIMEDOUT) goto end;
     }
-    if (atomic_load(&x->cnt.count) == c0) goto fail;
-    x->step = 3;
-    goto out;
-fail:
-    x->err = async_last_error();
-out:
-    atomic_store(&x->cnt.stop, 1);
-    atomic_store(&x->done, 1);
+    if (atomic_load(&x->st.cnt.count) == c0) goto end;
+    x->st.step = 3;
+end:
+    steps_end(&x->st);
 }
 
 static void udp_run(int recverr) {
@@ -73,15 +67,13 @@ static void udp_run(int recverr) {
     if (recverr) CHECK_EQ(setsockopt(x.fd, IPPROTO_IP, IP_RECVERR, &recverr, sizeof recverr), 0);
 
     async_sched_t *s = sched_new(1);
-    CHECK(async_fiber_spawn(s, counter_fiber, &x.cnt, 0));
-    CHECK(async_fiber_spawn(s, udp_reader, &x, 0));
-    sched_wait_parked(s, 2);
+    CHECK(async_fiber_spawn(s, counter_fiber, &x.st.cnt, 0));
+    spawn_until_parked(s, udp_reader, &x, 2);
     CHECK_EQ(send(x.fd, "ping", 4, 0), 4); /* -> ICMP port unreachable */
-    wait_flag(&x.done, 20000, "udp_icmp");
-    if (x.step != 3)
-        fprintf(stderr, "stopped after step %d: %s (first read %zd, %s)\n", x.step, async_strerror(x.err), x.first,
-                async_strerror(x.first_err));
-    CHECK_EQ(x.step, 3);
+    wait_flag(&x.st.done, 20000, "udp_icmp");
+    if (x.st.step != 3)
+        fprintf(stderr, "first read %zd, %s\n", x.first, async_strerror(x.first_err));
+    steps_wait(&x.st, 3, 20000, "udp_icmp");
     CHECK_EQ(async_sched_run(s), 0);
     async_sched_destroy(s);
     if (recverr) {
@@ -115,8 +107,7 @@ static void udp_body(void *arg) {
     CHECK_FAIL(async_fiber_read(u[0], b, sizeof b, 30) == -1, ASYNC_E_TIMEDOUT);
     CHECK_EQ(async_fiber_write(u[0], "xyz", 3, 1000), 3);
     CHECK_EQ(recv(u[1], b, sizeof b, 0), 3);
-    close(u[0]);
-    close(u[1]);
+    close_pair(u);
     /* an unconnected UDP socket: write has no destination */
     int d = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     async_clear_error();
@@ -129,10 +120,6 @@ static void udp_body(void *arg) {
 CASE(udp_empty_and_truncated) { // uring adversarial
     on_fiber_then_thread(udp_body);
 }
-
-#define BOUND_MS 8000
-
-#define wait_count(v, target, what) wait_count_within(v, target, BOUND_MS, what)
 
 /* ---- non-socket fds and datagram sockets ---- */
 
@@ -169,8 +156,7 @@ static void dgram_case(int kind, int owned, int plain_thread)
         nk_fd[0] = p[1];
         nk_fd[1] = p[0];
     }
-    if (owned)
-        CHECK_EQ(async_fiber_fd_open(s, nk_fd[1]), 0);
+    own_if(s, nk_fd[1], owned);
     for (int i = 0; i < 3; i++) {
         char m[16];
         memset(m, 'a' + i, sizeof m);
@@ -181,10 +167,8 @@ static void dgram_case(int kind, int owned, int plain_thread)
     else
         CHECK(async_fiber_spawn(s, dgram_reader, NULL, 0) != NULL);
     wait_count(&nk_done, 1, "datagram reader");
-    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
-    async_sched_destroy(s);
-    close(nk_fd[0]);
-    close(nk_fd[1]);
+    sched_finish(s, BOUND_MS);
+    close_pair(nk_fd);
 }
 
 CASE(dgram_unix_owned) { dgram_case(0, 1, 0); } // uring adversarial

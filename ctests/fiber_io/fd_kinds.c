@@ -75,11 +75,7 @@ static void kinds_body(void *arg) {
     close(d);
 }
 
-CASE(fd_kinds_fiber) { // uring adversarial
-    async_sched_t *s = sched_new(2);
-    on_fiber(s, kinds_body, NULL);
-    async_sched_destroy(s);
-}
+CASE(fd_kinds_fiber) { on_new_sched(2, kinds_body); } // uring adversarial
 
 CASE(fd_kinds_thread) { kinds_body(NULL); } // adversarial
 
@@ -123,8 +119,7 @@ static void nb_body(void *arg) {
         }
         CHECK_EQ(fcntl(p[1], F_SETFL, fl & ~O_NONBLOCK), 0);
         CHECK_FAIL(async_fiber_write(p[1], "z", 1, 100) == -1, ASYNC_E_TIMEDOUT);
-        close(p[0]);
-        close(p[1]);
+        close_pair(p);
     }
     atomic_store(&nb_done, 1);
 }
@@ -151,10 +146,6 @@ CASE(nonblock_lost) { // uring adversarial
     start_thread(&th, nb_thread, NULL);
     join_within(th, 10000, "plain-thread read with O_NONBLOCK gone");
 }
-
-#define BOUND_MS 8000
-
-#define wait_count(v, target, what) wait_count_within(v, target, BOUND_MS, what)
 
 static atomic_int nk_done;
 
@@ -214,8 +205,7 @@ CASE(eventfd_pty_pipe_fiber) // uring adversarial
     atomic_store(&nk_done, 0);
     CHECK(async_fiber_spawn(s, misc_fds_body, NULL, 0) != NULL);
     wait_count(&nk_done, 1, "misc fds fiber");
-    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
-    async_sched_destroy(s);
+    sched_finish(s, BOUND_MS);
 }
 
 CASE(eventfd_pty_pipe_plain) // adversarial
@@ -275,18 +265,15 @@ static void scm_case(int owned, int busy)
     if (busy)
         busy_start(s, 2);
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sc_fd), 0);
-    if (owned)
-        CHECK_EQ(async_fiber_fd_open(s, sc_fd[1]), 0);
+    own_if(s, sc_fd[1], owned);
     CHECK_EQ(write(sc_fd[0], "abc", 3), 3);
     send_with_fd(sc_fd[0], "def", 3, extra);
     send_with_fd(sc_fd[0], "ghi", 3, extra);
     CHECK(async_fiber_spawn(s, sc_reader, NULL, 0) != NULL);
     wait_count(&sc_done, 1, "reader across ancillary data");
     atomic_store(&busy_stop, 1);
-    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
-    async_sched_destroy(s);
-    close(sc_fd[0]);
-    close(sc_fd[1]);
+    sched_finish(s, BOUND_MS);
+    close_pair(sc_fd);
     close(extra);
 }
 
@@ -330,8 +317,7 @@ static void pty_gone(int fiber, int owned)
     close(sl); /* hang-up */
     async_sched_t *s = sched_new(2);
     atomic_store(&pt_done, 0);
-    if (owned)
-        CHECK_EQ(async_fiber_fd_open(s, pt_m), 0);
+    own_if(s, pt_m, owned);
     if (fiber)
         CHECK(async_fiber_spawn(s, pt_body, NULL, 0) != NULL);
     else
@@ -342,12 +328,8 @@ static void pty_gone(int fiber, int owned)
     CHECK_EQ(pt_err[0], 0);
     /* the wait returns at once with the hang-up */
     CHECK(pt_res[2] > 0 && (pt_res[2] & ASYNC_EVENT_CLOSE));
-    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
-    async_sched_destroy(s);
-    if (owned)
-        CHECK_EQ(async_fiber_close(pt_m), 0);
-    else
-        close(pt_m);
+    sched_finish(s, BOUND_MS);
+    close_as(pt_m, owned);
 }
 
 CASE(pty_gone_fiber) { pty_gone(1, 0); } // uring adversarial
@@ -385,8 +367,7 @@ static void eventfd_full(int owned)
     async_sched_t *s = sched_new(2);
     ef_fd = eventfd(0, EFD_CLOEXEC);
     CHECK(ef_fd >= 0);
-    if (owned)
-        CHECK_EQ(async_fiber_fd_open(s, ef_fd), 0);
+    own_if(s, ef_fd, owned);
     atomic_store(&ef_state, 0);
     busy_start(s, 2);
     CHECK(async_fiber_spawn(s, ef_writer, NULL, 0) != NULL);
@@ -395,12 +376,8 @@ static void eventfd_full(int owned)
     CHECK(async_fiber_spawn(s, ef_reader, NULL, 0) != NULL);
     wait_count(&ef_state, 3, "eventfd writer after the read");
     atomic_store(&busy_stop, 1);
-    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
-    async_sched_destroy(s);
-    if (owned)
-        CHECK_EQ(async_fiber_close(ef_fd), 0);
-    else
-        close(ef_fd);
+    sched_finish(s, BOUND_MS);
+    close_as(ef_fd, owned);
 }
 
 CASE(eventfd_full_owned) { eventfd_full(1); } // uring adversarial

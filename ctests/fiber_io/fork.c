@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 
 #include "check.h"
+#define BOUND_MS 20000 /* every wait of this file, in ms */
 #include "net.h"
 
 /* ---- fork on a fiber ----------------------------------------------- */
@@ -74,10 +75,8 @@ CASE(fork_parked) { // uring adversarial
     int sp[2];
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
     fk_fd = sp[0];
-    CHECK(async_fiber_spawn(s, fk_reader, NULL, 0) != NULL);
-    sched_wait_parked(s, 1);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
+    spawn_until_parked(s, fk_reader, NULL, 1);
+    pid_t pid = fork_flushed();
     if (pid == 0) {
         char b[4];
         int ok = 1;
@@ -94,8 +93,7 @@ CASE(fork_parked) { // uring adversarial
         async_fiber_yield();
         ok &= async_sched_create(NULL) == NULL && async_last_error() == ASYNC_E_FORKED;
         /* the child closes its copies: the parent must not notice */
-        close(sp[0]);
-        close(sp[1]);
+        close_pair(sp);
         _exit(ok ? 0 : 3);
     }
     int st;
@@ -106,13 +104,8 @@ CASE(fork_parked) { // uring adversarial
     async_sched_run(s);
     CHECK_EQ(atomic_load(&fk_err), 0);
     async_sched_destroy(s);
-    close(sp[0]);
-    close(sp[1]);
+    close_pair(sp);
 }
-
-#define BOUND_MS 20000
-
-#define wait_count(v, target, what) wait_count_within(v, target, BOUND_MS, what)
 
 /* ---- fork while fibers do I/O on every worker --------------------------------- */
 
@@ -270,8 +263,7 @@ static void fork_load(int workers)
             wait_count(&fk.forks_from_fiber, f0 + 1, "fork from a fiber");
             continue;
         }
-        pid_t pid = fork();
-        CHECK(pid >= 0);
+        pid_t pid = fork_flushed();
         if (pid == 0)
             fk_child();
         fk_wait_child(pid);
@@ -281,22 +273,15 @@ static void fork_load(int workers)
     CHECK_EQ(atomic_load(&fk.bad), 0);
     async_sched_destroy(fk.s);
     for (int i = 0; i < FK_PAIRS; i++) {
-        close(fk.sp[i][0]);
-        close(fk.sp[i][1]);
+        close_pair(fk.sp[i]);
     }
     async_chan_destroy(fk.ch);
     async_mutex_destroy(fk.mu);
     async_queue_destroy(fk.q);
 }
 
-CASE(fork_load_1w) // uring adversarial
-{
-    fork_load(1);
-}
+CASE(fork_load_1w) { fork_load(1); } // uring adversarial
 
-CASE(fork_load_2w) // uring adversarial
-{
-    fork_load(2);
-}
+CASE(fork_load_2w) { fork_load(2); } // uring adversarial
 
 TEST_MAIN()

@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 
 #include "check.h"
+#define BOUND_MS 20000 /* every wait of this file, in ms */
 #include "net.h"
 
 /* ---- an open fd above RLIMIT_NOFILE (the limit lowered after it was opened) ---------------- */
@@ -48,8 +49,7 @@ CASE(fd_above_limit) { // uring adversarial
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
     CHECK_EQ(dup2(sp[0], want), want);
     CHECK_EQ(dup2(sp[1], want - 1), want - 1);
-    close(sp[0]);
-    close(sp[1]);
+    close_pair(sp);
     hi_fd = want;
     hi_peer = want - 1;
     rl.rlim_cur = 256;
@@ -135,8 +135,7 @@ static void churn_body(void *arg) {
         CHECK_FAIL(async_fiber_wait_fd(sp[0], ASYNC_EVENT_READ, 1) == -1, ASYNC_E_TIMEDOUT);
         CHECK_EQ(async_fiber_write(sp[1], "abc", 3, 100), 3);
         CHECK_EQ(async_fiber_read(sp[0], b, sizeof b, 100), 3);
-        close(sp[0]);
-        close(sp[1]);
+        close_pair(sp);
         int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         CHECK(async_fiber_connect(c, (struct sockaddr *)&bad, sizeof bad, 100) == -1);
         close(c);
@@ -156,10 +155,6 @@ CASE(no_fd_or_memory_growth) { // uring adversarial
     CHECK(rss1 - rss0 < 8192);
     async_sched_destroy(s);
 }
-
-#define BOUND_MS 20000
-
-#define wait_count(v, target, what) wait_count_within(v, target, BOUND_MS, what)
 
 /* ---- a descriptor famine: fill every free number up to a lowered limit ---- */
 
@@ -566,35 +561,17 @@ static void nofile_load(int workers, int own_listener, int signals)
     }
 }
 
-CASE(nofile_load_plain_1w) // uring adversarial
-{
-    nofile_load(1, 0, 0);
-}
+CASE(nofile_load_plain_1w) { nofile_load(1, 0, 0); } // uring adversarial
 
-CASE(nofile_load_plain_2w) // uring adversarial
-{
-    nofile_load(2, 0, 0);
-}
+CASE(nofile_load_plain_2w) { nofile_load(2, 0, 0); } // uring adversarial
 
-CASE(nofile_load_owned_1w) // uring adversarial
-{
-    nofile_load(1, 1, 0);
-}
+CASE(nofile_load_owned_1w) { nofile_load(1, 1, 0); } // uring adversarial
 
-CASE(nofile_load_owned_2w) // uring adversarial
-{
-    nofile_load(2, 1, 0);
-}
+CASE(nofile_load_owned_2w) { nofile_load(2, 1, 0); } // uring adversarial
 
 /* The same with SIGUSR1 arriving all along (a handler without SA_RESTART). */
-CASE(nofile_load_signals_1w) // uring adversarial
-{
-    nofile_load(1, 0, 1);
-}
+CASE(nofile_load_signals_1w) { nofile_load(1, 0, 1); } // uring adversarial
 
-CASE(nofile_load_signals_2w) // uring adversarial
-{
-    nofile_load(2, 1, 1);
-}
+CASE(nofile_load_signals_2w) { nofile_load(2, 1, 1); } // uring adversarial
 
 TEST_MAIN()

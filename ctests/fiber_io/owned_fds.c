@@ -325,8 +325,7 @@ CASE(owned_close_from_fiber) { // uring
     cl_fd = sv[0];
     CHECK_EQ(async_fiber_fd_open(s, sv[0]), 0);
     cw_t c = {sv[0], 3, -1};
-    CHECK(async_fiber_spawn(s, closed_waiter, &c, 0) != NULL);
-    sched_wait_parked(s, 1);
+    spawn_until_parked(s, closed_waiter, &c, 1);
     CHECK(async_fiber_spawn(s, closer, NULL, 0) != NULL);
     CHECK_EQ(async_sched_run(s), 0);
     CHECK_EQ(atomic_load(&c.result), ASYNC_E_CLOSED);
@@ -401,8 +400,7 @@ CASE(owned_eof_hangup) {
     pair(sv);
     CHECK_EQ(async_fiber_fd_open(s, sv[0]), 0);
     eof_t e = {sv[0], -2, -2, -1};
-    CHECK(async_fiber_spawn(s, eof_reader, &e, 0) != NULL);
-    sched_wait_parked(s, 1);
+    spawn_until_parked(s, eof_reader, &e, 1);
     close(sv[1]);
     CHECK_EQ(async_sched_run(s), 0);
     CHECK_EQ(atomic_load(&e.r1), 0);
@@ -416,8 +414,7 @@ CASE(owned_eof_hangup) {
     CHECK_EQ(pipe(p), 0);
     CHECK_EQ(async_fiber_fd_open(s, p[0]), 0);
     eof_t e2 = {p[0], -2, -2, -1};
-    CHECK(async_fiber_spawn(s, eof_reader, &e2, 0) != NULL);
-    sched_wait_parked(s, 1);
+    spawn_until_parked(s, eof_reader, &e2, 1);
     CHECK_EQ(write(p[1], "x", 1), 1);
     sched_wait_parked(s, 1); /* the second read parks */
     close(p[1]);
@@ -590,8 +587,7 @@ CASE(owned_other_sched) { // uring
     other_fd = sv[0];
     CHECK_EQ(async_fiber_fd_open(a, sv[0]), 0);
     CHECK_FAIL(async_fiber_fd_open(b, sv[0]) != 0, ASYNC_E_EXISTS);
-    CHECK(async_fiber_spawn(b, other_reader, NULL, 0) != NULL);
-    sched_wait_parked(b, 1);
+    spawn_until_parked(b, other_reader, NULL, 1);
     CHECK_EQ(write(sv[1], "hello", 5), 5);
     CHECK_EQ(async_sched_run(b), 0);
     CHECK_EQ(atomic_load(&other_got), 5);
@@ -600,8 +596,7 @@ CASE(owned_other_sched) { // uring
     CHECK_EQ(async_fiber_read(sv[0], buf, sizeof buf, 20000), 3); /* plain thread */
     /* the owner still works */
     atomic_store(&other_got, -2);
-    CHECK(async_fiber_spawn(a, other_reader, NULL, 0) != NULL);
-    sched_wait_parked(a, 1);
+    spawn_until_parked(a, other_reader, NULL, 1);
     CHECK_EQ(write(sv[1], "xy", 2), 2);
     CHECK_EQ(async_sched_run(a), 0);
     CHECK_EQ(atomic_load(&other_got), 2);
@@ -610,8 +605,7 @@ CASE(owned_other_sched) { // uring
     CHECK(fcntl(sv[0], F_GETFD) >= 0);
     CHECK_EQ(async_fiber_fd_open(b, sv[0]), 0);
     atomic_store(&other_got, -2);
-    CHECK(async_fiber_spawn(b, other_reader, NULL, 0) != NULL);
-    sched_wait_parked(b, 1);
+    spawn_until_parked(b, other_reader, NULL, 1);
     CHECK_EQ(write(sv[1], "z", 1), 1);
     CHECK_EQ(async_sched_run(b), 0);
     CHECK_EQ(atomic_load(&other_got), 1);
@@ -648,37 +642,45 @@ CASE(owned_errors) {
     async_sched_destroy(s);
 }
 
+static int rd_fd;
+static _Atomic int rd_err = -1;
+
+static void err_reader(void *arg) {
+    (void)arg;
+    char b[16];
+    ssize_t r = async_fiber_read(rd_fd, b, sizeof b, 30000);
+    atomic_store(&rd_err, r < 0 ? async_last_error() : 0);
+}
+
+/* Starts a joinable fiber on s that reads fd (30 s timeout) and keeps the
+ * error its read ends with in rd_err (0: it read); returns once the fiber
+ * is parked in the read. */
+static async_fiber_t *start_parked_reader(async_sched_t *s, int fd) {
+    rd_fd = fd;
+    atomic_store(&rd_err, -1);
+    async_fiber_t *f = async_fiber_spawn(s, err_reader, NULL, ASYNC_FIBER_JOINABLE);
+    CHECK(f != NULL);
+    sched_wait_parked(s, 1);
+    return f;
+}
+
 /* s1 owns a number whose file was closed with close(2) (a bug the header
  * names) and reused by a new file. The header promises fd_open detects that
  * the old file is gone, from any scheduler: async_fiber_fd_open(s2, number)
  * succeeds (not ASYNC_E_EXISTS), s2 owns the new file, and s1's reader
  * parked on the old file is woken with ASYNC_E_CLOSED. */
-static int rfd;
-
-static _Atomic int rerr = -1;
-
-static void reader(void *arg) {
-    (void)arg;
-    char b[8];
-    ssize_t r = async_fiber_read(rfd, b, sizeof b, 20000);
-    atomic_store(&rerr, r < 0 ? async_last_error() : 0);
-}
-
 CASE(owned_stale_number_other_sched) { // adversarial
     async_sched_t *s1 = sched_new(2), *s2 = sched_new(1);
     int sv[2], nv[2];
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-    rfd = sv[0];
-    CHECK_EQ(async_fiber_fd_open(s1, rfd), 0);
-    async_fiber_t *f = async_fiber_spawn(s1, reader, NULL, ASYNC_FIBER_JOINABLE);
-    CHECK(f != NULL);
-    sched_wait_parked(s1, 1);
-    CHECK_EQ(close(rfd), 0); /* behind the library's back */
+    CHECK_EQ(async_fiber_fd_open(s1, sv[0]), 0);
+    async_fiber_t *f = start_parked_reader(s1, sv[0]);
+    CHECK_EQ(close(sv[0]), 0); /* behind the library's back */
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, nv), 0);
-    CHECK_EQ(nv[0], rfd); /* the lowest free number: the same */
+    CHECK_EQ(nv[0], sv[0]); /* the lowest free number: the same */
     CHECK_EQ(async_fiber_fd_open(s2, nv[0]), 0);
     CHECK_EQ(async_fiber_join(f, 10000), 0);
-    CHECK_EQ(atomic_load(&rerr), ASYNC_E_CLOSED);
+    CHECK_EQ(atomic_load(&rd_err), ASYNC_E_CLOSED);
     /* s2 really owns it now; a third scheduler cannot take it */
     async_sched_t *s3 = sched_new(1);
     CHECK_FAIL(async_fiber_fd_open(s3, nv[0]) == -1, ASYNC_E_EXISTS);
@@ -713,29 +715,15 @@ CASE(failed_open_keeps_flags) { // adversarial
  * ASYNC_E_CLOSED, a read in flight in io_uring too (the ring op is a waiter
  * the close reaches), and the file is really closed (the peer sees the
  * hang-up). */
-static int op_fd;
-static _Atomic int op_err = -1;
-
-static void ring_reader(void *arg) {
-    (void)arg;
-    char b[16];
-    ssize_t r = async_fiber_read(op_fd, b, sizeof b, 30000);
-    atomic_store(&op_err, r < 0 ? async_last_error() : 0);
-}
-
 CASE(owned_close_wakes_read_parked_before_open) { // linux uring
     async_sched_t *s = sched_new(2);
     int sv[2];
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-    op_fd = sv[0];
-    atomic_store(&op_err, -1);
-    async_fiber_t *f = async_fiber_spawn(s, ring_reader, NULL, ASYNC_FIBER_JOINABLE);
-    CHECK(f != NULL);
-    sched_wait_parked(s, 1);
-    CHECK_EQ(async_fiber_fd_open(s, op_fd), 0);
-    CHECK_EQ(async_fiber_close(op_fd), 0);
+    async_fiber_t *f = start_parked_reader(s, sv[0]);
+    CHECK_EQ(async_fiber_fd_open(s, sv[0]), 0);
+    CHECK_EQ(async_fiber_close(sv[0]), 0);
     CHECK_EQ(async_fiber_join(f, 10000), 0); /* not at the 30 s timeout */
-    CHECK_EQ(atomic_load(&op_err), ASYNC_E_CLOSED);
+    CHECK_EQ(atomic_load(&rd_err), ASYNC_E_CLOSED);
     /* the file is really closed: the peer sees the hang-up */
     struct pollfd p = {.fd = sv[1], .events = POLLIN};
     CHECK_EQ(poll(&p, 1, 10000), 1);

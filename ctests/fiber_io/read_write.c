@@ -182,8 +182,7 @@ CASE(duplex_big) { // uring timeout=180 adversarial
         CHECK_EQ(r0.n, XFER);
         CHECK(r1.sum == want);
         CHECK(r0.sum == want);
-        close(sp[0]);
-        close(sp[1]);
+        close_pair(sp);
     }
     async_sched_destroy(s);
     free(xsrc);
@@ -259,8 +258,7 @@ CASE(duplex_ping) { // uring adversarial
         CHECK_EQ(r1.err, 0);
         CHECK_EQ(w0.err, 0);
         CHECK_EQ(w1.err, 0);
-        close(sp[0]);
-        close(sp[1]);
+        close_pair(sp);
     }
     async_sched_destroy(s);
 }
@@ -286,15 +284,10 @@ CASE(pipe_big) { // adversarial
     CHECK_EQ(r.err, 0);
     CHECK_EQ(r.n, n);
     CHECK(r.sum == want);
-    close(p[0]);
-    close(p[1]);
+    close_pair(p);
     async_sched_destroy(s);
     free(xsrc);
 }
-
-#define BOUND_MS 8000
-
-#define wait_count(v, target, what) wait_count_within(v, target, BOUND_MS, what)
 
 /* ---- writes that must park on non-sockets: a full pipe, an eventfd at its
  * maximum; busy workers; a plain thread on one end ---- */
@@ -371,8 +364,7 @@ static void pipe_big(int plain_writer)
     if (plain_writer)
         join_within(t, BOUND_MS, "plain writer");
     atomic_store(&busy_stop, 1);
-    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
-    async_sched_destroy(s);
+    sched_finish(s, BOUND_MS);
     CHECK_EQ(async_fiber_close(bw_p[0]), 0);
 }
 
@@ -403,9 +395,7 @@ CASE(eof_closed_refused) { // linux uring
     int sv[2];
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
     close(sv[1]);
-    io_probe_t m;
-    memset(&m, 0, sizeof m);
-    m.fd = sv[0];
+    io_probe_t m = {.fd = sv[0]};
     CHECK(async_fiber_spawn(s, ends_fiber, &m, 0) != NULL);
     wait_count_within(&m.step, 1, 30000, "fiber");
     CHECK_EQ(m.r1, 0);
@@ -431,18 +421,14 @@ static void big_writer(void *arg) {
 
 CASE(big_write) { // linux uring
     async_sched_t *s = sched_new(1);
-    int sv[2];
-    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
     io_probe_t m;
-    memset(&m, 0, sizeof m);
-    m.fd = sv[0];
-    CHECK(async_fiber_spawn(s, big_writer, &m, 0) != NULL);
+    probe_spawn(s, big_writer, &m);
     unsigned char buf[65536];
     size_t got = 0;
     int bad = 0;
     double t0 = now_ms();
     while (got < BIG) {
-        ssize_t r = read(sv[1], buf, sizeof buf);
+        ssize_t r = read(m.fd2, buf, sizeof buf);
         CHECK(r > 0);
         for (ssize_t i = 0; i < r; i++)
             if (buf[i] != (unsigned char)((got + (size_t)i) * 7)) bad = 1;
@@ -453,8 +439,8 @@ CASE(big_write) { // linux uring
     CHECK_EQ(m.r1, (ssize_t)BIG);
     CHECK_EQ(bad, 0);
     async_sched_destroy(s);
-    close(sv[0]);
-    close(sv[1]);
+    close(m.fd);
+    close(m.fd2);
 }
 
 /* ---- large writes on 4 workers: a write's next send is submitted where the fiber
@@ -521,8 +507,7 @@ CASE(big_write_workers) { // linux uring
         CHECK_EQ(m[i].r, (ssize_t)MW_BYTES);
         CHECK_EQ(rd[i].got, (size_t)MW_BYTES);
         CHECK_EQ(rd[i].bad, 0);
-        close(sv[i][0]);
-        close(sv[i][1]);
+        close_pair(sv[i]);
     }
     async_sched_destroy(s);
 }

@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 
 #include "check.h"
+#include "net.h"
 
 /* Fills socket and pipe buffers. */
 static char bigbuf[8 << 20];
@@ -25,36 +26,27 @@ static int sd_fds[8];
 
 static struct sockaddr_in sd_sa;
 
+/* The fibers of parked_end: fiber i makes its call on sd_fds[i] and keeps
+ * the error it ends with in sd_errs[i]. */
+static void sd_set(void *a, ssize_t r) {
+    atomic_store(&sd_errs[(intptr_t)a], r == -1 ? async_last_error() : 0);
+}
+
 static void sd_read(void *a) {
-    (void)a;
     char b[4];
-    atomic_store(&sd_errs[0], async_fiber_read(sd_fds[0], b, 4, -1) == -1 ? async_last_error() : 0);
+    sd_set(a, async_fiber_read(sd_fds[(intptr_t)a], b, 4, -1));
 }
 
 static void sd_write(void *a) {
-    (void)a;
-    atomic_store(&sd_errs[1], async_fiber_write(sd_fds[1], bigbuf, sizeof bigbuf, -1) == -1 ? async_last_error() : 0);
+    sd_set(a, async_fiber_write(sd_fds[(intptr_t)a], bigbuf, sizeof bigbuf, -1));
 }
 
 static void sd_accept(void *a) {
-    (void)a;
-    atomic_store(&sd_errs[2], async_fiber_accept(sd_fds[2], NULL, NULL, -1) == -1 ? async_last_error() : 0);
+    sd_set(a, async_fiber_accept(sd_fds[(intptr_t)a], NULL, NULL, -1));
 }
 
 static void sd_wait(void *a) {
-    (void)a;
-    atomic_store(&sd_errs[3], async_fiber_wait_fd(sd_fds[3], ASYNC_EVENT_READ, -1) == -1 ? async_last_error() : 0);
-}
-
-static void sd_pread(void *a) {
-    (void)a;
-    char b[4];
-    atomic_store(&sd_errs[4], async_fiber_read(sd_fds[4], b, 4, -1) == -1 ? async_last_error() : 0);
-}
-
-static void sd_pwrite(void *a) {
-    (void)a;
-    atomic_store(&sd_errs[5], async_fiber_write(sd_fds[5], bigbuf, sizeof bigbuf, -1) == -1 ? async_last_error() : 0);
+    sd_set(a, async_fiber_wait_fd(sd_fds[(intptr_t)a], ASYNC_EVENT_READ, -1));
 }
 
 static void *destroy_thread(void *arg) {
@@ -76,10 +68,11 @@ static void parked_end(int destroy) {
     sd_fds[3] = sp[1];
     sd_fds[4] = pp[0];
     sd_fds[5] = pq[1];
-    void (*fns[6])(void *) = {sd_read, sd_write, sd_accept, sd_wait, sd_pread, sd_pwrite};
+    /* a socket and a pipe read and written, an accept, a wait_fd */
+    void (*fns[6])(void *) = {sd_read, sd_write, sd_accept, sd_wait, sd_read, sd_write};
     for (int i = 0; i < 6; i++) {
         atomic_store(&sd_errs[i], -1);
-        CHECK(async_fiber_spawn(s, fns[i], NULL, 0) != NULL);
+        CHECK(async_fiber_spawn(s, fns[i], (void *)(intptr_t)i, 0) != NULL);
     }
     sched_wait_parked(s, 6);
     if (destroy) {
@@ -94,14 +87,10 @@ static void parked_end(int destroy) {
         CHECK_EQ(atomic_load(&sd_errs[i]), ASYNC_E_CANCELLED);
     }
     if (!destroy) async_sched_destroy(s);
-    close(sp[0]);
-    close(sp[1]);
-    close(sq[0]);
-    close(sq[1]);
-    close(pp[0]);
-    close(pp[1]);
-    close(pq[0]);
-    close(pq[1]);
+    close_pair(sp);
+    close_pair(sq);
+    close_pair(pp);
+    close_pair(pq);
     close(l);
 }
 
@@ -197,14 +186,10 @@ CASE(calls_after_shutdown) { // uring adversarial
     }
     CHECK_EQ(atomic_load(&late_res[5]), 1);
     async_sched_destroy(s);
-    close(late_sp[0]);
-    close(late_sp[1]);
-    close(late_full[0]);
-    close(late_full[1]);
+    close_pair(late_sp);
+    close_pair(late_full);
     close(late_l);
 }
-
-#define BOUND_MS 8000
 
 /* ---- destroy racing async_fiber_close / fd_open of owned fds from host
  * threads while fibers are parked on them; afterwards no number is left
@@ -287,8 +272,7 @@ CASE(destroy_races_owned_close) // uring adversarial
             }
             close(dr_sv[i][0]);
         }
-        CHECK_EQ(async_sched_shutdown(s2, BOUND_MS), 0);
-        async_sched_destroy(s2);
+        sched_finish(s2, BOUND_MS);
     }
 }
 
@@ -345,8 +329,7 @@ static void inflight(int destroy_only) {
         CHECK_EQ(write(sv[i][1], "x", 1), 1);
         char c;
         CHECK_EQ(read(sv[i][0], &c, 1), 1);
-        close(sv[i][0]);
-        close(sv[i][1]);
+        close_pair(sv[i]);
     }
     close(lfd);
 }

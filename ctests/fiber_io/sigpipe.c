@@ -136,8 +136,7 @@ CASE(pipe_epipe_fiber) { // uring
     fill_pipe(p[1]);
     x.wfd = p[1];
     atomic_store(&x.done, 0);
-    CHECK(async_fiber_spawn(s, pipe_fiber_parked, &x, 0));
-    sched_wait_parked(s, 1);
+    spawn_until_parked(s, pipe_fiber_parked, &x, 1);
     close(p[0]);
     wait_flag(&x.done, 20000, "pipe_fiber_parked");
     CHECK_EQ(x.r2, -1);
@@ -295,8 +294,6 @@ CASE(sigpipe_pending) { // adversarial
         }
     }
 }
-
-#define BOUND_MS 8000
 
 /* ---- a SIGPIPE pending before a plain thread's pipe write stays; none is added ---- */
 

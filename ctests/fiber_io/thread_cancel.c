@@ -8,10 +8,7 @@
 #include <sys/socket.h>
 
 #include "check.h"
-
-#define BOUND_MS 8000
-
-#define wait_count(v, target, what) wait_count_within(v, target, BOUND_MS, what)
+#include "net.h"
 
 /* ---- pthread_cancel of plain threads inside async_fiber_read/write ---- */
 
@@ -45,6 +42,21 @@ static NO_ASAN __attribute__((noinline)) void *padded_start(void *arg)
 }
 
 static padded_t pad_reader, pad_writer, pad_accept;
+
+/* Starts pad's function on a new thread (padded_start), waits until it sets
+ * *in (cleared first), sleeps pause_ms, cancels it; returns the thread for
+ * the caller to join. */
+static pthread_t start_and_cancel(padded_t *pad, atomic_int *in, int pause_ms, const char *what)
+{
+    pthread_t t;
+    atomic_store(in, 0);
+    start_thread(&t, padded_start, pad);
+    wait_count(in, 1, what);
+    if (pause_ms)
+        sleep_ms(pause_ms);
+    CHECK_EQ(pthread_cancel(t), 0);
+    return t;
+}
 
 static int cx_fd[2];
 
@@ -90,16 +102,9 @@ static void cancel_case(int owned)
     async_sched_t *s = sched_new(2);
     char sink[1 << 16];
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, cx_fd), 0);
-    if (owned)
-        CHECK_EQ(async_fiber_fd_open(s, cx_fd[1]), 0);
+    own_if(s, cx_fd[1], owned);
     for (int round = 0; round < 12; round++) {
-        pthread_t t;
-        atomic_store(&cx_in, 0);
-        start_thread(&t, padded_start, &pad_reader);
-        wait_count(&cx_in, 1, "reader thread");
-        if (round % 2)
-            sleep_ms(1);
-        CHECK_EQ(pthread_cancel(t), 0);
+        pthread_t t = start_and_cancel(&pad_reader, &cx_in, round % 2, "reader thread");
         CHECK_EQ(write(cx_fd[0], "z", 1), 1); /* readiness: the recv acts on the cancel */
         join_within(t, BOUND_MS, "cancelled reader");
         /* the byte was not taken by the cancelled thread: a fiber reads it */
@@ -109,12 +114,8 @@ static void cancel_case(int owned)
     }
     /* writers cancelled while they wait for room (cx_fd[0] is plain) */
     for (int round = 0; round < 6; round++) {
-        pthread_t t;
-        atomic_store(&cx_in, 0);
-        start_thread(&t, padded_start, &pad_writer);
-        wait_count(&cx_in, 1, "writer thread");
-        sleep_ms(2); /* not a verdict: the cancel acts wherever the writer is */
-        CHECK_EQ(pthread_cancel(t), 0);
+        /* 2 ms is not a verdict: the cancel acts wherever the writer is */
+        pthread_t t = start_and_cancel(&pad_writer, &cx_in, 2, "writer thread");
         /* make room until the writer is gone (bounded by join_within's loop) */
         double t0 = now_ms();
         for (;;) {
@@ -138,10 +139,8 @@ static void cancel_case(int owned)
     atomic_store(&cx_ok, 0);
     CHECK(async_fiber_spawn(s, cx_fiber_read, NULL, 0) != NULL);
     wait_count(&cx_ok, 1, "fiber read after the cancelled writers");
-    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
-    async_sched_destroy(s);
-    close(cx_fd[0]);
-    close(cx_fd[1]);
+    sched_finish(s, BOUND_MS);
+    close_pair(cx_fd);
 }
 
 CASE(pthread_cancel_plain) // adversarial
@@ -189,13 +188,7 @@ CASE(pthread_cancel_accept) // adversarial
     ac_l = loopback_listener(16, &a);
     pad_accept.fn = ac_thread;
     for (int round = 0; round < 6; round++) {
-        pthread_t t;
-        atomic_store(&ac_in, 0);
-        start_thread(&t, padded_start, &pad_accept);
-        wait_count(&ac_in, 1, "accepting thread");
-        if (round % 2)
-            sleep_ms(1);
-        CHECK_EQ(pthread_cancel(t), 0);
+        pthread_t t = start_and_cancel(&pad_accept, &ac_in, round % 2, "accepting thread");
         int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         CHECK(c >= 0);
         CHECK_EQ(connect(c, (struct sockaddr *)&a, sizeof a), 0);
@@ -207,8 +200,7 @@ CASE(pthread_cancel_accept) // adversarial
         wait_count(&ac_ok, 1, "fiber accept after a cancel");
         close(c);
     }
-    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
-    async_sched_destroy(s);
+    sched_finish(s, BOUND_MS);
     close(ac_l);
 }
 

@@ -8,11 +8,8 @@
 #include <sys/resource.h>
 
 #include "check.h"
+#define BOUND_MS 20000 /* every wait of this file, in ms */
 #include "net.h"
-
-#define BOUND_MS 20000
-
-#define wait_count(v, target, what) wait_count_within(v, target, BOUND_MS, what)
 
 /* ---- no thread can be created (RLIMIT_NPROC of an unprivileged user) ---------- */
 
@@ -230,20 +227,11 @@ CASE(nothreads_calls_child) // adversarial
     exit(0);
 }
 
-CASE(nothreads_pool_empty) // adversarial
-{
-    run_child("nothreads_pool_empty_child");
-}
+CASE(nothreads_pool_empty) { run_child("nothreads_pool_empty_child"); } // adversarial
 
-CASE(nothreads_pool_busy) // adversarial
-{
-    run_child("nothreads_pool_busy_child");
-}
+CASE(nothreads_pool_busy) { run_child("nothreads_pool_busy_child"); } // adversarial
 
-CASE(nothreads_calls) // adversarial
-{
-    run_child("nothreads_calls_child");
-}
+CASE(nothreads_calls) { run_child("nothreads_calls_child"); } // adversarial
 
 /* ---- only k more threads: partial failures of the constructors ----------------- */
 
@@ -280,15 +268,8 @@ CASE(nothreads_partial_child) // adversarial
         nproc_set((rlim_t)t0 + (rlim_t)k);
         int f0 = open_fds();
         for (int workers = 1; workers <= 4; workers++) {
-            async_sched_config_t cfg = {workers, 0, 0};
-            async_clear_error();
-            async_sched_t *s2 = async_sched_create(&cfg);
-            if (s2) {
-                async_sched_destroy(s2);
-            } else {
-                CHECK(err_in(async_last_error(), ASYNC_E_NOMEM, ASYNC_E_SYS));
+            if (!sched_try_create(workers))
                 failed++;
-            }
             CHECK_EQ(open_fds(), f0);
             int t1 = threads_back_to(t0);
             if (t1 != t0)
@@ -305,17 +286,12 @@ CASE(nothreads_partial_child) // adversarial
     }
     printf("%d scheduler creations refused\n", failed);
     CHECK(failed > 0);
-    async_sched_config_t cfg = {4, 0, 0};
-    async_sched_t *s2 = async_sched_create(&cfg);
-    CHECK(s2 != NULL);
+    async_sched_t *s2 = sched_new(4);
     async_sched_destroy(s2);
     async_sched_destroy(s);
     exit(0);
 }
 
-CASE(nothreads_partial) // adversarial
-{
-    run_child("nothreads_partial_child");
-}
+CASE(nothreads_partial) { run_child("nothreads_partial_child"); } // adversarial
 
 TEST_MAIN()

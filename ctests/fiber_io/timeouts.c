@@ -52,8 +52,7 @@ CASE(huge_timeout) { // uring adversarial
         CHECK_EQ(pthread_create(&th, NULL, ht_feeder, (void *)(intptr_t)a[1]), 0);
         on_fiber(s, ht_body, NULL);
         pthread_join(th, NULL);
-        close(a[0]);
-        close(a[1]);
+        close_pair(a);
     }
     async_sched_destroy(s);
 }
@@ -114,8 +113,7 @@ CASE(tiny_timeout_read) { // uring adversarial
     on_fiber(s, tt_reader, (void *)(intptr_t)sp[0]);
     pthread_join(th, NULL);
     printf("timeouts: %d\n", atomic_load(&tt_timeouts));
-    close(sp[0]);
-    close(sp[1]);
+    close_pair(sp);
     async_sched_destroy(s);
 }
 
@@ -229,8 +227,7 @@ CASE(timeout_under_signal_rain) { // adversarial
     CHECK_EQ(atomic_load(&eintr_err[0]), ASYNC_E_TIMEDOUT);
     CHECK_EQ(atomic_load(&eintr_err[1]), ASYNC_E_TIMEDOUT);
     CHECK(eintr_ms[0] >= 299 && eintr_ms[1] >= 299);
-    close(p[0]);
-    close(p[1]);
+    close_pair(p);
 }
 
 /* ---- timeout_ms bounds the whole write, also when the peer trickles ------------------------------------ */
@@ -283,15 +280,10 @@ CASE(write_trickle) { // uring adversarial
         printf("mode %d: write -> err %d after %.0f ms\n", mode, atomic_load(&trickle_err), trickle_ms);
         CHECK_EQ(atomic_load(&trickle_err), ASYNC_E_TIMEDOUT);
         CHECK(trickle_ms < 5000); /* 300 ms asked: not restarted at every bit of progress */
-        close(sp[0]);
-        close(sp[1]);
+        close_pair(sp);
     }
     async_sched_destroy(s);
 }
-
-#define BOUND_MS 8000
-
-#define wait_count(v, target, what) wait_count_within(v, target, BOUND_MS, what)
 
 /* ---- timeouts racing readiness: every byte read exactly once ---- */
 
@@ -355,19 +347,16 @@ static void timeout_race(int workers, int kind, int owned)
     busy_start(s, workers);
     for (int i = 0; i < TR_FDS; i++) {
         make_pair(kind, tr_sv[i]);
-        if (owned)
-            CHECK_EQ(async_fiber_fd_open(s, tr_sv[i][1]), 0);
+        own_if(s, tr_sv[i][1], owned);
         CHECK(async_fiber_spawn(s, tr_reader, (void *)(intptr_t)i, 0) != NULL);
         CHECK(async_fiber_spawn(s, tr_writer, (void *)(intptr_t)i, 0) != NULL);
     }
     wait_count(&tr_done, 2 * TR_FDS, "timeout race fibers");
     atomic_store(&busy_stop, 1);
-    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
-    async_sched_destroy(s);
+    sched_finish(s, BOUND_MS);
     for (int i = 0; i < TR_FDS; i++) {
         CHECK_EQ(atomic_load(&tr_got[i]), TR_BYTES);
-        close(tr_sv[i][0]);
-        close(tr_sv[i][1]);
+        close_pair(tr_sv[i]);
     }
     (void)tr_seen;
 }
@@ -421,9 +410,7 @@ CASE(timeout_read_no_loss) { // linux uring
     async_sched_t *s = sched_new(1);
     int sv[2];
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-    tord_t t;
-    memset(&t, 0, sizeof t);
-    t.fd = sv[0];
+    tord_t t = {.fd = sv[0]};
     CHECK(async_fiber_spawn(s, to_reader, &t, 0) != NULL);
     unsigned char b[7];
     int sent = 0;
@@ -442,8 +429,7 @@ CASE(timeout_read_no_loss) { // linux uring
     CHECK_EQ(t.got, TO_BYTES);
     printf("%d timeouts\n", t.timeouts);
     async_sched_destroy(s);
-    close(sv[0]);
-    close(sv[1]);
+    close_pair(sv);
 }
 
 /* ---- a timed-out receive never writes into a stack that was given back ---------- */
@@ -501,10 +487,7 @@ CASE(timeout_read_stack_reuse) { // linux uring
     async_sched_t *s = sched_new(1);
     int sv[2];
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-    reuse_t x;
-    memset(&x, 0, sizeof x);
-    x.fd = sv[0];
-    x.s = s;
+    reuse_t x = {.fd = sv[0], .s = s};
     CHECK(async_fiber_spawn(s, reuse_driver, &x, 0) != NULL);
     wait_count_within(&x.step, 2, 30000, "second fiber");
     CHECK_EQ(x.err, ASYNC_E_TIMEDOUT);
@@ -516,8 +499,7 @@ CASE(timeout_read_stack_reuse) { // linux uring
     CHECK_EQ(x.intact, 1);
     CHECK_EQ(x.later, (ssize_t)sizeof data); /* the cancelled receive took nothing */
     async_sched_destroy(s);
-    close(sv[0]);
-    close(sv[1]);
+    close_pair(sv);
 }
 
 /* ---- accept: a timed-out accept takes no connection ----------------------------- */

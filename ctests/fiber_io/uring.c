@@ -54,9 +54,7 @@ CASE(uring_only_when_asked) { // linux
     setenv("ASYNC_FIBER_IO", "epoll", 1);
     atomic_store(&log_uring, 0);
     CHECK_EQ(async_set_log_handler(ASYNC_LOG_INFO, log_fn, NULL), 0);
-    async_sched_config_t cfg = {1, 0, 0};
-    async_sched_t *s = async_sched_create(&cfg);
-    CHECK(s != NULL);
+    async_sched_t *s = sched_new(1);
     CHECK_EQ(async_set_log_handler(ASYNC_LOG_WARN, NULL, NULL), 0);
     CHECK(!atomic_load(&log_uring));
     async_sched_destroy(s);
@@ -124,8 +122,7 @@ CASE(uring_nofile_falls_back) { // linux
     wait_count_within(&r.done, 1, 5000, "read after the fallback");
     CHECK_EQ(r.got, 1);
     async_sched_destroy(s);
-    close(sv[0]);
-    close(sv[1]);
+    close_pair(sv);
 }
 
 /* ---- pipes take the poller path ------------------------------------------------- */
@@ -218,8 +215,7 @@ CASE(uring_submit_while_busy) { // linux
         } while (st.fibers_runnable + st.fibers_running);
         printf("round %d: the computing fiber saw the read done: %d\n", round, atomic_load(&busy_saw_done));
         CHECK_EQ(atomic_load(&busy_saw_done), 1);
-        close(sv[0]);
-        close(sv[1]);
+        close_pair(sv);
     }
     async_sched_destroy(s);
 }

@@ -15,63 +15,57 @@
 
 typedef struct {
     async_sched_t *s;
-    counter_t cnt;
+    steps_t st;     /* how far the reader got; the error that stopped it */
     int num, peer;  /* the reused number, and the new socket's peer */
-    int step, err;  /* how far the reader got; the error that stopped it */
-    atomic_int done;
 } hup_t;
 
 /* Writes to the new socket once the counter fiber has advanced by 5 (so
  * it ran while the reader was parked on the reused number). */
 static void hup_writer(void *arg) {
     hup_t *x = arg;
-    long c0 = atomic_load(&x->cnt.count);
-    for (int i = 0; i < 20000 && atomic_load(&x->cnt.count) < c0 + 5; i++) async_fiber_sleep(1);
-    if (write(x->peer, "new", 3) != 3) x->err = -1;
+    long c0 = atomic_load(&x->st.cnt.count);
+    for (int i = 0; i < 20000 && atomic_load(&x->st.cnt.count) < c0 + 5; i++) async_fiber_sleep(1);
+    if (write(x->peer, "new", 3) != 3) x->st.err = -1;
 }
 
 static void hup_reader(void *arg) {
     hup_t *x = arg;
     char buf[64];
     int sp[2];
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) != 0) goto out;
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) != 0) goto end;
     x->num = sp[0];
     x->peer = sp[1];
     /* 1: parked in a read when the peer hangs up (main thread closes it):
      * the read sees EOF */
     ssize_t n = async_fiber_read(sp[0], buf, sizeof buf, 10000);
-    if (n != 0) goto fail;
-    x->step = 1;
+    if (n != 0) goto end;
+    x->st.step = 1;
     /* 2: close it; a new socket takes the number */
     close(sp[0]);
     int np[2];
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, np) != 0) goto out;
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, np) != 0) goto end;
     if (np[0] != x->num) {
-        if (dup2(np[0], x->num) != x->num) goto out;
+        if (dup2(np[0], x->num) != x->num) goto end;
         close(np[0]);
     }
     x->peer = np[1];
     /* 3: nothing to read there: the read times out */
     async_clear_error();
-    if (async_fiber_read(x->num, buf, sizeof buf, 50) != -1 || async_last_error() != ASYNC_E_TIMEDOUT) goto fail;
-    x->step = 3;
+    if (async_fiber_read(x->num, buf, sizeof buf, 50) != -1 || async_last_error() != ASYNC_E_TIMEDOUT) goto end;
+    x->st.step = 3;
     /* 4: so does a wait for readability */
     async_clear_error();
     if (async_fiber_wait_fd(x->num, ASYNC_EVENT_READ, 50) != -1 || async_last_error() != ASYNC_E_TIMEDOUT)
-        goto fail;
-    x->step = 4;
+        goto end;
+    x->st.step = 4;
     /* 5: a long read parks and lets the worker run the other fibers; the
      * writer fiber's data ends it */
-    if (!async_fiber_spawn(x->s, hup_writer, x, 0)) goto out;
+    if (!async_fiber_spawn(x->s, hup_writer, x, 0)) goto end;
     n = async_fiber_read(x->num, buf, sizeof buf, 20000);
-    if (n != 3 || memcmp(buf, "new", 3) != 0) goto fail;
-    x->step = 5;
-    goto out;
-fail:
-    x->err = async_last_error();
-out:
-    atomic_store(&x->cnt.stop, 1);
-    atomic_store(&x->done, 1);
+    if (n != 3 || memcmp(buf, "new", 3) != 0) goto end;
+    x->st.step = 5;
+end:
+    steps_end(&x->st);
 }
 
 CASE(hangup_number_reused) { // uring
@@ -79,13 +73,11 @@ CASE(hangup_number_reused) { // uring
     static hup_t x;
     x.s = s;
     x.num = x.peer = -1;
-    CHECK(async_fiber_spawn(s, counter_fiber, &x.cnt, 0));
+    CHECK(async_fiber_spawn(s, counter_fiber, &x.st.cnt, 0));
     CHECK(async_fiber_spawn(s, hup_reader, &x, 0));
     sched_wait_parked(s, 2); /* the reader is parked in its first read */
     CHECK_EQ(close(x.peer), 0);
-    wait_flag(&x.done, 20000, "hangup_number_reused");
-    if (x.step != 5) fprintf(stderr, "stopped after step %d: %s\n", x.step, async_strerror(x.err));
-    CHECK_EQ(x.step, 5);
+    steps_wait(&x.st, 5, 20000, "hangup_number_reused");
     CHECK_EQ(async_sched_run(s), 0);
     async_sched_destroy(s);
     close(x.num);
@@ -127,14 +119,7 @@ CASE(wait_fd_busy) { // uring adversarial
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
     b.fd = sv[0];
     async_sched_t *s = sched_new(1);
-    CHECK(async_fiber_spawn(s, busy_a, &b, 0));
-    async_sched_stats_t st;
-    double t0 = now_ms();
-    do {
-        CHECK_EQ(async_sched_get_stats(s, &st, NULL, 0), 0);
-        CHECK(now_ms() - t0 < 10000);
-        sleep_ms(1);
-    } while (st.fibers_parked != 1);
+    spawn_until_parked(s, busy_a, &b, 1);
     CHECK(async_fiber_spawn(s, busy_b, &b, 0));
     wait_flag(&b.b_done, 10000, "second waiter");
     CHECK_EQ(b.b_both, ASYNC_EVENT_WRITE);
@@ -145,8 +130,7 @@ CASE(wait_fd_busy) { // uring adversarial
     CHECK(b.a_ret > 0 && (b.a_ret & ASYNC_EVENT_READ));
     CHECK_EQ(async_sched_run(s), 0);
     async_sched_destroy(s);
-    close(sv[0]);
-    close(sv[1]);
+    close_pair(sv);
 }
 
 /* ---- shutdown(2) from another thread ends a parked read (both paths) --------------------------- */
@@ -178,8 +162,7 @@ CASE(shutdown_rd_ends_parked_read) { // uring adversarial
             CHECK_EQ(shutdown(sp[1], SHUT_WR), 0); /* the peer half-closes */
         CHECK_EQ(async_fiber_join(f, 10000), 0);
         CHECK_EQ(atomic_load(&shr_r), 0);
-        close(sp[0]);
-        close(sp[1]);
+        close_pair(sp);
     }
     async_sched_destroy(s);
 }
@@ -210,8 +193,7 @@ CASE(two_scheds_one_fd) { // uring adversarial
     CHECK_EQ(atomic_load(&two_woke), 2);
     async_sched_destroy(a);
     async_sched_destroy(b);
-    close(sp[0]);
-    close(sp[1]);
+    close_pair(sp);
 }
 
 /* ---- urgent (out-of-band) data only: readiness the read cannot clear ---------------------------------- */
@@ -267,24 +249,20 @@ static void busy_second(void *arg) {
 
 CASE(second_reader_busy) { // linux uring
     async_sched_t *s = sched_new(1);
-    int sv[2];
-    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
     io_probe_t m;
-    memset(&m, 0, sizeof m);
-    m.fd = sv[0];
-    CHECK(async_fiber_spawn(s, busy_first, &m, 0) != NULL);
+    probe_spawn(s, busy_first, &m);
     wait_count_within(&m.step, 1, 30000, "first reader");
     sched_wait_parked(s, 1);
     CHECK(async_fiber_spawn(s, busy_second, &m, 0) != NULL);
     wait_count_within(&m.step, 101, 30000, "second reader");
     CHECK_EQ(m.r2, -1);
     CHECK_EQ(m.e2, ASYNC_E_BUSY);
-    CHECK_EQ(write(sv[1], "abc", 3), 3);
+    CHECK_EQ(write(m.fd2, "abc", 3), 3);
     wait_count_within(&m.step, 111, 30000, "first reader's data");
     CHECK_EQ(m.r1, 3);
     async_sched_destroy(s);
-    close(sv[0]);
-    close(sv[1]);
+    close(m.fd);
+    close(m.fd2);
 }
 
 TEST_MAIN()

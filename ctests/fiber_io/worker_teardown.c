@@ -4,9 +4,8 @@
 #include <stdatomic.h>
 
 #include "check.h"
+#define BOUND_MS 20000 /* every wait of this file, in ms */
 #include "net.h"
-
-#define BOUND_MS 20000
 
 /* ---- a joined and destroyed worker gives its descriptor back ------------------- */
 

@@ -110,10 +110,8 @@ CASE(fiber_blocking_hangs)
     CHECK_EQ(async_sched_run(s), 0);
     async_sched_destroy(s);
     async_chan_destroy(bh.ch);
-    close(bh.gate[0]);
-    close(bh.gate[1]);
-    close(bh.fdwait[0]);
-    close(bh.fdwait[1]);
+    close_pair(bh.gate);
+    close_pair(bh.fdwait);
 }
 
 TEST_MAIN()

@@ -124,15 +124,32 @@ static void rx_fiber(void *arg) {
     }
 }
 
+/* Starts rx_fiber(r) on s for `rounds` values over a new channel of
+ * capacity cap (r->c); returns the channel. */
+static async_chan_t *rx_start(async_sched_t *s, rx_t *r, size_t cap, long rounds) {
+    *r = (rx_t){async_chan_create(cap, sizeof(long)), rounds, 0};
+    CHECK(r->c);
+    CHECK(async_fiber_spawn(s, rx_fiber, r, 0));
+    return r->c;
+}
+
+/* Checks that each of the n rx fibers got all `rounds` values, then
+ * destroys their channels. */
+static void rx_check_free(rx_t *rx, int n, long rounds) {
+    for (int k = 0; k < n; k++) {
+        CHECK_EQ(atomic_load(&rx[k].got), rounds);
+        async_chan_destroy(rx[k].c);
+    }
+}
+
 /* A plain thread readies a parked fiber after delays spread over the
  * workers' spin window (0 to ~200 us, then a few ms: asleep): each send
  * (a hand-off to the fiber, through the inbox) must be taken, or the
  * bounded send fails. */
 CASE(wake_after_spin) {
     async_sched_t *s = sched_new(2);
-    rx_t r = {async_chan_create(0, sizeof(long)), 400, 0};
-    CHECK(r.c);
-    CHECK(async_fiber_spawn(s, rx_fiber, &r, 0));
+    rx_t r;
+    rx_start(s, &r, 0, 400);
     for (long i = 0; i < r.rounds; i++) {
         if (i % 50 == 49)
             sleep_ms(3);
@@ -141,8 +158,7 @@ CASE(wake_after_spin) {
         CHECK_EQ(async_chan_send(r.c, &i, 30000), 0);
     }
     CHECK_EQ(async_sched_run(s), 0);
-    CHECK_EQ(atomic_load(&r.got), r.rounds);
-    async_chan_destroy(r.c);
+    rx_check_free(&r, 1, r.rounds);
     async_sched_destroy(s);
 }
 
@@ -176,12 +192,7 @@ CASE(remote_ready) {
     async_sched_t *s = sched_new(2);
     remote_t *r = calloc(1, sizeof *r);
     CHECK(r);
-    for (int k = 0; k < RT_FIBERS; k++) {
-        r->c[k] = async_chan_create(0, sizeof(long));
-        CHECK(r->c[k]);
-        r->rx[k] = (rx_t){r->c[k], RT_PER, 0};
-        CHECK(async_fiber_spawn(s, rx_fiber, &r->rx[k], 0));
-    }
+    for (int k = 0; k < RT_FIBERS; k++) r->c[k] = rx_start(s, &r->rx[k], 0, RT_PER);
     pthread_t th[RT_THREADS];
     remote_arg_t args[RT_THREADS];
     for (int t = 0; t < RT_THREADS; t++) {
@@ -191,10 +202,7 @@ CASE(remote_ready) {
     for (int t = 0; t < RT_THREADS; t++) join_within(th[t], 120000, "remote sender");
     CHECK_EQ(atomic_load(&r->bad), 0);
     CHECK_EQ(async_sched_run(s), 0);
-    for (int k = 0; k < RT_FIBERS; k++) {
-        CHECK_EQ(atomic_load(&r->rx[k].got), RT_PER);
-        async_chan_destroy(r->c[k]);
-    }
+    rx_check_free(r->rx, RT_FIBERS, RT_PER);
     free(r);
     async_sched_destroy(s);
 }
@@ -214,17 +222,12 @@ CASE(cross_sched) {
     enum { PAIRS = 8 };
     rx_t rx[PAIRS];
     for (int k = 0; k < PAIRS; k++) {
-        rx[k] = (rx_t){async_chan_create(0, sizeof(long)), 20000, 0};
-        CHECK(rx[k].c);
-        CHECK(async_fiber_spawn(b, rx_fiber, &rx[k], 0));
+        rx_start(b, &rx[k], 0, 20000);
         CHECK(async_fiber_spawn(a, xs_sender, &rx[k], 0));
     }
     CHECK_EQ(async_sched_run(a), 0);
     CHECK_EQ(async_sched_run(b), 0);
-    for (int k = 0; k < PAIRS; k++) {
-        CHECK_EQ(atomic_load(&rx[k].got), rx[k].rounds);
-        async_chan_destroy(rx[k].c);
-    }
+    rx_check_free(rx, PAIRS, 20000);
     async_sched_destroy(a);
     async_sched_destroy(b);
 }
@@ -299,18 +302,10 @@ CASE(fan_out) {
     async_sched_t *s = sched_new(4);
     fan_t *f = calloc(1, sizeof *f);
     CHECK(f);
-    for (int k = 0; k < FAN; k++) {
-        f->c[k] = async_chan_create(1, sizeof(long));
-        CHECK(f->c[k]);
-        f->rx[k] = (rx_t){f->c[k], FAN_ROUNDS, 0};
-        CHECK(async_fiber_spawn(s, rx_fiber, &f->rx[k], 0));
-    }
+    for (int k = 0; k < FAN; k++) f->c[k] = rx_start(s, &f->rx[k], 1, FAN_ROUNDS);
     CHECK(async_fiber_spawn(s, fan_producer, f, 0));
     CHECK_EQ(async_sched_run(s), 0);
-    for (int k = 0; k < FAN; k++) {
-        CHECK_EQ(atomic_load(&f->rx[k].got), FAN_ROUNDS);
-        async_chan_destroy(f->c[k]);
-    }
+    rx_check_free(f->rx, FAN, FAN_ROUNDS);
     free(f);
     async_sched_destroy(s);
 }
@@ -487,8 +482,7 @@ CASE(sleep_crowded) {
         CHECK_EQ(atomic_load(&b.gave_up), 0);
         CHECK_EQ(atomic_load(&z.naps), 20);
         atomic_store(&b.stop, 1);
-        CHECK_EQ(async_sched_shutdown(s, 30000), 0);
-        async_sched_destroy(s);
+        sched_finish(s, 30000);
     }
 }
 #endif

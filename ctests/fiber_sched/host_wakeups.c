@@ -181,13 +181,11 @@ static void host_wake(int nw)
     for (int i = 0; i < 4; i++) join_within(th[i], 120000, "host thread");
     wait_count(&hw.got, atomic_load(&sent), "burst sends");
 
-    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
-    async_sched_destroy(s);
+    sched_finish(s, BOUND_MS);
     for (int i = 0; i < HW_FIBERS; i++) async_chan_destroy(hw.ch[i]);
     for (int i = 0; i < atomic_load(&hw.idx); i++) async_chan_destroy(hw.tmp[i]);
     async_mutex_destroy(hw.mu);
-    close(sv[0]);
-    close(sv[1]);
+    close_pair(sv);
 }
 
 CASE(host_wake_1w) { host_wake(1); } // uring adversarial

@@ -78,7 +78,7 @@ int epoll_wait(int ep, struct epoll_event *evs, int n, int timeout) {
 
 #if !defined(_WIN32)
 typedef struct {
-    int fd;
+    int p[2]; /* a pipe: the reader waits on p[0] */
     atomic_int rc; /* 1 while it waits */
 } quiet_t;
 
@@ -89,8 +89,16 @@ static void quiet_reader(void *arg) {
     quiet_t *q = arg;
     char c;
     atomic_store(&q->rc, 1);
-    ssize_t r = async_fiber_read(q->fd, &c, 1, 60000);
+    ssize_t r = async_fiber_read(q->p[0], &c, 1, 60000);
     atomic_store(&q->rc, r == 1 ? 0 : 2);
+}
+
+/* Makes the pipe q->p and starts quiet_reader (q) on its read end; returns
+ * once that reader is parked (the only parked fiber of s). */
+static void quiet_start(async_sched_t *s, quiet_t *q) {
+    CHECK_EQ(pipe(q->p), 0);
+    atomic_store(&q->rc, 0);
+    spawn_until_parked(s, quiet_reader, q, 1);
 }
 #endif
 
@@ -113,6 +121,23 @@ static void echo_fiber(void *arg) {
     }
 }
 
+/* Starts echo_fiber on s for `rounds` rounds, over two new unbuffered
+ * channels of longs. */
+static void echo_start(async_sched_t *s, echo_t *e, long rounds) {
+    e->in = async_chan_create(0, sizeof(long));
+    e->out = async_chan_create(0, sizeof(long));
+    e->rounds = rounds;
+    atomic_store(&e->got, 0);
+    CHECK(e->in && e->out);
+    CHECK(async_fiber_spawn(s, echo_fiber, e, 0));
+}
+
+/* Destroys the channels of an echo fiber that has ended. */
+static void echo_free(echo_t *e) {
+    async_chan_destroy(e->in);
+    async_chan_destroy(e->out);
+}
+
 #if defined(HAVE_DELAYS)
 /* Two workers, a fiber parked on a pipe nobody writes (so the workers poll
  * the fds without blocking when they run dry), and a plain thread that hands
@@ -125,15 +150,10 @@ static void echo_fiber(void *arg) {
  * sleeping scheduler was lost. */
 CASE(kick_stolen_inbox) { // uring adversarial
     async_sched_t *s = sched_new(2);
-    int p[2];
-    CHECK_EQ(pipe(p), 0);
-    quiet_t q = {p[0], 0};
-    CHECK(async_fiber_spawn(s, quiet_reader, &q, 0));
-    while (atomic_load(&q.rc) != 1) sleep_ms(1);
-    sched_wait_parked(s, 1);
-    echo_t e = {async_chan_create(0, sizeof(long)), async_chan_create(0, sizeof(long)), 300, 0};
-    CHECK(e.in && e.out);
-    CHECK(async_fiber_spawn(s, echo_fiber, &e, 0));
+    quiet_t q;
+    quiet_start(s, &q);
+    echo_t e;
+    echo_start(s, &e, 300);
     atomic_store(&staged, 1);
     long staged_rounds = 0;
     for (long i = 0; i < e.rounds; i++) {
@@ -158,14 +178,12 @@ CASE(kick_stolen_inbox) { // uring adversarial
     atomic_store(&staged, 0);
     printf("rounds staged: %ld of %ld, doorbells taken by non-blocking polls: %ld\n", staged_rounds, e.rounds,
            atomic_load(&nb_bells));
-    CHECK_EQ(write(p[1], "x", 1), 1);
+    CHECK_EQ(write(q.p[1], "x", 1), 1);
     CHECK_EQ(async_sched_run(s), 0);
     CHECK_EQ(atomic_load(&q.rc), 0);
     CHECK_EQ(atomic_load(&e.got), e.rounds);
-    async_chan_destroy(e.in);
-    async_chan_destroy(e.out);
-    close(p[0]);
-    close(p[1]);
+    echo_free(&e);
+    close_pair(q.p);
     async_sched_destroy(s);
 }
 
@@ -205,15 +223,11 @@ static void timer_kicker(void *arg) {
  * workers moving between rounds. */
 CASE(kick_stolen_timer) { // uring adversarial
     async_sched_t *s = sched_new(3);
-    int p[2];
-    CHECK_EQ(pipe(p), 0);
-    quiet_t q = {p[0], 0};
-    CHECK(async_fiber_spawn(s, quiet_reader, &q, 0));
-    sched_wait_parked(s, 1);
-    echo_t e = {async_chan_create(0, sizeof(long)), async_chan_create(0, sizeof(long)), 1L << 40, 0};
+    quiet_t q;
+    quiet_start(s, &q);
+    echo_t e;
     tk_t t = {0, 0, 0};
-    CHECK(e.in && e.out);
-    CHECK(async_fiber_spawn(s, echo_fiber, &e, 0));
+    echo_start(s, &e, 1L << 40);
     CHECK(async_fiber_spawn(s, timer_kicker, &t, 0));
     long rounds = 200, staged_rounds = 0;
     atomic_store(&nb_bells, 0);
@@ -245,15 +259,13 @@ CASE(kick_stolen_timer) { // uring adversarial
     printf("rounds staged: %ld of %ld, doorbells taken by non-blocking polls: %ld\n", staged_rounds, rounds,
            atomic_load(&nb_bells));
     atomic_store(&t.go, -1);
-    CHECK_EQ(write(p[1], "x", 1), 1);
+    CHECK_EQ(write(q.p[1], "x", 1), 1);
     double t1 = now_ms();
     while (atomic_load(&q.rc) == 1 && now_ms() - t1 < 20000) sleep_ms(1);
     CHECK_EQ(async_sched_shutdown(s, 20000), 0); /* ends the echo fiber's wait */
     CHECK_EQ(atomic_load(&q.rc), 0);
-    async_chan_destroy(e.in);
-    async_chan_destroy(e.out);
-    close(p[0]);
-    close(p[1]);
+    echo_free(&e);
+    close_pair(q.p);
     async_sched_destroy(s);
 }
 #else
@@ -509,8 +521,7 @@ static void mixed_run(int workers) {
     CHECK_EQ(m.shared, LOCKERS * (m.rounds / 4));
     async_chan_destroy(m.c);
     async_mutex_destroy(m.mu);
-    close(sv[0]);
-    close(sv[1]);
+    close_pair(sv);
     async_sched_destroy(s);
 }
 
@@ -533,14 +544,10 @@ CASE(mixed_wakes) { printf("skipped: socketpair (not Windows)\n"); } // uring ad
 CASE(idle_cpu_fd_waiter) { // adversarial
     for (int workers = 2; workers <= 4; workers += 2) {
         async_sched_t *s = sched_new(workers);
-        int p[2];
-        CHECK_EQ(pipe(p), 0);
-        quiet_t q = {p[0], 0};
-        CHECK(async_fiber_spawn(s, quiet_reader, &q, 0));
-        sched_wait_parked(s, 1);
-        echo_t e = {async_chan_create(0, sizeof(long)), async_chan_create(0, sizeof(long)), 2000, 0};
-        CHECK(e.in && e.out);
-        CHECK(async_fiber_spawn(s, echo_fiber, &e, 0));
+        quiet_t q;
+        quiet_start(s, &q);
+        echo_t e;
+        echo_start(s, &e, 2000);
         for (long i = 0; i < e.rounds; i++) {
             long v = i;
             CHECK_EQ(async_chan_send(e.in, &v, 10000), 0);
@@ -552,13 +559,11 @@ CASE(idle_cpu_fd_waiter) { // adversarial
         double used = cpu_ms() - c0;
         printf("workers %d: idle cpu %.1f ms over 1 s\n", workers, used);
         CHECK(used < 300);
-        CHECK_EQ(write(p[1], "x", 1), 1);
+        CHECK_EQ(write(q.p[1], "x", 1), 1);
         CHECK_EQ(async_sched_run(s), 0);
         CHECK_EQ(atomic_load(&q.rc), 0);
-        async_chan_destroy(e.in);
-        async_chan_destroy(e.out);
-        close(p[0]);
-        close(p[1]);
+        echo_free(&e);
+        close_pair(q.p);
         async_sched_destroy(s);
     }
 }
@@ -602,9 +607,8 @@ CASE(close_while_polled) { // uring adversarial
             CHECK(async_fiber_spawn(s, closed_reader, &cl[k], 0));
         }
         sched_wait_parked(s, CL_FDS);
-        echo_t e = {async_chan_create(0, sizeof(long)), async_chan_create(0, sizeof(long)), 1L << 40, 0};
-        CHECK(e.in && e.out);
-        CHECK(async_fiber_spawn(s, echo_fiber, &e, 0));
+        echo_t e;
+        echo_start(s, &e, 1L << 40);
         uint32_t x = 99;
         for (int k = 0; k < CL_FDS; k++) {
             for (int j = 0; j < 20; j++) {
@@ -622,8 +626,7 @@ CASE(close_while_polled) { // uring adversarial
             close(peer[k]);
         }
         CHECK_EQ(async_sched_shutdown(s, 20000), 0); /* ends the echo fiber's wait */
-        async_chan_destroy(e.in);
-        async_chan_destroy(e.out);
+        echo_free(&e);
         async_sched_destroy(s);
     }
 }

@@ -66,8 +66,7 @@ static void fd_burst(int nw)
     }
     for (int i = 0; i < FB_N; i++) CHECK_EQ(shutdown(fb_sv[i][0], SHUT_WR), 0);
     wait_count(&fb_exited, FB_N, "fibers that saw end of file");
-    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
-    async_sched_destroy(s);
+    sched_finish(s, BOUND_MS);
     for (int i = 0; i < FB_N; i++) close(fb_sv[i][0]);
 }
 
@@ -171,13 +170,11 @@ static void close_parked(int nw)
         CHECK_EQ(atomic_load(&cp_other), 0);
         for (int i = 0; i < CP_N; i++) {
             close(cp_owned[i][0]);
-            close(cp_plain[i][0]);
-            close(cp_plain[i][1]);
+            close_pair(cp_plain[i]);
             close(nsv[i][0]);
         }
     }
-    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
-    async_sched_destroy(s);
+    sched_finish(s, BOUND_MS);
 }
 
 CASE(close_parked_1w) { close_parked(1); } // uring adversarial
@@ -212,11 +209,9 @@ CASE(reuse_parked) // uring adversarial
         if (r % 3 == 0) CHECK_EQ(write(nv[0], "z", 1), 1);
         wait_count(&rp_ended, r + 1, "read parked on a reused number");
         close(sv[0]);
-        close(nv[0]);
-        close(nv[1]);
+        close_pair(nv);
     }
-    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
-    async_sched_destroy(s);
+    sched_finish(s, BOUND_MS);
 }
 
 /* ---- reads racing their timeouts: no byte lost, none duplicated ------------- */
@@ -306,8 +301,7 @@ static void timeout_race(int nw)
     join_within(b, 120000, "writer");
     wait_count(&tr_finished, TR_N, "readers racing their timeouts");
     CHECK_EQ(atomic_load(&tr_bad), 0);
-    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
-    async_sched_destroy(s);
+    sched_finish(s, BOUND_MS);
     for (int i = 0; i < TR_N; i++) {
         async_fiber_close(tr_sv[i][1]);
         close(tr_sv[i][0]);
@@ -409,8 +403,7 @@ CASE(own_while_parked) // uring adversarial
         CHECK_EQ(async_fiber_close(sv[i][1]), 0); /* wakes every fiber of s parked on it */
     }
     wait_count(&ow_ended, OW_N, "reads begun on a plain fd, ended by async_fiber_close once owned");
-    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
-    async_sched_destroy(s);
+    sched_finish(s, BOUND_MS);
     for (int i = 0; i < OW_N; i++) close(sv[i][0]);
 }
 
@@ -425,8 +418,7 @@ CASE(reuse_own_close) // uring adversarial
     for (int round = 0; round < 50; round++) {
         int sv[2], nv[2];
         CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-        CHECK(async_fiber_spawn(s, ow_reader, (void *)(intptr_t)sv[1], 0) != NULL);
-        sched_wait_parked(s, 1);
+        spawn_until_parked(s, ow_reader, (void *)(intptr_t)sv[1], 1);
         CHECK_EQ(close(sv[1]), 0);
         CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, nv), 0);
         int x = nv[0] == sv[1] ? nv[0] : nv[1] == sv[1] ? nv[1] : -1;
@@ -438,8 +430,7 @@ CASE(reuse_own_close) // uring adversarial
         close(sv[0]);
         close(nv[0] == x ? nv[1] : nv[0]);
     }
-    CHECK_EQ(async_sched_shutdown(s, BOUND_MS), 0);
-    async_sched_destroy(s);
+    sched_finish(s, BOUND_MS);
 }
 
 TEST_MAIN()

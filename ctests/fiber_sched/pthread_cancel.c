@@ -110,8 +110,7 @@ static void cx_wait0(void)
 static void cx_join(void) { CHECK_EQ(async_fiber_join(cx_f, BOUND_MS), 0); }
 static void cx_destroy(void)
 {
-    CHECK_EQ(async_sched_shutdown(cx_s, BOUND_MS), 0);
-    async_sched_destroy(cx_s);
+    sched_finish(cx_s, BOUND_MS);
 }
 
 CASE(cancel_fiber_calls) // uring adversarial
@@ -152,8 +151,7 @@ CASE(cancel_fiber_calls) // uring adversarial
     CHECK(fcntl(cx_sv[0], F_GETFD) == -1 && errno == EBADF);
     errno = 0;
     CHECK(fcntl(cx_sv[1], F_GETFD) == -1 && errno == EBADF);
-    close(cx_pipe[0]);
-    close(cx_pipe[1]);
+    close_pair(cx_pipe);
     for (int i = 0; i < 2; i++) {
         close(cx_rp[i]);
         close(cx_ep[i]);
@@ -210,8 +208,7 @@ CASE(cancel_dump_signal) // uring adversarial
     async_sched_t *s = sched_new(1);
     async_chan_t *c = async_chan_create(0, sizeof(int));
     CHECK(c != NULL);
-    CHECK(async_fiber_spawn(s, cds_parked, c, 0) != NULL);
-    sched_wait_parked(s, 1);
+    spawn_until_parked(s, cds_parked, c, 1);
     int p[2];
     CHECK_EQ(pipe(p), 0);
     CHECK_EQ(async_sched_dump_on_signal(s, SIGUSR1, p[1]), 0);
@@ -232,8 +229,7 @@ CASE(cancel_dump_signal) // uring adversarial
     start_thread(&th, cds_destroy, s); /* unregisters the dump: waits for the handlers */
     join_within(th, BOUND_MS, "async_sched_destroy");
     async_chan_destroy(c);
-    close(p[0]);
-    close(p[1]);
+    close_pair(p);
 }
 
 TEST_MAIN()

@@ -116,8 +116,7 @@ CASE(shutdown_waits) { // uring valgrind
         CHECK(async_fiber_spawn(s, sd_waiter, &x[k], 0));
     }
     int bdone = 0;
-    CHECK(async_fiber_spawn(s, sd_blocking, &bdone, 0));
-    sched_wait_parked(s, W_NKINDS + 2);
+    spawn_until_parked(s, sd_blocking, &bdone, W_NKINDS + 2);
     for (int k = 0; k < W_NKINDS; k++) {
         if (atomic_load(&x[k].returned)) fprintf(stderr, "wait %s returned early: rc %d err %d\n", wait_names[k], x[k].rc, x[k].err);
         CHECK_EQ(atomic_load(&x[k].returned), 0);
@@ -137,12 +136,9 @@ CASE(shutdown_waits) { // uring valgrind
     CHECK_EQ(async_sched_run(s), 0);
     CHECK_EQ(async_sched_shutdown(s, 0), 0); /* idempotent */
     async_sched_destroy(s); /* frees the unjoined (cancelled-join) sleeper */
-    close(p[0]);
-    close(p[1]);
-    close(p2[0]);
-    close(p2[1]);
-    close(sp[0]);
-    close(sp[1]);
+    close_pair(p);
+    close_pair(p2);
+    close_pair(sp);
     close(sdw.lfd);
     async_chan_destroy(sdw.empty);
     async_chan_destroy(sdw.full);

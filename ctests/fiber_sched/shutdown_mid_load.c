@@ -185,8 +185,7 @@ CASE(fiber_shutdown_mid_load)
     CHECK_EQ(atomic_load(&sd.other_err), 0);
     CHECK(atomic_load(&sd.cancelled) > 0);
     for (int i = 0; i < SD_FIBERS / 8; i++) {
-        close(sd.pipes[i][0]);
-        close(sd.pipes[i][1]);
+        close_pair(sd.pipes[i]);
     }
 }
 

@@ -133,40 +133,50 @@ static bool fp_send_one(uint32_t sender, uint64_t seq, rng_t *r)
     return false;
 }
 
-static void fp_sender_fiber(void *arg)
+/* Sends sender id's messages in order until FP_MAX or the round's end
+ * (random stream base + round * 64 + id), calling pause after each try;
+ * then counts the sender out. */
+static void fp_send_all(uint32_t id, uint64_t base, void (*pause)(rng_t *))
 {
-    uint32_t id = (uint32_t)(uintptr_t)arg;
     uint64_t seq = 0;
     rng_t r;
-    rng_init(&r, 5200 + (uint64_t)fp.round * 64 + id);
+    rng_init(&r, base + (uint64_t)fp.round * 64 + id);
     while (seq < FP_MAX && now_ms() < fp.round_end) {
         if (fp_send_one(id, seq, &r))
             atomic_store(&fp.sent[id], ++seq);
-        switch (rng_below(&r, 16)) {
-        case 0:
-            CHECK_EQ(async_fiber_sleep(1 + rng_below(&r, 2)), 0);
-            break;
-        case 1:
-            async_fiber_yield();
-            break;
-        }
+        pause(&r);
     }
     atomic_fetch_sub(&fp.senders_left, 1);
 }
 
+/* A fiber sender's pause: now and then a short sleep or a yield. */
+static void fp_fiber_pause(rng_t *r)
+{
+    switch (rng_below(r, 16)) {
+    case 0:
+        CHECK_EQ(async_fiber_sleep(1 + rng_below(r, 2)), 0);
+        break;
+    case 1:
+        async_fiber_yield();
+        break;
+    }
+}
+
+/* A thread sender's pause: now and then up to 1 ms asleep. */
+static void fp_thread_pause(rng_t *r)
+{
+    if (rng_below(r, 16) == 0)
+        sleep_us(rng_below(r, 1000));
+}
+
+static void fp_sender_fiber(void *arg)
+{
+    fp_send_all((uint32_t)(uintptr_t)arg, 5200, fp_fiber_pause);
+}
+
 static void *fp_sender_thread(void *arg)
 {
-    uint32_t id = (uint32_t)(uintptr_t)arg;
-    uint64_t seq = 0;
-    rng_t r;
-    rng_init(&r, 5300 + (uint64_t)fp.round * 64 + id);
-    while (seq < FP_MAX && now_ms() < fp.round_end) {
-        if (fp_send_one(id, seq, &r))
-            atomic_store(&fp.sent[id], ++seq);
-        if (rng_below(&r, 16) == 0)
-            sleep_us(rng_below(&r, 1000));
-    }
-    atomic_fetch_sub(&fp.senders_left, 1);
+    fp_send_all((uint32_t)(uintptr_t)arg, 5300, fp_thread_pause);
     return NULL;
 }
 

@@ -35,8 +35,7 @@ CASE(chan_1m_rendezvous) { exchange(0, 1000000); } // valgrind
 
 typedef struct {
     async_chan_t *c;
-    atomic_int closed_seen;
-    atomic_int got;
+    atomic_int closed_seen, got;
 } close_ctx_t;
 
 static void recv_until_closed(void *arg) {

@@ -59,15 +59,8 @@ static void *prod_thread(void *arg) {
     produce((int)(intptr_t)arg);
     return NULL;
 }
-static void cons_fiber(void *arg) {
-    (void)arg;
-    consume();
-}
-static void *cons_thread(void *arg) {
-    (void)arg;
-    consume();
-    return NULL;
-}
+
+FIBER_AND_THREAD(cons, consume)
 
 CASE(cond_prodcons) {
     async_sched_t *s = sched_new(4);
@@ -120,16 +113,7 @@ static void bc_wait(void) {
     CHECK_EQ(async_mutex_unlock(g_m), 0);
 }
 
-static void bc_fiber(void *arg) {
-    (void)arg;
-    bc_wait();
-}
-static void *bc_thread(void *arg) {
-    (void)arg;
-    bc_wait();
-    return NULL;
-}
-
+FIBER_AND_THREAD(bc, bc_wait)
 
 CASE(cond_broadcast) {
     async_sched_t *s = sched_new(4);

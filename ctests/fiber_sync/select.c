@@ -100,10 +100,8 @@ CASE(chan_select) { // valgrind
 /* many fibers select on shared channels against many senders: every value
  * is received exactly once */
 typedef struct {
-    async_chan_t *c[4];
-    async_chan_t *done;
-    atomic_long sum;
-    atomic_long count;
+    async_chan_t *c[4], *done;
+    atomic_long sum, count;
 } fan_t;
 
 static void fan_recv(void *arg) {

@@ -32,15 +32,8 @@ static void mutex_waiter(void) {
     }
     atomic_fetch_add(&g_done, 1);
 }
-static void mw_fiber(void *arg) {
-    (void)arg;
-    mutex_waiter();
-}
-static void *mw_thread(void *arg) {
-    (void)arg;
-    mutex_waiter();
-    return NULL;
-}
+
+FIBER_AND_THREAD(mw, mutex_waiter)
 
 static void cond_waiter(void) {
     CHECK_EQ(async_mutex_lock(g_m, BOUND_MS), 0);
@@ -50,15 +43,8 @@ static void cond_waiter(void) {
     atomic_fetch_add(&g_closed, 1);
     atomic_fetch_add(&g_done, 1);
 }
-static void cw_fiber(void *arg) {
-    (void)arg;
-    cond_waiter();
-}
-static void *cw_thread(void *arg) {
-    (void)arg;
-    cond_waiter();
-    return NULL;
-}
+
+FIBER_AND_THREAD(cw, cond_waiter)
 
 static void gone_waiter(void *arg) {
     (void)arg;
@@ -189,8 +175,7 @@ CASE(shutdown) {
     g_nwait = 0;
     CHECK(async_fiber_spawn(s, sd_waiter, NULL, 0) != NULL);
     lock_when_waiting(g_m, &g_nwait, 1); /* the main thread holds m; sd_waiter parks on c */
-    CHECK(async_fiber_spawn(s, sd_locker, NULL, 0) != NULL);
-    sched_wait_parked(s, 2);
+    spawn_until_parked(s, sd_locker, NULL, 2);
     CHECK_FAIL(async_sched_shutdown(s, 0) == -1, ASYNC_E_TIMEDOUT);
     double t0 = now_ms();
     while (!atomic_load(&g_lock_rc)) {
@@ -230,9 +215,7 @@ CASE(forked) {
     pthread_t t;
     start_thread(&t, hold_forever, NULL);
     join_within(t, BOUND_MS, "hold_forever");
-    fflush(stdout);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
+    pid_t pid = fork_flushed();
     if (pid == 0) {
         double t0 = now_ms();
         CHILD_FORKED(10, async_mutex_lock(g_m, -1) == -1);

@@ -256,20 +256,11 @@ static void queue_stress(const char *name, int flags)
         CHECK(dropped_total > 0); /* the policy was exercised */
 }
 
-CASE(stress_no_policy) // stress
-{
-    queue_stress("queue_none", 0);
-}
+CASE(stress_no_policy) { queue_stress("queue_none", 0); } // stress
 
-CASE(stress_drop_oldest) // stress
-{
-    queue_stress("queue_drop_oldest", ASYNC_QUEUE_DROP_OLDEST);
-}
+CASE(stress_drop_oldest) { queue_stress("queue_drop_oldest", ASYNC_QUEUE_DROP_OLDEST); } // stress
 
-CASE(stress_block_writer) // stress
-{
-    queue_stress("queue_block_writer", ASYNC_QUEUE_BLOCK_WRITER);
-}
+CASE(stress_block_writer) { queue_stress("queue_block_writer", ASYNC_QUEUE_BLOCK_WRITER); } // stress
 
 /* --- attach + SIGNAL_ON_DATA under MPSC load --------------------------------- */
 /*
@@ -347,8 +338,7 @@ CASE(stress_attach) // poll stress
     double suspect_since = 0;
     rng_t r;
     int i;
-    as.deadline = stress_begin("attach");
-    rng_init(&r, 3200);
+    as.deadline = stress_begin_rng("attach", &r, 3200);
     as.rt = mkrt();
     as.q = async_queue_create(32, sizeof(as_msg_t),
                               (async_queue_flags_t)(ASYNC_QUEUE_BLOCK_WRITER | ASYNC_QUEUE_SIGNAL_ON_DATA));

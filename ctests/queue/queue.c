@@ -251,40 +251,55 @@ CASE(full_nopolicy)
 
 /* --- blocked writers ---------------------------------------------------- */
 
+/* One queue call on a thread of its own (start_writer, start_reader) and
+ * what it gave: an enqueue of value (timeout -2: async_queue_enqueue, else
+ * async_queue_enqueue_wait) or an async_queue_dequeue_wait into value. */
 typedef struct {
     async_queue_t *q;
+    bool write;
+    int timeout;
     int value;
-    int timeout; /* -2: use async_queue_enqueue */
-    atomic_int done;
-    int ok;
-    int err;
+    size_t size;
+    int ok, err;
     double elapsed;
-} writer_t;
+    atomic_int done;
+} qcall_t;
 
-static void *writer_thread(void *arg)
+typedef qcall_t writer_t;
+typedef qcall_t reader_t;
+
+static void *qcall_thread(void *arg)
 {
-    writer_t *w = (writer_t *)arg;
+    qcall_t *c = (qcall_t *)arg;
     double t0 = now_ms();
     bool ok;
-    if (w->timeout == -2)
-        ok = async_queue_enqueue(w->q, &w->value, sizeof w->value);
+    if (!c->write)
+        ok = async_queue_dequeue_wait(c->q, &c->value, sizeof c->value, &c->size, c->timeout);
+    else if (c->timeout == -2)
+        ok = async_queue_enqueue(c->q, &c->value, sizeof c->value);
     else
-        ok = async_queue_enqueue_wait(w->q, &w->value, sizeof w->value, w->timeout);
-    w->ok = ok;
-    w->err = ok ? 0 : async_last_error();
-    w->elapsed = now_ms() - t0;
-    atomic_store(&w->done, 1);
+        ok = async_queue_enqueue_wait(c->q, &c->value, sizeof c->value, c->timeout);
+    c->ok = ok;
+    c->err = ok ? 0 : async_last_error();
+    c->elapsed = now_ms() - t0;
+    atomic_store(&c->done, 1);
     return NULL;
+}
+
+static void start_qcall(pthread_t *th, qcall_t *c, async_queue_t *q, bool write, int value, int timeout)
+{
+    memset(c, 0, sizeof *c);
+    c->q = q;
+    c->write = write;
+    c->value = value;
+    c->timeout = timeout;
+    atomic_store(&c->done, 0);
+    CHECK(pthread_create(th, NULL, qcall_thread, c) == 0);
 }
 
 static void start_writer(pthread_t *th, writer_t *w, async_queue_t *q, int value, int timeout)
 {
-    memset(w, 0, sizeof *w);
-    w->q = q;
-    w->value = value;
-    w->timeout = timeout;
-    atomic_store(&w->done, 0);
-    CHECK(pthread_create(th, NULL, writer_thread, w) == 0);
+    start_qcall(th, w, q, true, value, timeout);
 }
 
 CASE(block_writer_dequeue)
@@ -365,34 +380,9 @@ CASE(enqueue_wait_woken)
 
 /* --- blocked readers ---------------------------------------------------- */
 
-typedef struct {
-    async_queue_t *q;
-    int timeout;
-    int ok, err, value;
-    size_t size;
-    double elapsed;
-    atomic_int done;
-} reader_t;
-
-static void *reader_thread(void *arg)
-{
-    reader_t *r = (reader_t *)arg;
-    double t0 = now_ms();
-    bool ok = async_queue_dequeue_wait(r->q, &r->value, sizeof r->value, &r->size, r->timeout);
-    r->ok = ok;
-    r->err = ok ? 0 : async_last_error();
-    r->elapsed = now_ms() - t0;
-    atomic_store(&r->done, 1);
-    return NULL;
-}
-
 static void start_reader(pthread_t *th, reader_t *r, async_queue_t *q, int timeout)
 {
-    memset(r, 0, sizeof *r);
-    r->q = q;
-    r->timeout = timeout;
-    atomic_store(&r->done, 0);
-    CHECK(pthread_create(th, NULL, reader_thread, r) == 0);
+    start_qcall(th, r, q, false, 0, timeout);
 }
 
 CASE(dequeue_wait_timeout)
@@ -625,22 +615,12 @@ CASE(stats)
     async_queue_stats_t st;
     int i;
     stats(q, &st);
-    CHECK_EQ(st.capacity, 3);
-    CHECK_EQ(st.max_msg_size, 24);
-    CHECK_EQ(st.current_size, 0);
-    CHECK_EQ(st.enqueue_count, 0);
-    CHECK_EQ(st.dequeue_count, 0);
-    CHECK_EQ(st.dropped_count, 0);
+    CHECK_QUEUE_STATS(st, 3, 24, 0, 0, 0, 0);
     for (i = 0; i < 5; i++)
         enq_int(q, i); /* 2 dropped */
     CHECK_EQ(deq_int(q), 2);
     stats(q, &st);
-    CHECK_EQ(st.capacity, 3);
-    CHECK_EQ(st.max_msg_size, 24);
-    CHECK_EQ(st.current_size, 2);
-    CHECK_EQ(st.enqueue_count, 5);
-    CHECK_EQ(st.dequeue_count, 1);
-    CHECK_EQ(st.dropped_count, 2);
+    CHECK_QUEUE_STATS(st, 3, 24, 2, 5, 1, 2);
     /* failed calls are not counted */
     {
         char big[25] = {0};

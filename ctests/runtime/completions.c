@@ -201,8 +201,7 @@ CASE(mixed) // poll
     CHECK(fdev >= 1);
     CHECK_EQ(async_runtime_remove(rt, p[0]), 0);
     async_runtime_deinit(rt);
-    close(p[0]);
-    close(p[1]);
+    close_pair(p);
 }
 
 /* A backlog of completions must not starve fds or timers: the wait hands
@@ -275,8 +274,7 @@ static void flood_case(int max)
     CHECK_EQ(next[2], FLOOD_N + 1);
     CHECK_EQ(tim, 1);
     async_runtime_deinit(rt);
-    close(p[0]);
-    close(p[1]);
+    close_pair(p);
 }
 
 CASE(flood_fair_max1) { flood_case(1); } // poll

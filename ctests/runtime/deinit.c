@@ -48,8 +48,7 @@ CASE(deinit_pending_fds_timers) // poll
         CHECK_EQ(async_runtime_remove(rt, p[0]), 0);
     }
     async_runtime_deinit(rt);
-    close(p[0]);
-    close(p[1]);
+    close_pair(p);
 }
 
 /* --- deinit with pending work ------------------------------------------- */
@@ -118,8 +117,7 @@ CASE(deinit_pending_with_queue) // poll
     CHECK_EQ(collect_events(rt2, ev, 16, 50, 16), 0);
     async_queue_destroy(q);
     async_runtime_deinit(rt2);
-    close(p[0]);
-    close(p[1]);
+    close_pair(p);
 }
 
 /* --- deinit racing calls from threads ------------------------------------ */
@@ -284,8 +282,7 @@ CASE(deinit_race) // poll
     } while (now_ms() < deadline);
     printf("deinit_race: %d rounds\n", rounds);
     async_queue_destroy(dr.q);
-    close(dr.fdpipe[0]);
-    close(dr.fdpipe[1]);
+    close_pair(dr.fdpipe);
 }
 
 /* ---- deinit racing everything; descriptor numbers reused -------------------- */

@@ -76,8 +76,7 @@ CASE(cloexec) // poll
     CHECK_EQ(async_runtime_remove(rt, p[0]), 0);
     async_runtime_deinit(rt);
     async_runtime_deinit(rt2);
-    close(p[0]);
-    close(p[1]);
+    close_pair(p);
 }
 
 CASE(fd_leak) // poll

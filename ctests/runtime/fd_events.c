@@ -43,8 +43,7 @@ CASE(fd_read) // poll
     CHECK_EQ(wait_ok(rt, ev, 4, 50), 0);
     CHECK_EQ(async_runtime_remove(rt, p[0]), 0);
     async_runtime_deinit(rt);
-    close(p[0]);
-    close(p[1]);
+    close_pair(p);
 }
 
 CASE(fd_write) // poll
@@ -83,8 +82,7 @@ CASE(fd_write) // poll
     CHECK(ev[0].event_type & ASYNC_EVENT_WRITE);
     CHECK_EQ(async_runtime_remove(rt, s[0]), 0);
     async_runtime_deinit(rt);
-    close(s[0]);
-    close(s[1]);
+    close_pair(s);
 }
 
 /* ORs the bits reported for fd over one wait (READ and WRITE may come in one
@@ -119,8 +117,7 @@ CASE(fd_readwrite) // poll
     CHECK(!(bits & (ASYNC_EVENT_CLOSE | ASYNC_EVENT_ERROR)));
     CHECK_EQ(async_runtime_remove(rt, s[0]), 0);
     async_runtime_deinit(rt);
-    close(s[0]);
-    close(s[1]);
+    close_pair(s);
 }
 
 CASE(fd_close) // poll
@@ -207,10 +204,8 @@ CASE(fd_modify) // poll
     CHECK(!(ev[0].event_type & ASYNC_EVENT_WRITE));
     CHECK_EQ(async_runtime_remove(rt, s[0]), 0);
     async_runtime_deinit(rt);
-    close(s[0]);
-    close(s[1]);
-    close(other[0]);
-    close(other[1]);
+    close_pair(s);
+    close_pair(other);
 }
 
 CASE(fd_remove) // poll
@@ -237,8 +232,7 @@ CASE(fd_remove) // poll
     CHECK(fcntl(p[0], F_GETFD) != -1);
     async_runtime_deinit(rt);
     CHECK(fcntl(p[0], F_GETFD) != -1);
-    close(p[0]);
-    close(p[1]);
+    close_pair(p);
 }
 
 CASE(fd_exists) // poll
@@ -266,8 +260,7 @@ CASE(fd_exists) // poll
     }
     CHECK_EQ(async_runtime_remove(rt, p[0]), 0);
     async_runtime_deinit(rt);
-    close(p[0]);
-    close(p[1]);
+    close_pair(p);
 }
 
 CASE(fd_bad) // poll
@@ -349,8 +342,7 @@ CASE(fd_events_zero) // poll
     CHECK(ev[0].event_type & ASYNC_EVENT_READ);
     CHECK(ev[0].context == (void *)&ctx_b);
     CHECK_EQ(async_runtime_remove(rt, s[0]), 0);
-    close(s[0]);
-    close(s[1]);
+    close_pair(s);
     async_runtime_deinit(rt);
 }
 
@@ -399,8 +391,7 @@ CASE(fd_closed_reuse) // poll
         CHECK(pipe(p) == 0);
         num = p[0];
         CHECK_EQ(async_runtime_add(rt, num, ASYNC_EVENT_READ, &ctx_a), 0);
-        close(p[0]);
-        close(p[1]);
+        close_pair(p);
         if (round == 1) {
             /* let a wait notice the close first: epoll says nothing, poll
              * reports ERROR|CLOSE once */
@@ -491,8 +482,7 @@ CASE(half_close) // poll
     bits = one_event(rt, t[0], &ctx_b);
     CHECK_EQ(bits, ASYNC_EVENT_WRITE);
     CHECK_EQ(async_runtime_remove(rt, t[0]), 0);
-    close(t[0]);
-    close(t[1]);
+    close_pair(t);
     async_runtime_deinit(rt);
 }
 
@@ -532,8 +522,7 @@ CASE(fdmap_context) // poll adversarial
         CHECK(ev[0].event_type == ASYNC_EVENT_WRITE);
         CHECK_EQ(async_runtime_remove(rt, p[1]), 0);
     }
-    close(p[0]);
-    close(p[1]);
+    close_pair(p);
     async_runtime_deinit(rt);
 }
 
@@ -560,8 +549,7 @@ CASE(wait_zero_ready) // poll adversarial
             CHECK_EQ(n, 1);
             CHECK(ev[0].context == (void *)7 && (ev[0].event_type & ASYNC_EVENT_READ));
         }
-        close(p[0]);
-        close(p[1]);
+        close_pair(p);
         async_runtime_deinit(rt);
     }
 }
@@ -634,8 +622,7 @@ static void rotation(int k, int max, int flood)
         join_within(t, 10000, "flooder");
     for (int i = 0; i < k; i++) {
         CHECK_EQ(async_runtime_remove(rot_rt, p[i][0]), 0);
-        close(p[i][0]);
-        close(p[i][1]);
+        close_pair(p[i]);
     }
     async_runtime_deinit(rot_rt);
 }

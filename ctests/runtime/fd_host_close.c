@@ -39,8 +39,7 @@ static void *hc_closer(void *arg)
     (void)arg;
     sleep_ms(50); /* the loop is in async_runtime_wait(-1) by now */
     for (i = 0; i < HC_CLOSE; i++) {
-        close(hc.gone[i][0]);
-        close(hc.gone[i][1]);
+        close_pair(hc.gone[i]);
     }
     sleep_ms(20);
     CHECK(write(hc.keep[3][1], "k", 1) == 1); /* wakes the loop */
@@ -176,13 +175,11 @@ CASE(host_close) // poll
     hc_check_reuse_events(newfd, ev, n);
     for (i = 0; i < HC_CLOSE; i++) {
         CHECK_EQ(async_runtime_remove(hc.rt, newfd[i][0]), 0);
-        close(newfd[i][0]);
-        close(newfd[i][1]);
+        close_pair(newfd[i]);
     }
     for (i = 0; i < HC_KEEP; i++) {
         CHECK_EQ(async_runtime_remove(hc.rt, hc.keep[i][0]), 0);
-        close(hc.keep[i][0]);
-        close(hc.keep[i][1]);
+        close_pair(hc.keep[i]);
     }
     CHECK_EQ(collect_events(hc.rt, ev, 64, 50, 64), 0);
     async_runtime_deinit(hc.rt);
@@ -244,8 +241,7 @@ CASE(host_close_dup) // poll
         fprintf(stderr, "the waits spun: %.0f ms of CPU in %.0f ms while nothing was registered\n", cpu, wall);
     close(dupfd);
     close(p[1]);
-    close(q[0]);
-    close(q[1]);
+    close_pair(q);
     async_runtime_deinit(rt);
     CHECK_EQ(misattributed, 0);
     CHECK_EQ(after_remove, 0);
@@ -354,8 +350,7 @@ CASE(ghost_remove) // poll adversarial
     async_runtime_deinit(rt);
     close(keep);
     close(a[1]);
-    close(b[0]);
-    close(b[1]);
+    close_pair(b);
 }
 
 TEST_MAIN()

@@ -40,8 +40,7 @@ static void nop(void *arg) { (void)arg; }
  * negative (for ever) nor a wrong short one. */
 CASE(sched_poll_long_deadline) { // linux
     async_sched_t *s = sched_new(1);
-    CHECK(async_fiber_spawn(s, long_sleeper, NULL, 0) != NULL);
-    sched_wait_parked(s, 1);
+    spawn_until_parked(s, long_sleeper, NULL, 1);
     atomic_store(&watching, 1);
     /* wake the idle worker so that it computes its poll timeout again */
     double t0 = now_ms();

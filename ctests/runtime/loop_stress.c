@@ -100,8 +100,7 @@ CASE(completions_from_threads) // poll stress
     bool waker_running = true;
     rng_t r;
     int i;
-    cs.deadline = stress_begin("completions");
-    rng_init(&r, 1200);
+    cs.deadline = stress_begin_rng("completions", &r, 1200);
     cs.rt = mkrt();
     atomic_store(&cs.producers_left, CS_PROD);
     start_thread(&waker, cs_waker, NULL);
@@ -346,8 +345,7 @@ CASE(timers_from_threads) // poll stress
     uint64_t waits = 0;
     rng_t r;
     int i;
-    ts.deadline = stress_begin("timers");
-    rng_init(&r, 2100);
+    ts.deadline = stress_begin_rng("timers", &r, 2100);
     ts.rt = mkrt();
     atomic_store(&ts.threads_left, TS_THREADS);
     for (i = 0; i < TS_THREADS; i++)
@@ -496,8 +494,7 @@ static void *fs_thread(void *arg)
             fs_disarm(&fs.slot[t][i]);
     for (i = 0; i < FS_IDLE; i++) {
         CHECK_EQ(async_runtime_remove(fs.rt, idle[i][0]), 0);
-        close(idle[i][0]);
-        close(idle[i][1]);
+        close_pair(idle[i]);
     }
     CHECK_EQ(async_runtime_post_completion(fs.rt, FS_END, t), 0);
     return NULL;
@@ -561,8 +558,7 @@ CASE(fds_from_threads) // poll stress
     uint64_t events = 0, waits = 0;
     int ended = 0, i;
     rng_t r;
-    fs.deadline = stress_begin("fds");
-    rng_init(&r, 4100);
+    fs.deadline = stress_begin_rng("fds", &r, 4100);
     fs.rt = mkrt();
     for (i = 0; i < FS_THREADS; i++)
         start_thread(&th[i], fs_thread, (void *)(uintptr_t)i);

@@ -301,8 +301,7 @@ CASE(stats_fd_events) { // poll
     CHECK(b.events_total - a.events_total < s.kind[K_READ] + s.kind[K_WRITE] + s.kind[K_ERROR] + s.kind[K_CLOSE] +
                                                 s.kind[K_COMPLETION]);
     close(p[0]);
-    close(sv[0]);
-    close(sv[1]);
+    close_pair(sv);
     async_runtime_deinit(rt);
 }
 
@@ -416,8 +415,7 @@ CASE(stats_idle) { // poll
     CHECK(i3 - i2 >= 40 * 1000000ull);
     CHECK(i3 - i2 <= (uint64_t)(w1 - w0));
     CHECK_EQ(async_runtime_remove(rt, p[0]), 0);
-    close(p[0]);
-    close(p[1]);
+    close_pair(p);
     async_runtime_deinit(rt);
 }
 

@@ -92,9 +92,7 @@ CASE(order_fiber_migrate) { // poll
         mig_rt = mkrt();
         memset(mig_next, 0, sizeof mig_next);
         memset(mig_moved, 0, sizeof mig_moved);
-        async_sched_config_t cfg = {4, 0, 0};
-        async_sched_t *s = async_sched_create(&cfg);
-        CHECK(s != NULL);
+        async_sched_t *s = sched_new(4);
         for (uintptr_t f = 0; f < MF; f++) CHECK(async_fiber_spawn(s, mig_fiber, (void *)f, 0));
         if (mode == 1) CHECK_EQ(async_sched_run(s), 0);
         drain(mig_rt, (uint64_t)MF * MN, mig_check);
@@ -120,12 +118,18 @@ static async_runtime_t *x_rt;
 static pthread_mutex_t x_mu = PTHREAD_MUTEX_INITIALIZER;
 static uintptr_t x_counter, x_next;
 
+/* Posts the next value of x_counter under x_mu, with key `key`: the posts
+ * of every thread together count up. */
+static void x_post_next(uintptr_t key) {
+    pthread_mutex_lock(&x_mu);
+    uintptr_t v = ++x_counter;
+    CHECK_EQ(async_runtime_post_completion(x_rt, KEY_TAG | key, DATA_TAG | v), 0);
+    pthread_mutex_unlock(&x_mu);
+}
+
 static void *x_poster(void *arg) {
     for (int i = 0; i < XN; i++) {
-        pthread_mutex_lock(&x_mu);
-        uintptr_t v = ++x_counter;
-        CHECK_EQ(async_runtime_post_completion(x_rt, KEY_TAG | (uintptr_t)arg, DATA_TAG | v), 0);
-        pthread_mutex_unlock(&x_mu);
+        x_post_next((uintptr_t)arg);
         if (i % 64 == 0) sched_yield(); /* let the others take the lock too */
     }
     return NULL;
@@ -187,12 +191,7 @@ CASE(order_semaphore) { // poll
 enum { EW = 150, ET = 4, EN = 40 };
 
 static void *e_poster(void *arg) {
-    for (int i = 0; i < EN; i++) {
-        pthread_mutex_lock(&x_mu);
-        uintptr_t v = ++x_counter;
-        CHECK_EQ(async_runtime_post_completion(x_rt, KEY_TAG | (uintptr_t)arg, DATA_TAG | v), 0);
-        pthread_mutex_unlock(&x_mu);
-    }
+    for (int i = 0; i < EN; i++) x_post_next((uintptr_t)arg);
     return NULL;
 }
 

@@ -391,14 +391,21 @@ static void probe_busy(async_runtime_t *rt)
     }
 }
 
+/* Starts waiter_thread on a new runtime (w->rt) and returns once its wait
+ * is in progress (another thread's wait is refused as busy). */
+static void start_waiter(waiter_t *w, pthread_t *th)
+{
+    memset(w, 0, sizeof *w);
+    w->rt = mkrt();
+    start_thread(th, waiter_thread, w);
+    probe_busy(w->rt);
+}
+
 CASE(busy) // poll
 {
     waiter_t w;
     pthread_t th;
-    memset(&w, 0, sizeof w);
-    w.rt = mkrt();
-    CHECK(pthread_create(&th, NULL, waiter_thread, &w) == 0);
-    probe_busy(w.rt);
+    start_waiter(&w, &th);
     CHECK_FAIL(async_runtime_wait(w.rt, (io_event_t[1]){{0}}, 1, 100) == -1, ASYNC_E_BUSY);
     CHECK_EQ(async_runtime_wakeup(w.rt), 0);
     pthread_join(th, NULL);
@@ -417,10 +424,7 @@ CASE(deinit_while_waiting) // poll
 {
     waiter_t w;
     pthread_t th;
-    memset(&w, 0, sizeof w);
-    w.rt = mkrt();
-    CHECK(pthread_create(&th, NULL, waiter_thread, &w) == 0);
-    probe_busy(w.rt);
+    start_waiter(&w, &th);
     async_runtime_deinit(w.rt);
     pthread_join(th, NULL);
     CHECK_EQ(w.n, -1);
@@ -462,8 +466,7 @@ CASE(add_while_waiting) // poll
     CHECK(ev[0].context == (void *)&g_apipe);
     CHECK_EQ(async_runtime_remove(g_art, g_apipe[0]), 0);
     async_runtime_deinit(g_art);
-    close(g_apipe[0]);
-    close(g_apipe[1]);
+    close_pair(g_apipe);
 }
 
 /* ---- wakeups from signal handlers ------------------------------------------- */

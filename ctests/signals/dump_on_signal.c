@@ -107,9 +107,7 @@ CASE(dump_failed_rereg) // adversarial
     sa.sa_handler = host_handler;
     sigemptyset(&sa.sa_mask);
     CHECK_EQ(sigaction(SIGUSR1, &sa, NULL), 0);
-    async_sched_config_t cfg = {1, 0, 0};
-    async_sched_t *s = async_sched_create(&cfg);
-    CHECK(s != NULL);
+    async_sched_t *s = sched_new(1);
     int p[2];
     CHECK_EQ(pipe(p), 0);
     CHECK_EQ(fcntl(p[0], F_SETFL, O_NONBLOCK), 0);
@@ -131,7 +129,7 @@ CASE(dump_failed_rereg) // adversarial
     int devnull = open("/dev/null", O_WRONLY);
     CHECK(devnull >= 0);
     for (int i = 0; i < N; i++)
-        CHECK((m[i] = async_sched_create(&cfg)) != NULL);
+        m[i] = sched_new(1);
     for (int i = 0; i < 64; i++)
         CHECK_EQ(async_sched_dump_on_signal(m[i], SIGUSR2, devnull), 0);
     CHECK_FAIL(async_sched_dump_on_signal(m[64], SIGUSR2, devnull) == -1, ASYNC_E_NOMEM);
@@ -141,8 +139,7 @@ CASE(dump_failed_rereg) // adversarial
         async_sched_destroy(m[i]);
     async_sched_destroy(s);
     close(devnull);
-    close(p[0]);
-    close(p[1]);
+    close_pair(p);
 }
 
 TEST_MAIN()

@@ -33,6 +33,16 @@ static int is_ign(int s) {
     return !(cur.sa_flags & SA_SIGINFO) && cur.sa_handler == SIG_IGN;
 }
 
+/* A fresh runtime that watches sig under key (sig's action set to SIG_IGN
+ * first). */
+static async_runtime_t *rt_watching(int sig, uintptr_t key) {
+    set_ign(sig);
+    async_runtime_t *rt = async_runtime_init();
+    CHECK(rt);
+    CHECK_EQ(async_runtime_add_signal(rt, sig, key), 0);
+    return rt;
+}
+
 /* Waits (bounded) until rt delivers signal events; returns the sum of their
  * counts, checking each event's shape. Other events fail the test. */
 static uint64_t wait_signals(async_runtime_t *rt, int timeout_ms, uintptr_t key, int *nevents) {
@@ -60,14 +70,20 @@ static uint64_t collect(async_runtime_t *rt, uint64_t want, uintptr_t key) {
     return sum;
 }
 
+/* Raises sig n times before a wait: the wait returns one event that
+ * carries all n. */
+static void raise_coalesced(async_runtime_t *rt, int sig, int n) {
+    for (int i = 0; i < n; i++) CHECK_EQ(raise(sig), 0);
+    int nev = 0;
+    CHECK_EQ(wait_signals(rt, 5000, KEY, &nev), (uint64_t)n);
+    CHECK_EQ(nev, 1);
+}
+
 /* ---- runtime ----------------------------------------------------------------- */
 
 /* One raise: one event with count 1; the action comes back on removal. */
 CASE(rt_basic) { // poll
-    set_ign(SIGUSR1);
-    async_runtime_t *rt = async_runtime_init();
-    CHECK(rt);
-    CHECK_EQ(async_runtime_add_signal(rt, SIGUSR1, KEY), 0);
+    async_runtime_t *rt = rt_watching(SIGUSR1, KEY);
     struct sigaction cur;
     CHECK_EQ(sigaction(SIGUSR1, NULL, &cur), 0);
     CHECK(cur.sa_flags & SA_SIGINFO);
@@ -89,14 +105,8 @@ CASE(rt_basic) { // poll
 /* Loop metrics count signal events under their bit ([6] SIGNAL), one per
  * event however many signals it carries. */
 CASE(rt_metrics) { // poll
-    set_ign(SIGUSR1);
-    async_runtime_t *rt = async_runtime_init();
-    CHECK(rt);
-    CHECK_EQ(async_runtime_add_signal(rt, SIGUSR1, KEY), 0);
-    for (int i = 0; i < 3; i++) CHECK_EQ(raise(SIGUSR1), 0);
-    int nev = 0;
-    CHECK_EQ(wait_signals(rt, 5000, KEY, &nev), 3);
-    CHECK_EQ(nev, 1);
+    async_runtime_t *rt = rt_watching(SIGUSR1, KEY);
+    raise_coalesced(rt, SIGUSR1, 3);
     async_runtime_stats_t st;
     CHECK(async_runtime_get_stats(rt, &st, sizeof st) > 0);
     CHECK_EQ(st.events[6], 1);
@@ -107,14 +117,8 @@ CASE(rt_metrics) { // poll
 
 /* Five signals before a wait: one event, count 5. */
 CASE(rt_coalesced) { // poll
-    set_ign(SIGUSR2);
-    async_runtime_t *rt = async_runtime_init();
-    CHECK(rt);
-    CHECK_EQ(async_runtime_add_signal(rt, SIGUSR2, KEY), 0);
-    for (int i = 0; i < 5; i++) CHECK_EQ(raise(SIGUSR2), 0);
-    int nev = 0;
-    CHECK_EQ(wait_signals(rt, 5000, KEY, &nev), 5);
-    CHECK_EQ(nev, 1);
+    async_runtime_t *rt = rt_watching(SIGUSR2, KEY);
+    raise_coalesced(rt, SIGUSR2, 5);
     async_runtime_deinit(rt);
     CHECK(is_ign(SIGUSR2)); /* deinit dropped the watch */
 }
@@ -127,19 +131,13 @@ static void *blocked_waiter(void *arg) {
     (void)arg;
     /* Blocked here, so the signal lands on another thread and the waiter
      * must be woken through the doorbell, not by EINTR. */
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGHUP);
-    CHECK_EQ(pthread_sigmask(SIG_BLOCK, &set, NULL), 0);
+    block_signal(SIGHUP);
     atomic_store(&blocked_got, (int)wait_signals(blocked_rt, -1, KEY, NULL)); /* join_within bounds it */
     return NULL;
 }
 
 CASE(rt_wakes_wait) { // poll
-    set_ign(SIGHUP);
-    blocked_rt = async_runtime_init();
-    CHECK(blocked_rt);
-    CHECK_EQ(async_runtime_add_signal(blocked_rt, SIGHUP, KEY), 0);
+    blocked_rt = rt_watching(SIGHUP, KEY);
     pthread_t th;
     start_thread(&th, blocked_waiter, NULL);
     sleep_ms(50); /* likely asleep by now; either way the signal must come out */
@@ -162,10 +160,7 @@ static void *ow_waiter(void *arg) {
 }
 
 CASE(rt_on_waiter_thread) { // poll
-    set_ign(SIGUSR1);
-    ow_rt = async_runtime_init();
-    CHECK(ow_rt);
-    CHECK_EQ(async_runtime_add_signal(ow_rt, SIGUSR1, KEY), 0);
+    ow_rt = rt_watching(SIGUSR1, KEY);
     pthread_t th;
     start_thread(&th, ow_waiter, NULL);
     double end = now_ms() + 20000;
@@ -182,10 +177,7 @@ CASE(rt_on_waiter_thread) { // poll
 /* A count that arrived but was not taken yet is dropped by the removal; a
  * new watch starts from 0. */
 CASE(rt_remove_drops_pending) { // poll
-    set_ign(SIGUSR2);
-    async_runtime_t *rt = async_runtime_init();
-    CHECK(rt);
-    CHECK_EQ(async_runtime_add_signal(rt, SIGUSR2, KEY), 0);
+    async_runtime_t *rt = rt_watching(SIGUSR2, KEY);
     CHECK_EQ(raise(SIGUSR2), 0);
     CHECK_EQ(raise(SIGUSR2), 0);
     CHECK_EQ(async_runtime_remove_signal(rt, SIGUSR2), 0);
@@ -371,10 +363,7 @@ static void *rw_waiter(void *arg) {
 }
 
 CASE(rt_remove_during_wait) { // poll
-    set_ign(SIGUSR1);
-    rw_rt = async_runtime_init();
-    CHECK(rw_rt);
-    CHECK_EQ(async_runtime_add_signal(rw_rt, SIGUSR1, KEY), 0);
+    rw_rt = rt_watching(SIGUSR1, KEY);
     pthread_t th;
     start_thread(&th, rw_waiter, NULL);
     sleep_ms(50);
@@ -407,10 +396,7 @@ static void *flooder(void *arg) {
 
 CASE(rt_flood) { // poll
     flood_sig = SIGRTMIN + 2;
-    set_ign(flood_sig);
-    async_runtime_t *rt = async_runtime_init();
-    CHECK(rt);
-    CHECK_EQ(async_runtime_add_signal(rt, flood_sig, KEY), 0);
+    async_runtime_t *rt = rt_watching(flood_sig, KEY);
     pthread_t th[FLOOD_THREADS];
     for (int i = 0; i < FLOOD_THREADS; i++) start_thread(&th[i], flooder, NULL);
     uint64_t sum = 0;
@@ -442,20 +428,14 @@ static _Atomic int pp_stop;
 static int pp_sig;
 static void *pp_waiter(void *arg) {
     (void)arg;
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, pp_sig);
-    CHECK_EQ(pthread_sigmask(SIG_BLOCK, &set, NULL), 0);
+    block_signal(pp_sig);
     while (!atomic_load(&pp_stop)) atomic_fetch_add(&pp_total, wait_signals(pp_rt, -1, KEY, NULL));
     return NULL;
 }
 
 CASE(rt_pingpong) { // poll
     pp_sig = SIGRTMIN + 5;
-    set_ign(pp_sig);
-    pp_rt = async_runtime_init();
-    CHECK(pp_rt);
-    CHECK_EQ(async_runtime_add_signal(pp_rt, pp_sig, KEY), 0);
+    pp_rt = rt_watching(pp_sig, KEY);
     pthread_t th;
     start_thread(&th, pp_waiter, NULL);
     for (uint64_t i = 1; i <= PP_ROUNDS; i++) {
@@ -494,11 +474,7 @@ CASE(rt_every_thread) { // poll
     }
     int sig = SIGRTMIN + 3;
     set_ign(sig);
-    async_sched_config_t cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.workers = 2;
-    async_sched_t *s = async_sched_create(&cfg);
-    CHECK(s);
+    async_sched_t *s = sched_new(2);
     for (int i = 0; i < 10; i++) CHECK(async_fiber_spawn(s, noop_fiber, NULL, 0));
     async_runtime_t *rt = async_runtime_init();
     CHECK(rt);
@@ -587,10 +563,7 @@ CASE(rt_fork_child) { // poll
     async_runtime_t *rt = async_runtime_init();
     CHECK(rt);
     CHECK_EQ(async_runtime_add_signal(rt, SIGTERM, KEY), 0);
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
+    pid_t pid = fork_flushed();
     if (pid == 0) {
         if (async_runtime_add_signal(rt, SIGUSR1, KEY) != -1 || async_last_error() != ASYNC_E_FORKED) _exit(4);
         raise(SIGTERM);
@@ -630,11 +603,7 @@ CASE(fiber_wait) {
     CHECK(!is_ign(SIGUSR1));
     CHECK_EQ(raise(SIGUSR1), 0);
     CHECK_EQ(raise(SIGUSR1), 0);
-    async_sched_config_t cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.workers = 2;
-    async_sched_t *s = async_sched_create(&cfg);
-    CHECK(s);
+    async_sched_t *s = sched_new(2);
     CHECK(async_fiber_spawn(s, fw_fiber, NULL, 0));
     double end = now_ms() + 20000;
     while (atomic_load(&fw_stage) < 1 && now_ms() < end) sleep_ms(1);
@@ -671,10 +640,7 @@ static void *uw_waiter(void *arg) {
 }
 
 CASE(fiber_unwatch_wakes) {
-    set_ign(SIGUSR2);
-    async_runtime_t *rt = async_runtime_init();
-    CHECK(rt);
-    CHECK_EQ(async_runtime_add_signal(rt, SIGUSR2, KEY), 0);
+    async_runtime_t *rt = rt_watching(SIGUSR2, KEY);
     CHECK_EQ(async_fiber_watch_signal(SIGUSR2), 0);
     CHECK_EQ(raise(SIGUSR2), 0);
     CHECK_EQ(wait_signals(rt, 5000, KEY, NULL), 1);
@@ -710,11 +676,7 @@ CASE(fiber_flood) {
     flood_sig = SIGRTMIN + 4;
     set_ign(flood_sig);
     CHECK_EQ(async_fiber_watch_signal(flood_sig), 0);
-    async_sched_config_t cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.workers = 2;
-    async_sched_t *s = async_sched_create(&cfg);
-    CHECK(s);
+    async_sched_t *s = sched_new(2);
     CHECK(async_fiber_spawn(s, ff_fiber, NULL, 0));
     pthread_t th[FLOOD_THREADS];
     for (int i = 0; i < FLOOD_THREADS; i++) start_thread(&th[i], flooder, NULL);
@@ -747,11 +709,7 @@ static void bc_second(void *arg) {
 CASE(fiber_busy_cancel) {
     set_ign(SIGUSR1);
     CHECK_EQ(async_fiber_watch_signal(SIGUSR1), 0);
-    async_sched_config_t cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.workers = 1;
-    async_sched_t *s = async_sched_create(&cfg);
-    CHECK(s);
+    async_sched_t *s = sched_new(1);
     CHECK(async_fiber_spawn(s, bc_first, NULL, 0));
     double end = now_ms() + 20000;
     while (!atomic_load(&bc_parked) && now_ms() < end) sleep_ms(1);

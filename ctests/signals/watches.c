@@ -227,10 +227,8 @@ CASE(fork_watched_signal) // poll adversarial
     CHECK_EQ(async_runtime_add_signal(rt, SIGUSR2, 3), 0);
     waitres_t w = {rt, -2, 0};
     pthread_t th;
-    start_thread(&th, timed_wait, &w);
-    sleep_ms(50);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
+    start_timed_wait(&w, &th);
+    pid_t pid = fork_flushed();
     if (pid == 0) {
         /* Here the host's action is back at the first SIGUSR2. */
         for (int i = 0; i < 3; i++) {
@@ -305,9 +303,7 @@ CASE(fiber_rewatch) // adversarial
 {
     rw_sig = SIGRTMIN + 3;
     CHECK_EQ(async_fiber_watch_signal(rw_sig), 0);
-    async_sched_config_t cfg = {1, 0, 0};
-    async_sched_t *s = async_sched_create(&cfg);
-    CHECK(s != NULL);
+    async_sched_t *s = sched_new(1);
     pthread_t t;
     start_thread(&t, rw_thread, NULL);
     async_fiber_t *f = async_fiber_spawn(s, rw_fiber, NULL, ASYNC_FIBER_JOINABLE);
@@ -333,8 +329,7 @@ CASE(fiber_rewatch) // adversarial
     CHECK_EQ(sigqueue(getpid(), rw_sig, v), 0);
     CHECK_EQ(async_fiber_wait_signal(rw_sig, 5000), 1);
     CHECK_EQ(async_fiber_unwatch_signal(rw_sig), 0);
-    CHECK_EQ(async_sched_shutdown(s, 5000), 0);
-    async_sched_destroy(s);
+    sched_finish(s, 5000);
 }
 
 TEST_MAIN()

@@ -197,8 +197,7 @@ CASE(dump_states) {
     async_sched_destroy(s);
     async_chan_destroy(dch);
     async_queue_destroy(dq);
-    close(dpipe[0]);
-    close(dpipe[1]);
+    close_pair(dpipe);
 }
 
 /* ---- dump during churn (run it under ASan): threads and fibers dump while
@@ -370,8 +369,7 @@ CASE(dump_signal) {
     CHECK_EQ(raise(SIGUSR2), 0);
     CHECK_EQ(atomic_load(&host_hits), 2);
     async_chan_destroy(dch);
-    close(p[0]);
-    close(p[1]);
+    close_pair(p);
 }
 
 /* ---- a dump to a pipe whose reader is gone ------------------------------------------
@@ -385,14 +383,22 @@ static void de_sleeper(void *arg)
     async_fiber_sleep(60000);
 }
 
-CASE(dump_epipe) // adversarial
+/* Starts a de_sleeper on s (something to dump) and returns the write end of
+ * a pipe whose read end is closed. */
+static int de_setup(async_sched_t *s)
 {
-    async_sched_t *s = sched_new(1);
     int p[2];
     CHECK(async_fiber_spawn(s, de_sleeper, NULL, 0) != NULL);
     CHECK_EQ(pipe(p), 0);
     close(p[0]);
-    CHECK_FAIL(async_sched_dump(s, p[1]) == -1, ASYNC_E_SYS);
+    return p[1];
+}
+
+CASE(dump_epipe) // adversarial
+{
+    async_sched_t *s = sched_new(1);
+    int w = de_setup(s);
+    CHECK_FAIL(async_sched_dump(s, w) == -1, ASYNC_E_SYS);
     CHECK_EQ(async_last_os_error(), EPIPE);
     /* no SIGPIPE left pending for the host either */
     {
@@ -400,22 +406,19 @@ CASE(dump_epipe) // adversarial
         CHECK_EQ(sigpending(&pend), 0);
         CHECK(!sigismember(&pend, SIGPIPE));
     }
-    close(p[1]);
+    close(w);
     async_sched_destroy(s);
 }
 
 CASE(dump_signal_epipe) // adversarial
 {
     async_sched_t *s = sched_new(1);
-    int p[2];
-    CHECK(async_fiber_spawn(s, de_sleeper, NULL, 0) != NULL);
-    CHECK_EQ(pipe(p), 0);
-    close(p[0]);
-    CHECK_EQ(async_sched_dump_on_signal(s, SIGUSR2, p[1]), 0);
+    int w = de_setup(s);
+    CHECK_EQ(async_sched_dump_on_signal(s, SIGUSR2, w), 0);
     CHECK_EQ(raise(SIGUSR2), 0);
     CHECK_EQ(raise(SIGUSR2), 0);
     CHECK_EQ(async_sched_dump_on_signal(s, 0, 0), 0);
-    close(p[1]);
+    close(w);
     async_sched_destroy(s);
 }
 

@@ -132,16 +132,23 @@ CASE(stop_dequeue_wakes) {
     async_queue_destroy(q);
 }
 
-/* The stop is sticky: a wait that begins after it fails at once (-1 and a
- * long timeout alike); timeout 0 still only checks (ASYNC_E_EMPTY / FULL). */
-static void *sticky_proc(void *arg) {
-    async_queue_t **qs = arg; /* [0] empty, [1] full BLOCK_WRITER */
+/* In a worker proc: waits (JOIN_MS at most) until the worker is asked to
+ * stop; returns the worker. */
+static async_worker_t *wait_stop_asked(void) {
     async_worker_t *self = async_worker_current();
     double t0 = now_ms();
     while (!async_worker_should_stop(self)) {
         CHECK(now_ms() - t0 < JOIN_MS);
         sched_yield();
     }
+    return self;
+}
+
+/* The stop is sticky: a wait that begins after it fails at once (-1 and a
+ * long timeout alike); timeout 0 still only checks (ASYNC_E_EMPTY / FULL). */
+static void *sticky_proc(void *arg) {
+    async_queue_t **qs = arg; /* [0] empty, [1] full BLOCK_WRITER */
+    wait_stop_asked();
     int v = 1;
     size_t n;
     for (int i = 0; i < 3; i++) {
@@ -479,8 +486,7 @@ CASE(stop_fiber_unaffected) {
     CHECK(s);
     async_queue_t *q = async_queue_create(4, sizeof(int), 0);
     CHECK(q);
-    CHECK(async_fiber_spawn(s, fiber_reader, q, 0));
-    sched_wait_parked(s, 1);
+    spawn_until_parked(s, fiber_reader, q, 1);
     async_sched_stats_t st;
     job_t j = {.q = q, .op = OP_DEQ, .timeout_ms = -1};
     async_worker_t *w = start_waiting(&j);
@@ -502,12 +508,7 @@ CASE(stop_fiber_unaffected) {
  * handles to signal_stop are reported, not crashed on. */
 static void *bad_proc(void *arg) {
     async_queue_t *q = arg;
-    async_worker_t *self = async_worker_current();
-    double t0 = now_ms();
-    while (!async_worker_should_stop(self)) {
-        CHECK(now_ms() - t0 < JOIN_MS);
-        sched_yield();
-    }
+    async_worker_t *self = wait_stop_asked();
     int v = 0;
     size_t n;
     CHECK_FAIL(!async_queue_dequeue_wait(q, NULL, 4, &n, -1), ASYNC_E_INVAL);

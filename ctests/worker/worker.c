@@ -376,10 +376,8 @@ CASE(destroy_running)
     CHECK(w != NULL);
     CHECK(async_worker_join(w, 10000));
     async_worker_destroy(w);
-    close(g_done_pipe[0]);
-    close(g_done_pipe[1]);
-    close(g_ready_pipe[0]);
-    close(g_ready_pipe[1]);
+    close_pair(g_done_pipe);
+    close_pair(g_ready_pipe);
 }
 
 static pthread_t g_native_self;
@@ -509,8 +507,7 @@ CASE(stop_fd_poll)
     CHECK(async_worker_join(w, 10000));
     CHECK(async_worker_result(w) == (void *)(uintptr_t)1);
     async_worker_destroy(w);
-    close(g_never_pipe[0]);
-    close(g_never_pipe[1]);
+    close_pair(g_never_pipe);
 }
 
 static async_worker_t *g_sw;
