@@ -198,15 +198,19 @@ CASE(poller_first_create) // poll adversarial
  * initializes, concurrently with the host's main; the host's limit must
  * stay (a select(2) host at 1024 must not get fds above FD_SETSIZE): the
  * one it started with, or the one it sets at the top of main. */
+/* The soft limit nofile_kept starts its children with. A child compares
+ * against it, not against a limit read at the top of its main: Go's
+ * initialization runs concurrently and the limit it holds for a moment
+ * (docs/EMBEDDING.md) may be what such a read sees. */
+#define NOFILE_START 256
+
 CHILD(nofile_kept_child)
 {
-    struct rlimit at_start, now;
-    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &at_start), 0);
+    struct rlimit now;
     async_runtime_t *rt = async_runtime_init(); /* Go's initialization is done once this returns */
     CHECK(rt != NULL);
     CHECK_EQ(getrlimit(RLIMIT_NOFILE, &now), 0);
-    CHECK_EQ(now.rlim_cur, at_start.rlim_cur);
-    CHECK_EQ(now.rlim_max, at_start.rlim_max);
+    CHECK_EQ(now.rlim_cur, NOFILE_START);
     async_runtime_deinit(rt);
     exit(0);
 }
@@ -235,7 +239,7 @@ CASE(nofile_kept) // poll adversarial
         return;
     }
     low = saved;
-    low.rlim_cur = 256; /* the children start with it (well below hard - 1) */
+    low.rlim_cur = NOFILE_START; /* well below hard - 1 */
     CHECK_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
     int st1 = run_self_case("nofile_kept_child", NULL);
     int st2 = run_self_case("nofile_host_child", NULL);
