@@ -1,8 +1,9 @@
 /* What only the io_uring path has (ASYNC_FIBER_IO=uring; docs/FIBERS.md
  * "io_uring"): the rings are used only when asked for, a scheduler at
  * RLIMIT_NOFILE falls back to epoll, pipes take the poller path, a ring op is
- * submitted while its worker is busy, and more completions at once than the
- * completion ring holds. Each case makes its schedulers with the variable
+ * submitted while its worker is busy, more completions at once than the
+ * completion ring holds, and a timed-out op's cancel that comes late does not
+ * end the next op of the same stack depth. Each case makes its schedulers with the variable
  * set and learns from the INFO log line whether the rings are in use; where
  * io_uring is unavailable (old kernel, seccomp, kernel.io_uring_disabled)
  * the case prints "skipped" and passes. Every wait is bounded. */
@@ -289,6 +290,70 @@ CASE(uring_cq_overflow) { // linux
     close(tx);
     for (int i = 0; i < OVF_N; i++) close(ovf_fd[i]);
     async_sched_destroy(s);
+}
+
+/* ---- a late cancel spares the next op at the same address ------------------- */
+
+/* A ring op's record is on its fiber's stack, so the next read from the same
+ * depth has the same address; a cancel names one op, not the address
+ * (io_uring.c, ur_key). ASYNC_TEST_URING_CANCEL_DELAY_US (io_uring.c,
+ * test-only, read when the rings are made) makes each cancel reach the
+ * kernel that late. The first read's deadline passes and its cancel is held
+ * back; its data comes first, and the read returns it (an op that completed
+ * anyway keeps its result). The second read, from the same call site, is in
+ * the ring when that cancel arrives: it must go on waiting and get its data. */
+enum { LC_TIMEOUT_MS = 50, LC_DELAY_MS = 500 };
+
+typedef struct {
+    int fd[2];
+    ssize_t got[2];
+    int err[2];
+    atomic_int step;
+} late_cancel_t;
+
+static void late_cancel_reader(void *arg) {
+    late_cancel_t *m = arg;
+    for (int i = 0; i < 2; i++) {
+        char c = 0;
+        m->got[i] = async_fiber_read(m->fd[i], &c, 1, i == 0 ? LC_TIMEOUT_MS : 10000);
+        m->err[i] = m->got[i] < 0 ? async_last_error() : 0;
+        atomic_store(&m->step, i + 1);
+    }
+}
+
+CASE(uring_late_cancel_spares_next_read) { // linux
+    char delay[32];
+    snprintf(delay, sizeof delay, "%d", LC_DELAY_MS * 1000);
+    setenv("ASYNC_TEST_URING_CANCEL_DELAY_US", delay, 1);
+    async_sched_t *s = mk_uring(1); /* one ring: both reads go into it */
+    unsetenv("ASYNC_TEST_URING_CANCEL_DELAY_US");
+    if (!s) return;
+    int a[2], b[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, a), 0);
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, b), 0);
+    late_cancel_t m = {.fd = {a[0], b[0]}};
+    CHECK(async_fiber_spawn(s, late_cancel_reader, &m, 0) != NULL);
+    sched_wait_parked(s, 1); /* the first read is in the ring */
+    double t0 = now_ms();
+    /* after its deadline, before its late cancel */
+    sleep_ms(LC_TIMEOUT_MS + 200);
+    CHECK_EQ(write(a[1], "a", 1), 1);
+    wait_count_within(&m.step, 1, 10000, "the first read");
+    sched_wait_parked(s, 1); /* the second read is in the ring */
+    double t1 = now_ms() - t0;
+    if (m.got[0] != 1 || t1 > LC_TIMEOUT_MS + LC_DELAY_MS)
+        printf("the first read's cancel came first (got %zd, second read started at %.0f ms): no race\n", m.got[0],
+               t1);
+    /* the first read's cancel has come by now */
+    double wait = LC_TIMEOUT_MS + LC_DELAY_MS + 350 - (now_ms() - t0);
+    if (wait > 0) sleep_ms((int)wait);
+    CHECK_EQ(write(b[1], "b", 1), 1);
+    wait_count_within(&m.step, 2, 10000, "the second read");
+    printf("first read: %zd, second read: %zd (error %d)\n", m.got[0], m.got[1], m.err[1]);
+    CHECK_EQ(m.got[1], 1);
+    async_sched_destroy(s);
+    close_pair(a);
+    close_pair(b);
 }
 
 TEST_MAIN()

@@ -9,8 +9,9 @@
  *
  * One ring per worker (no SQ contention between workers). A fiber's
  * async_fiber_read/write/accept/connect on a socket writes an SQE into the
- * ring of the worker it runs on, with user_data = its la_uop_t (on the
- * fiber's stack), and parks. The SQEs are not submitted at once: the worker
+ * ring of the worker it runs on, with user_data = the key of its la_uop_t
+ * (the record is on the fiber's stack; the key is its address and a tag,
+ * ur_key), and parks. The SQEs are not submitted at once: the worker
  * submits what is pending in one io_uring_enter when it runs out of local
  * work, and every 61st dispatch when it stays busy (la_uring_flush, from
  * sched.c's find_work). The same call reaps the CQ (a memory read, no system
@@ -21,13 +22,15 @@
  *
  * Timeouts and shutdown: the fiber's park has its deadline as usual; when it
  * ends by timeout (or by shutdown: CANCELLED) the fiber submits
- * IORING_OP_ASYNC_CANCEL for its op and parks again, not cancellable, until
- * the op's CQE came: the kernel never writes into a fiber's stack (the buffer
- * or the la_uop_t) after the call returned. An op that completed anyway
- * keeps its result (data read is returned, an accepted fd too). Every fiber
- * waits for its CQE before it returns, so no op is in flight when a
- * scheduler frees its rings (a cancel request may still be: it holds no
- * user memory).
+ * IORING_OP_ASYNC_CANCEL for its op's key and parks again, not cancellable,
+ * until the op's CQE came: the kernel never writes into a fiber's stack (the
+ * buffer or the la_uop_t) after the call returned. A key names one op, not a
+ * stack slot: the next op whose record has the same address has another tag,
+ * so a cancel that reaches the kernel after its op ended finds nothing and
+ * never ends that next op. An op that completed anyway keeps its result
+ * (data read is returned, an accepted fd too). Every fiber waits for its CQE
+ * before it returns, so no op is in flight when a scheduler frees its rings
+ * (a cancel request may still be: it holds no user memory).
  *
  * Not through the ring: calls from plain threads, timeout 0 (one try: the
  * poller path's non-blocking syscall), fds that are not sockets (the op
@@ -40,6 +43,7 @@
 #include <fcntl.h>
 #include <linux/io_uring.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,6 +102,9 @@ struct la_uring {
     void *sq_map, *cq_map;
     size_t sq_map_len, cq_map_len, sqes_len;
     _Atomic unsigned pending; /* hint: SQEs written since the last submit */
+    uint16_t tag;             /* the tag of the last op started here (under sqlk; ur_key) */
+    unsigned cancel_delay_us; /* test-only (cancel_late): 0, or how late a cancel goes in */
+    _Atomic int late_n;       /* test-only: late cancels not written yet */
 };
 
 /* An op in flight: on the stack of the fiber that waits for it. Listed in
@@ -107,12 +114,30 @@ struct la_uring {
 typedef struct la_uop {
     la_spin_t lk;
     int done, res;
+    uint64_t key; /* its SQE's user_data and its cancels' key (ur_key) */
     la_waiter_t *w; /* the registered park, or NULL */
     int fd;
     struct la_uop *prev, *next; /* in the ring's ops (uop_list, base.h) */
     int listed;
 } la_uop_t;
 LA_LIST_DEFINE(uop_list, la_uoplist_t, la_uop_t)
+
+/* An op's key (user_data): the record's address in the low 48 bits and the
+ * ring's 16-bit op count in the bits above. A cancel names its op by key, so
+ * it can only reach that op: a later op whose record has the same address
+ * (the same stack depth, the same fiber or the next one on that stack) has
+ * another tag until 65536 more ops started on the ring. Fiber stacks are
+ * mmap'ed without an address hint, below 2^47 (x86-64) or 2^48 (arm64), where
+ * Linux places every mapping not asked for higher; my_ring sends a stack
+ * above (never made here) to the poller path. 0 is no op (a cancel's CQE). */
+#define LA_UR_ADDR_BITS 48
+#define LA_UR_ADDR_MASK ((UINT64_C(1) << LA_UR_ADDR_BITS) - 1)
+
+static inline uint64_t ur_key(la_uring_t *r, la_uop_t *op) {
+    return (uint64_t)(uintptr_t)op | (uint64_t)++r->tag << LA_UR_ADDR_BITS;
+}
+
+static inline la_uop_t *ur_key_op(uint64_t key) { return (la_uop_t *)(uintptr_t)(key & LA_UR_ADDR_MASK); }
 
 /* ---- system calls ----------------------------------------------------------- */
 
@@ -287,7 +312,12 @@ int la_uring_open(la_sched_t *s) {
         la_log(ASYNC_LOG_INFO, "fiber I/O: io_uring unavailable (%s): epoll is used", why);
         return -1;
     }
-    for (i = 0; i < s->nw; i++) s->wks[i].ur = &rings[i];
+    const char *late = getenv("ASYNC_TEST_URING_CANCEL_DELAY_US"); /* test-only: cancel_late */
+    unsigned delay_us = late ? (unsigned)strtoul(late, NULL, 10) : 0;
+    for (i = 0; i < s->nw; i++) {
+        rings[i].cancel_delay_us = delay_us;
+        s->wks[i].ur = &rings[i];
+    }
     s->uring = rings;
     la_log(ASYNC_LOG_INFO, "fiber I/O: io_uring (%d rings)", s->nw);
     return 0;
@@ -296,6 +326,7 @@ int la_uring_open(la_sched_t *s) {
 void la_uring_close(la_sched_t *s) {
     if (!s->uring) return;
     for (int i = 0; i < s->nw; i++) {
+        while (atomic_load(&s->uring[i].late_n)) usleep(1000); /* test-only late cancels (cancel_late) */
         ring_close(&s->uring[i]);
         s->wks[i].ur = NULL;
     }
@@ -316,11 +347,12 @@ static int submit_locked(la_uring_t *r, unsigned flags) {
     return e;
 }
 
-/* Completes the op of one CQE. */
+/* Completes the op of one CQE. An op has one CQE and its fiber waits for it,
+ * so the record a CQE names is live. */
 static void complete(la_uring_t *r, struct io_uring_cqe *c) {
     (void)r;
-    la_uop_t *op = (la_uop_t *)(uintptr_t)c->user_data;
-    if (!op) return; /* a cancel request's own CQE */
+    if (!c->user_data) return; /* a cancel request's own CQE */
+    la_uop_t *op = ur_key_op(c->user_data);
     la_waiter_t *wake = NULL;
     la_spin_lock(&op->lk);
     op->res = c->res;
@@ -346,7 +378,7 @@ static int reap_cq(la_uring_t *r, int max) {
             head++;
             /* the next op (on its fiber's stack, cold by now), fetched while
              * this one completes; a prefetch never faults */
-            if (head != tail) __builtin_prefetch((const void *)(uintptr_t)r->cqes[head & r->cq_mask].user_data, 1);
+            if (head != tail) __builtin_prefetch(ur_key_op(r->cqes[head & r->cq_mask].user_data), 1);
             /* give the slot back before the op's fiber can run */
             atomic_store_explicit(r->cq_head, head, memory_order_release);
             complete(r, &c);
@@ -432,17 +464,68 @@ static void sqe_push(la_uring_t *r) {
     atomic_store_explicit(&r->pending, 1, memory_order_relaxed);
 }
 
-/* Cancels op (in r) now: the request goes in at once. */
-static void cancel_op(la_uring_t *r, la_uop_t *op) {
-    la_spin_lock(&r->sqlk);
+/* Writes a cancel of the op with key into r's SQ (r->sqlk held). */
+static void sqe_cancel_key(la_uring_t *r, uint64_t key) {
     struct io_uring_sqe *q = sqe_get(r);
     q->opcode = IORING_OP_ASYNC_CANCEL;
     q->fd = -1;
-    q->addr = (uint64_t)(uintptr_t)op;
+    q->addr = key;
     q->user_data = 0;
     sqe_push(r);
+}
+
+static void cancel_key_now(la_uring_t *r, uint64_t key) {
+    la_spin_lock(&r->sqlk);
+    sqe_cancel_key(r, key);
     submit_locked(r, 0);
     la_spin_unlock(&r->sqlk);
+}
+
+/* ---- test-only: late cancels ---------------------------------------------------- */
+
+/* ASYNC_TEST_URING_CANCEL_DELAY_US=N, read once by la_uring_open, is for the
+ * library's own tests (not in async.h, not for users): every timeout or
+ * shutdown cancel (cancel_op) goes in N microseconds late, from a thread of
+ * its own, as a cancel held up anywhere between the fiber and the kernel
+ * would. The op may complete meanwhile and its fiber start the next one, its
+ * record at the same address: the late cancel must not reach that one
+ * (ur_key). la_uring_close waits for the late cancels still to come. */
+typedef struct {
+    la_uring_t *r;
+    uint64_t key;
+} la_late_cancel_t;
+
+static void *late_cancel_main(void *arg) {
+    la_late_cancel_t lc = *(la_late_cancel_t *)arg;
+    free(arg);
+    uint64_t until = la_now_ns() + (uint64_t)lc.r->cancel_delay_us * 1000;
+    while (la_now_ns() < until) usleep(1000);
+    cancel_key_now(lc.r, lc.key);
+    atomic_fetch_sub(&lc.r->late_n, 1); /* r is not touched after this */
+    return NULL;
+}
+
+/* 1 when the cancel of key was handed to a late thread. */
+static int cancel_late(la_uring_t *r, uint64_t key) {
+    la_late_cancel_t *lc = malloc(sizeof *lc);
+    pthread_t t;
+    if (!lc) return 0;
+    *lc = (la_late_cancel_t){r, key};
+    atomic_fetch_add(&r->late_n, 1);
+    if (pthread_create(&t, NULL, late_cancel_main, lc) == 0) {
+        pthread_detach(t);
+        return 1;
+    }
+    atomic_fetch_sub(&r->late_n, 1);
+    free(lc);
+    return 0;
+}
+
+/* Cancels op (in r): the request goes in at once (late only under the test
+ * variable). */
+static void cancel_op(la_uring_t *r, la_uop_t *op) {
+    if (r->cancel_delay_us && cancel_late(r, op->key)) return;
+    cancel_key_now(r, op->key);
 }
 
 /* Cancels every op of s on fd (async_fiber_close of an owned fd): by file
@@ -457,24 +540,17 @@ void la_uring_cancel_fd(la_sched_t *s, int fd) {
     for (int i = 0; i < s->nw; i++) {
         la_uring_t *r = &s->uring[i];
         la_spin_lock(&r->sqlk);
-        la_uop_t *keys[8];
+        uint64_t keys[8];
         int nk = 0;
         for (la_uop_t *op = r->ops.head; op && nk < 8; op = op->next)
-            if (op->fd == fd) keys[nk++] = op;
+            if (op->fd == fd) keys[nk++] = op->key;
         struct io_uring_sqe *q = sqe_get(r);
         q->opcode = IORING_OP_ASYNC_CANCEL;
         q->fd = fd;
         q->cancel_flags = IORING_ASYNC_CANCEL_FD | IORING_ASYNC_CANCEL_ALL;
         q->user_data = 0;
         sqe_push(r);
-        for (int k = 0; k < nk; k++) {
-            q = sqe_get(r);
-            q->opcode = IORING_OP_ASYNC_CANCEL;
-            q->fd = -1;
-            q->addr = (uint64_t)(uintptr_t)keys[k];
-            q->user_data = 0;
-            sqe_push(r);
-        }
+        for (int k = 0; k < nk; k++) sqe_cancel_key(r, keys[k]);
         submit_locked(r, 0); /* what was queued before goes first */
         la_spin_unlock(&r->sqlk);
     }
@@ -568,6 +644,8 @@ static void busy_drop(_Atomic unsigned char *b, unsigned bit) { atomic_fetch_and
  * through io_uring. */
 static la_uring_t *my_ring(la_fiber_t **fp, int timeout_ms) {
     if (timeout_ms == 0) return NULL;
+    /* fp is the caller's local, on the stack its la_uop_t will be on */
+    if ((uintptr_t)fp >> LA_UR_ADDR_BITS) return NULL; /* no room for a key's tag (ur_key) */
     la_fiber_t *f = la_current_fiber();
     if (!f || !f->s->uring) return NULL;
     *fp = f;
@@ -634,7 +712,8 @@ static struct io_uring_sqe *op_start(la_uop_t *op, la_uring_t **rp, unsigned cha
     q->fd = fd;
     q->addr = (uint64_t)(uintptr_t)addr;
     q->len = len > 0x7ffff000u ? 0x7ffff000u : (unsigned)len;
-    q->user_data = (uint64_t)(uintptr_t)op;
+    op->key = ur_key(r, op);
+    q->user_data = op->key;
     op->fd = fd;
     uop_list_push(&r->ops, op);
     *rp = r;
