@@ -1098,15 +1098,26 @@ int async_sched_set_stall_ms(async_sched_t *s, int ms);
  * accept and connect switch it to non-blocking mode (FIONBIO) and there is no
  * SIGPIPE to avoid; a plain thread waits with WSAPoll; ASYNC_E_BUSY is never
  * returned (every waiting fiber has its own poll, so several may wait on one
- * socket in one direction); a hang-up is READ|CLOSE when READ was asked. */
+ * socket in one direction); WSAPoll's POLLHUP (a peer's close, and its
+ * shutdown(SD_SEND), which WSAPoll does not tell apart) is CLOSE, and
+ * READ|CLOSE when READ was asked. */
 
 /* Waits until fd is ready for `events` (ASYNC_EVENT_READ and/or
  * ASYNC_EVENT_WRITE) and returns the ready events (READ, WRITE, ERROR, CLOSE
  * bits; level semantics: data left unread is reported again, and so is a
- * hang-up or error condition while it lasts; a hang-up is READ|CLOSE when
- * READ was asked, since a read then returns at once: 0, or the error, also
- * where the kernel reports the hang-up alone, as for an empty pipe whose
- * writer is gone or a pty whose other side closed). At most one
+ * hang-up or error condition while it lasts). CLOSE comes as
+ * async_runtime_add reports it for a registration without
+ * ASYNC_EVENT_CLOSE (CLOSE cannot be asked here): a read-side hang-up alone
+ * (the peer's shutdown(SHUT_WR), or its close seen over TCP) is never
+ * CLOSE, it is READ when READ was asked (read until the read returns 0)
+ * and nothing when only WRITE was; a hang-up of both sides (POLLHUP: a pipe
+ * whose writer is gone, a socket shut both ways or reset, a pty whose other
+ * side closed) is CLOSE whatever was asked, and READ|CLOSE when READ was
+ * asked, since a read then returns at once (0, or the error), also where
+ * the kernel reports the hang-up alone, as for an empty pipe (the runtime
+ * says CLOSE alone there). Where poll(2) reports a peer's shutdown(SHUT_WR)
+ * as POLLHUP (macOS), and on Windows, a half-close cannot be told from a
+ * full hang-up and is reported as one. At most one
  * fiber may wait for reading and one for writing on an fd of a scheduler at
  * a time: a call that has to wait in a direction another fiber already
  * waits in gets ASYNC_E_BUSY; a call that finds fd ready for one of its

@@ -2,9 +2,12 @@
  * direction (a second gets ASYNC_E_BUSY; wait_fd for READ|WRITE that can
  * write at once does not wait), hang-up on a file whose number is then
  * reused, shutdown(2) ending a parked read, two schedulers parked on one fd,
- * and urgent data only (readiness the read cannot clear). Every wait is
- * bounded. */
+ * urgent data only (readiness the read cannot clear), and hang-ups reported
+ * as the runtime reports them (a half-close is READ, not CLOSE). Every wait
+ * is bounded. */
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <sys/socket.h>
 
@@ -226,6 +229,149 @@ static void oob_body(void *arg) {
 
 CASE(urgent_data_only) { // uring adversarial
     on_fiber_then_thread(oob_body);
+}
+
+/* ---- hang-ups, as the event loop reports them ------------------------------- */
+
+/* The runtime the hang-up cases compare with (made on the main thread). */
+static async_runtime_t *hup_rt;
+
+/* What a registration of fd for events on hup_rt reports now (fd readiness
+ * is level-triggered: the condition is there already); 0: nothing within
+ * BOUND_MS. */
+static uint32_t rt_reports(int fd, uint32_t events) {
+    CHECK_EQ(async_runtime_add(hup_rt, fd, events, NULL), 0);
+    uint32_t got = 0;
+    io_event_t evs[4];
+    for (double t0 = now_ms(); !got && now_ms() - t0 < BOUND_MS;) {
+        int n = async_runtime_wait(hup_rt, evs, 4, 0);
+        CHECK(n >= 0);
+        for (int i = 0; i < n; i++)
+            if (evs[i].fd == fd) got |= evs[i].event_type;
+        if (!got) sleep_ms(1);
+    }
+    CHECK_EQ(async_runtime_remove(hup_rt, fd), 0);
+    return got;
+}
+
+/* async_fiber_wait_fd(fd, events), which must report something, and must
+ * report what the runtime does for the same events. */
+static int wait_as_rt(int fd, uint32_t events) {
+    int ev = async_fiber_wait_fd(fd, events, BOUND_MS);
+    CHECK(ev > 0);
+    CHECK_EQ((uint32_t)ev, rt_reports(fd, events));
+    return ev;
+}
+
+/* On a unix stream pair and over TCP: the peer's shutdown(SHUT_WR) is READ
+ * for a READ wait (no CLOSE: the byte before it is still there, then the
+ * read returns 0) and WRITE for a WRITE wait, as for a runtime registration
+ * without ASYNC_EVENT_CLOSE (one with it hears CLOSE; a fiber wait cannot ask
+ * for it). The hang-up of both sides (the unix peer's close; over TCP the
+ * peer's close is a half-close until this side shuts its writing too) is
+ * CLOSE for either wait, as the runtime reports it. */
+static void half_close_body(void *arg) {
+    (void)arg;
+    for (int kind = 0; kind < 2; kind++) {
+        int sv[2];
+        char c;
+        make_pair(kind, sv);
+        int a = sv[0], b = sv[1];
+        CHECK_EQ(write(b, "x", 1), 1);
+        CHECK_EQ(shutdown(b, SHUT_WR), 0);
+        CHECK_EQ(async_fiber_wait_fd(a, ASYNC_EVENT_READ, BOUND_MS), (int)ASYNC_EVENT_READ);
+        CHECK_EQ(async_fiber_read(a, &c, 1, BOUND_MS), 1);
+        /* only the half-close makes it readable now */
+        CHECK_EQ(wait_as_rt(a, ASYNC_EVENT_READ), (int)ASYNC_EVENT_READ);
+        CHECK_EQ(wait_as_rt(a, ASYNC_EVENT_WRITE), (int)ASYNC_EVENT_WRITE);
+        CHECK_EQ(wait_as_rt(a, ASYNC_EVENT_READ | ASYNC_EVENT_WRITE), (int)(ASYNC_EVENT_READ | ASYNC_EVENT_WRITE));
+        CHECK_EQ(rt_reports(a, ASYNC_EVENT_READ | ASYNC_EVENT_CLOSE), ASYNC_EVENT_READ | ASYNC_EVENT_CLOSE);
+        CHECK_EQ(rt_reports(a, ASYNC_EVENT_CLOSE), ASYNC_EVENT_CLOSE);
+        CHECK_FAIL(async_fiber_wait_fd(a, ASYNC_EVENT_READ | ASYNC_EVENT_CLOSE, 0) == -1, ASYNC_E_INVAL);
+        CHECK_EQ(async_fiber_read(a, &c, 1, BOUND_MS), 0);
+        CHECK_EQ(wait_as_rt(a, ASYNC_EVENT_READ), (int)ASYNC_EVENT_READ); /* end of file stays readable */
+        close(b);
+        if (kind == 1) {
+            CHECK_EQ(wait_as_rt(a, ASYNC_EVENT_READ), (int)ASYNC_EVENT_READ); /* FIN again: still half */
+            CHECK_EQ(shutdown(a, SHUT_WR), 0);
+        }
+        CHECK_EQ(wait_as_rt(a, ASYNC_EVENT_READ) & (int)(ASYNC_EVENT_READ | ASYNC_EVENT_CLOSE),
+                 (int)(ASYNC_EVENT_READ | ASYNC_EVENT_CLOSE));
+        CHECK(wait_as_rt(a, ASYNC_EVENT_WRITE) & ASYNC_EVENT_CLOSE);
+        CHECK_EQ(async_fiber_read(a, &c, 1, BOUND_MS), 0);
+        close(a);
+    }
+}
+
+CASE(half_close_is_read) { // uring poll
+    hup_rt = mkrt();
+    on_fiber_then_thread(half_close_body);
+    async_runtime_deinit(hup_rt);
+}
+
+typedef struct {
+    int rfd, wfd;       /* waits for READ on rfd, for WRITE on wfd (send buffer full) */
+    atomic_int parked;  /* set just before the waits */
+    int rev, wev, werr; /* what they returned */
+} hup_wait_t;
+
+static void hup_waits(hup_wait_t *x) {
+    atomic_store(&x->parked, 1);
+    x->rev = async_fiber_wait_fd(x->rfd, ASYNC_EVENT_READ, BOUND_MS);
+    async_clear_error();
+    x->wev = async_fiber_wait_fd(x->wfd, ASYNC_EVENT_WRITE, 300);
+    x->werr = async_last_error();
+}
+
+static void hup_waits_fiber(void *arg) { hup_waits(arg); }
+static void *hup_waits_thread(void *arg) {
+    hup_waits(arg);
+    return NULL;
+}
+
+/* A wait parked (a fiber) or blocked (a plain thread) on a unix stream socket
+ * when its peer shuts its writing side: a READ wait wakes with READ alone,
+ * and a WRITE wait on the socket whose send buffer is full is not woken (the
+ * peer can still read; it times out). */
+CASE(half_close_wakes_read_wait) { // uring
+    for (int on_thread = 0; on_thread < 2; on_thread++) {
+        int sv[2], wv[2];
+        make_pair(0, sv);
+        make_pair(0, wv);
+        CHECK_EQ(fcntl(wv[0], F_SETFL, O_NONBLOCK), 0);
+        char fill[4096] = {0};
+        while (write(wv[0], fill, sizeof fill) > 0) {
+        }
+        CHECK_EQ(shutdown(wv[1], SHUT_WR), 0);
+        static hup_wait_t x;
+        memset(&x, 0, sizeof x);
+        x.rfd = sv[0];
+        x.wfd = wv[0];
+        async_sched_t *s = NULL;
+        pthread_t t;
+        if (on_thread) {
+            start_thread(&t, hup_waits_thread, &x);
+            wait_count(&x.parked, 1, "the waiting thread");
+            sleep_ms(50); /* in its poll(2) */
+        } else {
+            s = sched_new(1);
+            spawn_until_parked(s, hup_waits_fiber, &x, 1);
+        }
+        CHECK_EQ(shutdown(sv[1], SHUT_WR), 0);
+        if (on_thread) {
+            join_within(t, BOUND_MS, "the waiting thread");
+        } else {
+            CHECK_EQ(async_sched_run(s), 0);
+            async_sched_destroy(s);
+        }
+        CHECK_EQ(x.rev, (int)ASYNC_EVENT_READ);
+        CHECK_EQ(x.wev, -1);
+        CHECK_EQ(x.werr, ASYNC_E_TIMEDOUT);
+        close(sv[0]);
+        close(sv[1]);
+        close(wv[0]);
+        close(wv[1]);
+    }
 }
 
 /* ---- one reader per fd: a second read of it gets ASYNC_E_BUSY ---------------- */

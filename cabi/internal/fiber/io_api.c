@@ -12,12 +12,6 @@
 
 #include "fiber_int.h"
 
-#ifndef POLLRDHUP
-/* Linux only: elsewhere a peer's half-close shows as POLLIN (a read returns
- * 0), and CLOSE comes only with POLLHUP. */
-#define POLLRDHUP 0
-#endif
-
 #if defined(LA_URING)
 /* 1 if the call may go through io_uring (io_uring.c decides the rest): the
  * caller is a fiber of an io_uring scheduler, and fd is not owned by it.
@@ -74,16 +68,21 @@ static int io_args(async_fd_t fd, const void *buf, size_t n, int timeout_ms, ssi
 }
 
 /* The events for async_fiber_wait_fd from poll's revents re; asked: the
- * caller's events. A hang-up is READ|CLOSE when READ was asked: a read does
- * not wait then (it returns 0, or the error), whether or not the kernel also
+ * caller's events. The hang-up is the runtime's (async_runtime_add without
+ * ASYNC_EVENT_CLOSE): a read-side hang-up alone (the peer's
+ * shutdown(SHUT_WR), or its close seen over TCP) is not asked for
+ * (POLLRDHUP) and shows as POLLIN, READ (the read returns 0 after the data
+ * left); CLOSE comes with POLLHUP only, the hang-up of both sides, whatever
+ * was asked. A POLLHUP is READ|CLOSE when READ was asked: a read does not
+ * wait then (it returns 0, or the error), whether or not the kernel also
  * says POLLIN (a socket does, an empty pipe or a hung-up terminal does
- * not); the Windows path says the same. */
+ * not). */
 static uint32_t from_poll(int re, uint32_t asked) {
     uint32_t ev = 0;
     if (re & POLLIN) ev |= ASYNC_EVENT_READ;
     if (re & POLLOUT) ev |= ASYNC_EVENT_WRITE;
     if (re & POLLERR) ev |= ASYNC_EVENT_ERROR;
-    if (re & (POLLHUP | POLLRDHUP)) ev |= ASYNC_EVENT_CLOSE | (asked & ASYNC_EVENT_READ);
+    if (re & POLLHUP) ev |= ASYNC_EVENT_CLOSE | (asked & ASYNC_EVENT_READ);
     return ev;
 }
 
@@ -96,7 +95,7 @@ int async_fiber_wait_fd(async_fd_t fd, uint32_t events, int timeout_ms) {
         la_set_error(ASYNC_E_BADFD);
         return -1;
     }
-    short pev = (short)(((events & ASYNC_EVENT_READ) ? POLLIN | POLLRDHUP : 0) |
+    short pev = (short)(((events & ASYNC_EVENT_READ) ? POLLIN : 0) |
                         ((events & ASYNC_EVENT_WRITE) ? POLLOUT : 0));
     la_fiber_t *f = la_current_fiber();
     uint64_t deadline = la_deadline(timeout_ms);
