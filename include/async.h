@@ -761,7 +761,14 @@ int async_runtime_get_stats(async_runtime_t *rt, async_runtime_stats_t *stats, s
  * host has installed another action since, which then stays; while
  * async_sched_dump_on_signal also uses signo, the action comes back when the
  * last of both goes (one libasync handler per signal serves both, and the
- * host's action is saved once, by the first). While watched
+ * host's action is saved once, by the first). No signal is lost to these
+ * swaps (nor to those of async_sched_dump_on_signal): each arrival is
+ * counted for a watch that exists at that moment or acted on by the saved
+ * action. The action is replaced only once the watch is in place, a watch
+ * counts until the saved action is back, and a signal that reaches
+ * libasync's handler after the last watch went is raised again on the
+ * thread it hit, where the action that is back takes it (with its siginfo
+ * on Linux; as from raise() elsewhere). While watched
  * the host must not install its own action for signo (events stop) nor
  * block signo in every thread (nothing arrives); it may block it in some
  * threads, and the signal may land on any thread, Go's and fiber workers'
@@ -780,7 +787,8 @@ int async_runtime_get_stats(async_runtime_t *rt, async_runtime_stats_t *stats, s
  * ASYNC_E_EXISTS (rt already watches signo), ASYNC_E_NOMEM (256 watches of
  * runtimes in the process at most), ASYNC_E_SYS (sigaction failed),
  * ASYNC_E_CLOSED (deinit under way). async_runtime_deinit drops rt's
- * watches, and counts not delivered yet with them.
+ * watches, and counts not delivered yet with them (a signal arriving during
+ * the deinit is one of those).
  * Windows: fails with ASYNC_E_NOTSUP (no POSIX signals).
  * Thread-safe (may be called while another thread waits on rt); never
  * blocks (a short process-wide lock). */
@@ -788,9 +796,11 @@ int async_runtime_add_signal(async_runtime_t *rt, int signo, uintptr_t key);
 
 /* Stops watching signo on rt. A wait that takes its events after this
  * returned gets no SIGNAL event for signo (a count not delivered yet is
- * dropped); a wait already handing out events on another thread may still
- * return one. The last watch of signo in the process puts back the action
- * that was there (see async_runtime_add_signal). Errors: ASYNC_E_BADHANDLE,
+ * dropped, also one that lands during the call); a wait already handing
+ * out events on another thread may still return one. The last watch of
+ * signo in the process puts back the action that was there, and from then
+ * on every arrival goes to it, also one caught by libasync's handler
+ * during the swap (see async_runtime_add_signal). Errors: ASYNC_E_BADHANDLE,
  * ASYNC_E_INVAL (signo out of range), ASYNC_E_NOTFOUND (rt does not watch
  * signo), ASYNC_E_NOTSUP (Windows). Thread-safe; never blocks. */
 int async_runtime_remove_signal(async_runtime_t *rt, int signo);
@@ -1062,7 +1072,9 @@ int async_sched_dump(async_sched_t *s, int fd);
  * libasync also watches signo (async_runtime_add_signal,
  * async_fiber_watch_signal), when the last of those goes too: libasync
  * installs one handler per signal for both, saves the host's action once
- * and restores it once. A process forked while signo is registered gets
+ * and restores it once, and no signal is lost to the swap (each one is
+ * dumped or acted on by the host's action; see async_runtime_add_signal).
+ * A process forked while signo is registered gets
  * the host's action back at the first such signal in the child. Allowed:
  * SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2, SIGTERM, SIGWINCH and the
  * real-time signals. Errors: ASYNC_E_BADHANDLE, ASYNC_E_INVAL (another

@@ -229,14 +229,19 @@ static inline ssize_t la_read_nc(int fd, void *buf, size_t n) { return read(fd, 
  * to drop it puts that action back, unless the host installed another one
  * since. The handler calls fn(sig) of each feature holding the signal (fn
  * must be async-signal-safe; it may still run once just after its drop
- * returned); in a forked child it puts back the host's action and raises
- * the signal again. A feature takes a signal once (its own count of users
- * decides when) and drops it once. la_sigown_take returns 0 or an
- * async_err_t (ASYNC_E_SYS with the errno noted). Thread-safe (a
- * process-wide lock; callers may hold their own lock, taken before it). */
+ * returned) and fn returns nonzero if it took the signal (counted it for a
+ * watch, dumped). A signal that no fn took after the last drop began is
+ * raised again, to go to the host's action: so a feature publishes its
+ * watches before la_sigown_take and withdraws them only after
+ * la_sigown_drop, and then no signal is lost to the swap. In a forked child
+ * the handler puts back the host's action and raises the signal again. A
+ * feature takes a signal once (its own count of users decides when) and
+ * drops it once. la_sigown_take returns 0 or an async_err_t (ASYNC_E_SYS
+ * with the errno noted). Thread-safe (a process-wide lock; callers may hold
+ * their own lock, taken before it). */
 #define LA_SIGOWN_N 65
 enum { LA_SIGOWN_WATCH, LA_SIGOWN_DUMP, LA_SIGOWN_USERS };
-typedef void (*la_sigown_fn)(int sig);
+typedef int (*la_sigown_fn)(int sig);
 int la_sigown_take(int sig, int user, la_sigown_fn fn);
 void la_sigown_drop(int sig, int user);
 #endif

@@ -379,9 +379,13 @@ static pthread_mutex_t sig_mu = PTHREAD_MUTEX_INITIALIZER; /* registrations */
 static int sig_users[LA_NSIG]; /* registrations per signal (under sig_mu) */
 
 /* Called by the common handler of base/sigown.c (one owner of the signal's
- * disposition, shared with the signal watches), which saves errno. */
-static void dump_signal(int signo) {
-    int saved = errno;
+ * disposition, shared with the signal watches), which saves errno. Returns
+ * 1 if a registration took the signal. A registration is published before
+ * la_sigown_take installs the handler and withdrawn only after
+ * la_sigown_drop put the host's action back: a signal that finds none is
+ * raised again for the host's action (base.h). */
+static int dump_signal(int signo) {
+    int saved = errno, taken = 0;
     /* The handler runs on whatever thread the signal hit: a host thread
      * whose deferred cancel is pending was unwound at the dump's write(2)
      * with inuse counted and busy set (every later dump said "already
@@ -395,6 +399,7 @@ static void dump_signal(int signo) {
         atomic_fetch_add(&g->inuse, 1);
         la_sched_t *s = atomic_load(&g->s);
         if (s && atomic_load(&g->signo) == signo) {
+            taken = 1;
             la_out_t o = {.fd = atomic_load(&g->fd)};
             if (atomic_exchange(&g->busy, 1) == 0) {
                 int skipped = 0;
@@ -410,6 +415,7 @@ static void dump_signal(int signo) {
     }
     la_nocancel_leave(&cs);
     errno = saved;
+    return taken;
 }
 
 static int signo_ok(int signo) {
@@ -429,18 +435,22 @@ static int signo_ok(int signo) {
     }
 }
 
+/* Withdraws registration g (under sig_mu): the signal's last one drops
+ * the signal first (the host's action is back before g stops taking it);
+ * waits for handlers using g. */
+static void sig_withdraw_locked(la_sigreg_t *g) {
+    int signo = atomic_load(&g->signo);
+    if (--sig_users[signo] == 0) la_sigown_drop(signo, LA_SIGOWN_DUMP);
+    atomic_store(&g->s, NULL);
+    while (atomic_load(&g->inuse) != 0) sched_yield();
+    free(g->buf);
+    g->buf = NULL;
+}
+
 /* Drops s's registration (under sig_mu); waits for handlers using it. */
 static void sig_unregister_locked(la_sched_t *s) {
-    for (int i = 0; i < LA_SIGREG; i++) {
-        la_sigreg_t *g = &sigreg[i];
-        if (atomic_load(&g->s) != s) continue;
-        atomic_store(&g->s, NULL);
-        while (atomic_load(&g->inuse) != 0) sched_yield();
-        int signo = atomic_load(&g->signo);
-        free(g->buf);
-        g->buf = NULL;
-        if (--sig_users[signo] == 0) la_sigown_drop(signo, LA_SIGOWN_DUMP);
-    }
+    for (int i = 0; i < LA_SIGREG; i++)
+        if (atomic_load(&sigreg[i].s) == s) sig_withdraw_locked(&sigreg[i]);
 }
 
 int async_sched_dump_on_signal(async_sched_t *sh, int signo, int fd) {
@@ -466,22 +476,18 @@ int async_sched_dump_on_signal(async_sched_t *sh, int signo, int fd) {
         if (!buf) {
             rc = ASYNC_E_NOMEM;
         } else {
-            if (sig_users[signo] == 0) {
-                /* One owner of the disposition (base/sigown.c): the host's
-                 * action is saved by the first libasync user of signo (this
-                 * or a signal watch) and restored when the last goes. */
-                rc = la_sigown_take(signo, LA_SIGOWN_DUMP, dump_signal); /* notes the errno */
-            }
-            if (rc) {
-                free(buf);
-            } else {
-                sig_users[signo]++;
-                g->buf = buf;
-                atomic_store(&g->busy, 0);
-                atomic_store(&g->fd, fd);
-                atomic_store(&g->signo, signo);
-                atomic_store(&g->s, s);
-            }
+            /* Published before the handler is installed: it takes every
+             * signal from the first. */
+            g->buf = buf;
+            atomic_store(&g->busy, 0);
+            atomic_store(&g->fd, fd);
+            atomic_store(&g->signo, signo);
+            atomic_store(&g->s, s);
+            /* One owner of the disposition (base/sigown.c): the host's
+             * action is saved by the first libasync user of signo (this or
+             * a signal watch) and restored when the last goes. */
+            if (sig_users[signo]++ == 0) rc = la_sigown_take(signo, LA_SIGOWN_DUMP, dump_signal); /* notes the errno */
+            if (rc) sig_withdraw_locked(g); /* the drop is a no-op: nothing was taken */
         }
     }
     pthread_mutex_unlock(&sig_mu);

@@ -24,8 +24,15 @@
  * completions.c) exchanges the mask and each count with 0 and hands out one
  * SIGNAL event per signal with the count: coalesced, and exact for the
  * handler entries (a count taken is never counted again, an increment is
- * never lost). A watch that is removed clears the runtime's sigon bit first:
- * a count that still lands is dropped at take.
+ * never lost). A watch that is removed clears the runtime's sigon bit: a
+ * count that still lands is dropped at take.
+ *
+ * No signal is lost to the swap of actions (base/sigown.c): on_signal
+ * returns 1 when it counted the signal for a watch, and a watch is in place
+ * (sigon bit, table entry, fiber_on) before la_sigown_take installs the
+ * handler and stays until la_sigown_drop has put the host's action back;
+ * a signal that reaches on_signal after that finds no watch and the common
+ * handler raises it again, for the host's action.
  *
  * A pinned handle keeps the runtime's record from being recycled (deinit
  * retires the handle and waits for pins before it closes anything), so a
@@ -106,9 +113,10 @@ static void ring(la_rtc_t *r) {
 }
 
 /* Called by the common handler (base/sigown.c), which saves errno and
- * handles a forked child. */
-static void on_signal(int sig) {
-    if (sig <= 0 || sig >= LA_SIG_N) return;
+ * handles a forked child. Returns 1 if a watch counted the signal. */
+static int on_signal(int sig) {
+    if (sig <= 0 || sig >= LA_SIG_N) return 0;
+    int taken = 0;
     uint64_t bit = (uint64_t)1 << (sig - 1);
     for (int i = 0; i < LA_SIG_WATCHES; i++) {
         if (atomic_load_explicit(&watches[i].signo, memory_order_acquire) != sig) continue;
@@ -120,6 +128,7 @@ static void on_signal(int sig) {
             atomic_fetch_add(&r->sigpend[sig], 1);
             atomic_fetch_or(&r->sigmask, bit); /* seq_cst: Dekker with the loop's sleep flag */
             ring(r);
+            taken = 1;
         }
         la_handle_put(slot);
     }
@@ -131,7 +140,9 @@ static void on_signal(int sig) {
         ssize_t k;
         do k = la_write_nc(atomic_load(&st->pipe_w), &c, 1);
         while (k < 0 && errno == EINTR); /* EAGAIN: full, readable anyway */
+        taken = 1;
     }
+    return taken;
 }
 
 /* 1 if signo may be watched. Refused: out of range; what cannot be caught
@@ -171,7 +182,7 @@ static int sig_use(int s) {
 
 /* Under mu: the last user drops the signal (the host's action comes back
  * when no other libasync feature uses it, unless the host installed another
- * one since: that one stays). */
+ * one since: that one stays). The caller withdraws the watch after it. */
 static void sig_unuse(int s) {
     la_sigstate_t *st = &sigs[s];
     if (--st->users > 0) return;
@@ -190,11 +201,12 @@ static int on_runtime(uint64_t h, int signo, uintptr_t key, int (*op)(la_rtc_t *
     return rc;
 }
 
-/* Empties watch slot i, which watched signo (under mu). */
+/* Empties watch slot i, which watched signo (under mu): the entry goes
+ * after the host's action is back, if this was the last user. */
 static void drop_watch(int i, int signo) {
+    sig_unuse(signo);
     atomic_store(&watches[i].signo, 0);
     atomic_store(&watches[i].h, 0);
-    sig_unuse(signo);
 }
 
 static int add_locked(la_rtc_t *r, uint64_t h, int signo, uintptr_t key) {
@@ -221,13 +233,14 @@ static int add_locked(la_rtc_t *r, uint64_t h, int signo, uintptr_t key) {
 static int remove_locked(la_rtc_t *r, uint64_t h, int signo, uintptr_t key) {
     (void)key;
     uint64_t bit = (uint64_t)1 << (signo - 1);
-    if (!(atomic_fetch_and(&r->sigon, ~bit) & bit)) return ASYNC_E_NOTFOUND;
+    if (!(atomic_load(&r->sigon) & bit)) return ASYNC_E_NOTFOUND; /* sigon changes under mu */
     for (int i = 0; i < LA_SIG_WATCHES; i++) {
         if (atomic_load(&watches[i].signo) == signo && atomic_load(&watches[i].h) == h) {
             drop_watch(i, signo);
             break;
         }
     }
+    atomic_fetch_and(&r->sigon, ~bit); /* after drop_watch: counts until the host's action is back */
     return 0;
 }
 
@@ -343,8 +356,8 @@ static int fiber_unwatch(int signo) {
     if (st->fiber_refs == 0) {
         rc = ASYNC_E_NOTFOUND;
     } else if (--st->fiber_refs == 0) {
+        sig_unuse(signo); /* first: the watch counts until the host's action is back */
         atomic_store(&st->fiber_on, 0);
-        sig_unuse(signo);
         /* Wake the waiters: they find no count and no watch (STATE). */
         char c = 'u';
         ssize_t k;
