@@ -624,14 +624,16 @@ int async_runtime_modify(async_runtime_t *rt, async_fd_t fd, uint32_t events);
 int async_runtime_remove(async_runtime_t *rt, async_fd_t fd);
 
 /* Waits for events and fills up to max_events entries of `events`; returns
- * how many (0 on timeout, on async_runtime_wakeup(), or when a signal
- * interrupted the wait, so the caller can check its signal flags), or -1.
+ * how many (0 on timeout, on async_runtime_wakeup() (it ends one wait: see
+ * there), or when a signal interrupted the wait, so the caller can check its
+ * signal flags), or -1.
  * Completions and timers beyond max_events stay queued for the next call;
  * fd readiness is level-triggered and is reported again; when more fds
  * are ready than fit, the ones left out come first in the following calls,
  * so every ready fd takes its turn.
  * timeout_ms: -1 forever, 0 poll, n > 0 at least n ms (rounded up to whole
- * ms; never a busy spin). Errors: ASYNC_E_BADHANDLE, ASYNC_E_INVAL (events
+ * ms; never a busy spin) unless an event, a wakeup or a signal ends it
+ * early. Errors: ASYNC_E_BADHANDLE, ASYNC_E_INVAL (events
  * NULL, max_events < 1, timeout < -1), ASYNC_E_BUSY (another thread is
  * already waiting on this runtime: the loser fails at once, and every event
  * is delivered to exactly one of the callers), ASYNC_E_CLOSED (deinit during
@@ -662,9 +664,14 @@ int async_runtime_wait(async_runtime_t *rt, io_event_t *events, int max_events, 
  * other events (fd readiness, timers). */
 int async_runtime_post_completion(async_runtime_t *rt, uintptr_t completion_key, uintptr_t data);
 
-/* Makes a blocked async_runtime_wait return (with whatever events are ready,
- * possibly 0) without producing an event; if no thread is waiting, the next
- * wait returns at once. Errors: ASYNC_E_BADHANDLE, ASYNC_E_SYS.
+/* Makes one async_runtime_wait return early, without producing an event: a
+ * wait blocked now returns (with whatever events are ready, possibly 0); if
+ * none is blocked, the next wait returns without sleeping, whatever its
+ * timeout (with what is ready, possibly 0). That wait takes the wakeup: the
+ * wait after it sleeps as usual. So a wakeup ends at most one wait early,
+ * and several wakeups before a wait takes them count as one. A wakeup made
+ * while a wait returns without sleeping ends that wait or the next one.
+ * Errors: ASYNC_E_BADHANDLE, ASYNC_E_SYS.
  * Thread-safe; async-signal-safe (it does not touch errno's final value,
  * allocate or lock); never blocks. */
 int async_runtime_wakeup(async_runtime_t *rt);

@@ -299,16 +299,30 @@ func (rt *Runtime) Post(key, data uintptr) error {
 }
 
 // Wakeup makes a blocked Wait return without an event; with no waiter, the
-// next Wait returns at once.
+// next Wait returns at once (with what is ready, if anything) and takes it:
+// one Wakeup ends at most one Wait early (see takeWakeup).
 func (rt *Runtime) Wakeup() error {
 	if rt.shut.Load() {
 		return ErrClosed
 	}
+	// Raised before the ring: a wait the ring wakes finds it up. C's
+	// async_runtime_wakeup does the same without entering Go.
+	atomic.StoreInt32(&rt.sh.WakeReq, 1)
 	err := mapPortErr(rt.poller.Wakeup())
 	if err == nil {
 		atomic.AddUint64(&rt.sh.Wakeups, 1)
 	}
 	return err
+}
+
+// takeWakeup takes down the wakeup flag (Shared.WakeReq) and reports
+// whether it was up. The flag is the wakeup: the wait that takes it returns,
+// the doorbell's ring only ends a sleep. A wait takes it when it begins and
+// after each poll, so a Wakeup made while no wait sleeps ends the next wait,
+// whether or not that one would have slept, and no other. Waiter only; a
+// plain load first, so a wait with none pending pays no read-modify-write.
+func (rt *Runtime) takeWakeup() bool {
+	return atomic.LoadInt32(&rt.sh.WakeReq) != 0 && atomic.SwapInt32(&rt.sh.WakeReq, 0) != 0
 }
 
 // now is the current tick: whole milliseconds since the runtime started.
@@ -374,7 +388,9 @@ func (rt *Runtime) countTimers() { atomic.StoreInt64(&rt.sh.Timers, int64(rt.whe
 // port.MaxHarvest per call (what does not fit stays for the next call).
 // timeout < 0 waits
 // forever, 0 polls, otherwise at least timeout (rounded up to whole ms).
-// It returns early with 0 on Wakeup or when a signal interrupted the wait.
+// It returns early with 0 on Wakeup or when a signal interrupted the wait;
+// after a Wakeup made while no Wait slept, the next Wait returns without
+// sleeping and takes it (the Wait after that sleeps as usual).
 func (rt *Runtime) Wait(out []Event, timeout time.Duration) (int, error) {
 	w, err := rt.beginWait(out, timeout)
 	if err != nil {
@@ -443,6 +459,9 @@ func (rt *Runtime) beginWait(out []Event, timeout time.Duration) (*waitCall, err
 		// The poller harvests no more per call, and the buffer for its
 		// records would follow a huge out (see port.MaxHarvest).
 		out = out[:port.MaxHarvest]
+	}
+	if rt.takeWakeup() {
+		timeout = 0 // a Wakeup made before this wait: do not sleep
 	}
 	w := &rt.wcall
 	*w = waitCall{rt: rt, out: out, timeout: timeout, deadline: -1}
@@ -563,7 +582,10 @@ func (w *waitCall) Finish(nfd int, res port.WaitResult, perr error, polled bool)
 		return 0, true, mapPortErr(perr)
 	}
 	n = rt.collect(w.out, rt.evbuf[:nfd], w.regSeq, true)
-	if n > 0 || res.Woken || res.Interrupted {
+	// The flag, not res.Woken: a WakeupByte drained now may be of a wakeup
+	// an earlier wait took already.
+	woken := polled && rt.takeWakeup()
+	if n > 0 || woken || res.Interrupted {
 		return n, true, nil
 	}
 	if !polled && atomic.LoadInt64(&rt.sh.Nfds) > 0 && !w.mustPoll {

@@ -87,6 +87,43 @@ func TestWakeupReturnsWithoutEvent(t *testing.T) {
 	})
 }
 
+// A Wakeup ends exactly one Wait early: the next one, even when that Wait
+// does not sleep (timeout 0, or a completion already queued). The Wait
+// after it sleeps its whole timeout.
+func TestWakeupEndsOneWaitThatDoesNotSleep(t *testing.T) {
+	backends(t, func(t *testing.T, rt *Runtime) {
+		ev := make([]Event, 4)
+		sleeps := func(what string) {
+			t.Helper()
+			start := time.Now()
+			if n, err := rt.Wait(ev, 100*time.Millisecond); n != 0 || err != nil {
+				t.Fatalf("%s: n=%d err=%v", what, n, err)
+			}
+			if el := time.Since(start); el < 100*time.Millisecond {
+				t.Fatalf("%s: wait(100 ms) returned after %v: the wakeup was not taken", what, el)
+			}
+		}
+		if err := rt.Wakeup(); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := rt.Wait(ev, 0); n != 0 || err != nil {
+			t.Fatalf("wait(0): n=%d err=%v", n, err)
+		}
+		sleeps("after wait(0)")
+
+		if err := rt.Wakeup(); err != nil {
+			t.Fatal(err)
+		}
+		if err := rt.Post(5, 6); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := rt.Wait(ev, 100*time.Millisecond); n != 1 || err != nil || ev[0].Key != 5 {
+			t.Fatalf("wait with a completion: n=%d err=%v ev=%+v", n, err, ev[0])
+		}
+		sleeps("after the completion")
+	})
+}
+
 func TestWaitTimeoutNotEarly(t *testing.T) {
 	backends(t, func(t *testing.T, rt *Runtime) {
 		ev := make([]Event, 4)

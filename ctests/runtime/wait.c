@@ -1,7 +1,9 @@
 /* async_runtime_wait: how a wait ends and who may wait. Wakeups from other
  * threads (before, during and after a wait, many rings at once, 4 threads
  * flooding), from signal handlers on the waiting thread, on other threads
- * and on threads the host did not make (Go's); EINTR; timeouts and bad
+ * and on threads the host did not make (Go's); a wakeup ends exactly one
+ * wait, also one that does not sleep (a wait(0), one that returns a queued
+ * completion, one a signal interrupted); EINTR; timeouts and bad
  * arguments; one waiter at a time (a second gets ASYNC_E_BUSY, and with two
  * threads waiting in turn every completion still arrives once); fds and
  * timers added while a wait sleeps. An idle runtime sleeps afterwards
@@ -69,6 +71,58 @@ CASE(wakeup_before_wait) // poll
     CHECK_EQ(async_runtime_post_completion(rt, 5, 6), 0);
     CHECK_EQ(wait_some(rt, ev, 4, 5000), 1);
     CHECK_EQ(ev[0].event_type, ASYNC_EVENT_COMPLETION);
+    async_runtime_deinit(rt);
+}
+
+/* A wakeup ends exactly one wait early: the next one, even when that wait
+ * would not have slept. A wait(0) takes it (with nothing registered, then
+ * with an idle fd registered), and the wait after it sleeps its whole
+ * timeout. */
+CASE(wakeup_taken_by_wait_zero) // poll
+{
+    async_runtime_t *rt = mkrt();
+    io_event_t ev[4];
+    int p[2] = {-1, -1};
+    double t0;
+    for (int round = 0; round < 2; round++) {
+        if (round == 1) {
+            CHECK_EQ(pipe(p), 0);
+            CHECK_EQ(async_runtime_add(rt, p[0], ASYNC_EVENT_READ, NULL), 0);
+        }
+        CHECK_EQ(async_runtime_wakeup(rt), 0);
+        CHECK_EQ(wait_ok(rt, ev, 4, 0), 0);
+        t0 = now_ms();
+        CHECK_EQ(wait_ok(rt, ev, 4, 100), 0);
+        CHECK(now_ms() - t0 >= 100.0); /* the wait(0) took the wakeup */
+    }
+    CHECK_EQ(async_runtime_remove(rt, p[0]), 0);
+    close(p[0]);
+    close(p[1]);
+    async_runtime_deinit(rt);
+}
+
+/* A wait that returns a completion queued before it began takes a wakeup
+ * made before it too (wakeup then post, and post then wakeup): the wait
+ * after it sleeps its whole timeout. */
+CASE(wakeup_taken_by_wait_with_completion) // poll
+{
+    async_runtime_t *rt = mkrt();
+    io_event_t ev[4];
+    double t0;
+    for (int round = 0; round < 2; round++) {
+        if (round == 0)
+            CHECK_EQ(async_runtime_wakeup(rt), 0);
+        CHECK_EQ(async_runtime_post_completion(rt, 5, (uintptr_t)round), 0);
+        if (round == 1)
+            CHECK_EQ(async_runtime_wakeup(rt), 0);
+        CHECK_EQ(wait_ok(rt, ev, 4, 100), 1);
+        CHECK_EQ(ev[0].event_type, ASYNC_EVENT_COMPLETION);
+        CHECK_EQ(ev[0].completion_key, 5);
+        CHECK_EQ(ev[0].data, (uintptr_t)round);
+        t0 = now_ms();
+        CHECK_EQ(wait_ok(rt, ev, 4, 100), 0);
+        CHECK(now_ms() - t0 >= 100.0); /* the first wait took the wakeup */
+    }
     async_runtime_deinit(rt);
 }
 
@@ -295,6 +349,36 @@ CASE(eintr) // poll
     /* still fully usable afterwards */
     CHECK_EQ(async_runtime_post_completion(g_rt, 1, 2), 0);
     CHECK_EQ(wait_some(g_rt, ev, 4, 5000), 1);
+    async_runtime_deinit(g_rt);
+}
+
+/* A signal whose handler calls async_runtime_wakeup interrupts the wait of
+ * the thread it lands on: that wait returns 0 and takes the wakeup, so the
+ * wait after it sleeps its whole timeout. */
+CASE(wakeup_taken_by_interrupted_wait) // poll
+{
+    pthread_t th;
+    io_event_t ev[4];
+    double t0;
+    g_rt = mkrt();
+    g_main_thread = pthread_self();
+    install_handler(SIGUSR2, wakeup_handler, 0);
+    CHECK(pthread_create(&th, NULL, kill_main_repeatedly, NULL) == 0);
+    t0 = now_ms();
+    CHECK_EQ(wait_ok(g_rt, ev, 4, 20000), 0);
+    CHECK(now_ms() - t0 < 10000);
+    atomic_store(&g_main_done, 1);
+    pthread_join(th, NULL);
+    CHECK(atomic_load(&g_handler_runs) >= 1);
+    CHECK_EQ(atomic_load(&g_handler_rc), 0);
+    /* A thread this slow may have let the sender signal again after the
+     * wait returned: that later wakeup is pending, and a wait(0) takes it. */
+    if (atomic_load(&g_handler_runs) > 1)
+        CHECK_EQ(wait_ok(g_rt, ev, 4, 0), 0);
+    t0 = now_ms();
+    CHECK_EQ(wait_ok(g_rt, ev, 4, 100), 0);
+    CHECK(now_ms() - t0 >= 100.0);
+    install_handler(SIGUSR2, SIG_IGN, 0);
     async_runtime_deinit(g_rt);
 }
 

@@ -31,6 +31,8 @@ type Shared struct {
 	GoWork   int32  // 1: completions from Post or expired timers may be ready
 	Skipped  int32  // fd polls skipped in a row while other work was ready
 	RawFD    int32  // the descriptor a wait driven outside Go sleeps on (see Step)
+	WakeReq  int32  // 1: an explicit wakeup that no wait has taken yet (see Runtime.Wakeup)
+	_        int32  // keeps the int64 fields 8-aligned, as in C, on every ABI
 	LastPoll int64  // when the fds were last polled
 	NextDue  int64  // no timer is due before this (MaxInt64: none); valid while GoWork is 0
 	Nfds     int64  // registrations (an upper bound: epoll forgets closed fds)

@@ -121,10 +121,11 @@ int async_runtime_wakeup(async_runtime_t *rt) {
         return -1;
     }
     ssize_t r;
+    /* The flag is the wakeup (wait.c, libasync's Wait): the wait that takes
+     * it down returns. Raised before the ring, so a wait the ring wakes
+     * finds it up; the ring only ends a sleep. */
+    atomic_store(&((la_rtc_t *)bell)->sh.wakereq, 1);
     if (bell->kind == LA_DOORBELL_EVENTFD) {
-        /* Raised before the ring: the C wait reads the doorbell only when
-         * it finds the flag up (wait.c). */
-        atomic_store(&((la_rtc_t *)bell)->wakereq, 1);
         uint64_t v = (uint64_t)1 << 32; /* port.WakeupIncrement */
         do r = la_write_nc(bell->fd, &v, sizeof v);
         while (r < 0 && errno == EINTR);

@@ -228,7 +228,6 @@ la_rtc_t *la_rtc_new(int fd, int kind) {
     atomic_store(&r->sh.gowork, 1); /* nothing published yet: Go first */
     atomic_store(&r->waiting, 0);
     atomic_store(&r->closed, 0);
-    atomic_store(&r->wakereq, 0);
     r->bell_unread = 0;
     atomic_store(&r->sigon, 0);
     atomic_store(&r->sigmask, 0);

@@ -38,6 +38,8 @@ typedef struct {
     _Atomic int32_t gowork;    /* 1: Go may have work ready (Post, timers) */
     _Atomic int32_t skipped;   /* fd polls skipped in a row */
     _Atomic int32_t rawfd;     /* the poller descriptor the wait sleeps on (epoll) */
+    _Atomic int32_t wakereq;   /* 1: a wakeup (async_runtime_wakeup) no wait has taken yet */
+    int32_t pad_;              /* the int64 fields below stay 8-aligned on every ABI */
     _Atomic int64_t last_poll; /* ns since start of the last fd poll */
     _Atomic int64_t next_due;  /* no timer due before this (ns since start) */
     _Atomic int64_t nfds;      /* fds registered */
@@ -89,10 +91,6 @@ typedef struct la_rtc {
     unsigned fdrot;            /* where the next fd records' delivery starts */
     la_fdmap_t fdmap;          /* fdmap.c */
     _Atomic int closed;
-    /* Linux: async_runtime_wakeup raises it before it rings; the C wait,
-     * which does not read the (edge-triggered) eventfd on a plain ring,
-     * reads it when it takes the flag down (wait.c). Reset by la_rtc_new. */
-    _Atomic int32_t wakereq;
     unsigned bell_unread; /* bell edges the waiter did not read (wait.c) */
     struct la_postq *q;        /* the completion queue of this incarnation */
     /* Signals (sigwatch.c): bit s-1 of sigon: this runtime watches signal s

@@ -39,6 +39,19 @@
 #define LA_MAX_SKIPPED 8
 #define LA_POLL_EVERY 1000000 /* ns */
 
+/* ---- wakeups (async_runtime_wakeup) --------------------------------------
+ * A wakeup is the flag sh.wakereq, raised before the doorbell rings. The
+ * wait that takes the flag down returns (with the events that are ready, 0
+ * or more), and no other wait returns for that wakeup: a wait takes it when
+ * it begins (then it does not sleep) and after each poll (sort_bell; the Go
+ * wait likewise, libasync's takeWakeup). A ring found with the flag down
+ * ends a sleep and nothing more: the wait sleeps again. A relaxed load
+ * comes first, so a wait with no wakeup pending pays no read-modify-write
+ * and no system call. */
+static inline int take_wakeup(la_shared_t *sh) {
+    return atomic_load_explicit(&sh->wakereq, memory_order_relaxed) && atomic_exchange(&sh->wakereq, 0);
+}
+
 /* ---- stats (async_runtime_get_stats) ------------------------------------
  * Only the thread that holds r->waiting writes these counters (the flag's
  * compare-and-swap and its release order one waiter after the other), so a
@@ -130,13 +143,15 @@ static inline int take_fast(la_rtc_t *r, io_event_t *ev, int max, int *out) {
 
 #if defined(__linux__)
 #define LA_BELL_DRAIN 4096u
-/* Reads the eventfd doorbell, resetting its counter. What it held does not
- * tell a wakeup (the wakeup flag does, see sort_bell): a wakeup whose
- * flag an earlier ring's wake took down may write its 2^32 after that, and
- * the periodic drain would report it a second time. */
+/* Reads the eventfd doorbell, resetting its counter (and with it the edge
+ * a poll has not reported yet: epoll looks at the counter when it reports).
+ * What it held does not tell a wakeup (the flag does, see take_wakeup): a
+ * wakeup whose flag an earlier wait took down may write its 2^32 after
+ * that, and the periodic drain would report it a second time. */
 static void drain_bell(la_rtc_t *r) {
     uint64_t v = 0;
     ssize_t k;
+    r->bell_unread = 0;
     do k = la_read_nc(r->bell.fd, &v, sizeof v);
     while (k < 0 && errno == EINTR);
 }
@@ -216,22 +231,25 @@ static inline void plan_sleep(la_rtc_t *r, la_round_t *rd, int64_t deadline) {
 }
 
 /* Takes the doorbell's records out of the k raw ones the poll harvested,
- * keeping the others (rd->nraw) in order. The doorbell is edge-triggered
- * (port/epoll_linux.go): a ring needs no read(2) to be over. It is read for
- * an explicit wakeup (async_runtime_wakeup raised wakereq before its
- * write), and every LA_BELL_DRAIN unread edges, so the counter never nears
- * its limit. */
+ * keeping the others (rd->nraw) in order, and takes a wakeup made before
+ * the poll ended (also one whose ring has not landed yet, or whose signal
+ * handler interrupted the poll). The doorbell is edge-triggered
+ * (port/epoll_linux.go): a ring needs no read(2) to be over. It is read when
+ * the wait takes a wakeup, and every LA_BELL_DRAIN unread edges, so the
+ * counter never nears its limit. */
 static inline void sort_bell(la_rtc_t *r, struct epoll_event *raw, int k, la_round_t *rd) {
+    int rung = 0;
     for (int i = 0; i < k; i++) {
-        if (raw[i].data.fd == r->bell.fd) {
-            int req = atomic_exchange(&r->wakereq, 0);
-            if (req || ++r->bell_unread >= LA_BELL_DRAIN) {
-                r->bell_unread = 0;
-                drain_bell(r);
-            }
-            rd->woken |= req;
-        } else
+        if (raw[i].data.fd == r->bell.fd)
+            rung = 1;
+        else
             raw[rd->nraw++] = raw[i];
+    }
+    if (take_wakeup(&r->sh)) {
+        rd->woken = 1;
+        drain_bell(r);
+    } else if (rung && ++r->bell_unread >= LA_BELL_DRAIN) {
+        drain_bell(r);
     }
 }
 
@@ -376,6 +394,14 @@ int la_rt_wait(uint64_t h, io_event_t *events, int max, int timeout, int *out) {
     if (atomic_load(&r->closed)) {
         rc = ASYNC_E_CLOSED;
     } else {
+        if (take_wakeup(&r->sh)) {
+            /* A wakeup made before this wait: it returns without sleeping,
+             * with what is ready. Its ring need not end a later sleep. */
+            timeout = 0;
+#if defined(__linux__)
+            if (r->raw) drain_bell(r);
+#endif
+        }
 #if defined(__linux__)
         if (r->raw) {
             int cs = LA_CANCEL_KEPT;
