@@ -628,8 +628,13 @@ int async_runtime_remove(async_runtime_t *rt, async_fd_t fd);
  * interrupted the wait, so the caller can check its signal flags), or -1.
  * Completions and timers beyond max_events stay queued for the next call;
  * fd readiness is level-triggered and is reported again; when more fds
- * are ready than fit, the ones left out come first in the following calls,
- * so every ready fd takes its turn.
+ * are ready than fit, they take turns: on the epoll and poll backends an fd
+ * that stays ready is reported at least once in every ceil(R / M) + 1
+ * consecutive calls that look at the fds, M being max_events (256 if it is
+ * larger) and R the registered fds ready meanwhile, whatever other threads
+ * add, modify or remove meanwhile (kqueue and IOCP: the kernel's order). A
+ * call skips that look while completions or timers are ready, at most 8
+ * times in a row and for at most 1 ms.
  * timeout_ms: -1 forever, 0 poll, n > 0 at least n ms (rounded up to whole
  * ms; never a busy spin). Errors: ASYNC_E_BADHANDLE, ASYNC_E_INVAL (events
  * NULL, max_events < 1, timeout < -1), ASYNC_E_BUSY (another thread is
