@@ -730,6 +730,10 @@ static void turns_under_churn(int k, int max, int waits)
 
 CASE(fd_turns_under_churn) // poll timeout=120 stress
 {
+#if !defined(__linux__)
+    if (!backend_is_poll())
+        return; /* kqueue, IOCP: the kernel's order */
+#endif
     int nofile = raise_nofile(2 * TURN_FDS + 4 * CHURN_LIVE + 128);
     int k = (nofile - 4 * CHURN_LIVE - 128) / 2;
     k = k < TURN_FDS ? k : TURN_FDS;
