@@ -629,8 +629,14 @@ int async_runtime_remove(async_runtime_t *rt, async_fd_t fd);
  * signal flags), or -1.
  * Completions and timers beyond max_events stay queued for the next call;
  * fd readiness is level-triggered and is reported again; when more fds
- * are ready than fit, the ones left out come first in the following calls,
- * so every ready fd takes its turn.
+ * are ready than fit, they take turns: on the epoll and poll backends an fd
+ * that stays ready is reported at least once in every ceil(R / M) + 1
+ * consecutive calls that look at the fds, M being max_events (256 if it is
+ * larger) and R the number of registered fds that are ready, whatever fds
+ * other threads add, modify or remove in between (kqueue and IOCP: the
+ * kernel's order; see docs/LIMITS.md). A call skips that look while
+ * completions or timers are ready, at most 8 times in a row and for at
+ * most 1 ms.
  * timeout_ms: -1 forever, 0 poll, n > 0 at least n ms (rounded up to whole
  * ms; never a busy spin) unless an event, a wakeup or a signal ends it
  * early. Errors: ASYNC_E_BADHANDLE, ASYNC_E_INVAL (events

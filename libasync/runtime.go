@@ -77,7 +77,6 @@ type Runtime struct {
 	bhead  int
 	evbuf  []port.Event
 	rot    int
-	fdrot  int // where collect starts among the harvested fd records
 
 	tmu   sync.Mutex // the wheel
 	wheel *wheel
@@ -700,18 +699,17 @@ func (rt *Runtime) collect(out []Event, fds []port.Event, regSeq uint64, withSrc
 }
 
 // collectFds translates harvested fd records into out (len(out) > 0).
-// Readiness is level-triggered: records left out now are harvested again by
-// the next poll, in the same order when the poller returned them all (epoll
-// re-queues reported records in order; the poll backend rotates its own
-// scan). So the scan starts where the last truncated one stopped: with more
-// ready fds than room, every one takes its turn.
+// A poller harvests no more records than out has room for (Buf, and the
+// C-driven wait's poll), in the order that gives every ready fd its turn
+// (see port.Poller's Wait), so every record is reported except those of a
+// registration removed or changed since the poll began.
 func (rt *Runtime) collectFds(out []Event, fds []port.Event, regSeq uint64) int {
 	n := 0
-	start := rt.fdrot % len(fds)
-	i := 0
 	rt.cmu.RLock()
-	for ; i < len(fds) && n < len(out); i++ {
-		e := fds[(start+i)%len(fds)]
+	for _, e := range fds {
+		if n == len(out) {
+			break
+		}
 		r, ok := rt.ctx[e.Fd]
 		if !ok || r.seq > regSeq {
 			continue // removed or changed since the poll began
@@ -720,11 +718,6 @@ func (rt *Runtime) collectFds(out []Event, fds []port.Event, regSeq uint64) int 
 		n++
 	}
 	rt.cmu.RUnlock()
-	if i < len(fds) {
-		rt.fdrot = start + i
-	} else {
-		rt.fdrot = 0
-	}
 	return n
 }
 

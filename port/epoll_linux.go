@@ -26,20 +26,26 @@ func init() { register("epoll", newEpoll) }
 // registered fd while a dup of it lives on, the old registration stays in
 // the set under that number, and once the number is reused its events would
 // be taken for the new fd's. An event whose id is not the fd's current one
-// is such a ghost: it is dropped, and since it cannot be deleted by number,
-// the set is rebuilt from the live registrations (rare: only after a
-// remove-before-close mistake).
+// is dropped; one that fires in two batches in a row is such a ghost, and
+// since it cannot be deleted by number, the set is rebuilt from the live
+// registrations (rare: only after a remove-before-close mistake).
 type epollPoller struct {
 	epfd    int
 	efd     int
 	guard   // mu also guards regs and epfd changes
 	regs    map[int]epollReg
 	nextID  int32
-	rebuild bool  // a ghost was seen: rebuild the set (waiter only)
-	strays  []int // unregistered fds that fired in the last consume
-	fresh   []int // ... and in this one
+	rebuild bool         // a ghost was seen: rebuild the set (waiter only)
+	strays  []epollStray // records of no current registration in the last consume
+	fresh   []epollStray // ... and in this one
 	raw     []unix.EpollEvent
 	drained [8]byte
+}
+
+// epollStray is a record of no current registration: fd and id.
+type epollStray struct {
+	fd int
+	id int32
 }
 
 type epollReg struct {
@@ -165,7 +171,10 @@ func (p *epollPoller) Remove(fd int) error {
 }
 
 func (p *epollPoller) Wait(evs []Event, timeoutMs int) (int, WaitResult, error) {
-	raw := rawBuf(&p.raw, evs, 1, 1) // and the doorbell's record
+	// No more records than evs holds, the doorbell's included: epoll moves
+	// each level-triggered record it returns behind every ready fd not yet
+	// returned, so a record harvested and left out would lose its turn.
+	raw := rawBuf(&p.raw, evs, 1, 0)
 	n, err := p.wait(raw, waitMs(timeoutMs))
 	if err != nil {
 		// EINVAL: epfd is no epoll descriptor (raw's size is in range).
@@ -185,9 +194,9 @@ func (p *epollPoller) wait(raw []unix.EpollEvent, ms int) (int, error) {
 	return epollPwait(p.epfd, raw, ms, waitMask(&set))
 }
 
-func (p *epollPoller) wasStray(fd int) bool {
-	for _, s := range p.strays {
-		if s == fd {
+func (p *epollPoller) wasStray(s epollStray) bool {
+	for _, o := range p.strays {
+		if o == s {
 			return true
 		}
 	}
@@ -274,13 +283,16 @@ func (p *epollPoller) consume(raw []unix.EpollEvent, evs []Event) (int, WaitResu
 			continue
 		}
 		if reg, ok := p.regs[fd]; !ok || reg.id != e.Pad {
-			// Registered under another id: a ghost (see epollPoller).
-			// Not registered: usually removed after this batch was
-			// harvested; a ghost only if it fires again next time.
-			if ok || p.wasStray(fd) {
+			// Not the fd's current registration: usually one removed
+			// (and its number maybe reused) after this batch was
+			// harvested, which never fires again; a ghost (see
+			// epollPoller) if it fires in the next batch too. Rebuilding
+			// on a mere race would restart the turns of the ready fds.
+			s := epollStray{fd, e.Pad}
+			if p.wasStray(s) {
 				p.rebuild = true
 			}
-			p.fresh = append(p.fresh, fd)
+			p.fresh = append(p.fresh, s)
 			continue
 		}
 		h.add(fd, epollEvents(e.Events))

@@ -3,6 +3,10 @@
 package port
 
 import (
+	"cmp"
+	"math"
+	"slices"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -25,9 +29,17 @@ type pollPoller struct {
 	rang bool
 
 	seq  uint64
-	fds  []unix.PollFd // owned by the waiting thread
-	seqs []uint64      // the registration behind each fds entry
-	next int           // owned by the waiting thread: where Wait's scan of fds[1:] starts
+	turn uint64 // the clock of pollReg.turn
+	// Owned by the waiting thread:
+	fds   []unix.PollFd
+	seqs  []uint64   // the registration behind each fds entry
+	ready []pollTurn // scan's list of the ready entries
+}
+
+// pollTurn is a ready entry of fds (i) and the turn of its registration.
+type pollTurn struct {
+	turn uint64
+	i    int
 }
 
 // pollReg is one registration: the watched events and the identity of the
@@ -37,6 +49,14 @@ type pollReg struct {
 	events   uint32
 	dev, ino uint64
 	seq      uint64 // which registration this is
+	// turn: when it was added or last reported by a Wait that could not
+	// report every ready fd (pollPoller.turn). Such a Wait reports the
+	// ones of the oldest turns, and each takes a turn newer than every
+	// other, as an add does. So the registrations ahead of an fd that
+	// stays ready only leave (each Wait that passes it over reports as
+	// many of them as evs holds): it is reported within ceil(R/len(evs))
+	// Waits, R the fds ready meanwhile, whatever comes and goes.
+	turn uint64
 }
 
 func fileID(fd int) (dev, ino uint64, ok bool) {
@@ -94,7 +114,8 @@ func (p *pollPoller) change(fd int, events uint32, op int) error {
 		// Not present, or present for a file that was closed since and
 		// whose number now names another: (re)register.
 		p.seq++
-		p.regs[fd] = pollReg{events & (EventRead | EventWrite | EventClose), dev, ino, p.seq}
+		p.turn++
+		p.regs[fd] = pollReg{events & (EventRead | EventWrite | EventClose), dev, ino, p.seq, p.turn}
 	case opMod:
 		if !present || fd == p.rfd || fd == p.wfd {
 			p.mu.Unlock()
@@ -203,28 +224,47 @@ func (p *pollPoller) Wait(evs []Event, timeoutMs int) (int, WaitResult, error) {
 	return h.result()
 }
 
-// scan reports the n ready registered fds (fds[1:]) from where the last
-// truncated scan stopped: with more ready fds than room in evs, the ones
-// left out come first next time (readiness is level-triggered; an
-// array-order scan would report the same first ones forever).
+// scan reports the n ready registered fds (fds[1:]). With more than evs
+// has room for, it reports those whose registrations have the oldest turns
+// (an entry whose registration is gone since the rebuild counts as the
+// newest) and gives them new turns (see pollReg.turn).
 func (p *pollPoller) scan(h *harvest, n int) {
-	m := len(p.fds) - 1
-	start := 0
-	if m > 0 {
-		start = p.next % m
-	}
-	for j := 0; j < m && n > 0; j++ {
-		i := 1 + (start+j)%m
-		if p.fds[i].Revents == 0 {
-			continue
+	ready := p.ready[:0]
+	for i := 1; i < len(p.fds) && len(ready) < n; i++ {
+		if p.fds[i].Revents != 0 {
+			ready = append(ready, pollTurn{i: i})
 		}
-		n--
-		if h.full() {
-			p.next = start + j
-			return
-		}
-		h.add(int(p.fds[i].Fd), p.events(i))
 	}
+	p.ready = ready
+	if room := len(h.evs) - h.n; len(ready) > room {
+		p.mu.Lock()
+		for k := range ready {
+			ready[k].turn = math.MaxUint64
+			if reg, ok := p.current(ready[k].i); ok {
+				ready[k].turn = reg.turn
+			}
+		}
+		slices.SortFunc(ready, func(a, b pollTurn) int { return cmp.Compare(a.turn, b.turn) })
+		ready = ready[:room]
+		for _, t := range ready {
+			if reg, ok := p.current(t.i); ok {
+				p.turn++
+				reg.turn = p.turn
+				p.regs[int(p.fds[t.i].Fd)] = reg
+			}
+		}
+		p.mu.Unlock()
+	}
+	for _, t := range ready {
+		h.add(int(p.fds[t.i].Fd), p.events(t.i))
+	}
+}
+
+// current returns the registration behind fds[i] if it is still the one
+// the entry was built for. Under mu.
+func (p *pollPoller) current(i int) (pollReg, bool) {
+	reg, ok := p.regs[int(p.fds[i].Fd)]
+	return reg, ok && reg.seq == p.seqs[i]
 }
 
 // events translates the revents of fds[i] into Event bits. An fd closed
@@ -245,7 +285,7 @@ func (p *pollPoller) events(i int) uint32 {
 	if pf.Revents&unix.POLLNVAL != 0 {
 		bits |= EventClose
 		p.mu.Lock()
-		if reg, ok := p.regs[int(pf.Fd)]; ok && reg.seq == p.seqs[i] {
+		if _, ok := p.current(i); ok {
 			delete(p.regs, int(pf.Fd))
 			p.dirty = true
 		}

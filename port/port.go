@@ -73,7 +73,10 @@ type Poller interface {
 	Remove(fd int) error
 	// Wait blocks up to timeoutMs (-1 forever, 0 poll) and fills evs with
 	// ready fds (the doorbell is never among them), at most MaxHarvest on
-	// Unix (the rest come next time). Any negative timeoutMs is forever; one
+	// Unix (the rest come next time). With more ready fds than evs holds,
+	// they take turns: on epoll and poll an fd that stays ready is reported
+	// within ceil(R/len(evs))+1 Waits (R: the fds ready meanwhile), however
+	// other registrations come and go. Any negative timeoutMs is forever; one
 	// above math.MaxInt32 waits math.MaxInt32 ms on Unix. r says whether the
 	// doorbell was drained, whether that included an explicit Wakeup, and
 	// whether a signal interrupted the wait.

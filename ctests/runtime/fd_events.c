@@ -4,7 +4,8 @@
  * whose number is reused; each registration's own context in every event;
  * a wait with timeout 0 reports what is ready; with more ready fds than
  * max_events every one is reported within a bounded number of waits, also
- * while another thread floods completions. */
+ * while another thread floods completions, and within ceil(R / max_events)
+ * + 1 waits while another thread adds, modifies and removes other fds. */
 #include "check.h"
 #include "rt.h"
 
@@ -639,6 +640,108 @@ CASE(fd_rotation_flood) // poll timeout=120 adversarial
 {
     rotation(3, 1, 1);
     rotation(5, 2, 1);
+}
+
+/* --- turns while other fds come and go ----------------------------------- */
+
+#define CHURN_LIVE 8 /* other fds the churner keeps registered at most */
+#define TURN_FDS 300
+
+static atomic_int churn_stop;
+static int churn_tag; /* the churner's context */
+
+/* Keeps adding, modifying and removing other fds (pipes, every other one
+ * readable): a ring of CHURN_LIVE registrations, the oldest replaced. */
+static void *turns_churner(void *arg)
+{
+    async_runtime_t *rt = arg;
+    int ring[CHURN_LIVE][2];
+    int live = 0, next = 0;
+    for (unsigned long it = 0; !atomic_load(&churn_stop); it++) {
+        if (live == CHURN_LIVE) {
+            CHECK_EQ(async_runtime_remove(rt, ring[next][0]), 0);
+            close_pair(ring[next]);
+            live--;
+        }
+        CHECK(pipe(ring[next]) == 0);
+        if (it & 1)
+            CHECK(write(ring[next][1], "x", 1) == 1);
+        CHECK_EQ(async_runtime_add(rt, ring[next][0], ASYNC_EVENT_READ, &churn_tag), 0);
+        CHECK_EQ(async_runtime_modify(rt, ring[next][0], ASYNC_EVENT_READ | ASYNC_EVENT_CLOSE), 0);
+        live++;
+        next = (next + 1) % CHURN_LIVE;
+    }
+    for (int i = 0; i < live; i++) {
+        int j = (next - live + i + CHURN_LIVE) % CHURN_LIVE;
+        CHECK_EQ(async_runtime_remove(rt, ring[j][0]), 0);
+        close_pair(ring[j]);
+    }
+    return NULL;
+}
+
+/* k always-ready fds, waits with max_events = max while the churner runs:
+ * each of the k is reported in every run of ceil(R / M) + 1 consecutive
+ * waits (R = k + CHURN_LIVE ready at most, M = max capped at 256). */
+static void turns_under_churn(int k, int max, int waits)
+{
+    static int p[TURN_FDS][2];
+    static long last[TURN_FDS];
+    io_event_t *ev = calloc((size_t)max, sizeof *ev);
+    CHECK(ev != NULL && k <= TURN_FDS);
+    async_runtime_t *rt = mkrt();
+    for (int i = 0; i < k; i++) {
+        CHECK(pipe(p[i]) == 0);
+        CHECK(write(p[i][1], "x", 1) == 1);
+        CHECK_EQ(async_runtime_add(rt, p[i][0], ASYNC_EVENT_READ, (void *)(intptr_t)(i + 1)), 0);
+        last[i] = -1;
+    }
+    int m = max < 256 ? max : 256;
+    long bound = (k + CHURN_LIVE + m - 1) / m + 1;
+    pthread_t t;
+    atomic_store(&churn_stop, 0);
+    start_thread(&t, turns_churner, rt);
+    for (long w = 0; w < waits; w++) {
+        int n = async_runtime_wait(rt, ev, max, 1000);
+        CHECK(n > 0);
+        for (int j = 0; j < n; j++) {
+            if (ev[j].context == &churn_tag)
+                continue;
+            int i = (int)(intptr_t)ev[j].context - 1;
+            CHECK(ev[j].event_type == ASYNC_EVENT_READ && i >= 0 && i < k && ev[j].fd == p[i][0]);
+            last[i] = w;
+        }
+        for (int i = 0; i < k; i++) {
+            if (w - last[i] >= bound) {
+                fprintf(stderr, "k=%d max=%d: fd %d not reported in waits %ld..%ld (bound %ld)\n", k, max, i,
+                        last[i] + 1, w, bound);
+                CHECK(!"a ready fd missed its turn");
+            }
+        }
+    }
+    atomic_store(&churn_stop, 1);
+    join_within(t, 10000, "churner");
+    for (int i = 0; i < k; i++) {
+        CHECK_EQ(async_runtime_remove(rt, p[i][0]), 0);
+        close_pair(p[i]);
+    }
+    async_runtime_deinit(rt);
+    free(ev);
+}
+
+CASE(fd_turns_under_churn) // poll timeout=120 stress
+{
+#if !defined(__linux__)
+    if (!backend_is_poll())
+        return; /* kqueue, IOCP: the kernel's order */
+#endif
+    int nofile = raise_nofile(2 * TURN_FDS + 4 * CHURN_LIVE + 128);
+    int k = (nofile - 4 * CHURN_LIVE - 128) / 2;
+    k = k < TURN_FDS ? k : TURN_FDS;
+    CHECK(k >= 40);
+    turns_under_churn(k, 16, 4000);
+    turns_under_churn(k, 1000, 200);
+    turns_under_churn(40, 3, 2000);
+    turns_under_churn(k, 1, 2 * k + 100);
 }
 
 TEST_MAIN()

@@ -63,5 +63,4 @@ int la_fdmap_get(la_rtc_t *r, int fd, int32_t *id, uintptr_t *ctx, uint64_t *seq
 void la_fdmap_reset(la_rtc_t *r) {
     for (int i = 0; i < LA_FDMAP_CHUNKS; i++) free(atomic_exchange(&r->fdmap.chunk[i], NULL));
     atomic_store(&r->fdmap.broken, 0);
-    r->fdrot = 0;
 }

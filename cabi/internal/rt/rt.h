@@ -88,7 +88,6 @@ typedef struct la_rtc {
     int raw;                   /* 1: the wait sleeps in C on sh.rawfd (wait.c) */
     uintptr_t token;           /* names the Go object of the runtime to Go */
     unsigned rot;              /* which source a wait serves first */
-    unsigned fdrot;            /* where the next fd records' delivery starts */
     la_fdmap_t fdmap;          /* fdmap.c */
     _Atomic int closed;
     unsigned bell_unread; /* bell edges the waiter did not read (wait.c) */
@@ -127,7 +126,7 @@ int la_fdmap_get(la_rtc_t *r, int fd, int32_t *id, uintptr_t *ctx, uint64_t *seq
 void la_fdmap_reset(la_rtc_t *r);
 /* async_runtime_wait's body (wait.c); returns an async_err_t. */
 int la_rt_wait(uint64_t h, io_event_t *events, int max, int timeout, int *out);
-/* Fd records one step of the C-driven wait hands to Go at most. */
+/* Fd records one poll of the C-driven wait harvests (and hands to Go) at most. */
 #define LA_RAW_MAX 256
 
 /* Signals (sigwatch.c). la_sig_take: up to max signal events of r (loop

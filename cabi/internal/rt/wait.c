@@ -159,14 +159,14 @@ static void drain_bell(la_rtc_t *r) {
 /* Translates n raw epoll records (the doorbell taken out), harvested by a
  * poll that began at regseq, into fd events at ev[*n..max), as libasync's
  * collectFds does: records of a registration changed since the poll began
- * are dropped, delivery starts where the last cut-off batch stopped (so every
- * ready fd gets its turn when more are ready than fit). Returns 0, writing
- * nothing, if some record is not of a live registration the fd map knows:
- * then Go takes the whole batch. */
+ * are dropped. The poll harvests no more records than fit (see poll_once),
+ * so every other record is reported. Returns 0, writing nothing, if some
+ * record is not of a live registration the fd map knows: then Go takes the
+ * whole batch. */
 static int translate_fds(la_rtc_t *r, const struct epoll_event *raw, int nraw, uint64_t regseq, io_event_t *ev,
                          int *n, int max) {
-    uintptr_t ctxs[LA_RAW_MAX + 1];
-    unsigned char keep[LA_RAW_MAX + 1];
+    uintptr_t ctxs[LA_RAW_MAX];
+    unsigned char keep[LA_RAW_MAX];
     for (int i = 0; i < nraw; i++) {
         int fd = (int)(uint32_t)raw[i].data.u64;
         int32_t rid = (int32_t)(raw[i].data.u64 >> 32), id;
@@ -174,9 +174,7 @@ static int translate_fds(la_rtc_t *r, const struct epoll_event *raw, int nraw, u
         if (!la_fdmap_get(r, fd, &id, &ctxs[i], &seq) || id != rid) return 0;
         keep[i] = seq <= regseq;
     }
-    int start = (int)(r->fdrot % (unsigned)nraw), i = 0;
-    for (; i < nraw && *n < max; i++) {
-        int k = (start + i) % nraw;
+    for (int k = 0; k < nraw && *n < max; k++) {
         if (!keep[k]) continue;
         uint32_t e = raw[k].events, bits = 0;
         if (e & EPOLLIN) bits |= ASYNC_EVENT_READ;
@@ -190,7 +188,6 @@ static int translate_fds(la_rtc_t *r, const struct epoll_event *raw, int nraw, u
         o->data = 0;
         o->context = (void *)ctxs[k];
     }
-    r->fdrot = i < nraw ? (unsigned)(start + i) : 0;
     return 1;
 }
 
@@ -202,6 +199,7 @@ typedef struct {
     int c_ready;   /* C-posted completions (or signals) wait */
     int ms;        /* the poll's timeout: 0 none, -1 for ever */
     int do_poll;   /* the fds are polled this round */
+    int room;      /* records the poll may harvest: min(max_events, LA_RAW_MAX) */
     int nraw;      /* fd records the poll harvested (the doorbell taken out) */
     int woken;     /* an explicit wakeup (async_runtime_wakeup) */
     int intr;      /* the poll was interrupted by a signal */
@@ -269,8 +267,14 @@ static inline int poll_once(la_rtc_t *r, struct epoll_event *raw, la_round_t *rd
     if (rd->ms != 0) la_nocancel_enter(cs);
     /* The raw system call: libc's epoll_wait is a cancellation point even
      * when ms is 0 (and cancellation is disabled only for a wait that may
-     * sleep). No signal mask: epoll_wait. */
-    int k = (int)syscall(SYS_epoll_pwait, atomic_load(&sh->rawfd), raw, LA_RAW_MAX + 1, rd->ms, NULL,
+     * sleep). No signal mask: epoll_wait. It harvests at most rd->room
+     * records, all of which are handed out (fd records go first): the
+     * kernel moves each level-triggered record it returns to the tail of
+     * its ready list, behind every fd not yet returned, and appends a
+     * registration that is added ready there too, so the ready fds take
+     * turns in a queue that adds and removes elsewhere do not reorder. A
+     * record harvested and then left out would go to the tail unreported. */
+    int k = (int)syscall(SYS_epoll_pwait, atomic_load(&sh->rawfd), raw, rd->room, rd->ms, NULL,
                          (size_t)(_NSIG / 8));
     int err = errno;
     rd->now = clock_ns(sh);
@@ -320,8 +324,9 @@ static inline int gather(la_rtc_t *r, io_event_t *ev, int max, int *n, struct ep
  * or the deadline. */
 static int c_wait(la_rtc_t *r, io_event_t *ev, int max, int timeout, int *out, int *cs) {
     la_shared_t *sh = &r->sh;
-    struct epoll_event raw[LA_RAW_MAX + 1];
+    struct epoll_event raw[LA_RAW_MAX];
     la_round_t rd;
+    rd.room = max < LA_RAW_MAX ? max : LA_RAW_MAX;
     rd.now = clock_ns(sh);
     int64_t deadline = timeout < 0 ? INT64_MAX : rd.now + (int64_t)timeout * 1000000;
     int force_poll = 0;
