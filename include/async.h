@@ -880,19 +880,24 @@ typedef struct async_chan_s async_chan_t;
  *              3 canaries (opt-in, no limit): 256 bytes at the bottom and
  *                64 at the top of every stack, checked when a fiber switches
  *                out, before it resumes and at exit, and at any fault.
- *                Nothing stops a write: an overflow is found later, and one
- *                whose writes skip every canary (a large frame that writes
- *                only part of itself) or that hits a fiber running on
- *                another worker at that moment can corrupt another fiber's
- *                stack silently. For many fibers where a guard per stack
- *                cannot be had and that risk is accepted.
- *              In modes 1 and 2 a guard-page hit (or a fault just below the
- *              running fiber's stack: a frame that jumped the guard) prints
+ *                Nothing stops a write into the stack below: an overflow is
+ *                found later, and one whose writes skip every canary (a
+ *                large frame that writes only part of itself) or that hits a
+ *                fiber running on another worker at that moment can corrupt
+ *                another fiber's stack silently. For many fibers where a
+ *                guard per stack cannot be had and that risk is accepted.
+ *              Outside Windows, stacks lie side by side in arenas of
+ *              32 MiB, each with a 256 KiB guard below it (in every mode),
+ *              so an overflow (but a frame larger than that guard) never
+ *              runs out of the fiber stacks into other memory of the process.
+ *              A guard-page hit (modes 1 and 2) or a fault just below the
+ *              running fiber's stack (a frame that jumped the guard page, or
+ *              in mode 3 an overflow into the guard below its arena) prints
  *              "libasync: fiber stack overflow in fiber <id> (...)" to
  *              stderr and aborts (SIGABRT); a broken canary does the same
- *              when it is found. A frame larger than the guard page that
- *              lands in another stack without faulting is not caught in any
- *              mode: build with -fstack-clash-protection.
+ *              when it is found. A frame larger than the guard that lands in
+ *              another stack without faulting is not caught in any mode:
+ *              build with -fstack-clash-protection.
  *              Windows: every stack is reserved and committed on demand like
  *              a thread's stack, behind a guard page the kernel moves down;
  *              modes 0 and 2 give that (reported as 2), 1 and 3 fail with

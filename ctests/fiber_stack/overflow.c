@@ -5,6 +5,7 @@
  * EINVAL, as such a kernel does. Crashing cases run in a child process (this
  * executable re-executed with a *_child case) whose stderr and end are
  * checked. */
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -94,15 +95,21 @@ CASE(auto_overflow) { // valgrind
 /* A 32 KiB stack in guard mode ASYNC_TEST_GUARD overflowed by overflow_32k: in the
  * guard modes (1, 2) the overflow hits the guard page; in canary mode (3)
  * it stays in the slot's own spare page and is found at the next switch. */
-CHILD(mode_overflow_child) {
-    const char *m = getenv("ASYNC_TEST_GUARD");
-    async_sched_config_t cfg = {1, 32 * 1024, m ? atoi(m) : 0};
+/* Runs fn as the first fiber of a new scheduler with 32 KiB stacks in
+ * guard_mode (the lowest stack of its arena), then exits. */
+static void run_first_fiber(int guard_mode, void (*fn)(void *)) {
+    async_sched_config_t cfg = {1, 32 * 1024, guard_mode};
     async_sched_t *s = async_sched_create(&cfg);
     CHECK(s);
-    CHECK(async_fiber_spawn(s, overflow_32k, NULL, 0));
+    CHECK(async_fiber_spawn(s, fn, NULL, 0));
     async_sched_run(s);
-    printf("survived\n");
+    fprintf(stderr, "survived\n");
     exit(0);
+}
+
+CHILD(mode_overflow_child) {
+    const char *m = getenv("ASYNC_TEST_GUARD");
+    run_first_fiber(m ? atoi(m) : 0, overflow_32k);
 }
 
 /* Guard modes 1, 2 and 3: the whole report line (fiber id, how it was
@@ -117,6 +124,90 @@ CASE(overflow_each_mode) { // valgrind
         CHECK(strstr(out, "libasync: fiber stack overflow in fiber ") != NULL);
         CHECK(strstr(out, "; raise async_sched_config_t.stack_size or ASYNC_FIBER_STACK_KB)\n") != NULL);
     }
+}
+
+/* ---- canary mode: the lowest stack of an arena ----------------------------------------- */
+
+static atomic_int below_up;
+
+static void *nap_forever(void *arg) {
+    (void)arg;
+    atomic_store(&below_up, 1);
+    for (;;) usleep(50);
+    return NULL;
+}
+
+/* Starts a thread whose stack ends right below the slot of the calling
+ * fiber (a 32 KiB stack; `top` is in its first frame), if that address is
+ * free: glibc keeps a thread's control block at the top of its stack, so
+ * it is what an overflow running out of the bottom of the slot would reach
+ * first. The thread naps without end: the kernel looks at its control block
+ * each time it wakes. 1 if started. */
+static int thread_below(char *top) {
+#if defined(__linux__) && defined(MAP_FIXED_NOREPLACE)
+    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t slot = ((uintptr_t)top + pg - 1) / pg * pg - (32 * 1024 + pg);
+    size_t sz = 256 * 1024;
+    void *want = (void *)(slot - sz);
+    void *m = mmap(want, sz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    if (m == MAP_FAILED) return 0;
+    if (m != want) {
+        munmap(m, sz);
+        return 0;
+    }
+    pthread_attr_t at;
+    pthread_t t;
+    CHECK_EQ(pthread_attr_init(&at), 0);
+    CHECK_EQ(pthread_attr_setstack(&at, m, sz), 0);
+    CHECK_EQ(pthread_create(&t, &at, nap_forever, NULL), 0);
+    for (int k = 0; k < 10000 && !atomic_load(&below_up); k++) sleep_ms(1);
+    return 1;
+#else
+    (void)top;
+    return 0;
+#endif
+}
+
+/* Recurses in ~1 KiB frames, each written whole, until a frame lies below
+ * limit, then computes for 20 ms before it yields. */
+__attribute__((noinline)) static int recurse_then_spin(char *limit, int depth) {
+    volatile char buf[1024];
+    memset((char *)buf, depth, sizeof buf);
+    if ((char *)buf > limit) return recurse_then_spin(limit, depth + 1) + buf[depth % 1024];
+    spin_us(20000);
+    async_fiber_yield();
+    return buf[0];
+}
+
+/* Overflows its 32 KiB stack through the page under it (the spare page in
+ * canary mode) and 1 KiB further, then runs on for a while before its
+ * switch. */
+static void overflow_over_thread(void *arg) {
+    char top;
+    (void)arg;
+    fprintf(stderr, "thread below the stack: %s\n", thread_below(&top) ? "yes" : "no");
+    char *limit = (char *)((uintptr_t)&top - 32 * 1024 - (uintptr_t)sysconf(_SC_PAGESIZE) - 1024);
+    printf("%d\n", recurse_then_spin(limit, 0));
+}
+
+CHILD(canary_lowest_child) { run_first_fiber(3, overflow_over_thread); }
+
+/* Canary mode, again and again: an overflow out of the lowest stack of an
+ * arena is reported and ends in SIGABRT in every run, never in a bare
+ * SIGSEGV, whatever lies below the arena. Two overflows: overflow_32k
+ * (the first call of a lazily bound function at its bottom dips past the
+ * spare page), and one written whole 1 KiB past the spare page that
+ * computes for 20 ms before its switch, with another thread's stack right
+ * below the slot where that address is free. */
+CASE(canary_overflow_always_reported) {
+    int below = 0;
+    for (int i = 0; i < 50; i++) {
+        char out[4096];
+        check_overflow_child("mode_overflow_child", "ASYNC_TEST_GUARD=3", out, sizeof out);
+        check_overflow_child("canary_lowest_child", NULL, out, sizeof out);
+        below += strstr(out, "thread below the stack: yes") != NULL;
+    }
+    printf("%d of 50 runs had a thread's stack right below the overflowing one\n", below);
 }
 
 /* ---- automatic mode past the mapping budget -------------------------------------------- */

@@ -38,7 +38,9 @@ static void chain(int sig, siginfo_t *si, void *uc) {
 uintptr_t la_sig_current_stack(uint64_t *id);
 
 /* A frame larger than the guard page can skip it: a fault up to this far
- * below the running fiber's stack also counts as its overflow. */
+ * below the running fiber's stack also counts as its overflow (the guard
+ * below every arena, LA_BELOW_ARENA in stacks.c, is as large: an overflow
+ * of an arena's lowest stack faults inside this window). */
 #define LA_BELOW_STACK (256u * 1024u)
 
 static void on_fault(int sig, siginfo_t *si, void *uc) {

@@ -13,6 +13,15 @@
  *     and at its top, checked when a fiber switches out, before it is resumed
  *     and at exit. Nothing stops a write; see include/async.h for what it
  *     misses.
+ * Below every arena lies a guard of LA_BELOW_ARENA bytes (MADV_GUARD_INSTALL
+ * where the kernel has it, else PROT_NONE), so that no overflow of the
+ * arena's lowest stack (a frame that jumps its guard page, or in canary mode
+ * any overflow past the slot's spare page) writes into whatever is mapped
+ * under the arena, such as a thread's stack with its control block (glibc
+ * keeps it at the top; once its rseq area is overwritten the kernel kills
+ * the process with SIGSEGV when that thread next wakes or takes a signal,
+ * before any handler runs). It faults in the guard instead, and the fault
+ * handler reports it (a frame larger than the guard can still jump it).
  * Auto (0) tries 1, then 2; when the mprotect budget is spent it fails with
  * ASYNC_E_NOMEM: it never falls back to 3, which cannot promise that an
  * overflow does not silently corrupt another fiber's stack.
@@ -68,6 +77,10 @@
 #endif
 
 #define LA_ARENA_BYTES (32u << 20)
+/* The guard below every arena: as large as the window below a running
+ * fiber's stack in which the fault handler counts a fault as that fiber's
+ * overflow (LA_BELOW_STACK, signals.c). */
+#define LA_BELOW_ARENA (256u * 1024u)
 #define LA_MAX_ARENAS 65536u
 /* vm.max_map_count VMAs minus this many left to the rest of the process
  * (Go heap, thread stacks, libraries, malloc arenas), halved: the default
@@ -219,27 +232,45 @@ static int grow_list(uint32_t **a, uint32_t **b, size_t *cap, size_t need) {
     return 0;
 }
 
-/* Adds an arena to p (p->mu held). */
-static int add_arena(la_stackpool_t *p) {
-    uint32_t nslots = (uint32_t)(LA_ARENA_BYTES / p->slot_size);
-    if (nslots < 8) nslots = 8;
-    size_t bytes = (size_t)nslots * p->slot_size;
-    char *mem = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (mem == MAP_FAILED) return ASYNC_E_NOMEM;
-    int mode = p->want_mode;
-    if (mode == LA_GUARD_MADVISE && RUNNING_ON_VALGRIND) {
-        munmap(mem, bytes);
-        return ASYNC_E_NOTSUP;
+/* An arena's memory: LA_BELOW_ARENA bytes (the guard below it, installed by
+ * guard_arena), then `bytes` of slots; returns the first slot, or NULL. */
+static char *map_arena(size_t bytes) {
+    char *m = mmap(NULL, LA_BELOW_ARENA + bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    return m == MAP_FAILED ? NULL : m + LA_BELOW_ARENA;
+}
+
+static void unmap_arena(char *mem, size_t bytes) { munmap(mem - LA_BELOW_ARENA, LA_BELOW_ARENA + bytes); }
+
+/* The mprotect guards of an arena given back (mode: the arena's). */
+static void unguard_arena(int mode, uint32_t nslots) {
+    if (mode == LA_GUARD_MPROTECT) atomic_fetch_sub(&mprotect_guards, (int)nslots);
+}
+
+/* Makes the LA_BELOW_ARENA bytes below mem a guard: MADV_GUARD_INSTALL where
+ * the kernel has it (no mapping of its own), else PROT_NONE (in mode 2 one
+ * mapping with the lowest slot's guard page). 0, or -1. */
+static int guard_below(char *mem, int mode) {
+    char *g = mem - LA_BELOW_ARENA;
+    if (mode != LA_GUARD_MPROTECT && !RUNNING_ON_VALGRIND && !atomic_load(&madvise_guard_broken)) {
+        if (madvise(g, LA_BELOW_ARENA, MADV_GUARD_INSTALL) == 0) return 0;
+        atomic_store(&madvise_guard_broken, 1);
     }
+    return mprotect(g, LA_BELOW_ARENA, PROT_NONE);
+}
+
+/* Guards the nslots slots at mem and the memory below them as p's mode
+ * asks; *mode: the mode they got. 0 or an ASYNC_E_ code (the mprotect
+ * budget taken back then; the caller unmaps). */
+static int guard_arena(la_stackpool_t *p, char *mem, uint32_t nslots, int *mode_out) {
+    int mode = p->want_mode;
+    if (mode == LA_GUARD_MADVISE && RUNNING_ON_VALGRIND) return ASYNC_E_NOTSUP;
     if (mode == LA_GUARD_AUTO)
         mode = atomic_load(&madvise_guard_broken) || RUNNING_ON_VALGRIND ? LA_GUARD_MPROTECT : LA_GUARD_MADVISE;
     if (mode == LA_GUARD_MADVISE) {
         for (uint32_t i = 0; i < nslots; i++) {
             if (madvise(mem + (size_t)i * p->slot_size, p->page, MADV_GUARD_INSTALL) != 0) {
-                if (p->want_mode == LA_GUARD_MADVISE) {
-                    munmap(mem, bytes);
-                    return ASYNC_E_NOTSUP;
-                }
+                if (p->want_mode == LA_GUARD_MADVISE) return ASYNC_E_NOTSUP;
                 atomic_store(&madvise_guard_broken, 1);
                 mode = LA_GUARD_MPROTECT;
                 break;
@@ -250,29 +281,28 @@ static int add_arena(la_stackpool_t *p) {
         /* Past the budget: no more guarded stacks. Auto mode does not fall
          * back to canaries (opt-in only, guard_mode 3). */
         if (atomic_fetch_add(&mprotect_guards, (int)nslots) + (int)nslots > mprotect_budget()) {
-            atomic_fetch_sub(&mprotect_guards, (int)nslots);
-            munmap(mem, bytes);
+            unguard_arena(mode, nslots);
             return ASYNC_E_NOMEM;
-        } else {
-            for (uint32_t i = 0; i < nslots; i++) {
-                if (mprotect(mem + (size_t)i * p->slot_size, p->page, PROT_NONE) != 0) {
-                    munmap(mem, bytes);
-                    atomic_fetch_sub(&mprotect_guards, (int)nslots);
-                    return ASYNC_E_NOMEM;
-                }
+        }
+        for (uint32_t i = 0; i < nslots; i++) {
+            if (mprotect(mem + (size_t)i * p->slot_size, p->page, PROT_NONE) != 0) {
+                unguard_arena(mode, nslots);
+                return ASYNC_E_NOMEM;
             }
         }
     }
-    unsigned *vg_id = RUNNING_ON_VALGRIND ? calloc(nslots, sizeof *vg_id) : NULL;
-    if ((RUNNING_ON_VALGRIND && !vg_id) || grow_list(&p->free_a, &p->free_s, &p->cap, p->total + nslots) != 0 ||
-        grow_list(&p->mine, NULL, &p->capmine, p->nmine + 1) != 0) {
-        free(vg_id);
-        munmap(mem, bytes);
-        if (mode == LA_GUARD_MPROTECT) atomic_fetch_sub(&mprotect_guards, (int)nslots);
+    if (guard_below(mem, mode) != 0) {
+        unguard_arena(mode, nslots);
         return ASYNC_E_NOMEM;
     }
+    *mode_out = mode;
+    return 0;
+}
+
+/* Lists the arena at mem in the global table (a freed entry first, its
+ * owner array with it, else a new one); its index, or -1 (ASYNC_E_NOMEM). */
+static int64_t publish_arena(la_stackpool_t *p, char *mem, uint32_t nslots, int mode, unsigned *vg_id) {
     pthread_mutex_lock(&arenas_mu);
-    /* a freed entry first (its owner array with it), else a new one */
     uint32_t ai;
     int reused = free_head != 0;
     if (reused) {
@@ -281,28 +311,21 @@ static int add_arena(la_stackpool_t *p) {
         ai = atomic_load_explicit(&narenas, memory_order_relaxed);
         if (ai >= LA_MAX_ARENAS) {
             pthread_mutex_unlock(&arenas_mu);
-            free(vg_id);
-            munmap(mem, bytes);
-            if (mode == LA_GUARD_MPROTECT) atomic_fetch_sub(&mprotect_guards, (int)nslots);
-            return ASYNC_E_NOMEM;
+            return -1;
         }
     }
     la_arena_t *a = &arenas[ai];
     _Atomic uint64_t *owner = atomic_load_explicit(&a->owner, memory_order_relaxed);
-    la_retired_t *old = NULL;
     if (!owner || a->owner_cap < nslots) {
         uint32_t cap = 8;
         while (cap < nslots) cap *= 2;
         owner = calloc(cap, sizeof *owner);
-        old = a->owner_cap ? malloc(sizeof *old) : NULL;
+        la_retired_t *old = a->owner_cap ? malloc(sizeof *old) : NULL;
         if (!owner || (a->owner_cap && !old)) {
             pthread_mutex_unlock(&arenas_mu);
             free(owner);
             free(old);
-            free(vg_id);
-            munmap(mem, bytes);
-            if (mode == LA_GUARD_MPROTECT) atomic_fetch_sub(&mprotect_guards, (int)nslots);
-            return ASYNC_E_NOMEM;
+            return -1;
         }
         if (old) {
             old->mem = (void *)atomic_load_explicit(&a->owner, memory_order_relaxed);
@@ -325,11 +348,37 @@ static int add_arena(la_stackpool_t *p) {
     arena_publish(a);
     if (!reused) atomic_store_explicit(&narenas, ai + 1, memory_order_release);
     pthread_mutex_unlock(&arenas_mu);
-    p->mine[p->nmine++] = ai;
+    return ai;
+}
+
+/* Adds an arena to p (p->mu held). */
+static int add_arena(la_stackpool_t *p) {
+    uint32_t nslots = (uint32_t)(LA_ARENA_BYTES / p->slot_size);
+    if (nslots < 8) nslots = 8;
+    size_t bytes = (size_t)nslots * p->slot_size;
+    char *mem = map_arena(bytes);
+    if (!mem) return ASYNC_E_NOMEM;
+    int mode = 0;
+    int rc = guard_arena(p, mem, nslots, &mode);
+    if (rc) {
+        unmap_arena(mem, bytes);
+        return rc;
+    }
+    unsigned *vg_id = RUNNING_ON_VALGRIND ? calloc(nslots, sizeof *vg_id) : NULL;
+    int64_t ai = -1;
+    if ((RUNNING_ON_VALGRIND && !vg_id) || grow_list(&p->free_a, &p->free_s, &p->cap, p->total + nslots) != 0 ||
+        grow_list(&p->mine, NULL, &p->capmine, p->nmine + 1) != 0 ||
+        (ai = publish_arena(p, mem, nslots, mode, vg_id)) < 0) {
+        free(vg_id);
+        unmap_arena(mem, bytes);
+        unguard_arena(mode, nslots);
+        return ASYNC_E_NOMEM;
+    }
+    p->mine[p->nmine++] = (uint32_t)ai;
     p->total += nslots;
     /* Hand out low slots first. */
     for (uint32_t i = nslots; i-- > 0;) {
-        p->free_a[p->nfree] = ai;
+        p->free_a[p->nfree] = (uint32_t)ai;
         p->free_s[p->nfree] = i;
         p->nfree++;
     }
@@ -471,9 +520,8 @@ void la_stackpool_free(la_stackpool_t *p) {
                 if (a->vg_id[si]) VALGRIND_STACK_DEREGISTER(a->vg_id[si] - 1u);
         free(a->vg_id);
         a->vg_id = NULL;
-        munmap((void *)base, (size_t)nslots * slot_size);
-        if (atomic_load_explicit(&a->mode, memory_order_relaxed) == LA_GUARD_MPROTECT)
-            atomic_fetch_sub(&mprotect_guards, (int)nslots);
+        unmap_arena((char *)base, (size_t)nslots * slot_size);
+        unguard_arena(atomic_load_explicit(&a->mode, memory_order_relaxed), nslots);
         /* a->owner stays allocated (a signal handler may be reading it) and
          * goes with the entry to the next arena that takes it */
         a->next_free = free_head;
