@@ -170,12 +170,12 @@ CASE(several_scheds) { // valgrind
 
 /* ---- join variants ---------------------------------------------------- */
 
-static async_fiber_t *volatile self_f;
+static _Atomic(async_fiber_t *) self_f; /* set by the main thread once the fiber may join itself */
 static atomic_int self_err;
 static void join_self_fiber(void *arg)
 {
     (void)arg;
-    while (self_f == NULL)
+    while (atomic_load(&self_f) == NULL)
         async_fiber_yield();
     async_clear_error();
     if (async_fiber_join(async_fiber_current(), 0) == -1)
@@ -190,7 +190,7 @@ CASE(join_variants) // adversarial
     async_sched_t *s = sched_new(2);
     async_fiber_t *f = async_fiber_spawn(s, join_self_fiber, NULL, ASYNC_FIBER_JOINABLE);
     CHECK(f != NULL);
-    self_f = f;
+    atomic_store(&self_f, f);
     CHECK_EQ(async_fiber_join(f, 10000), 0);
     CHECK_EQ(atomic_load(&self_err), ASYNC_E_STATE);
     CHECK_FAIL(async_fiber_join(f, 0) == -1, ASYNC_E_BADHANDLE);
