@@ -386,6 +386,19 @@ static int add_arena(la_stackpool_t *p) {
     return 0;
 }
 
+/* The canaries lie in stack memory that an overflowing frame may have
+ * covered with its ASan redzones: they are read and written raw. */
+#if defined(__clang__) || defined(__GNUC__)
+#define LA_RAW_STACK_ACCESS __attribute__((no_sanitize_address, no_sanitize_thread))
+#else
+#define LA_RAW_STACK_ACCESS
+#endif
+
+LA_RAW_STACK_ACCESS static void write_canaries(char *base, uintptr_t page, size_t slot_size) {
+    for (int i = 0; i < LA_CANARY_WORDS; i++) ((uint64_t *)(base + page))[i] = LA_CANARY;
+    for (int i = 1; i <= LA_TOP_CANARY_WORDS; i++) ((uint64_t *)(base + slot_size))[-i] = LA_CANARY;
+}
+
 /* Fills out (p->mu held, p->nfree > 0). */
 static void pop_slot(la_stackpool_t *p, la_stack_t *out) {
     p->nfree--;
@@ -397,10 +410,8 @@ static void pop_slot(la_stackpool_t *p, la_stack_t *out) {
     out->size = p->stack_size;
     if (a->vg_id && !a->vg_id[si])
         a->vg_id[si] = 1u + VALGRIND_STACK_REGISTER(out->base + p->page, out->base + p->slot_size);
-    if (atomic_load_explicit(&a->mode, memory_order_relaxed) == LA_GUARD_CANARY) {
-        for (int i = 0; i < LA_CANARY_WORDS; i++) ((uint64_t *)(out->base + p->page))[i] = LA_CANARY;
-        for (int i = 1; i <= LA_TOP_CANARY_WORDS; i++) ((uint64_t *)(out->base + p->slot_size))[-i] = LA_CANARY;
-    }
+    if (atomic_load_explicit(&a->mode, memory_order_relaxed) == LA_GUARD_CANARY)
+        write_canaries(out->base, p->page, p->slot_size);
 }
 
 int la_stack_get_many(la_stackpool_t *p, la_stack_t *out, int n) {
@@ -445,14 +456,14 @@ void la_stack_put_many(la_stackpool_t *p, const la_stack_t *st, int n) {
 
 void la_stack_put(la_stackpool_t *p, la_stack_t *st) { la_stack_put_many(p, st, 1); }
 
-static int canary_bottom_ok(const char *base, uintptr_t page) {
+LA_RAW_STACK_ACCESS static int canary_bottom_ok(const char *base, uintptr_t page) {
     const uint64_t *w = (const uint64_t *)(base + page);
     uint64_t bad = 0;
     for (int i = 0; i < LA_CANARY_WORDS; i++) bad |= w[i] ^ LA_CANARY;
     return bad == 0;
 }
 
-static int canary_top_ok(const char *base, size_t slot_size) {
+LA_RAW_STACK_ACCESS static int canary_top_ok(const char *base, size_t slot_size) {
     const uint64_t *w = (const uint64_t *)(base + slot_size);
     uint64_t bad = 0;
     for (int i = 1; i <= LA_TOP_CANARY_WORDS; i++) bad |= w[-i] ^ LA_CANARY;

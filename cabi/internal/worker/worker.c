@@ -106,7 +106,32 @@ static void worker_end(la_worker_t *w, void *r) {
     if (last) worker_free(w);
 }
 
-static void worker_unwound(void *arg) { worker_end(arg, NULL); }
+#if defined(__linux__)
+void __asan_unpoison_memory_region(void const volatile *addr, size_t size) __attribute__((weak));
+
+/* A cancelled or exiting thread reaches its cleanup handler by a long jump
+ * past the frames of proc, whose ASan redzones would stay in the shadow of
+ * the stack below this frame, where the handler's callees now run: the
+ * stack below here is cleared of them (in ASan processes only). */
+static void forget_unwound_frames(void) {
+    pthread_attr_t a;
+    void *lo;
+    size_t size;
+    if (!__asan_unpoison_memory_region || pthread_getattr_np(pthread_self(), &a) != 0) return;
+    if (pthread_attr_getstack(&a, &lo, &size) == 0) {
+        char *here = __builtin_frame_address(0);
+        if (here > (char *)lo && here <= (char *)lo + size) __asan_unpoison_memory_region(lo, (size_t)(here - (char *)lo));
+    }
+    pthread_attr_destroy(&a);
+}
+#else
+static void forget_unwound_frames(void) {}
+#endif
+
+static void worker_unwound(void *arg) {
+    forget_unwound_frames();
+    worker_end(arg, NULL);
+}
 
 static void *worker_main(void *arg) {
     la_worker_t *w = arg;
