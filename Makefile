@@ -2,7 +2,7 @@
 #   make demo   builds the library and examples/console_worker (nothing else), and
 #               runs it on this terminal
 #   make test   runs every test: gofmt + go vet, go test -race, the C tests (ctest)
-#               with the epoll and poll backends, the C tests again under ASan+UBSan,
+#               with the epoll and poll backends, the C tests again with libasync and the tests under ASan+UBSan,
 #               the cross-platform builds and tests (scripts/cross.sh: BSDs, macOS,
 #               Windows under wine, linux/arm64 under qemu), the installed package
 #               (scripts/install_test.sh) and a short fuzz run
@@ -37,7 +37,7 @@ help:
 	@echo "  test          every suite below but soak; installs missing Debian packages as root (README)"
 	@echo "  test-go       gofmt, go vet, go test -race"
 	@echo "  test-c        the C tests (ctest), epoll and poll backends"
-	@echo "  test-asan     the C tests again under ASan+UBSan in $(BUILD_SAN)/"
+	@echo "  test-asan     the C tests again, libasync's C and the tests under ASan+UBSan, in $(BUILD_SAN)/"
 	@echo "  test-cross    scripts/cross.sh: BSDs, macOS, Windows DLL under wine, linux/arm64 under qemu"
 	@echo "  test-install  scripts/install_test.sh: install to a temporary prefix, build against it"
 	@echo "                with pkg-config, CMake find_package and by hand, shared and static"
