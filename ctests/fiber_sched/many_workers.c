@@ -506,6 +506,25 @@ static void owned_closer(void *arg) {
     CHECK_EQ(async_fiber_close(p->fd[1]), 0);
 }
 
+/* w socketpairs (both ends owned by s if owned), and on each pair the fibers
+ * a(pair) and b(pair); n1, n2 and bad are the pairs' shared counters. */
+static io_pair_t *io_pairs_start(async_sched_t *s, int w, int owned, void (*a)(void *), void (*b)(void *),
+                                 atomic_int *n1, atomic_int *n2, atomic_int *bad) {
+    io_pair_t *p = calloc((size_t)w, sizeof *p);
+    CHECK(p);
+    for (int i = 0; i < w; i++) {
+        p[i] = (io_pair_t){{-1, -1}, i, n1, n2, bad};
+        CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, p[i].fd), 0);
+        if (owned) {
+            CHECK_EQ(async_fiber_fd_open(s, p[i].fd[0]), 0);
+            CHECK_EQ(async_fiber_fd_open(s, p[i].fd[1]), 0);
+        }
+        CHECK(async_fiber_spawn(s, a, &p[i], 0));
+        CHECK(async_fiber_spawn(s, b, &p[i], 0));
+    }
+    return p;
+}
+
 /* As many socketpairs as workers, both ends owned by the scheduler: a
  * writer and a reader fiber per pair move records (every one arrives, in
  * order); then each reader parks on its fd and a fiber closing it with
@@ -515,16 +534,7 @@ CASE(many_workers_owned_fds) { // timeout=120
         int w = worker_counts[k];
         async_sched_t *s = sched_new(w);
         atomic_int parking = 0, woken = 0, bad = 0;
-        io_pair_t *p = calloc((size_t)w, sizeof *p);
-        CHECK(p);
-        for (int i = 0; i < w; i++) {
-            p[i] = (io_pair_t){{-1, -1}, i, &parking, &woken, &bad};
-            CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, p[i].fd), 0);
-            CHECK_EQ(async_fiber_fd_open(s, p[i].fd[0]), 0);
-            CHECK_EQ(async_fiber_fd_open(s, p[i].fd[1]), 0);
-            CHECK(async_fiber_spawn(s, owned_reader, &p[i], 0));
-            CHECK(async_fiber_spawn(s, owned_writer, &p[i], 0));
-        }
+        io_pair_t *p = io_pairs_start(s, w, 1, owned_reader, owned_writer, &parking, &woken, &bad);
         wait_count(&parking, w, "readers done with their records");
         sched_wait_parked(s, (size_t)w);
         CHECK_EQ(atomic_load(&bad), 0);
@@ -596,14 +606,7 @@ CASE(many_workers_socket_echo) { // uring timeout=120
         int w = worker_counts[k];
         async_sched_t *s = io_sched_new(w);
         atomic_int unused = 0, clients_done = 0, bad = 0;
-        io_pair_t *p = calloc((size_t)w, sizeof *p);
-        CHECK(p);
-        for (int i = 0; i < w; i++) {
-            p[i] = (io_pair_t){{-1, -1}, i, &unused, &clients_done, &bad};
-            CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, p[i].fd), 0);
-            CHECK(async_fiber_spawn(s, echo_server, &p[i], 0));
-            CHECK(async_fiber_spawn(s, echo_client, &p[i], 0));
-        }
+        io_pair_t *p = io_pairs_start(s, w, 0, echo_server, echo_client, &unused, &clients_done, &bad);
         CHECK_EQ(async_sched_run(s), 0);
         CHECK_EQ(atomic_load(&bad), 0);
         CHECK_EQ(atomic_load(&clients_done), w);
