@@ -78,7 +78,7 @@ typedef struct {
     atomic_long pong_round;    /* rounds whose recv pong has called */
     atomic_int moved;          /* rounds in which ping moved off pong's thread */
     atomic_int cross;          /* rendezvous on a whose two fibers were on two threads */
-    atomic_int done; /* round trips checked by ping */
+    atomic_int done;           /* round trips checked by ping */
     atomic_int bad;
 } ho_pair_t;
 
@@ -254,11 +254,11 @@ enum { MX_PER = 300, PC_ITEMS = 200, PC_CAP = 4 };
 typedef struct {
     async_mutex_t *m;
     async_cond_t *not_full, *not_empty, *gate_cv;
-    long counter;             /* under m */
+    long counter;              /* under m */
     long buf[PC_CAP], head, n; /* under m */
-    long consumed, sum;       /* under m */
-    long total;               /* items to consume */
-    int gate_open;            /* under m */
+    long consumed, sum;        /* under m */
+    long total;                /* items to consume */
+    int gate_open;             /* under m */
     atomic_int through_gate, bad;
 } mc_t;
 
@@ -651,10 +651,10 @@ CASE(many_workers_socket_echo) { // uring timeout=120
 enum { SD_PER_WORKER = 4, SD_SPREAD_MS = 10000 };
 
 typedef struct {
-    async_chan_t *c;       /* nobody sends */
-    async_mutex_t *held;   /* held by the main thread */
+    async_chan_t *c;     /* nobody sends */
+    async_mutex_t *held; /* held by the main thread */
     async_mutex_t *m;
-    async_cond_t *cv;      /* nobody signals */
+    async_cond_t *cv;    /* nobody signals */
     int workers;
     double spread_until;
     thread_set_t parked_on; /* the threads the fibers made their last park from */
