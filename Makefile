@@ -25,7 +25,8 @@ PROGRESS := bash scripts/progress.sh
 # no "make[N]: Entering directory" lines from the Makefiles cmake generates
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all help deps configure build test test-go test-c test-asan test-cross test-install test-fuzz test-valgrind soak \
+.PHONY: all help deps configure build test test-go test-c test-asan test-cross test-install test-fuzz test-valgrind \
+	test-many-workers soak \
 	demo install uninstall bench clean
 
 all: build
@@ -43,6 +44,9 @@ help:
 	@echo "                with pkg-config, CMake find_package and by hand, shared and static"
 	@echo "  test-fuzz     a short fuzz run (FUZZTIME=10m FUZZ_KEEP=1 for a long one)"
 	@echo "  test-valgrind the fiber C tests under valgrind memcheck (not in make test)"
+	@echo "  test-many-workers"
+	@echo "                the fiber C tests with ASYNC_WORKERS=16, then 64, in $(BUILD)/"
+	@echo "                (BUILD=$(BUILD_SAN): the ASan build; not in make test)"
 	@echo "  soak          long stress with RSS and fd counts sampled (not in make test)"
 	@echo "  install       cmake --install to PREFIX (now $(PREFIX))"
 	@echo "  uninstall     remove what the last make install installed ($(BUILD)/install_manifest.txt)"
@@ -100,6 +104,15 @@ test-valgrind:
 		-DASYNC_GOFLAGS=-tags=valgrind >/dev/null
 	GOEXPERIMENT=nodwarf5 cmake --build $(BUILD_VG) -j$(JOBS)
 	ctest --test-dir $(BUILD_VG) $(CTEST_FLAGS) -L '^valgrind$$' -E '$(VG_EXCLUDE)'
+
+# The fiber C tests (ctest labels fiber_*) twice, with ASYNC_WORKERS=16 and
+# 64 (scripts/many_workers.sh), in $(BUILD), which is built first (and
+# configured as make build does if it is not configured yet). Not part of
+# make test; BUILD=$(BUILD_SAN) runs it on the ASan build.
+test-many-workers:
+	@[ -f $(BUILD)/CMakeCache.txt ] || $(MAKE) configure
+	@$(PROGRESS) build cmake --build $(BUILD) -j$(JOBS)
+	@$(PROGRESS) many-workers bash scripts/many_workers.sh $(BUILD)
 
 test-install: build
 	@echo "test-install: scripts/install_test.sh"

@@ -348,10 +348,12 @@ CASE(addr_space_spawn_race_child) // adversarial
     chs.gate = async_chan_create(0, sizeof(int));
     CHECK(chs.gate != NULL);
     as_set((rlim_t)vm_size_kb() * 1024 + ((rlim_t)64 << 20));
+    /* the spawner fiber first: once the threads spawn, the limit may be
+     * reached at any moment */
+    CHECK(async_fiber_spawn(chs.s, ch_spawner_fiber, NULL, 0) != NULL);
     pthread_t th[2];
     for (int i = 0; i < 2; i++)
         start_thread(&th[i], ch_spawner_thread, NULL);
-    CHECK(async_fiber_spawn(chs.s, ch_spawner_fiber, NULL, 0) != NULL);
     wait_count(&chs.nomem, 5000, "spawns refused at the limit");
     atomic_store(&chs.stop, 1);
     for (int i = 0; i < 2; i++)
