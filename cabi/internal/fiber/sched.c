@@ -386,10 +386,10 @@ static void fiber_finish(la_wk_t *w, la_fiber_t *f) {
     la_stack_win_exit(&f->stack, f->sp, s->page); /* the stack's commit so far */
 #endif
     la_stack_release(s, w, &f->stack);
-    if (f->scope) la_scope_fiber_exit(f); /* its stack is free: a scope join may return */
     LA_BUMP(w->n_finished);
     int joinable = (f->flags & ASYNC_FIBER_JOINABLE) != 0;
     if (!joinable) {
+        if (f->scope) la_scope_fiber_exit(f); /* its stack is free: a scope join may return */
         la_flist_del(f);
         la_fiber_release(f, w);
     } else {
@@ -405,6 +405,8 @@ static void fiber_finish(la_wk_t *w, la_fiber_t *f) {
                 la_waiter_signal(jw);
         }
         la_spin_unlock(&f->jlk);
+        /* after done: a join that a scope's join let through finds f done */
+        if (f->scope) la_scope_fiber_exit(f);
         /* The last touch: a joiner that sees DONE frees f. */
         atomic_store_explicit(&f->state, LA_FS_DONE, memory_order_release);
     }
