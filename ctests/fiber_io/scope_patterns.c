@@ -1,5 +1,6 @@
 /* The two patterns of docs/FIBERS.md "Cancellation and scopes", compiled
- * as written there: an echo connection with a paired idle timer that
+ * as written there (plus a line that counts the cancelled connections): an
+ * echo connection with a paired idle timer that
  * cancels it after IDLE_MS without input (and ends with it), and a server's
  * graceful stop (stop accepting, give in-flight requests a grace period,
  * then cancel the rest). Clients on plain threads over loopback TCP. */
