@@ -461,4 +461,63 @@ CASE(cancel_races_destroy) { // adversarial timeout=120
     }
 }
 
+#define BL_FIBERS 8
+static atomic_int bl_stop, bl_early, bl_rounds;
+static async_fiber_t *volatile bl_f[BL_FIBERS];
+
+typedef struct {
+    volatile int step; /* written by the blocking function, on the fiber's stack */
+} bl_job_t;
+
+static void bl_job(void *arg) {
+    bl_job_t *j = arg;
+    for (int i = 0; i < 50; i++) j->step = i + 1;
+    spin_us(20);
+    j->step = 100;
+}
+
+/* A park that a wake-up or a cancel ends, then a blocking call: the
+ * blocking function ran to its end when the call returns. */
+static void bl_fiber(void *arg) {
+    async_chan_recv((async_chan_t *)arg, NULL, 2);
+    bl_job_t j = {0};
+    if (async_fiber_blocking(bl_job, &j) == 0 && j.step != 100) atomic_fetch_add(&bl_early, 1);
+    atomic_fetch_add(&bl_rounds, 1);
+}
+
+static void *bl_waker(void *arg) {
+    async_chan_t *c = arg;
+    int v = 0;
+    while (!atomic_load(&bl_stop)) {
+        async_chan_try_send(c, &v);
+        for (int i = 0; i < BL_FIBERS; i++) async_fiber_cancel(bl_f[i]);
+    }
+    return NULL;
+}
+
+/* Cancels racing wake-ups of fibers whose next park is a blocking call,
+ * 300 rounds of 8 fresh fibers: a cancel aimed at the first park never
+ * ends the blocking one (its function would still use the fiber's
+ * stack). */
+CASE(cancel_races_blocking) { // adversarial timeout=120
+    async_sched_t *s = sched_new(16);
+    async_chan_t *c = async_chan_create(4, sizeof(int));
+    pthread_t th;
+    start_thread(&th, bl_waker, c);
+    for (int r = 0; r < 300; r++) {
+        async_fiber_t *f[BL_FIBERS];
+        for (int i = 0; i < BL_FIBERS; i++) {
+            CHECK((f[i] = async_fiber_spawn(s, bl_fiber, c, ASYNC_FIBER_JOINABLE)) != NULL);
+            bl_f[i] = f[i];
+        }
+        for (int i = 0; i < BL_FIBERS; i++) CHECK_EQ(async_fiber_join(f[i], BOUND_MS), 0);
+    }
+    atomic_store(&bl_stop, 1);
+    join_within(th, BOUND_MS, "waker");
+    CHECK_EQ(atomic_load(&bl_rounds), 300 * BL_FIBERS);
+    CHECK_EQ(atomic_load(&bl_early), 0);
+    async_chan_destroy(c);
+    async_sched_destroy(s);
+}
+
 TEST_MAIN()

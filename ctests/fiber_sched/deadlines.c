@@ -210,4 +210,55 @@ CASE(deadline_races_cancel) { // adversarial timeout=120
     async_sched_destroy(s);
 }
 
+#define DD_FIBERS 300
+typedef struct {
+    async_scope_t *outer, *inner;
+    int own_ms;
+    double t0, t;
+    int rc, err;
+} dd_t;
+static dd_t dd[DD_FIBERS];
+static async_chan_t *dd_c;
+
+static void dd_fiber(void *arg) {
+    dd_t *d = arg;
+    if (d->own_ms >= 0) CHECK_EQ(async_fiber_set_deadline(d->own_ms), 0);
+    d->rc = async_chan_recv(dd_c, NULL, -1);
+    d->err = async_last_error();
+    d->t = now_ms();
+}
+
+/* 300 fibers, each under an outer and an inner scope deadline and its own,
+ * all 0-3 ms apart: each receive ends once, with TIMEDOUT, never before the
+ * earliest of the three. */
+CASE(deadline_races_deadlines) { // uring adversarial timeout=120
+    async_sched_t *s = sched_new(16);
+    dd_c = async_chan_create(1, sizeof(int));
+    for (int i = 0; i < DD_FIBERS; i++) {
+        dd_t *d = &dd[i];
+        int a = i % 4, b = (i / 4) % 4, own = (i / 16) % 5 - 1;
+        d->t0 = now_ms();
+        d->outer = async_scope_create(s, NULL, a);
+        d->inner = async_scope_create(s, d->outer, b);
+        d->own_ms = own;
+        CHECK(d->outer && d->inner);
+        CHECK(async_scope_spawn(d->inner, dd_fiber, d, 0) != NULL);
+    }
+    CHECK_EQ(async_sched_run(s), 0);
+    for (int i = 0; i < DD_FIBERS; i++) {
+        dd_t *d = &dd[i];
+        int a = i % 4, b = (i / 4) % 4, own = (i / 16) % 5 - 1;
+        int first = a < b ? a : b;
+        if (own >= 0 && own < first) first = own;
+        CHECK_EQ(d->rc, -1);
+        CHECK_EQ(d->err, ASYNC_E_TIMEDOUT);
+        CHECK(d->t - d->t0 >= first - 1);
+        CHECK_EQ(async_scope_join(d->outer, 0), 0);
+        CHECK_EQ(async_scope_destroy(d->inner), 0);
+        CHECK_EQ(async_scope_destroy(d->outer), 0);
+    }
+    async_chan_destroy(dd_c);
+    async_sched_destroy(s);
+}
+
 TEST_MAIN()

@@ -302,4 +302,45 @@ CASE(scope_races_destroy) { // adversarial timeout=120
     }
 }
 
+/* ---- a cancel racing a growing tree ------------------------------------ */
+
+#define TREE_DEPTH 11
+static async_scope_t *tree_scope;
+static atomic_int tree_spawned, tree_ended_ok, tree_bad;
+
+static void tree_node(void *arg) {
+    uintptr_t depth = (uintptr_t)arg;
+    atomic_fetch_add(&tree_spawned, 1);
+    if (depth < TREE_DEPTH)
+        for (int i = 0; i < 2; i++)
+            if (!async_scope_spawn(tree_scope, tree_node, (void *)(depth + 1), 0)) atomic_fetch_add(&tree_bad, 1);
+    int rc = async_fiber_sleep(3600 * 1000);
+    if (rc == -1 && async_last_error() == ASYNC_E_CANCELLED)
+        atomic_fetch_add(&tree_ended_ok, 1);
+    else
+        atomic_fetch_add(&tree_bad, 1);
+}
+
+/* Fibers of a scope spawn two children each into it (4095 in all) while
+ * the scope is cancelled from a thread: the spawns made after the cancel
+ * start cancelled, the join sees every fiber returned, each cancelled. */
+CASE(scope_cancel_races_spawns) { // adversarial timeout=120
+    for (int round = 0; round < 5; round++) {
+        async_sched_t *s = sched_new(16);
+        atomic_store(&tree_spawned, 0);
+        atomic_store(&tree_ended_ok, 0);
+        tree_scope = async_scope_create(s, NULL, -1);
+        CHECK(async_scope_spawn(tree_scope, tree_node, (void *)(uintptr_t)1, 0) != NULL);
+        while (atomic_load(&tree_spawned) < 50 * (round + 1)) {
+        }
+        CHECK_EQ(async_scope_cancel(tree_scope), 0);
+        CHECK_EQ(async_scope_join(tree_scope, 60000), 0);
+        CHECK_EQ(atomic_load(&tree_spawned), (1 << TREE_DEPTH) - 1);
+        CHECK_EQ(atomic_load(&tree_ended_ok), (1 << TREE_DEPTH) - 1);
+        CHECK_EQ(atomic_load(&tree_bad), 0);
+        CHECK_EQ(async_scope_destroy(tree_scope), 0);
+        async_sched_destroy(s);
+    }
+}
+
 TEST_MAIN()
