@@ -109,7 +109,8 @@
  *    async_last_os_error, async_clear_error, async_set_log_handler and
  *    async_worker_current, which work as usual, async_fiber_current, which
  *    returns NULL (the child has no fibers, even when fork() was called on
- *    one), and async_fiber_yield (sched_yield). The child is known by the
+ *    one), async_fiber_cancelled, which returns 0, and async_fiber_yield
+ *    (sched_yield). The child is known by the
  *    library's pthread_atfork handler: a child made by _Fork() or a raw
  *    clone(2) runs none, is not known, and must not call libasync at all (as
  *    with any function that is not async-signal-safe in the child of a
@@ -1064,7 +1065,7 @@ int async_fiber_cancel(async_fiber_t *f);
 
 /* 1 if the calling fiber was cancelled (async_fiber_cancel, a scope's
  * cancel) or its scheduler is shutting down, else 0 (also on a plain
- * thread). A shield does not change the answer. Never fails; sets no
+ * thread and in a forked child). A shield does not change the answer. Never fails; sets no
  * error; never blocks or parks. */
 int async_fiber_cancelled(void);
 

@@ -107,6 +107,8 @@ int async_fiber_cancel(async_fiber_t *fh) {
 }
 
 int async_fiber_cancelled(void) {
+    /* in a child forked on a fiber: no fibers (as async_fiber_current) */
+    if (atomic_load_explicit(&la_forked, memory_order_relaxed)) return 0;
     la_fiber_t *f = la_current_fiber();
     if (!f) return 0;
     return (atomic_load(&f->ctl) & LA_CTL_CANCEL) || atomic_load(&f->s->shutdown);
