@@ -967,8 +967,9 @@ int async_sched_run(async_sched_t *s);
 int async_sched_shutdown(async_sched_t *s, int timeout_ms);
 
 /* Shuts s down (as async_sched_shutdown(s, -1): waits for every fiber to
- * return), stops the workers, frees the handles of unjoined joinable fibers
- * and every resource. In this order, also against calls racing it from
+ * return), stops the workers, frees the handles of unjoined joinable fibers,
+ * the scopes not destroyed yet (their handles become invalid) and every
+ * resource. In this order, also against calls racing it from
  * other threads or fibers: (1) s enters shutdown: from here spawns on s fail
  * with ASYNC_E_CANCELLED and parks of its fibers are cancelled; (2) every
  * fiber whose spawn returned a handle (before or during this call, from any
