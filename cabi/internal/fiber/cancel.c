@@ -63,6 +63,9 @@ uint64_t la_park_deadline(la_fiber_t *f, uint64_t deadline) {
 }
 
 void la_fiber_cancel_park(la_fiber_t *f, int shutdown) {
+    /* not parked: a park that begins later sees the request (stored before
+     * this load) */
+    if (atomic_load(&f->claim) != LA_W_WAITING) return;
     la_spin_lock(&f->clk);
     int z = LA_W_WAITING;
     if (atomic_load(&f->claim) == z) {
