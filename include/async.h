@@ -1428,7 +1428,9 @@ int async_fiber_close(async_fd_t fd);
  * wait for each other), jobs beyond 64 wait in FIFO order. Use
  * it for calls that would block a worker (file I/O, getaddrinfo, sleeping
  * locks). fn may use memory on the fiber's stack. This park is NOT cancelled
- * by async_sched_shutdown: the fiber always waits for fn. On a plain thread
+ * by async_sched_shutdown, async_fiber_cancel, a scope's cancel or a
+ * deadline: the fiber always waits for fn, and the call returns 0 (a cancel
+ * takes effect at the fiber's next park). On a plain thread
  * (a pool thread included: nested calls) fn runs inline. fn runs on a plain
  * thread (async_fiber_current() is NULL there; the fiber calls block it as
  * on any plain thread), except for the waits that could only end after fn
