@@ -277,14 +277,16 @@ void la_fiber_wake(la_fiber_t *f);
 void la_park_commit(la_fiber_t *f);
 int la_park_prepare(la_fiber_t *f, int kind);
 /* cancel.c: the slow path of la_park_prepare (ctl set, s shutting down, or
- * a kind other than NORMAL); the deadline a park of f with its own deadline
- * (0: none) waits until (dl, unless shielded); ends f's current park with
- * LA_W_CANCELLED if its kind allows (shutdown: 1 for the scheduler's). */
+ * a kind other than NORMAL). */
 int la_park_prepare_slow(la_fiber_t *f, int kind);
 /* Ends a park f published (claim WAITING) before it registered anywhere:
  * f runs on; returns rc. */
 int la_park_back_out(la_fiber_t *f, int rc);
+/* What the current park of f (DEADLINE set) waits until: for a NORMAL park
+ * the earlier of the call's deadline (0: none) and f->dl, else the call's. */
 uint64_t la_park_deadline(la_fiber_t *f, uint64_t deadline);
+/* Ends f's current park with LA_W_CANCELLED if its kind allows (shutdown:
+ * 1 for the scheduler's, which ends SHIELDED parks too). */
 void la_fiber_cancel_park(la_fiber_t *f, int shutdown);
 /* Sets f's cancel bit, then ends its current park (f kept alive by the
  * caller). */
