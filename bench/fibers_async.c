@@ -7,6 +7,7 @@
  *        fibers_async spawn    workers total batch
  *        fibers_async pingpong workers round_trips [timeout_ms=-1]
  *        fibers_async parked   workers fibers stack_kb
+ *        fibers_async cancel   workers fibers scopes
  *
  *   yield:    `fibers` fibers each call async_fiber_yield() yields_per_fiber
  *             times; ns_per_yield = time from the first fiber's start to the
@@ -23,6 +24,13 @@
  *             VmRSS once all are parked minus VmRSS before / fibers. Closing
  *             the channel then wakes them all (each recv must fail with
  *             ASYNC_E_CLOSED).
+ *   cancel:   `fibers` fibers spread over `scopes` nested scopes (each inside
+ *             the one before), half parked in async_chan_recv on one
+ *             rendezvous channel, half in an hour's async_fiber_sleep; once
+ *             all are parked, one async_scope_cancel of the outermost scope
+ *             and async_scope_join of it: cancel_ms = time from the cancel
+ *             until the join returned (every fiber returned, each with
+ *             ASYNC_E_CANCELLED).
  */
 #include "bench.h"
 
@@ -245,9 +253,46 @@ static void bench_parked(int workers, long stack_kb) {
     async_chan_destroy(ch_a);
 }
 
+/* ---------------------------------------------------------------- cancel */
+static void cancelled_parker(void *arg) {
+    (void)arg;
+    uint64_t x;
+    int rc = (uintptr_t)arg % 2 ? async_fiber_sleep(3600u * 1000u) : async_chan_recv(ch_a, &x, -1);
+    if (rc == 0) return fail_later("a park outlived the cancel");
+    if (async_last_error() != ASYNC_E_CANCELLED) return fail_later("a park ended otherwise than cancelled");
+    atomic_fetch_add_explicit(&counted, 1, memory_order_relaxed);
+}
+
+static void bench_cancel(int workers, int nscopes) {
+    ch_a = async_chan_create(0, sizeof(uint64_t));
+    async_scope_t *sc[64];
+    if (!ch_a || nscopes < 1 || nscopes > 64) FAIL("bad arguments or async_chan_create");
+    for (int i = 0; i < nscopes; i++)
+        if (!(sc[i] = async_scope_create(sched, i ? sc[i - 1] : NULL, -1))) FAIL("async_scope_create");
+    for (long i = 0; i < n_fibers; i++)
+        if (!async_scope_spawn(sc[i % nscopes], cancelled_parker, (void *)(uintptr_t)i, 0)) FAIL("async_scope_spawn");
+    async_sched_stats_t st;
+    for (int i = 0;; i++) {
+        async_sched_get_stats(sched, &st, NULL, 0);
+        if (st.fibers_parked == (size_t)n_fibers) break;
+        if (i > 6000) FAIL("only %zu of %ld fibers parked after 60 s", st.fibers_parked, n_fibers);
+        sleep_us(10000);
+    }
+    uint64_t t0 = now_ns();
+    if (async_scope_cancel(sc[0]) != 0) FAIL("async_scope_cancel");
+    if (async_scope_join(sc[0], 60000) != 0) FAIL("async_scope_join: %s", async_strerror(async_last_error()));
+    double ns = (double)(now_ns() - t0);
+    if (atomic_load(&failed)) FAIL("%s", fail_msg);
+    if (atomic_load(&counted) != n_fibers) FAIL("%ld of %ld fibers were cancelled", atomic_load(&counted), n_fibers);
+    printf("ok=1 workers=%d fibers=%ld scopes=%d cancel_ms=%.3f ns_per_fiber=%.1f\n", workers, n_fibers, nscopes,
+           ns / 1e6, ns / (double)n_fibers);
+    for (int i = nscopes - 1; i >= 0; i--) async_scope_destroy(sc[i]);
+    async_chan_destroy(ch_a);
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: fibers_async yield|spawn|pingpong|parked workers ...\n");
+        fprintf(stderr, "usage: fibers_async yield|spawn|pingpong|parked|cancel workers ...\n");
         return 2;
     }
     const char *mode = argv[1];
@@ -272,6 +317,11 @@ int main(int argc, char **argv) {
         long kb = arg_long(argc, argv, 4, 16);
         sched = make_sched(workers, (size_t)kb * 1024);
         bench_parked(workers, kb);
+    } else if (!strcmp(mode, "cancel")) {
+        n_fibers = arg_long(argc, argv, 3, 10000);
+        int nscopes = (int)arg_long(argc, argv, 4, 10);
+        sched = make_sched(workers, 16 * 1024);
+        bench_cancel(workers, nscopes);
     } else {
         fprintf(stderr, "unknown mode %s\n", mode);
         return 2;

@@ -136,6 +136,8 @@ BENCHES=(
   "fiber_pingpong_2w go2 go_fibers pingpong 2 $(n 200000)"
   "fiber_parked libasync fibers_async parked 1 $(n 100000) 16"
   "fiber_parked go1 go_fibers parked 1 $(n 100000)"
+  "fiber_cancel_scope libasync fibers_async cancel 1 $(n 10000) 10"
+  "fiber_cancel_scope_2w libasync fibers_async cancel 2 $(n 10000) 10"
   "echo_1k libasync tcp_client $(n 1000) 30 64 echo_async 1"
   "echo_1k epoll tcp_client $(n 1000) 30 64 echo_epoll"
   "echo_1k libuv tcp_client $(n 1000) 30 64 echo_uv"

@@ -109,7 +109,8 @@
  *    async_last_os_error, async_clear_error, async_set_log_handler and
  *    async_worker_current, which work as usual, async_fiber_current, which
  *    returns NULL (the child has no fibers, even when fork() was called on
- *    one), and async_fiber_yield (sched_yield). The child is known by the
+ *    one), async_fiber_cancelled, which returns 0, and async_fiber_yield
+ *    (sched_yield). The child is known by the
  *    library's pthread_atfork handler: a child made by _Fork() or a raw
  *    clone(2) runs none, is not known, and must not call libasync at all (as
  *    with any function that is not async-signal-safe in the child of a
@@ -966,8 +967,9 @@ int async_sched_run(async_sched_t *s);
 int async_sched_shutdown(async_sched_t *s, int timeout_ms);
 
 /* Shuts s down (as async_sched_shutdown(s, -1): waits for every fiber to
- * return), stops the workers, frees the handles of unjoined joinable fibers
- * and every resource. In this order, also against calls racing it from
+ * return), stops the workers, frees the handles of unjoined joinable fibers,
+ * the scopes not destroyed yet (their handles become invalid) and every
+ * resource. In this order, also against calls racing it from
  * other threads or fibers: (1) s enters shutdown: from here spawns on s fail
  * with ASYNC_E_CANCELLED and parks of its fibers are cancelled; (2) every
  * fiber whose spawn returned a handle (before or during this call, from any
@@ -1022,13 +1024,107 @@ int async_fiber_join(async_fiber_t *f, int timeout_ms);
  * thread (and in a forked child) it calls sched_yield(). Never fails. */
 void async_fiber_yield(void);
 
-/* Sleeps at least ms milliseconds. 0 or -1 with ASYNC_E_CANCELLED.
- * Thread-safe; parks. */
+/* Sleeps at least ms milliseconds. 0 or -1 with ASYNC_E_CANCELLED, or
+ * ASYNC_E_TIMEDOUT when the fiber's deadline (async_fiber_set_deadline, its
+ * scope's) comes first. Thread-safe; parks. */
 int async_fiber_sleep(uint64_t ms);
 
 /* The calling fiber, or NULL on a plain thread (and in a child process
  * forked on a fiber: the child has no fibers). Never fails; sets no error. */
 async_fiber_t *async_fiber_current(void);
+
+/* ---- Cancellation, scopes and deadlines (docs/FIBERS.md "Cancellation and scopes") ----
+ *
+ * A cancelled fiber's parked call and every later call of it that has to
+ * park fail with ASYNC_E_CANCELLED (each call once; the request stays),
+ * exactly as after async_sched_shutdown (see "Once async_sched_shutdown()
+ * was called" above: a call that completes without waiting still completes,
+ * async_fiber_sleep always fails). A call that completed before the cancel
+ * reached it keeps its result: a channel or queue element is either
+ * delivered (the call succeeded) or stays with the sender (the call failed);
+ * a fiber read or write cut short reports what it transferred as a timeout
+ * does (async_fiber_write: the stream is then unusable, see there).
+ * async_fiber_blocking is never interrupted: its function runs to the end
+ * and the call returns 0; the cancel takes effect at the next park. Plain
+ * threads' waits are never cancelled by these calls.
+ * A deadline makes every parking call that begins after it fail with
+ * ASYNC_E_TIMEDOUT, and bounds every parking call in progress (a call with
+ * its own earlier timeout keeps that). A fiber's deadline is the earliest of
+ * its own (async_fiber_set_deadline) and its scope's.
+ * A scope groups fibers (async_scope_spawn); scopes nest. Cancelling a
+ * scope cancels every fiber in it and in every scope below it, and every
+ * fiber spawned into any of them later. Fibers spawned with
+ * async_fiber_spawn (also from a fiber of a scope) belong to no scope. */
+typedef struct async_scope_s async_scope_t;
+
+/* Cancels fiber f (see above). Idempotent; a fiber that already returned is
+ * not affected (0). Safe against f returning, being joined, being woken or
+ * moving to another worker concurrently. Errors: ASYNC_E_BADHANDLE.
+ * Thread-safe (any thread or fiber, f itself included); never blocks or
+ * parks. */
+int async_fiber_cancel(async_fiber_t *f);
+
+/* 1 if the calling fiber was cancelled (async_fiber_cancel, a scope's
+ * cancel) or its scheduler is shutting down, else 0 (also on a plain
+ * thread and in a forked child). A shield does not change the answer. Never fails; sets no
+ * error; never blocks or parks. */
+int async_fiber_cancelled(void);
+
+/* Shields the calling fiber from cancellation until the matching
+ * async_fiber_shield_end (they nest): meanwhile its parks are not ended by
+ * async_fiber_cancel, a scope's cancel or a deadline (the call's own
+ * timeout still applies; async_sched_shutdown still cancels them), so a
+ * short cleanup can still wait. A cancel that arrives meanwhile takes
+ * effect at the first park after the last shield_end. Errors:
+ * ASYNC_E_STATE (not on a fiber; _end without a _begin), ASYNC_E_INVAL
+ * (nesting deeper than INT32_MAX). Never blocks or parks. */
+int async_fiber_shield_begin(void);
+int async_fiber_shield_end(void);
+
+/* Sets the calling fiber's own deadline to timeout_ms from now (-1: none,
+ * which leaves only its scope's). Replaces an earlier one. Errors:
+ * ASYNC_E_STATE (not on a fiber), ASYNC_E_INVAL (timeout_ms < -1). Never
+ * blocks or parks. */
+int async_fiber_set_deadline(int timeout_ms);
+
+/* Creates a scope of scheduler s, inside parent (NULL: at the top). Its
+ * deadline is timeout_ms from now (-1: none), or the parent's when that is
+ * earlier; it is fixed for the scope's life. A scope created inside a
+ * cancelled one starts cancelled. Errors: ASYNC_E_BADHANDLE (s or parent),
+ * ASYNC_E_INVAL (parent of another scheduler, timeout_ms < -1),
+ * ASYNC_E_NOMEM. Thread-safe; never blocks or parks. */
+async_scope_t *async_scope_create(async_sched_t *s, async_scope_t *parent, int timeout_ms);
+
+/* async_fiber_spawn on the scope's scheduler, the fiber in scope sc: it
+ * takes sc's deadline, and starts cancelled if sc was cancelled (it runs,
+ * its first park fails). Errors: those of async_fiber_spawn, and
+ * ASYNC_E_BADHANDLE (sc). Thread-safe; never blocks or parks. */
+async_fiber_t *async_scope_spawn(async_scope_t *sc, void (*fn)(void *), void *arg, unsigned flags);
+
+/* Cancels every fiber of sc and of every scope below it, and those spawned
+ * into them later (see above). Returns at once: join to wait. Idempotent.
+ * Errors: ASYNC_E_BADHANDLE. Thread-safe; never parks (it takes a lock
+ * the scheduler's scopes share while it walks them). */
+int async_scope_cancel(async_scope_t *sc);
+
+/* Waits up to timeout_ms (-1: for ever, 0: a look) until every fiber of sc
+ * and of every scope below it has returned (joinable ones still need
+ * async_fiber_join to free their handles); then none of them runs any more.
+ * The wait is not ended by a cancel of the calling fiber, its deadline or
+ * its scheduler's shutdown, only by its own timeout, so a parent can always
+ * wait for its children before it frees what they use. Several joins may
+ * wait at once. Errors: ASYNC_E_BADHANDLE, ASYNC_E_INVAL (timeout_ms < -1),
+ * ASYNC_E_TIMEDOUT (fibers still run), ASYNC_E_STATE (the calling fiber is
+ * in sc or below, also in a function async_fiber_blocking runs for such a
+ * fiber: it would wait for itself). Thread-safe; parks. */
+int async_scope_join(async_scope_t *sc, int timeout_ms);
+
+/* Frees scope sc; its handle becomes invalid. Only an empty scope goes:
+ * cancel and join first. async_sched_destroy frees the scopes left. Errors:
+ * ASYNC_E_BADHANDLE, ASYNC_E_BUSY (a fiber of sc or below has not returned,
+ * or a scope inside sc is not destroyed). Thread-safe; never blocks or
+ * parks. */
+int async_scope_destroy(async_scope_t *sc);
 
 /* ---- Fiber debugging: names, dumps, the stall detector (docs/DEBUGGING.md) ---- */
 
@@ -1332,7 +1428,9 @@ int async_fiber_close(async_fd_t fd);
  * wait for each other), jobs beyond 64 wait in FIFO order. Use
  * it for calls that would block a worker (file I/O, getaddrinfo, sleeping
  * locks). fn may use memory on the fiber's stack. This park is NOT cancelled
- * by async_sched_shutdown: the fiber always waits for fn. On a plain thread
+ * by async_sched_shutdown, async_fiber_cancel, a scope's cancel or a
+ * deadline: the fiber always waits for fn, and the call returns 0 (a cancel
+ * takes effect at the fiber's next park). On a plain thread
  * (a pool thread included: nested calls) fn runs inline. fn runs on a plain
  * thread (async_fiber_current() is NULL there; the fiber calls block it as
  * on any plain thread), except for the waits that could only end after fn

@@ -332,6 +332,11 @@ static void fb_child(int round)
     CHILD_FORKED(30, async_fiber_read(p[0], &x, 1, -1) == -1);
     CHILD_FORKED(31, async_fiber_blocking(nop_fiber, NULL) == -1);
     CHILD_FORKED(32, async_chan_create(1, 1) == NULL);
+    CHILD_FORKED(37, async_scope_create(fb.s, NULL, -1) == NULL);
+    CHILD_FORKED(38, async_fiber_cancel(NULL) == -1);
+    CHILD_FORKED(39, async_fiber_shield_begin() == -1);
+    CHILD_FORKED(40, async_fiber_set_deadline(10) == -1);
+    CHILD_CHECK(41, async_fiber_cancelled() == 0);
     async_clear_error();
     async_sched_destroy(fb.s); /* void: must return at once, touching nothing */
     CHILD_CHECK(33, async_last_error() == ASYNC_E_FORKED);

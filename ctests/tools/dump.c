@@ -265,6 +265,31 @@ static void *signal_thread(void *arg) {
     return NULL;
 }
 
+static async_scope_t *djoin_scope;
+static void d_scoper(void *arg) {
+    (void)arg;
+    async_fiber_set_name(NULL, "scoper");
+    CHECK_EQ(async_scope_join(djoin_scope, -1), 0);
+}
+
+/* A fiber in async_scope_join shows the scope's handle. */
+CASE(dump_scope_join) {
+    async_sched_t *s = sched_new(2);
+    djoin_scope = async_scope_create(s, NULL, -1);
+    CHECK(djoin_scope);
+    CHECK(async_scope_spawn(djoin_scope, d_sleeper, NULL, 0));
+    CHECK(async_fiber_spawn(s, d_scoper, NULL, 0));
+    wait_counts(s, 2, 0);
+    int n = -1;
+    char *d = dump_str(s, &n);
+    char want[128];
+    snprintf(want, sizeof want, "parked: scope join 0x%llx, for ", (unsigned long long)(uintptr_t)djoin_scope);
+    expect_line(d, "scoper", want);
+    free(d);
+    CHECK_EQ(async_sched_shutdown(s, 10000), 0); /* the sleeper is cancelled, the join returns */
+    async_sched_destroy(s);
+}
+
 CASE(dump_churn) { // timeout=120
     null_fd = open("/dev/null", O_WRONLY);
     CHECK(null_fd >= 0);

@@ -25,6 +25,7 @@ WAITS = {
     7: "blocking call",
     8: "queue read",
     9: "queue write",
+    10: "scope join",
 }
 LA_FS_RUNNING = 2
 LA_FS_DONE = 6
@@ -63,7 +64,7 @@ def _wait(f):
     w = WAITS.get(what, "?")
     if what == 2:
         w += " of fiber %d" % obj
-    elif what in (3, 4, 8, 9):
+    elif what in (3, 4, 8, 9, 10):
         w += " 0x%x" % obj
     elif what == 5:
         w += " of %d" % obj

@@ -33,6 +33,7 @@
 static inline uint32_t la_handle_idx(uint64_t h) { return (uint32_t)h & LA_IDX_MASK; }
 enum { LA_T_QUEUE = 1, LA_T_WORKER = 2, LA_T_RUNTIME = 3, LA_T_SCHED = 4, LA_T_FIBER = 5, LA_T_CHAN = 6 };
 enum { LA_T_MUTEX = 7, LA_T_COND = 8 }; /* fiber mutexes and condition variables (fiber/sync.c) */
+enum { LA_T_SCOPE = 9 };                 /* fiber scopes (fiber/scope.c) */
 
 typedef struct {
     _Atomic uint64_t tag;  /* the live handle value, 0 when free */

@@ -69,6 +69,7 @@ static void sched_free(la_sched_t *s) {
     pthread_mutex_destroy(&s->tmu);
     pthread_mutex_destroy(&s->fmu);
     pthread_cond_destroy(&s->fcv);
+    pthread_mutex_destroy(&s->scmu);
 #if defined(_WIN32)
     _aligned_free(s->wks);
 #else
@@ -113,6 +114,7 @@ async_sched_t *async_sched_create(const async_sched_config_t *cfg) {
     pthread_mutex_init(&s->tmu, NULL);
     pthread_mutex_init(&s->fmu, NULL);
     la_cond_init_mono(&s->fcv);
+    pthread_mutex_init(&s->scmu, NULL);
     atomic_store(&s->next_deadline, UINT64_MAX);
 #if defined(_WIN32) /* no aligned_alloc in msvcrt */
     s->wks = _aligned_malloc(sizeof(la_wk_t) * (size_t)nw, 64);
@@ -235,11 +237,7 @@ static void cancel_all(la_sched_t *s) {
     for (int i = 0; i <= s->nw; i++) {
         la_flist_t *l = la_flist_at(s, i);
         la_spin_lock(&l->lk);
-        for (la_fiber_t *f = l->head; f; f = f->all_next) {
-            int z = LA_W_WAITING;
-            if (atomic_load(&f->claim) != z || atomic_load(&f->park_kind) == LA_PK_BLOCKING) continue;
-            if (atomic_compare_exchange_strong(&f->claim, &z, LA_W_CANCELLED)) la_fiber_wake(f);
-        }
+        for (la_fiber_t *f = l->head; f; f = f->all_next) la_fiber_cancel_park(f, 1);
         la_spin_unlock(&l->lk);
     }
 }
@@ -293,6 +291,7 @@ void async_sched_destroy(async_sched_t *sh) {
     la_handle_free(s->handle, LA_T_SCHED);
     la_sched_put(s);
     while (atomic_load(&s->refs) != 0) sched_yield();
+    la_scopes_free(s); /* every fiber returned, every call on s left */
     la_tools_sched_gone(s);
     stop_workers(s, s->nw);
     /* Joinable fibers nobody joined, and the workers' caches. */
@@ -373,6 +372,10 @@ int async_sched_get_stats(async_sched_t *sh, async_sched_stats_t *out, async_sch
 
 async_fiber_t *async_fiber_spawn(async_sched_t *sh, void (*fn)(void *), void *arg, unsigned flags) {
     LA_ENTRY(NULL);
+    return la_fiber_spawn_in(sh, 0, fn, arg, flags);
+}
+
+async_fiber_t *la_fiber_spawn_in(async_sched_t *sh, uint64_t scope, void (*fn)(void *), void *arg, unsigned flags) {
     if (!fn || (flags & ~(unsigned)ASYNC_FIBER_JOINABLE)) {
         la_set_error(ASYNC_E_INVAL);
         return NULL;
@@ -398,6 +401,11 @@ async_fiber_t *async_fiber_spawn(async_sched_t *sh, void (*fn)(void *), void *ar
         rc = ASYNC_E_CANCELLED;
     else
         f = la_fiber_new(s, w, &rc);
+    if (f && scope && (rc = la_scope_enter(s, scope, f)) != 0) {
+        la_stack_release(s, w, &f->stack);
+        la_fiber_release(f, w);
+        f = NULL;
+    }
     if (!f) {
         if (!w) {
             la_live_drop(s, 1);
@@ -472,16 +480,24 @@ int async_fiber_sleep(uint64_t ms) {
         return 0;
     }
     la_fiber_note(f, LA_WAIT_SLEEP, deadline);
-    if (la_park_prepare(f, LA_PK_NORMAL) != 0) {
-        la_set_error(ASYNC_E_CANCELLED);
+    int rc = la_park_prepare(f, LA_PK_NORMAL);
+    if (rc != 0) {
+        la_set_error(rc);
         return -1;
     }
-    la_timer_add(f->s, f, deadline);
+    /* the fiber's deadline, when earlier, ends the sleep with TIMEDOUT */
+    uint64_t until = deadline;
+    if (atomic_load_explicit(&f->ctl, memory_order_relaxed) & LA_CTL_DEADLINE) until = la_park_deadline(f, deadline);
+    la_timer_add(f->s, f, until);
     la_park_commit(f);
     int r = atomic_load(&f->claim);
     if (r != LA_W_TIMEDOUT) {
         la_timer_del(f->s, f);
         la_set_error(la_reason_err(r));
+        return -1;
+    }
+    if (until < deadline) {
+        la_set_error(ASYNC_E_TIMEDOUT);
         return -1;
     }
     return 0;

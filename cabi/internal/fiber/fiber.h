@@ -69,14 +69,24 @@ enum {
     LA_W_WAITING = 0,
     LA_W_READY = 1,     /* the awaited thing happened */
     LA_W_TIMEDOUT = 2,
-    LA_W_CANCELLED = 3, /* scheduler shutdown */
+    LA_W_CANCELLED = 3, /* scheduler shutdown, async_fiber_cancel, a scope's cancel */
     LA_W_CLOSED = 4,    /* channel closed / object destroyed */
     LA_W_STOPPED = 5,   /* async_worker_signal_stop of the waiting worker (la_wpark_t) */
     LA_W_IDLE = -1      /* not parked (initial value) */
 };
 
-/* park kinds: which waits shutdown may cancel */
-enum { LA_PK_NORMAL = 0, LA_PK_BLOCKING = 1 };
+/* park kinds: which cancellations end a park. NORMAL: every one (shutdown,
+ * the fiber's own cancel, its deadline); SHIELDED (a NORMAL park inside
+ * async_fiber_shield_begin/_end): shutdown only; BLOCKING (the blocking
+ * pool, a scope join, an io_uring op's wait for its CQE): none. A park of a
+ * kind other than NORMAL sets kind and claim under the fiber's clk, which a
+ * canceller holds from its look at the kind to its wake-up (cancel.c). */
+enum { LA_PK_NORMAL = 0, LA_PK_BLOCKING = 1, LA_PK_SHIELDED = 2 };
+
+/* bits of la_fiber.ctl: any set sends la_park_prepare to its slow path.
+ * CANCEL is set by cancellers (sticky); DEADLINE and SHIELD by the fiber
+ * itself (DEADLINE: dl holds an effective deadline; SHIELD: shield > 0). */
+enum { LA_CTL_CANCEL = 1, LA_CTL_DEADLINE = 2, LA_CTL_SHIELD = 4 };
 
 typedef struct la_sched la_sched_t;
 typedef struct la_wk la_wk_t;
@@ -116,6 +126,7 @@ struct la_fiber {
     _Atomic int state;
     _Atomic int claim;
     _Atomic int park_kind;
+    _Atomic int ctl; /* LA_CTL_* */
     la_sched_t *s;
     la_wk_t *wk; /* the worker it last ran on */
     uint64_t id;
@@ -151,6 +162,17 @@ struct la_fiber {
     /* (async_fiber_set_name, async_sched_dump, gdb): written and read
      * under home->lk */
     char name[32]; /* ASYNC_FIBER_NAME_MAX, NUL-terminated */
+    /* cancellation and deadlines (cancel.c, scope.c): clk orders a
+     * canceller's look at park_kind and its CAS of claim against a park of
+     * another kind; shield, dl and odl are the fiber's own. dl: effective
+     * deadline (min of odl and the scope's, 0: none); scope and sc_prev /
+     * sc_next (its place in the scope's list) change under the scheduler's
+     * scmu. */
+    la_spin_t clk;
+    int shield;
+    uint64_t dl, odl;
+    struct la_scope *scope;
+    la_fiber_t *sc_prev, *sc_next;
 };
 
 /* ---- worker parking (waiters.c) -------------------------------------------- */
@@ -188,6 +210,7 @@ enum {
     LA_WAIT_BLOCKING,  /* obj: the function's address */
     LA_WAIT_QUEUE_READ,  /* obj: queue handle */
     LA_WAIT_QUEUE_WRITE, /* obj: queue handle */
+    LA_WAIT_SCOPE,       /* obj: scope handle (async_scope_join) */
     LA_WAIT_KINDS
 };
 
@@ -253,6 +276,33 @@ void la_fiber_wake(la_fiber_t *f);
 /* Park the current fiber (after la_park_prepare + registration). */
 void la_park_commit(la_fiber_t *f);
 int la_park_prepare(la_fiber_t *f, int kind);
+/* cancel.c: the slow path of la_park_prepare (ctl set, s shutting down, or
+ * a kind other than NORMAL). */
+int la_park_prepare_slow(la_fiber_t *f, int kind);
+/* Ends a park f published (claim WAITING) before it registered anywhere:
+ * f runs on; returns rc. */
+int la_park_back_out(la_fiber_t *f, int rc);
+/* What the current park of f (DEADLINE set) waits until: for a NORMAL park
+ * the earlier of the call's deadline (0: none) and f->dl, else the call's. */
+uint64_t la_park_deadline(la_fiber_t *f, uint64_t deadline);
+/* Ends f's current park with LA_W_CANCELLED if its kind allows (shutdown:
+ * 1 for the scheduler's, which ends SHIELDED parks too). */
+void la_fiber_cancel_park(la_fiber_t *f, int shutdown);
+/* Sets f's cancel bit, then ends its current park (f kept alive by the
+ * caller). */
+void la_fiber_cancel(la_fiber_t *f);
+/* Recomputes f->dl (and its ctl bit) from its own deadline and its scope's:
+ * by f itself, or before f runs. */
+void la_fiber_deadline_update(la_fiber_t *f);
+/* scope.c: a fiber of a scope returned (the worker loop, before its record
+ * is released or marked done); the scheduler's scopes at its destroy. */
+void la_scope_fiber_exit(la_fiber_t *f);
+void la_scopes_free(la_sched_t *s);
+/* scope.c: a scope's effective deadline (fixed at its creation; 0: none) */
+uint64_t la_scope_deadline(const struct la_scope *sc);
+/* scope.c, for async_scope_spawn: puts the new fiber f (not yet runnable)
+ * into the scope behind handle h on s; 0 or an async_err_t. */
+int la_scope_enter(la_sched_t *s, uint64_t h, la_fiber_t *f);
 /* timers */
 void la_timer_add(la_sched_t *s, la_fiber_t *f, uint64_t deadline);
 void la_timer_del(la_sched_t *s, la_fiber_t *f);

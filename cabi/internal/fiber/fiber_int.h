@@ -121,6 +121,10 @@ struct la_sched {
      * poller) and its one-reader-one-writer bits per fd */
     la_uring_t *uring;
     struct la_ubusy *ubusy;
+    /* scope.c: the scope tree (children, fiber lists, joiners) and the list
+     * of s's scopes, under scmu */
+    pthread_mutex_t scmu;
+    struct la_scope *scopes;
 };
 
 la_sched_t *la_sched_get(async_sched_t *h);
@@ -135,6 +139,9 @@ size_t la_stackpool_stack_size(la_stackpool_t *p);
  * the live count) and sched.c (the poller kick, readying, switching out, the
  * worker thread) */
 la_fiber_t *la_fiber_new(la_sched_t *s, la_wk_t *w, int *rc);
+/* async_fiber_spawn, into the scope behind handle scope when not 0
+ * (async_scope_spawn) */
+async_fiber_t *la_fiber_spawn_in(async_sched_t *sh, uint64_t scope, void (*fn)(void *), void *arg, unsigned flags);
 void la_fiber_release(la_fiber_t *f, la_wk_t *w);
 void la_flist_add(la_flist_t *l, la_fiber_t *f);
 la_flist_t *la_flist_at(la_sched_t *s, int i);

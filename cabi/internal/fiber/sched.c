@@ -322,20 +322,20 @@ void la_fiber_wake(la_fiber_t *f) { fiber_wake_q(f, 1); }
 /* ---- parking ------------------------------------------------------------------- */
 
 int la_park_prepare(la_fiber_t *f, int kind) {
+    /* Parks of another kind, and a fiber with a cancel, a deadline or a
+     * shield: cancel.c. */
+    if (kind != LA_PK_NORMAL || atomic_load_explicit(&f->ctl, memory_order_relaxed))
+        return la_park_prepare_slow(f, kind);
     /* Wakers find f only through structures it registers in after this
-     * (under their locks), except cancel_all, which finds it in its list: the
-     * seq_cst store of claim publishes kind and state to whoever reads claim
-     * == WAITING, and orders it before the load of shutdown (cancel_all
-     * stores shutdown before it reads claim): one of the two sees the other. */
+     * (under their locks), except the cancellers, which find it by its
+     * handle, its scope or its scheduler's lists: the seq_cst store of claim
+     * publishes kind and state to whoever reads claim == WAITING, and orders
+     * it before the loads of ctl and shutdown (a canceller stores those
+     * before it reads claim): one of the two sees the other. */
     atomic_store_explicit(&f->park_kind, kind, memory_order_relaxed);
     atomic_store_explicit(&f->state, LA_FS_PARKING, memory_order_relaxed);
     atomic_store(&f->claim, LA_W_WAITING);
-    if (kind != LA_PK_BLOCKING && atomic_load(&f->s->shutdown)) {
-        atomic_store(&f->claim, LA_W_IDLE);
-        atomic_store(&f->state, LA_FS_RUNNING);
-        atomic_store_explicit(&f->wait_what, LA_WAIT_NONE, memory_order_relaxed);
-        return ASYNC_E_CANCELLED;
-    }
+    if (atomic_load(&f->ctl) | atomic_load(&f->s->shutdown)) return la_park_back_out(f, ASYNC_E_CANCELLED);
     return 0;
 }
 
@@ -389,6 +389,7 @@ static void fiber_finish(la_wk_t *w, la_fiber_t *f) {
     LA_BUMP(w->n_finished);
     int joinable = (f->flags & ASYNC_FIBER_JOINABLE) != 0;
     if (!joinable) {
+        if (f->scope) la_scope_fiber_exit(f); /* its stack is free: a scope join may return */
         la_flist_del(f);
         la_fiber_release(f, w);
     } else {
@@ -404,6 +405,8 @@ static void fiber_finish(la_wk_t *w, la_fiber_t *f) {
                 la_waiter_signal(jw);
         }
         la_spin_unlock(&f->jlk);
+        /* after done: a join that a scope's join let through finds f done */
+        if (f->scope) la_scope_fiber_exit(f);
         /* The last touch: a joiner that sees DONE frees f. */
         atomic_store_explicit(&f->state, LA_FS_DONE, memory_order_release);
     }

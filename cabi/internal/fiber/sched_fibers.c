@@ -143,6 +143,11 @@ la_fiber_t *la_fiber_new(la_sched_t *s, la_wk_t *w, int *rc) {
         atomic_store_explicit(&f->park_kind, 0, memory_order_relaxed);
         f->joiner = NULL;
         f->wk = NULL;
+        /* cancellation and deadlines (cancel.c) */
+        atomic_store_explicit(&f->ctl, 0, memory_order_relaxed);
+        f->clk = (la_spin_t){0};
+        f->shield = 0;
+        f->dl = f->odl = 0;
         f->name[0] = 0;
         atomic_store_explicit(&f->wait_what, LA_WAIT_NONE, memory_order_relaxed);
     } else if (!(f = fiber_alloc())) {

@@ -248,6 +248,7 @@ static const char *object_wait(int what) {
     case LA_WAIT_CHAN_RECV: return ": chan recv ";
     case LA_WAIT_BLOCKING: return ": blocking call ";
     case LA_WAIT_QUEUE_READ: return ": queue read ";
+    case LA_WAIT_SCOPE: return ": scope join ";
     default: return ": queue write ";
     }
 }
@@ -266,6 +267,7 @@ static void out_wait(la_out_t *o, const la_drec_t *d, uint64_t now_ns) {
     case LA_WAIT_BLOCKING:
     case LA_WAIT_QUEUE_READ:
     case LA_WAIT_QUEUE_WRITE:
+    case LA_WAIT_SCOPE:
         out_s(o, object_wait(d->what));
         out_x(o, obj);
         break;

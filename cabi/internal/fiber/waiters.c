@@ -184,6 +184,8 @@ int la_waiter_wait(la_waiter_t *w, uint64_t deadline) {
     if (w->f) {
         la_fiber_t *f = w->f;
         la_sched_t *s = f->s;
+        if (atomic_load_explicit(&f->ctl, memory_order_relaxed) & LA_CTL_DEADLINE)
+            deadline = la_park_deadline(f, deadline); /* the earlier of the call's and the fiber's */
         if (deadline) la_timer_add(s, f, deadline);
         la_park_commit(f);
         int r = atomic_load(&f->claim);
