@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include "backend.h"
 #include "comm.h"
+#include "misc/misc.h"
 #include "socket/socket_efuns.h"
 
 int main(void) {
@@ -13,7 +14,7 @@ int main(void) {
     int rc;
     g_runtime = async_runtime_init();
     if (!g_runtime || create_test_socket_pair(fds) != 0 || set_socket_nonblocking(fds[0], 1) != 0) return 1;
-    if (!platform_mutex_init(&socket_lock)) return 1;
+    if (!platform_mutex_init(&socket_lock) || misc_console_capacity() != CONSOLE_MAX_LINE) return 1;
     /* no platform event in a libasync worker */
     stop_event = async_worker_get_stop_event(async_worker_current());
     if (stop_event != NULL) return 1;
