@@ -30,8 +30,12 @@ static _Atomic uint64_t work_seq;
 static _Atomic int work_queued;
 
 static void work_sleep_1ms(void) {
+#if defined(_WIN32)
+    Sleep(1);
+#else
     struct timespec ts = {0, 1000000};
     nanosleep(&ts, NULL);
+#endif
 }
 
 /* Posts the result until it is posted or the runtime is gone (then 0). */
