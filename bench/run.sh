@@ -61,7 +61,7 @@ for src in "$B"/*_async.c; do
     -L"$OUT" -lasync -Wl,-rpath,"$OUT" -lpthread
 done
 UV=$(pkg-config --cflags --libs libuv)
-for p in completions_uv latency_uv timers_uv echo_uv; do
+for p in completions_uv latency_uv timers_uv echo_uv offload_uv; do
   # shellcheck disable=SC2086
   gcc "${CFLAGS[@]}" -o "$OUT/$p" "$B/$p.c" $UV -lpthread
 done
@@ -114,6 +114,8 @@ BENCHES=(
   "queue_4p1c libasync queue_async 4 $(n 500000)"
   "queue_4p1c ring queue_ring 4 $(n 500000)"
   "queue_4p1c gochan go_chanqueue 4 $(n 500000)"
+  "offload libasync offload_async $(n 20000) $(n 500000)"
+  "offload libuv offload_uv $(n 20000) $(n 500000)"
   "timers libasync timers_async $(n 1000000)"
   "timers libuv timers_uv $(n 1000000)"
   "timers gotimers go_timers $(n 1000000)"

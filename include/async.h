@@ -28,9 +28,10 @@
  * Where to start
  *  - An event loop: async_runtime_init, then async_runtime_add (fds),
  *    async_runtime_add_timer, async_runtime_post_completion, and
- *    async_runtime_wait in a loop. Hand work to async_worker threads through
- *    an async_queue attached to the loop (async_queue_attach). README.md has
- *    a 20-line example.
+ *    async_runtime_wait in a loop. Run a blocking call off the loop with
+ *    async_runtime_submit_work (its result comes back as a completion), or
+ *    hand work to async_worker threads through an async_queue attached to
+ *    the loop (async_queue_attach). README.md has a 20-line example.
  *  - Many connections in straight-line code: async_sched_create,
  *    async_fiber_spawn, async_fiber_accept / read / write, async_sched_run.
  *  - The conventions below hold for every function; read them first.
@@ -818,6 +819,60 @@ int async_runtime_add_signal(async_runtime_t *rt, int signo, uintptr_t key);
  * ASYNC_E_INVAL (signo out of range), ASYNC_E_NOTFOUND (rt does not watch
  * signo), ASYNC_E_NOTSUP (Windows). Thread-safe; never blocks. */
 int async_runtime_remove_signal(async_runtime_t *rt, int signo);
+
+/* ---- Offload: a function on libasync's pool, its result as a completion ---- */
+
+/* Work for async_runtime_submit_work: runs on a pool thread; what it returns
+ * is the completion's data. */
+typedef uintptr_t (*async_work_fn)(void *arg);
+/* Called, on a pool thread, instead of the delivery when the runtime was
+ * deinitialised before the result could be posted: ran is 0 if fn never ran
+ * (result 0), 1 if it ran (result: what it returned). Lets the submitter free
+ * what arg or the result own. */
+typedef void (*async_work_drop_fn)(void *arg, uintptr_t result, int ran);
+
+/* Work items submitted and not started yet, in the whole process: a submit
+ * beyond fails with ASYNC_E_FULL. */
+#define ASYNC_WORK_MAX_QUEUED 65536
+
+/* Runs fn(arg) on libasync's pool of blocking threads (the pool of
+ * async_fiber_blocking: it grows on demand up to 64 threads, shared by both
+ * calls; a thread idle for 10 s exits; work beyond 64 at once waits in FIFO
+ * order) and posts its result to rt as a completion: async_runtime_wait
+ * returns one event {fd -1, event_type ASYNC_EVENT_COMPLETION,
+ * completion_key `key`, data: fn's return value, context NULL}, exactly once
+ * (ordered after everything fn posted itself). Nothing else is delivered
+ * for the item: no event on failure, none for a cancelled item.
+ * If rt is deinitialised before the result is posted, nothing is delivered
+ * and nothing of libasync's leaks: an item not started yet is not run, and
+ * drop (if not NULL) is called on a pool thread (ran 0); an item running
+ * finishes, and drop gets its result (ran 1). Out of memory when the result
+ * is posted, the pool thread retries (every millisecond) until it is posted
+ * or rt is gone. fn runs on a plain thread: it may block (file I/O,
+ * getaddrinfo, sleeping locks; fiber calls block as on any thread), must not
+ * wait for work submitted after it (it may be queued behind it), and must
+ * not call async_runtime_wait on rt.
+ * Returns the item's id (never 0, never reused in the process), for
+ * async_runtime_cancel_work; or 0: ASYNC_E_INVAL (fn NULL),
+ * ASYNC_E_BADHANDLE, ASYNC_E_FULL (ASYNC_WORK_MAX_QUEUED items are waiting
+ * for a thread), ASYNC_E_NOMEM (no memory for the item's record, 64 bytes;
+ * or no pool thread is idle and the system refuses a new one: the item would
+ * wait for a busy one for ever if all of them wait for it), ASYNC_E_SYS
+ * (starting a pool thread failed otherwise); fn is then never run.
+ * Thread-safe (any thread or fiber, also fn itself); never blocks or parks
+ * (a short process-wide lock; it may start a thread). */
+uint64_t async_runtime_submit_work(async_runtime_t *rt, async_work_fn fn, void *arg, uintptr_t key,
+                                   async_work_drop_fn drop);
+
+/* Cancels a work item of rt that has not started: fn will never run, no
+ * completion comes and drop is not called (arg is the caller's again).
+ * Returns 0, or -1: ASYNC_E_BADHANDLE; ASYNC_E_NOTFOUND (work_id unknown or
+ * of another runtime, cancelled, or started: then its completion comes, or
+ * came, as if no cancel had been tried). A cancel racing the start of the
+ * item has exactly one of the two outcomes. Thread-safe; never blocks (a
+ * short process-wide lock held while it looks through the waiting items:
+ * O(waiting items)). */
+int async_runtime_cancel_work(async_runtime_t *rt, uint64_t work_id);
 
 
 /* ------------------------------------------------------------------------ */

@@ -13,7 +13,9 @@
 # and checks that each links the library it should (shared or not) and that
 # the library it runs reports the installed package's version. README.md's
 # example ("A main loop in 20 lines") is built with README's pkg-config line
-# and run: it must print got 0, got 1, got 2. Then installs
+# and run: it must print got 0, got 1, got 2. A driver laid out like Neolith
+# is built with the installed lib/async/CMakeLists.txt and run
+# (ctests/install/classic_driver.sh). Then installs
 # again and checks that scripts/uninstall.sh (make uninstall) removes every
 # file. build/install_manifest.txt (what make uninstall reads) is restored.
 #   scripts/install_test.sh [BUILD_DIR]      (default: build, already built)
@@ -150,6 +152,14 @@ cmake -S "$T/cm" -B "$T/cm/build" -DCMAKE_PREFIX_PATH="$P" -DCMAKE_BUILD_TYPE=Re
 }
 check cmake-shared "$T/cm/build/app_shared" shared
 check cmake-static "$T/cm/build/app_static" static
+
+# A classic driver laid out like Neolith, with only its lib/async/CMakeLists.txt
+# replaced by the installed one (docs/CLASSIC_API.md).
+bash "$ROOT/ctests/install/classic_driver.sh" "$P" >"$T/driver.log" 2>&1 || {
+    cat "$T/driver.log" >&2
+    fail "classic driver (ctests/install/classic_driver.sh)"
+}
+ok "classic driver: $(tail -n 1 "$T/driver.log")"
 
 $CC -o "$T/app_hand" "$T/app.c" -I"$P/include" -L"$LIBDIR" -lasync -Wl,-rpath,"$LIBDIR" || fail "by hand: build"
 check by-hand-shared "$T/app_hand" shared

@@ -66,11 +66,11 @@ int header_classic_probe(void)
     USE(async_worker_get_native_handle);
     USE(async_runtime_get_event_loop_handle);
 #else
+    USE(async_runtime_get_console_event);
+#endif
     USE(async_worker_get_stop_event);
     USE(async_runtime_post_read);
     USE(async_runtime_post_write);
-    USE(async_runtime_get_console_event);
-#endif
     USE(async_runtime_init);
     USE(async_runtime_deinit);
     USE(async_runtime_add);

@@ -5,7 +5,7 @@
  * usage: async_dns [-r] [-t TIMEOUT_MS] [-w WORKERS] [-j MAX_INFLIGHT] NAME...
  *   -r  reverse lookups: each NAME is a numeric address
  *   -t  per-lookup timeout (default 5000 ms)
- *   -w  resolver worker threads (default 4)
+ *   -w  lookups running at once on libasync's pool (default 4)
  *   -j  lookups in flight at once (default 256); the rest wait their turn
  *
  * Prints one line per name as answers arrive (so in completion order):

@@ -4,31 +4,33 @@
  * How exactly-once is guaranteed
  * ------------------------------
  * A request's state lives in a slot owned by the loop thread alone. Every way
- * a request can end — a worker's reply, its timer, dns_cancel, destroy — runs
- * on the loop thread and goes through finish(), which ends the request only
- * if the slot still holds that request's id, frees the slot, and then calls
- * the callback. Whatever comes second (a reply after a timeout, a timer after
- * a reply, a second cancel) finds the slot empty or holding another id and is
- * ignored. There is no lock because there is no race: workers never change a
- * request's state, they only send replies.
+ * a request can end — its lookup's result, its timer, dns_cancel, destroy —
+ * runs on the loop thread and goes through finish(), which ends the request
+ * only if the slot still holds that request's id, frees the slot, and then
+ * calls the callback. Whatever comes second (a result after a timeout, a
+ * timer after a result, a second cancel) finds the slot empty or holding
+ * another id and is ignored. There is no lock because there is no race: the
+ * pool never changes a request's state, it only hands back results.
  *
- * Workers read one thing the loop writes: live[slot], the id currently in
- * flight in each slot (an atomic). A worker that takes a job whose request
- * already ended skips it, so cancelled or timed-out lookups do not waste a
- * worker. The check is only an optimisation; correctness never depends on it.
+ * The lookups run on libasync's pool: async_runtime_submit_work runs
+ * lookup_run there and delivers the job as a completion with the resolver's
+ * key (exactly once). At most `workers` jobs of a resolver are on the pool
+ * at once; the others wait in the backlog, a FIFO on the loop thread. A job
+ * whose request ended while it waited (in the backlog, or on the pool before
+ * it started: async_runtime_cancel_work) is dropped unrun.
  *
  * Why a stuck resolver cannot hang anything
  * -----------------------------------------
- * The loop never waits for a worker: jobs go out through a queue that fails
- * at once when full (EBUSY), replies come back through a queue attached to the
- * runtime, and timeouts are runtime timers on the loop. At destroy, workers
- * that do not return within shutdown_grace_ms are detached. Everything a
- * worker touches lives in `struct shared`, which is reference-counted (one
- * reference per worker plus one for the resolver), so a detached worker that
- * returns from getaddrinfo minutes later still finds valid memory, sees
- * `stopping`, and exits without calling back. Queue handles it might still use
- * are destroyed by then; libasync fails such calls with ASYNC_E_BADHANDLE
- * instead of crashing.
+ * The loop never waits for the pool: submissions never block, results come
+ * back as completions, and timeouts are runtime timers on the loop. Destroy
+ * waits at most shutdown_grace_ms for lookups still running and then leaves
+ * them. A job is shared by two owners, the loop and the pool, and freed by
+ * whichever lets go last (refs); what a running lookup reads besides its
+ * job (the resolver function, `stopping`) lives in `struct shared`, which
+ * each job on the pool keeps alive. So a lookup that returns from
+ * getaddrinfo minutes after destroy finds valid memory, and its completion
+ * (posted to the runtime, which the caller ignores after destroy, or
+ * dropped by libasync if the runtime is gone) is never read.
  */
 #define _GNU_SOURCE 1
 #include "resolver.h"
@@ -44,33 +46,30 @@
 #include <sys/socket.h>
 #include <time.h>
 
-/* Loop -> workers. id 0 asks a worker to exit. */
-struct job {
-    uint64_t id;
-    uint32_t slot;
-    uint32_t kind;
-    char query[DNS_MAX_QUERY];
-};
-
-/* Workers -> loop. */
-struct reply {
-    uint64_t id;
-    uint32_t slot;
-    int error;
-    dns_answer_t answer;
-};
-
-/* What workers share with the loop; freed by whoever drops the last reference. */
+/* What the lookups share with the loop; freed by whoever drops the last
+ * reference (the resolver's, and one per job on the pool). */
 struct shared {
     atomic_uint refs;
     atomic_bool stopping;
-    atomic_ullong skipped;
-    async_queue_t *jobs;
-    async_queue_t *replies;
+    atomic_uint on_pool; /* this resolver's jobs the pool holds */
     dns_resolve_fn resolve;
     void *resolve_arg;
-    unsigned nslots;
-    _Atomic uint64_t live[]; /* per slot: the id in flight there, 0 if none */
+};
+
+/* One lookup. refs: the loop's (until its result is handled, or destroy)
+ * plus the pool's (from submit until lookup_run ends, or the job is
+ * cancelled or dropped unrun). */
+struct job {
+    atomic_uint refs;
+    struct shared *sh;
+    uint64_t id;
+    uint64_t work_id; /* async_runtime_submit_work's id; 0 while in the backlog */
+    uint32_t slot;
+    dns_kind_t kind;
+    int error;
+    struct job *prev, *next; /* the loop's list of jobs on the pool */
+    dns_answer_t answer;
+    char query[DNS_MAX_QUERY];
 };
 
 struct slot {
@@ -79,6 +78,7 @@ struct slot {
     int64_t start_us;
     dns_kind_t kind;
     void *user;
+    struct job *job;
     char query[DNS_MAX_QUERY];
 };
 
@@ -89,21 +89,23 @@ struct dns_resolver {
     void *cb_arg;
     dns_config_t cfg;
     struct shared *sh;
-    async_worker_t **workers;
-    unsigned nworkers;
     struct slot *slots;
     uint32_t *free_slots; /* a stack of free slot indices */
     unsigned nfree;
+    struct job **backlog; /* a ring of max_inflight + workers jobs */
+    unsigned backlog_cap, backlog_head, backlog_len;
+    struct job *pool_jobs; /* jobs on the pool whose result the loop has not handled */
+    unsigned running;      /* how many */
     uint64_t seq;
     bool closing;
     dns_stats_t stats;
 };
 
-static atomic_uint g_live_workers;
+static atomic_uint g_on_pool; /* jobs of every resolver the pool holds */
 
 unsigned dns_live_workers(void)
 {
-    return atomic_load(&g_live_workers);
+    return atomic_load(&g_on_pool);
 }
 
 const char *dns_state_name(dns_state_t state)
@@ -185,7 +187,7 @@ int dns_resolve_system(dns_kind_t kind, const char *query, dns_answer_t *answer,
 }
 
 /* ---------------------------------------------------------------------- */
-/* Workers                                                                 */
+/* Jobs on the pool                                                        */
 /* ---------------------------------------------------------------------- */
 
 static void shared_release(struct shared *sh)
@@ -194,35 +196,87 @@ static void shared_release(struct shared *sh)
         free(sh);
 }
 
-static void *worker_main(void *arg)
+static void job_release(struct job *j)
 {
-    struct shared *sh = arg;
-    struct job job;
-    struct reply rep;
-    size_t n;
+    if (atomic_fetch_sub(&j->refs, 1) == 1)
+        free(j);
+}
 
-    while (!atomic_load(&sh->stopping)) {
-        /* Sleeps until a job arrives: no timer, no polling. At shutdown
-         * async_worker_signal_stop ends the wait (ASYNC_E_CANCELLED). */
-        if (!async_queue_dequeue_wait(sh->jobs, &job, sizeof job, &n, -1))
-            break;
-        if (atomic_load(&sh->live[job.slot]) != job.id) {
-            atomic_fetch_add(&sh->skipped, 1); /* ended while queued */
-            continue;
-        }
-        memset(&rep, 0, sizeof rep);
-        rep.id = job.id;
-        rep.slot = job.slot;
-        rep.error = sh->resolve((dns_kind_t)job.kind, job.query, &rep.answer, sh->resolve_arg);
-        if (atomic_load(&sh->stopping))
-            break; /* possibly detached: tell no one */
-        /* BLOCK_WRITER: waits while the loop is behind; fails once stopped. */
-        if (!async_queue_enqueue(sh->replies, &rep, sizeof rep))
-            break;
-    }
+/* The pool lets go of j (it ran, or never will). */
+static void job_leave_pool(struct job *j)
+{
+    struct shared *sh = j->sh;
+    atomic_fetch_sub(&sh->on_pool, 1);
+    atomic_fetch_sub(&g_on_pool, 1);
+    job_release(j);
     shared_release(sh);
-    atomic_fetch_sub(&g_live_workers, 1);
-    return NULL;
+}
+
+/* On a pool thread: the lookup. Its result is the job itself, handed to the
+ * loop as the completion's data. */
+static uintptr_t lookup_run(void *arg)
+{
+    struct job *j = arg;
+    if (!atomic_load(&j->sh->stopping))
+        j->error = j->sh->resolve(j->kind, j->query, &j->answer, j->sh->resolve_arg);
+    job_leave_pool(j); /* the loop's reference keeps j while the result travels */
+    return (uintptr_t)j;
+}
+
+/* The runtime was deinitialised first: nothing is delivered. A job that ran
+ * has left the pool already. */
+static void lookup_drop(void *arg, uintptr_t result, int ran)
+{
+    (void)result;
+    if (!ran)
+        job_leave_pool(arg);
+}
+
+/* Puts j on the pool; 0, or -1 with libasync's error. */
+static int job_submit(dns_resolver_t *r, struct job *j)
+{
+    atomic_fetch_add(&j->refs, 1);
+    atomic_fetch_add(&r->sh->refs, 1);
+    atomic_fetch_add(&r->sh->on_pool, 1);
+    atomic_fetch_add(&g_on_pool, 1);
+    j->work_id = async_runtime_submit_work(r->rt, lookup_run, j, r->key, lookup_drop);
+    if (j->work_id == 0) {
+        job_leave_pool(j);
+        return -1;
+    }
+    j->prev = NULL;
+    j->next = r->pool_jobs;
+    if (r->pool_jobs)
+        r->pool_jobs->prev = j;
+    r->pool_jobs = j;
+    r->running++;
+    return 0;
+}
+
+/* j's result was handled, or it was cancelled before it started: off the
+ * loop's list. */
+static void job_unlist(dns_resolver_t *r, struct job *j)
+{
+    if (j->prev)
+        j->prev->next = j->next;
+    else
+        r->pool_jobs = j->next;
+    if (j->next)
+        j->next->prev = j->prev;
+    r->running--;
+}
+
+/* Takes j off the pool if it has not started there (it is then dropped
+ * unrun); 1 if it was. */
+static int job_cancel(dns_resolver_t *r, struct job *j)
+{
+    if (j->work_id == 0 || async_runtime_cancel_work(r->rt, j->work_id) != 0)
+        return 0;
+    job_unlist(r, j);
+    job_leave_pool(j);
+    job_release(j);
+    r->stats.skipped++;
+    return 1;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -239,6 +293,8 @@ static void finish(dns_resolver_t *r, uint32_t i, uint64_t id, dns_state_t state
         return; /* already ended: nothing to tell */
     if (state != DNS_TIMED_OUT) /* a fired one-shot timer is gone already */
         async_runtime_cancel_timer(r->rt, s->timer);
+    if (s->job) /* its lookup has not started yet: it never will */
+        job_cancel(r, s->job);
 
     char query[DNS_MAX_QUERY]; /* the callback may reuse the slot */
     memcpy(query, s->query, sizeof query);
@@ -251,9 +307,9 @@ static void finish(dns_resolver_t *r, uint32_t i, uint64_t id, dns_state_t state
                         .answer = (state == DNS_RESOLVED || state == DNS_FAILED) ? answer : NULL,
                         .elapsed_ms = (double)(mono_us() - s->start_us) / 1000.0};
 
-    atomic_store(&r->sh->live[i], 0);
     s->id = 0;
     s->timer = 0;
+    s->job = NULL;
     r->free_slots[r->nfree++] = i;
     r->stats.inflight--;
     switch (state) {
@@ -273,17 +329,45 @@ static void finish(dns_resolver_t *r, uint32_t i, uint64_t id, dns_state_t state
     r->callback(&res, r->cb_arg);
 }
 
-static void drain_replies(dns_resolver_t *r)
+/* Moves jobs from the backlog to the pool while fewer than `workers` run
+ * there; a job whose request ended while it waited is dropped unrun. */
+static void dispatch(dns_resolver_t *r)
 {
-    struct reply rep;
-    size_t n;
-    while (!r->closing && async_queue_dequeue(r->sh->replies, &rep, sizeof rep, &n)) {
-        if (rep.slot >= r->sh->nslots || r->slots[rep.slot].id != rep.id) {
-            r->stats.late_results++; /* timed out or cancelled before the worker finished */
+    while (!r->closing && r->backlog_len > 0 && r->running < r->cfg.workers) {
+        struct job *j = r->backlog[r->backlog_head];
+        r->backlog_head = (r->backlog_head + 1) % r->backlog_cap;
+        r->backlog_len--;
+        struct slot *s = &r->slots[j->slot];
+        if (s->id != j->id) {
+            r->stats.skipped++; /* ended while queued */
+            job_release(j);
             continue;
         }
-        finish(r, rep.slot, rep.id, rep.error == 0 ? DNS_RESOLVED : DNS_FAILED, rep.error, &rep.answer);
+        if (job_submit(r, j) != 0) { /* the pool refused it: the request fails */
+            dns_answer_t a;
+            uint32_t i = j->slot;
+            memset(&a, 0, sizeof a);
+            snprintf(a.message, sizeof a.message, "libasync: %s", async_strerror(async_last_error()));
+            s->job = NULL;
+            job_release(j);
+            finish(r, i, s->id, DNS_FAILED, EAI_AGAIN, &a);
+        }
     }
+}
+
+/* A lookup's result (the completion lookup_run's job came in). */
+static void handle_result(dns_resolver_t *r, struct job *j)
+{
+    job_unlist(r, j);
+    struct slot *s = &r->slots[j->slot];
+    if (s->id == j->id) {
+        s->job = NULL;
+        finish(r, j->slot, j->id, j->error == 0 ? DNS_RESOLVED : DNS_FAILED, j->error, &j->answer);
+    } else {
+        r->stats.late_results++; /* timed out or cancelled before its lookup returned */
+    }
+    job_release(j);
+    dispatch(r);
 }
 
 bool dns_resolver_handle_event(dns_resolver_t *r, const io_event_t *ev)
@@ -291,15 +375,16 @@ bool dns_resolver_handle_event(dns_resolver_t *r, const io_event_t *ev)
     if (r == NULL || ev->fd != -1 || ev->completion_key != r->key)
         return false;
     if (ev->event_type & ASYNC_EVENT_COMPLETION) {
-        drain_replies(r);
+        handle_result(r, (struct job *)ev->data);
     } else if (ev->event_type & ASYNC_EVENT_TIMER) {
-        for (uint32_t i = 0; i < r->sh->nslots; i++) {
+        for (uint32_t i = 0; i < r->cfg.max_inflight; i++) {
             /* compared as uintptr_t: on 32-bit platforms ev->data holds a truncated id */
             if (r->slots[i].id != 0 && (uintptr_t)r->slots[i].timer == ev->data) {
                 finish(r, i, r->slots[i].id, DNS_TIMED_OUT, 0, NULL);
                 break;
             }
         }
+        dispatch(r); /* a lookup taken off the pool made room */
     }
     return true;
 }
@@ -315,30 +400,43 @@ uint64_t dns_submit(dns_resolver_t *r, dns_kind_t kind, const char *query, unsig
         errno = ESHUTDOWN;
         return 0;
     }
-    if (r->nfree == 0) {
+    if (r->nfree == 0 || r->backlog_len == r->backlog_cap) {
         r->stats.rejected_busy++;
         errno = EBUSY;
         return 0;
     }
-    uint32_t i = r->free_slots[r->nfree - 1];
-    uint64_t id = ++r->seq * r->sh->nslots + i + 1; /* never 0, never reused; slot = (id - 1) % nslots */
-    int64_t start_us = mono_us(); /* before the timer starts: elapsed_ms >= the timeout when it fires */
-    uint64_t timer = async_runtime_add_timer(r->rt, timeout_ms ? timeout_ms : r->cfg.timeout_ms, 0, r->key);
-    if (timer == 0) {
+    struct job *j = calloc(1, sizeof *j);
+    if (j == NULL) {
         errno = ENOMEM;
         return 0;
     }
-    struct job job = {.id = id, .slot = i, .kind = (uint32_t)kind};
-    memcpy(job.query, query, len + 1);
-    atomic_store(&r->sh->live[i], id); /* before a worker can see the job */
-    if (!async_queue_enqueue(r->sh->jobs, &job, offsetof(struct job, query) + len + 1)) {
-        int e = async_last_error();
-        atomic_store(&r->sh->live[i], 0);
-        async_runtime_cancel_timer(r->rt, timer);
-        if (e == ASYNC_E_FULL)
-            r->stats.rejected_busy++;
-        errno = e == ASYNC_E_FULL ? EBUSY : ENOMEM;
+    uint32_t i = r->free_slots[r->nfree - 1];
+    uint64_t id = ++r->seq * r->cfg.max_inflight + i + 1; /* never 0, never reused; slot = (id - 1) % max_inflight */
+    int64_t start_us = mono_us(); /* before the timer starts: elapsed_ms >= the timeout when it fires */
+    uint64_t timer = async_runtime_add_timer(r->rt, timeout_ms ? timeout_ms : r->cfg.timeout_ms, 0, r->key);
+    if (timer == 0) {
+        free(j);
+        errno = ENOMEM;
         return 0;
+    }
+    atomic_init(&j->refs, 1);
+    j->sh = r->sh;
+    j->id = id;
+    j->slot = i;
+    j->kind = kind;
+    memcpy(j->query, query, len + 1);
+    if (r->running < r->cfg.workers && r->backlog_len == 0) {
+        if (job_submit(r, j) != 0) {
+            int e = async_last_error();
+            async_runtime_cancel_timer(r->rt, timer);
+            job_release(j);
+            if (e == ASYNC_E_FULL)
+                r->stats.rejected_busy++;
+            errno = e == ASYNC_E_FULL ? EBUSY : ENOMEM;
+            return 0;
+        }
+    } else {
+        r->backlog[(r->backlog_head + r->backlog_len++) % r->backlog_cap] = j;
     }
     r->nfree--;
     struct slot *s = &r->slots[i];
@@ -347,6 +445,7 @@ uint64_t dns_submit(dns_resolver_t *r, dns_kind_t kind, const char *query, unsig
     s->start_us = start_us;
     s->kind = kind;
     s->user = user;
+    s->job = j;
     memcpy(s->query, query, len + 1);
     r->stats.submitted++;
     r->stats.inflight++;
@@ -359,19 +458,19 @@ int dns_cancel(dns_resolver_t *r, uint64_t id)
         errno = ENOENT;
         return -1;
     }
-    uint32_t i = (uint32_t)((id - 1) % r->sh->nslots);
+    uint32_t i = (uint32_t)((id - 1) % r->cfg.max_inflight);
     if (r->slots[i].id != id) {
         errno = ENOENT;
         return -1;
     }
     finish(r, i, id, DNS_CANCELLED, 0, NULL);
+    dispatch(r); /* a lookup taken off the pool made room */
     return 0;
 }
 
 void dns_resolver_get_stats(const dns_resolver_t *r, dns_stats_t *stats)
 {
     *stats = r->stats;
-    stats->skipped = atomic_load(&r->sh->skipped);
 }
 
 void dns_resolver_destroy(dns_resolver_t *r)
@@ -380,43 +479,43 @@ void dns_resolver_destroy(dns_resolver_t *r)
         return;
     struct shared *sh = r->sh;
 
-    /* 1. Everyone still waiting hears CANCELLED, exactly once. A callback
-     * that submits now is refused (ESHUTDOWN), so none is left behind. */
+    /* 1. Everyone still waiting hears CANCELLED, exactly once (a job that
+     * has not started on the pool is taken off it). A callback that submits
+     * now is refused (ESHUTDOWN), so none is left behind. */
     r->closing = true;
-    for (uint32_t i = 0; r->slots && i < sh->nslots; i++)
+    for (uint32_t i = 0; r->slots && i < r->cfg.max_inflight; i++)
         if (r->slots[i].id != 0)
             finish(r, i, r->slots[i].id, DNS_CANCELLED, 0, NULL);
 
-    /* 2. Stop the workers. The stop ends their own queue waits: an idle one
-     * in dequeue_wait and one blocked handing in a reply both wake with
-     * ASYNC_E_CANCELLED (no stop message needed). The flag covers a worker
-     * inside the resolver function. */
+    /* 2. The backlog never reached the pool; the lookups still running are
+     * left to the pool, which frees them when they return (their results
+     * are never read). A lookup not started yet skips the resolver. */
     atomic_store(&sh->stopping, true);
-    if (sh->jobs)
-        async_queue_clear(sh->jobs); /* pending jobs belong to cancelled requests */
-    for (unsigned w = 0; w < r->nworkers; w++)
-        async_worker_signal_stop(r->workers[w]);
-    if (sh->replies) {
-        async_queue_attach(sh->replies, NULL, 0);
-        async_queue_destroy(sh->replies);
+    for (; r->backlog_len > 0; r->backlog_len--) {
+        job_release(r->backlog[r->backlog_head]);
+        r->backlog_head = (r->backlog_head + 1) % r->backlog_cap;
+    }
+    while (r->pool_jobs) {
+        struct job *j = r->pool_jobs;
+        if (!job_cancel(r, j)) {
+            job_unlist(r, j);
+            job_release(j);
+        }
     }
 
-    /* 3. Join within the grace period; detach whoever is still stuck inside
-     * the resolver function (async_worker_destroy on a running worker). */
+    /* 3. Give the running lookups the grace period to return, then leave
+     * them (a getaddrinfo stuck for minutes never hangs the caller). */
     int64_t deadline = mono_us() + (int64_t)r->cfg.shutdown_grace_ms * 1000;
-    for (unsigned w = 0; w < r->nworkers; w++) {
-        int64_t left_ms = (deadline - mono_us()) / 1000;
-        async_worker_join(r->workers[w], left_ms > 0 ? (int)left_ms : 0);
-        async_worker_destroy(r->workers[w]);
+    while (atomic_load(&sh->on_pool) > 0 && mono_us() < deadline) {
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
     }
-    if (sh->jobs)
-        async_queue_destroy(sh->jobs);
 
-    free(r->workers);
     free(r->slots);
     free(r->free_slots);
+    free(r->backlog);
     free(r);
-    shared_release(sh); /* freed now, or by the last detached worker */
+    shared_release(sh); /* freed now, or by the last lookup to return */
 }
 
 dns_resolver_t *dns_resolver_create(async_runtime_t *rt, uintptr_t key, const dns_config_t *config,
@@ -442,7 +541,7 @@ dns_resolver_t *dns_resolver_create(async_runtime_t *rt, uintptr_t key, const dn
     }
 
     dns_resolver_t *r = calloc(1, sizeof *r);
-    struct shared *sh = calloc(1, sizeof *sh + cfg.max_inflight * sizeof sh->live[0]);
+    struct shared *sh = calloc(1, sizeof *sh);
     if (r == NULL || sh == NULL) {
         free(r);
         free(sh);
@@ -452,46 +551,25 @@ dns_resolver_t *dns_resolver_create(async_runtime_t *rt, uintptr_t key, const dn
     atomic_init(&sh->refs, 1);
     sh->resolve = cfg.resolve;
     sh->resolve_arg = cfg.resolve_arg;
-    sh->nslots = cfg.max_inflight;
     r->sh = sh;
     r->rt = rt;
     r->key = key;
     r->callback = callback;
     r->cb_arg = cb_arg;
     r->cfg = cfg;
+    /* Backlog: room for every slot plus one per worker, so a submit that
+     * fails EBUSY with slots free means stale jobs are piling up behind
+     * stuck lookups. */
+    r->backlog_cap = cfg.max_inflight + cfg.workers;
     r->slots = calloc(cfg.max_inflight, sizeof *r->slots);
     r->free_slots = calloc(cfg.max_inflight, sizeof *r->free_slots);
-    r->workers = calloc(cfg.workers, sizeof *r->workers);
-    if (r->slots == NULL || r->free_slots == NULL || r->workers == NULL) {
+    r->backlog = calloc(r->backlog_cap, sizeof *r->backlog);
+    if (r->slots == NULL || r->free_slots == NULL || r->backlog == NULL) {
         dns_resolver_destroy(r);
         errno = ENOMEM;
         return NULL;
     }
     for (unsigned i = 0; i < cfg.max_inflight; i++)
         r->free_slots[r->nfree++] = cfg.max_inflight - 1 - i; /* slot 0 is used first */
-
-    /* Jobs: room for every slot plus one per worker, so a submit that fails
-     * FULL means stale jobs are piling up behind stuck workers. */
-    sh->jobs = async_queue_create(cfg.max_inflight + cfg.workers, sizeof(struct job), 0);
-    sh->replies = async_queue_create(cfg.max_inflight, sizeof(struct reply),
-                                     ASYNC_QUEUE_BLOCK_WRITER | ASYNC_QUEUE_SIGNAL_ON_DATA);
-    if (sh->jobs == NULL || sh->replies == NULL || async_queue_attach(sh->replies, rt, key) != 0) {
-        dns_resolver_destroy(r);
-        errno = EAGAIN;
-        return NULL;
-    }
-    for (unsigned w = 0; w < cfg.workers; w++) {
-        atomic_fetch_add(&sh->refs, 1);
-        atomic_fetch_add(&g_live_workers, 1);
-        r->workers[w] = async_worker_create(worker_main, sh, 0);
-        if (r->workers[w] == NULL) {
-            atomic_fetch_sub(&sh->refs, 1);
-            atomic_fetch_sub(&g_live_workers, 1);
-            dns_resolver_destroy(r);
-            errno = EAGAIN;
-            return NULL;
-        }
-        r->nworkers++;
-    }
     return r;
 }

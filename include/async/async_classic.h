@@ -149,13 +149,14 @@ async_worker_state_t async_worker_get_state(const async_worker_t *worker);
 #if !defined(_WIN32)
 /* As in async.h: the worker's thread while its proc runs. */
 pthread_t async_worker_get_native_handle(async_worker_t *worker);
-#else
-/* The classic return type is the driver's platform_event_t (port/sync.h:
- * typedef struct platform_event_s platform_event_t). NOT IMPLEMENTED: returns
- * NULL with ASYNC_E_NOTSUP (docs/CLASSIC_API.md). */
+#endif
+/* Every platform, as in the classic API. The classic return type is the
+ * driver's platform_event_t (port/sync.h: typedef struct platform_event_s
+ * platform_event_t). libasync's worker has no such event: returns NULL with
+ * ASYNC_E_NOTSUP, on every platform (docs/CLASSIC_API.md; a modern file uses
+ * async_worker_stop_fd). */
 struct platform_event_s *async_classic_worker_get_stop_event(async_worker_t *worker);
 #define async_worker_get_stop_event async_classic_worker_get_stop_event
-#endif
 
 /* ---- async_runtime --------------------------------------------------------- */
 
@@ -243,23 +244,31 @@ int async_classic_runtime_get_event_loop_handle(async_runtime_t *runtime);
 #define async_runtime_get_event_loop_handle async_classic_runtime_get_event_loop_handle
 #endif
 
-#if defined(_WIN32)
-/* Windows only, as in the classic API.
- * post_read / post_write start an overlapped WSARecv / WSASend of len bytes
- * on the socket fd, into / from buffer, which must stay valid until the
- * operation's event: one io_event_t with fd, the context of fd's
- * registration (NULL if none), event_type EVENT_READ or EVENT_WRITE (plus
- * EVENT_ERROR if it failed), bytes_transferred (0 for a read: end of stream)
- * and buffer. The operation's end is posted to the runtime as a completion,
- * so its event comes from async_runtime_wait like any other. 0, or -1 with ASYNC_E_INVAL (buffer NULL with len > 0, len
- * above 2^31-1), ASYNC_E_BADHANDLE, ASYNC_E_BADFD, ASYNC_E_NOMEM, ASYNC_E_SYS.
- * get_console_event: NOT IMPLEMENTED, NULL with ASYNC_E_NOTSUP
- * (docs/CLASSIC_API.md). */
+/* Every platform, as in the classic API: start a read / write of len bytes
+ * on the socket fd into / from buffer.
+ * POSIX (readiness-based, as the classic epoll and poll backends): nothing
+ * to start; both succeed and do nothing (the driver reads and writes when
+ * the socket's readiness event comes). 0, or -1 with ASYNC_E_BADHANDLE
+ * (runtime not live) or ASYNC_E_FORKED; the other arguments are not looked
+ * at.
+ * Windows (completion-based): start an overlapped WSARecv / WSASend into /
+ * from buffer, which must stay valid until the operation's event: one
+ * io_event_t with fd, the context of fd's registration (NULL if none),
+ * event_type EVENT_READ or EVENT_WRITE (plus EVENT_ERROR if it failed),
+ * bytes_transferred (0 for a read: end of stream) and buffer. The
+ * operation's end is posted to the runtime as a completion, so its event
+ * comes from async_runtime_wait like any other. 0, or -1 with ASYNC_E_INVAL
+ * (buffer NULL with len > 0, len above 2^31-1), ASYNC_E_BADHANDLE,
+ * ASYNC_E_BADFD, ASYNC_E_NOMEM, ASYNC_E_SYS. */
 int async_classic_runtime_post_read(async_runtime_t *runtime, socket_fd_t fd, void *buffer, size_t len);
 int async_classic_runtime_post_write(async_runtime_t *runtime, socket_fd_t fd, void *buffer, size_t len);
-HANDLE async_classic_runtime_get_console_event(async_runtime_t *runtime);
 #define async_runtime_post_read async_classic_runtime_post_read
 #define async_runtime_post_write async_classic_runtime_post_write
+
+#if defined(_WIN32)
+/* Windows only, as in the classic API. NOT IMPLEMENTED: NULL with
+ * ASYNC_E_NOTSUP (docs/CLASSIC_API.md). */
+HANDLE async_classic_runtime_get_console_event(async_runtime_t *runtime);
 #define async_runtime_get_console_event async_classic_runtime_get_console_event
 #endif
 

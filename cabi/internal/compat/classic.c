@@ -621,8 +621,27 @@ int async_classic_runtime_get_event_loop_handle(async_runtime_t *rt) {
     la_handle_put(slot);
     return fd;
 }
+
+/* Readiness-based, as the classic epoll and poll backends: a read or write
+ * is done by the driver on the socket's readiness event, so there is nothing
+ * to start. A live runtime answers 0. */
+static int cl_post_noop(async_runtime_t *rt) {
+    LA_ENTRY(-1);
+    if (!la_handle_live(LA_H(rt), LA_T_RUNTIME)) return cl_fail(ASYNC_E_BADHANDLE);
+    return 0;
+}
+
+int async_classic_runtime_post_read(async_runtime_t *rt, int fd, void *buffer, size_t len) {
+    (void)fd, (void)buffer, (void)len;
+    return cl_post_noop(rt);
+}
+
+int async_classic_runtime_post_write(async_runtime_t *rt, int fd, void *buffer, size_t len) {
+    (void)fd, (void)buffer, (void)len;
+    return cl_post_noop(rt);
+}
 #else
-/* ---- Windows only: not implemented (docs/NEOLITH.md) ----------------------------- */
+/* ---- Windows: overlapped reads and writes ------------------------------------------ */
 
 static int cl_post_io(async_runtime_t *rt, uintptr_t fd, void *buffer, size_t len, uint32_t op) {
     if ((!buffer && len) || len > 0x7fffffffu) return cl_fail(ASYNC_E_INVAL);
@@ -668,15 +687,18 @@ int async_classic_runtime_post_write(async_runtime_t *rt, uintptr_t fd, void *bu
     return cl_post_io(rt, fd, buffer, len, CL_WRITE);
 }
 
+/* Not implemented (docs/CLASSIC_API.md). */
 HANDLE async_classic_runtime_get_console_event(async_runtime_t *rt) {
     (void)rt;
     la_set_error(ASYNC_E_NOTSUP);
     return NULL;
 }
+#endif
 
+/* libasync's worker has no platform_event_t (docs/CLASSIC_API.md). */
 void *async_classic_worker_get_stop_event(async_worker_t *worker) {
     (void)worker;
+    LA_ENTRY(NULL);
     la_set_error(ASYNC_E_NOTSUP);
     return NULL;
 }
-#endif

@@ -386,6 +386,24 @@ static inline void la_block_sigpipe(void) {
 /* blocking.c: on a pool thread, the fiber whose job it runs; else NULL */
 la_fiber_t *la_blocking_served(void);
 
+/* A job of the blocking pool (blocking.c). w: the fiber parked until fn
+ * returns (the job lives on its stack); NULL for a detached job (work.c),
+ * whose fn owns the job and may free it. */
+typedef struct la_pool_job {
+    void (*fn)(void *);
+    void *arg;
+    la_waiter_t *w;
+    struct la_pool_job *next;
+} la_pool_job_t;
+/* Queues job (FIFO), starting a pool thread when the queued jobs outnumber
+ * the idle threads (up to 64). 0, or an async_err_t (ASYNC_E_NOMEM,
+ * ASYNC_E_SYS with *os_err) if no thread could be started for it: then it
+ * is not queued. */
+int la_pool_push(la_pool_job_t *job, int *os_err);
+/* Removes and returns the first queued (not started) job that match
+ * accepts, or NULL. */
+la_pool_job_t *la_pool_unqueue(int (*match)(const la_pool_job_t *, const void *), const void *ctx);
+
 /* tools.c */
 void la_tools_sched_created(la_sched_t *s);
 /* before s is freed: stops its stall monitor, drops its dump-on-signal

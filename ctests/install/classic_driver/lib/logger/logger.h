@@ -1,0 +1,2 @@
+#pragma once
+void debug_message(const char *fmt, ...);
