@@ -520,4 +520,37 @@ CASE(cancel_races_blocking) { // adversarial timeout=120
     async_sched_destroy(s);
 }
 
+/* A fiber whose function returned still runs its fiber-local destructors
+ * as itself: a cancel that arrives while a destructor parks returns 0 and
+ * ends that park with ASYNC_E_CANCELLED; once the fiber is joined its
+ * handle is gone (ASYNC_E_BADHANDLE). */
+static async_fiber_key_t kd_key;
+static atomic_int kd_in_dtor, kd_dtor_rc = 99;
+static void kd_dtor(void *v) {
+    (void)v;
+    atomic_store(&kd_in_dtor, 1);
+    int rc = async_fiber_sleep(3600 * 1000);
+    atomic_store(&kd_dtor_rc, rc == 0 ? 0 : async_last_error());
+}
+static void kd_sets_key(void *arg) {
+    (void)arg;
+    CHECK_EQ(async_fiber_setspecific(kd_key, (void *)1), 0);
+}
+
+CASE(cancel_reaches_key_destructors) { // adversarial
+    async_sched_t *s = sched_new(2);
+    CHECK_EQ(async_fiber_key_create(&kd_key, kd_dtor), 0);
+    async_fiber_t *f = async_fiber_spawn(s, kd_sets_key, NULL, ASYNC_FIBER_JOINABLE);
+    CHECK(f != NULL);
+    wait_count(&kd_in_dtor, 1, "destructor");
+    sched_wait_parked(s, 1);
+    CHECK_EQ(async_fiber_cancel(f), 0);
+    CHECK_EQ(async_fiber_join(f, BOUND_MS), 0);
+    CHECK_EQ(atomic_load(&kd_dtor_rc), ASYNC_E_CANCELLED);
+    CHECK_EQ(async_fiber_cancel(f), -1);
+    CHECK_ERR(ASYNC_E_BADHANDLE);
+    CHECK_EQ(async_fiber_key_delete(kd_key), 0);
+    sched_finish(s, BOUND_MS);
+}
+
 TEST_MAIN()
