@@ -3,7 +3,8 @@
  * nested deadlines wins, a fiber's own deadline (async_fiber_set_deadline)
  * works alone and with its scope's, a call's own earlier timeout still
  * applies, a shield suspends the deadline; deadlines racing completions
- * lose no element, deadlines racing cancels end each call once. */
+ * lose no element, deadlines racing cancels end each call once; a passed
+ * deadline spares the calls that complete at once. */
 #include <pthread.h>
 #include <stdatomic.h>
 
