@@ -7,7 +7,8 @@
  * between 16 workers and the scheduler's destroy neither crash nor lose a
  * fiber; a cancel racing a cond signal, a joined fiber's exit or a
  * socket's data loses neither the signal, the handle nor a byte; a cancel
- * reaches a returned fiber's key destructors. */
+ * reaches a returned fiber's key destructors; a fiber's cancel, shield and
+ * deadline never pass to the fibers spawned after it. */
 #include <pthread.h>
 #include <stdatomic.h>
 #if !defined(_WIN32)
@@ -700,5 +701,45 @@ CASE(cancel_races_socket_data) { // uring adversarial timeout=120
     sched_finish(s, BOUND_MS);
 }
 #endif /* !_WIN32 */
+
+/* Fibers that return shielded (1 to 5 deep), with a deadline and, half of
+ * them, cancelled, leave nothing to the fibers spawned after them: those
+ * start uncancelled, with no deadline and no shield, and a cancel ends
+ * their park. */
+static atomic_int ni_bad, ni_parked;
+static void ni_leaves_state(void *arg) {
+    int k = (int)(intptr_t)arg;
+    for (int i = 0; i < 1 + k % 5; i++) CHECK_EQ(async_fiber_shield_begin(), 0);
+    CHECK_EQ(async_fiber_set_deadline(k % 3), 0);
+    if (k % 2) CHECK_EQ(async_fiber_cancel(async_fiber_current()), 0);
+}
+static void ni_fresh(void *arg) {
+    (void)arg;
+    if (async_fiber_cancelled()) atomic_fetch_add(&ni_bad, 1);
+    if (async_fiber_sleep(3) != 0) atomic_fetch_add(&ni_bad, 1);
+    if (async_fiber_shield_end() != -1 || async_last_error() != ASYNC_E_STATE) atomic_fetch_add(&ni_bad, 1);
+    atomic_fetch_add(&ni_parked, 1);
+    if (async_fiber_sleep(3600 * 1000) == 0 || async_last_error() != ASYNC_E_CANCELLED) atomic_fetch_add(&ni_bad, 1);
+}
+
+CASE(new_fibers_inherit_no_cancel_state) { // adversarial timeout=120
+    enum { N = 50 };
+    async_sched_t *s = sched_new(2);
+    for (int r = 0; r < 20; r++) {
+        async_fiber_t *f[N];
+        for (int k = 0; k < N; k++)
+            CHECK((f[k] = async_fiber_spawn(s, ni_leaves_state, (void *)(intptr_t)k, ASYNC_FIBER_JOINABLE)) != NULL);
+        for (int k = 0; k < N; k++) CHECK_EQ(async_fiber_join(f[k], BOUND_MS), 0);
+        atomic_store(&ni_parked, 0);
+        for (int k = 0; k < N; k++)
+            CHECK((f[k] = async_fiber_spawn(s, ni_fresh, NULL, ASYNC_FIBER_JOINABLE)) != NULL);
+        wait_count(&ni_parked, N, "fresh fibers");
+        sched_wait_parked(s, N);
+        for (int k = 0; k < N; k++) CHECK_EQ(async_fiber_cancel(f[k]), 0);
+        for (int k = 0; k < N; k++) CHECK_EQ(async_fiber_join(f[k], BOUND_MS), 0);
+    }
+    CHECK_EQ(atomic_load(&ni_bad), 0);
+    sched_finish(s, BOUND_MS);
+}
 
 TEST_MAIN()
