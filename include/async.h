@@ -45,8 +45,8 @@
  * Conventions used by every function below
  * -----------------------------------------
  *  - Handles (async_queue_t *, async_worker_t *, async_runtime_t *,
- *    async_sched_t *, async_fiber_t *, async_chan_t *, async_mutex_t *,
- *    async_cond_t *) are opaque values, never pointers to memory you may
+ *    async_sched_t *, async_fiber_t *, async_scope_t *, async_chan_t *,
+ *    async_mutex_t *, async_cond_t *) are opaque values, never pointers to memory you may
  *    read. Each call validates its handle: NULL, a destroyed handle, or a
  *    value that is not a handle of that type fails with ASYNC_E_BADHANDLE;
  *    it never crashes. A handle value is never issued twice in a process: a

@@ -6,7 +6,8 @@
  * destroy refuses a scope that is not empty; handles of destroyed scopes
  * (and of a destroyed scheduler's) are BADHANDLE; 10k fibers in nested
  * scopes cancelled at once all return; scope calls racing the scheduler's
- * destroy, and joins racing the scope's own destroy, never crash. */
+ * destroy, and joins racing the scope's own destroy, never crash; a
+ * destroyed scope's handle is never issued again. */
 #include <pthread.h>
 #include <stdatomic.h>
 
@@ -379,6 +380,38 @@ CASE(scope_join_races_scope_destroy) { // adversarial timeout=120
     }
     wait_count(&jd_fiber_joins, 600, "fiber joiners");
     CHECK_EQ(atomic_load(&jd_bad), 0);
+    sched_finish(s, BOUND_MS);
+}
+
+/* A destroyed scope's handle is never issued again: 100,000 scopes created
+ * after 1,000 destroyed ones all differ from them, and the old handles
+ * stay ASYNC_E_BADHANDLE for every scope call. */
+CASE(scope_handles_never_reissued) { // adversarial
+    enum { OLD = 1000 };
+    static async_scope_t *old[OLD];
+    async_sched_t *s = sched_new(1);
+    for (int i = 0; i < OLD; i++) {
+        CHECK((old[i] = async_scope_create(s, NULL, -1)) != NULL);
+        CHECK_EQ(async_scope_destroy(old[i]), 0);
+    }
+    for (int i = 0; i < 100000; i++) {
+        async_scope_t *sc = async_scope_create(s, NULL, -1);
+        CHECK(sc != NULL);
+        for (int k = 0; k < OLD; k++) CHECK(sc != old[k]);
+        CHECK_EQ(async_scope_destroy(sc), 0);
+    }
+    for (int k = 0; k < OLD; k += 97) {
+        CHECK_EQ(async_scope_cancel(old[k]), -1);
+        CHECK_ERR(ASYNC_E_BADHANDLE);
+        CHECK_EQ(async_scope_join(old[k], 0), -1);
+        CHECK_ERR(ASYNC_E_BADHANDLE);
+        CHECK(async_scope_spawn(old[k], nop_fiber, NULL, 0) == NULL);
+        CHECK_ERR(ASYNC_E_BADHANDLE);
+        CHECK(async_scope_create(s, old[k], -1) == NULL);
+        CHECK_ERR(ASYNC_E_BADHANDLE);
+        CHECK_EQ(async_scope_destroy(old[k]), -1);
+        CHECK_ERR(ASYNC_E_BADHANDLE);
+    }
     sched_finish(s, BOUND_MS);
 }
 
