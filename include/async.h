@@ -46,12 +46,12 @@
  * -----------------------------------------
  *  - Handles (async_queue_t *, async_worker_t *, async_runtime_t *,
  *    async_sched_t *, async_fiber_t *, async_scope_t *, async_chan_t *,
- *    async_mutex_t *, async_cond_t *) are opaque values, never pointers to memory you may
- *    read. Each call validates its handle: NULL, a destroyed handle, or a
- *    value that is not a handle of that type fails with ASYNC_E_BADHANDLE;
- *    it never crashes. A handle value is never issued twice in a process: a
- *    destroyed handle stays invalid however many objects are created after
- *    it.
+ *    async_mutex_t *, async_cond_t *) are opaque values, never pointers to
+ *    memory you may read. Each call validates its handle: NULL, a destroyed
+ *    handle, or a value that is not a handle of that type fails with
+ *    ASYNC_E_BADHANDLE; it never crashes. A handle value is never issued
+ *    twice in a process: a destroyed handle stays invalid however many
+ *    objects are created after it.
  *  - Results: functions returning int or ssize_t return 0 (or a count) on
  *    success and -1 on failure; async_fiber_accept returns -1 on failure.
  *    Functions returning bool return false on failure. Functions returning a
@@ -1051,8 +1051,8 @@ async_fiber_t *async_fiber_current(void);
  * wait fail with ASYNC_E_TIMEDOUT (one that completes without waiting still
  * completes, as above; async_fiber_sleep always fails), and bounds every
  * parking call in progress (a call with its own earlier timeout keeps
- * that). A fiber's deadline is the earliest of
- * its own (async_fiber_set_deadline) and its scope's.
+ * that). A fiber's deadline is the earliest of its own
+ * (async_fiber_set_deadline) and its scope's.
  * A scope groups fibers (async_scope_spawn); scopes nest. Cancelling a
  * scope cancels every fiber in it and in every scope below it, and every
  * fiber spawned into any of them later. Fibers spawned with
