@@ -46,13 +46,13 @@
  * Conventions used by every function below
  * -----------------------------------------
  *  - Handles (async_queue_t *, async_worker_t *, async_runtime_t *,
- *    async_sched_t *, async_fiber_t *, async_chan_t *, async_mutex_t *,
- *    async_cond_t *) are opaque values, never pointers to memory you may
- *    read. Each call validates its handle: NULL, a destroyed handle, or a
- *    value that is not a handle of that type fails with ASYNC_E_BADHANDLE;
- *    it never crashes. A handle value is never issued twice in a process: a
- *    destroyed handle stays invalid however many objects are created after
- *    it.
+ *    async_sched_t *, async_fiber_t *, async_scope_t *, async_chan_t *,
+ *    async_mutex_t *, async_cond_t *) are opaque values, never pointers to
+ *    memory you may read. Each call validates its handle: NULL, a destroyed
+ *    handle, or a value that is not a handle of that type fails with
+ *    ASYNC_E_BADHANDLE; it never crashes. A handle value is never issued
+ *    twice in a process: a destroyed handle stays invalid however many
+ *    objects are created after it.
  *  - Results: functions returning int or ssize_t return 0 (or a count) on
  *    success and -1 on failure; async_fiber_accept returns -1 on failure.
  *    Functions returning bool return false on failure. Functions returning a
@@ -1102,18 +1102,23 @@ async_fiber_t *async_fiber_current(void);
  * async_fiber_blocking is never interrupted: its function runs to the end
  * and the call returns 0; the cancel takes effect at the next park. Plain
  * threads' waits are never cancelled by these calls.
- * A deadline makes every parking call that begins after it fail with
- * ASYNC_E_TIMEDOUT, and bounds every parking call in progress (a call with
- * its own earlier timeout keeps that). A fiber's deadline is the earliest of
- * its own (async_fiber_set_deadline) and its scope's.
+ * A deadline makes every parking call that begins after it and has to
+ * wait fail with ASYNC_E_TIMEDOUT (one that completes without waiting still
+ * completes, as above; async_fiber_sleep always fails), and bounds every
+ * parking call in progress (a call with its own earlier timeout keeps
+ * that). A fiber's deadline is the earliest of its own
+ * (async_fiber_set_deadline) and its scope's.
  * A scope groups fibers (async_scope_spawn); scopes nest. Cancelling a
  * scope cancels every fiber in it and in every scope below it, and every
  * fiber spawned into any of them later. Fibers spawned with
  * async_fiber_spawn (also from a fiber of a scope) belong to no scope. */
 typedef struct async_scope_s async_scope_t;
 
-/* Cancels fiber f (see above). Idempotent; a fiber that already returned is
- * not affected (0). Safe against f returning, being joined, being woken or
+/* Cancels fiber f (see above). Idempotent; a fiber that finished is not
+ * affected (0 while its handle is valid: joinable, not joined yet). A fiber
+ * whose function returned has not finished while its fiber-local
+ * destructors run (async_fiber_key_create): their parks are cancelled like
+ * the function's. Safe against f returning, being joined, being woken or
  * moving to another worker concurrently. Errors: ASYNC_E_BADHANDLE.
  * Thread-safe (any thread or fiber, f itself included); never blocks or
  * parks. */

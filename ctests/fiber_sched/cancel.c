@@ -5,7 +5,10 @@
  * (not a shutdown); a hand-off racing the cancel is either delivered or
  * stays with the sender; cancels racing wake-ups, exits, joins, migration
  * between 16 workers and the scheduler's destroy neither crash nor lose a
- * fiber. */
+ * fiber; a cancel racing a cond signal, a joined fiber's exit or a
+ * socket's data loses neither the signal, the handle nor a byte; a cancel
+ * reaches a returned fiber's key destructors; a fiber's cancel, shield and
+ * deadline never pass to the fibers spawned after it. */
 #include <pthread.h>
 #include <stdatomic.h>
 #if !defined(_WIN32)
@@ -518,6 +521,225 @@ CASE(cancel_races_blocking) { // adversarial timeout=120
     CHECK_EQ(atomic_load(&bl_early), 0);
     async_chan_destroy(c);
     async_sched_destroy(s);
+}
+
+/* A fiber whose function returned still runs its fiber-local destructors
+ * as itself: a cancel that arrives while a destructor parks returns 0 and
+ * ends that park with ASYNC_E_CANCELLED; once the fiber is joined its
+ * handle is gone (ASYNC_E_BADHANDLE). */
+static async_fiber_key_t kd_key;
+static atomic_int kd_in_dtor, kd_dtor_rc = 99;
+static void kd_dtor(void *v) {
+    (void)v;
+    atomic_store(&kd_in_dtor, 1);
+    int rc = async_fiber_sleep(3600 * 1000);
+    atomic_store(&kd_dtor_rc, rc == 0 ? 0 : async_last_error());
+}
+static void kd_sets_key(void *arg) {
+    (void)arg;
+    CHECK_EQ(async_fiber_setspecific(kd_key, (void *)1), 0);
+}
+
+CASE(cancel_reaches_key_destructors) { // adversarial
+    async_sched_t *s = sched_new(2);
+    CHECK_EQ(async_fiber_key_create(&kd_key, kd_dtor), 0);
+    async_fiber_t *f = async_fiber_spawn(s, kd_sets_key, NULL, ASYNC_FIBER_JOINABLE);
+    CHECK(f != NULL);
+    wait_count(&kd_in_dtor, 1, "destructor");
+    sched_wait_parked(s, 1);
+    CHECK_EQ(async_fiber_cancel(f), 0);
+    CHECK_EQ(async_fiber_join(f, BOUND_MS), 0);
+    CHECK_EQ(atomic_load(&kd_dtor_rc), ASYNC_E_CANCELLED);
+    CHECK_EQ(async_fiber_cancel(f), -1);
+    CHECK_ERR(ASYNC_E_BADHANDLE);
+    CHECK_EQ(async_fiber_key_delete(kd_key), 0);
+    sched_finish(s, BOUND_MS);
+}
+
+/* A cond signal and a cancel of its oldest waiter at the same moment, 400
+ * rounds: when the cancelled wait fails, the signal wakes the next waiter
+ * instead of being lost. */
+static async_mutex_t *cs_m;
+static async_cond_t *cs_cv;
+static atomic_int cs_parked;
+typedef struct {
+    int timeout_ms, rc, err;
+} cs_wait_t;
+static void cs_waiter(void *arg) {
+    cs_wait_t *w = arg;
+    CHECK_EQ(async_mutex_lock(cs_m, -1), 0);
+    atomic_fetch_add(&cs_parked, 1);
+    w->rc = async_cond_wait(cs_cv, cs_m, w->timeout_ms);
+    w->err = async_last_error();
+    CHECK_EQ(async_mutex_unlock(cs_m), 0);
+}
+
+CASE(cancel_never_swallows_cond_signal) { // adversarial timeout=120
+    async_sched_t *s = sched_new(4);
+    cs_m = async_mutex_create();
+    int cancelled = 0;
+    for (int r = 0; r < 400; r++) {
+        cs_cv = async_cond_create();
+        atomic_store(&cs_parked, 0);
+        cs_wait_t w1 = {-1, 9, 0}, w2 = {BOUND_MS, 9, 0};
+        async_fiber_t *f1 = async_fiber_spawn(s, cs_waiter, &w1, ASYNC_FIBER_JOINABLE);
+        wait_count(&cs_parked, 1, "first waiter");
+        sched_wait_parked(s, 1);
+        async_fiber_t *f2 = async_fiber_spawn(s, cs_waiter, &w2, ASYNC_FIBER_JOINABLE);
+        wait_count(&cs_parked, 2, "second waiter");
+        sched_wait_parked(s, 2);
+        if (r % 2) {
+            CHECK_EQ(async_cond_signal(cs_cv), 0);
+            CHECK_EQ(async_fiber_cancel(f1), 0);
+        } else {
+            CHECK_EQ(async_fiber_cancel(f1), 0);
+            CHECK_EQ(async_cond_signal(cs_cv), 0);
+        }
+        CHECK_EQ(async_fiber_join(f1, BOUND_MS), 0);
+        if (w1.rc == 0)
+            CHECK_EQ(async_cond_signal(cs_cv), 0); /* the first took it: wake the second */
+        else {
+            CHECK_EQ(w1.err, ASYNC_E_CANCELLED);
+            cancelled++;
+        }
+        CHECK_EQ(async_fiber_join(f2, BOUND_MS), 0);
+        CHECK_EQ(w2.rc, 0); /* woken by a signal, not by its timeout */
+        async_cond_destroy(cs_cv);
+    }
+    CHECK(cancelled > 0);
+    async_mutex_destroy(cs_m);
+    sched_finish(s, BOUND_MS);
+}
+
+/* A fiber waiting in async_fiber_join is cancelled while its target
+ * returns, 2000 rounds: a join that succeeded freed the handle (a second
+ * join is ASYNC_E_BADHANDLE); one that failed with ASYNC_E_CANCELLED left
+ * it valid (a second join succeeds). */
+typedef struct {
+    async_fiber_t *target;
+    int rc, err;
+} jr_t;
+static void jr_joiner(void *arg) {
+    jr_t *j = arg;
+    j->rc = async_fiber_join(j->target, -1);
+    j->err = async_last_error();
+}
+static void jr_naps(void *arg) {
+    (void)arg;
+    async_fiber_sleep(1);
+}
+
+CASE(cancel_of_joiner_races_target_exit) { // adversarial timeout=120
+    async_sched_t *s = sched_new(4);
+    int joined = 0, cancelled = 0;
+    for (int r = 0; r < 2000; r++) {
+        jr_t j = {async_fiber_spawn(s, r % 2 ? jr_naps : nop_fiber, NULL, ASYNC_FIBER_JOINABLE), 9, 0};
+        CHECK(j.target != NULL);
+        async_fiber_t *jf = async_fiber_spawn(s, jr_joiner, &j, ASYNC_FIBER_JOINABLE);
+        CHECK(jf != NULL);
+        spin_us((r * 131) % 400);
+        CHECK_EQ(async_fiber_cancel(jf), 0);
+        CHECK_EQ(async_fiber_join(jf, BOUND_MS), 0);
+        if (j.rc == 0) {
+            joined++;
+            CHECK_EQ(async_fiber_join(j.target, 0), -1);
+            CHECK_ERR(ASYNC_E_BADHANDLE);
+        } else {
+            cancelled++;
+            CHECK_EQ(j.err, ASYNC_E_CANCELLED);
+            CHECK_EQ(async_fiber_join(j.target, BOUND_MS), 0);
+        }
+    }
+    CHECK_EQ(joined + cancelled, 2000);
+    sched_finish(s, BOUND_MS);
+}
+
+#if !defined(_WIN32) /* socketpair */
+/* A fiber's socket read cancelled while data arrives, 400 rounds, both I/O
+ * paths: the read either returns the bytes or fails with ASYNC_E_CANCELLED
+ * and leaves them in the socket. */
+static int sd_sp[2];
+static atomic_int sd_started;
+typedef struct {
+    ssize_t n;
+    int err;
+} sd_t;
+static void sd_reader(void *arg) {
+    sd_t *d = arg;
+    char buf[64];
+    atomic_store(&sd_started, 1);
+    d->n = async_fiber_read(sd_sp[0], buf, sizeof buf, -1);
+    d->err = async_last_error();
+}
+
+CASE(cancel_races_socket_data) { // uring adversarial timeout=120
+    async_sched_t *s = sched_new(2);
+    for (int r = 0; r < 400; r++) {
+        CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sd_sp), 0);
+        sd_t d = {99, 0};
+        atomic_store(&sd_started, 0);
+        async_fiber_t *f = async_fiber_spawn(s, sd_reader, &d, ASYNC_FIBER_JOINABLE);
+        CHECK(f != NULL);
+        wait_count(&sd_started, 1, "reader");
+        spin_us((r * 37) % 300);
+        if (r % 2) {
+            CHECK_EQ(write(sd_sp[1], "abc", 3), 3);
+            CHECK_EQ(async_fiber_cancel(f), 0);
+        } else {
+            CHECK_EQ(async_fiber_cancel(f), 0);
+            CHECK_EQ(write(sd_sp[1], "abc", 3), 3);
+        }
+        CHECK_EQ(async_fiber_join(f, BOUND_MS), 0);
+        if (d.n != 3) {
+            CHECK_EQ(d.n, -1);
+            CHECK_EQ(d.err, ASYNC_E_CANCELLED);
+            char b[8];
+            CHECK_EQ(recv(sd_sp[0], b, sizeof b, MSG_DONTWAIT), 3);
+        }
+        close_pair(sd_sp);
+    }
+    sched_finish(s, BOUND_MS);
+}
+#endif /* !_WIN32 */
+
+/* Fibers that return shielded (1 to 5 deep), with a deadline and, half of
+ * them, cancelled, leave nothing to the fibers spawned after them: those
+ * start uncancelled, with no deadline and no shield, and a cancel ends
+ * their park. */
+static atomic_int ni_bad, ni_parked;
+static void ni_leaves_state(void *arg) {
+    int k = (int)(intptr_t)arg;
+    for (int i = 0; i < 1 + k % 5; i++) CHECK_EQ(async_fiber_shield_begin(), 0);
+    CHECK_EQ(async_fiber_set_deadline(k % 3), 0);
+    if (k % 2) CHECK_EQ(async_fiber_cancel(async_fiber_current()), 0);
+}
+static void ni_fresh(void *arg) {
+    (void)arg;
+    if (async_fiber_cancelled()) atomic_fetch_add(&ni_bad, 1);
+    if (async_fiber_sleep(3) != 0) atomic_fetch_add(&ni_bad, 1);
+    if (async_fiber_shield_end() != -1 || async_last_error() != ASYNC_E_STATE) atomic_fetch_add(&ni_bad, 1);
+    atomic_fetch_add(&ni_parked, 1);
+    if (async_fiber_sleep(3600 * 1000) == 0 || async_last_error() != ASYNC_E_CANCELLED) atomic_fetch_add(&ni_bad, 1);
+}
+
+CASE(new_fibers_inherit_no_cancel_state) { // adversarial timeout=120
+    enum { N = 50 };
+    async_sched_t *s = sched_new(2);
+    for (int r = 0; r < 20; r++) {
+        async_fiber_t *f[N];
+        for (int k = 0; k < N; k++)
+            CHECK((f[k] = async_fiber_spawn(s, ni_leaves_state, (void *)(intptr_t)k, ASYNC_FIBER_JOINABLE)) != NULL);
+        for (int k = 0; k < N; k++) CHECK_EQ(async_fiber_join(f[k], BOUND_MS), 0);
+        atomic_store(&ni_parked, 0);
+        for (int k = 0; k < N; k++)
+            CHECK((f[k] = async_fiber_spawn(s, ni_fresh, NULL, ASYNC_FIBER_JOINABLE)) != NULL);
+        wait_count(&ni_parked, N, "fresh fibers");
+        sched_wait_parked(s, N);
+        for (int k = 0; k < N; k++) CHECK_EQ(async_fiber_cancel(f[k]), 0);
+        for (int k = 0; k < N; k++) CHECK_EQ(async_fiber_join(f[k], BOUND_MS), 0);
+    }
+    CHECK_EQ(atomic_load(&ni_bad), 0);
+    sched_finish(s, BOUND_MS);
 }
 
 TEST_MAIN()

@@ -3,7 +3,8 @@
  * nested deadlines wins, a fiber's own deadline (async_fiber_set_deadline)
  * works alone and with its scope's, a call's own earlier timeout still
  * applies, a shield suspends the deadline; deadlines racing completions
- * lose no element, deadlines racing cancels end each call once. */
+ * lose no element, deadlines racing cancels end each call once; a passed
+ * deadline spares the calls that complete at once. */
 #include <pthread.h>
 #include <stdatomic.h>
 
@@ -259,6 +260,73 @@ CASE(deadline_races_deadlines) { // uring adversarial timeout=120
     }
     async_chan_destroy(dd_c);
     async_sched_destroy(s);
+}
+
+/* A deadline that has passed fails only the calls that would have to
+ * wait: a send to a waiting receiver, a send with room, a receive of a
+ * buffered element, a lock of a free mutex and a join of a returned fiber
+ * still complete; a sleep (even of 0 ms) and a receive that would wait fail
+ * with ASYNC_E_TIMEDOUT. */
+typedef struct {
+    async_chan_t *rendezvous;
+    async_fiber_t *returned;
+    async_mutex_t *m;
+    int rc[7], err[7];
+} past_t;
+static atomic_int past_receiver_got;
+static void past_receiver(void *arg) {
+    async_chan_t *c = arg;
+    int v = 0;
+    if (async_chan_recv(c, &v, BOUND_MS) == 0 && v == 42) atomic_store(&past_receiver_got, 1);
+}
+static void past_deadline_calls(void *arg) {
+    past_t *p = arg;
+    CHECK_EQ(async_fiber_set_deadline(0), 0);
+    async_chan_t *b = async_chan_create(1, sizeof(int));
+    CHECK(b != NULL);
+    int v = 42, i = 0;
+#define PAST_CALL(call)                                                                                      \
+    do {                                                                                                       \
+        async_clear_error();                                                                                   \
+        p->rc[i] = (call);                                                                                     \
+        p->err[i++] = async_last_error();                                                                      \
+    } while (0)
+    PAST_CALL(async_chan_send(p->rendezvous, &v, -1));
+    PAST_CALL(async_chan_send(b, &v, -1));
+    PAST_CALL(async_chan_recv(b, &v, -1));
+    PAST_CALL(async_mutex_lock(p->m, -1));
+    PAST_CALL(async_fiber_join(p->returned, -1));
+    PAST_CALL(async_fiber_sleep(0));
+    PAST_CALL(async_chan_recv(b, &v, -1));
+#undef PAST_CALL
+    CHECK_EQ(async_mutex_unlock(p->m), 0);
+    async_chan_destroy(b);
+}
+
+CASE(deadline_passed_spares_calls_that_complete_at_once) { // adversarial
+    async_sched_t *s = sched_new(2);
+    past_t p = {async_chan_create(0, sizeof(int)), NULL, async_mutex_create(), {0}, {0}};
+    CHECK(p.rendezvous != NULL && p.m != NULL);
+    spawn_until_parked(s, past_receiver, p.rendezvous, 1);
+    CHECK((p.returned = async_fiber_spawn(s, nop_fiber, NULL, ASYNC_FIBER_JOINABLE)) != NULL);
+    async_sched_stats_t st;
+    for (double t0 = now_ms();; sleep_ms(1)) {
+        CHECK_EQ(async_sched_get_stats(s, &st, NULL, 0), 0);
+        if (st.fibers_done_unjoined == 1) break;
+        CHECK(now_ms() - t0 < BOUND_MS);
+    }
+    async_fiber_t *f = async_fiber_spawn(s, past_deadline_calls, &p, ASYNC_FIBER_JOINABLE);
+    CHECK(f != NULL);
+    CHECK_EQ(async_fiber_join(f, BOUND_MS), 0);
+    for (int i = 0; i < 5; i++) CHECK_EQ(p.rc[i], 0);
+    CHECK_EQ(p.rc[5], -1);
+    CHECK_EQ(p.err[5], ASYNC_E_TIMEDOUT);
+    CHECK_EQ(p.rc[6], -1);
+    CHECK_EQ(p.err[6], ASYNC_E_TIMEDOUT);
+    CHECK_EQ(atomic_load(&past_receiver_got), 1);
+    async_chan_destroy(p.rendezvous);
+    async_mutex_destroy(p.m);
+    sched_finish(s, BOUND_MS);
 }
 
 TEST_MAIN()

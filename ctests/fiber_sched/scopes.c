@@ -6,7 +6,8 @@
  * destroy refuses a scope that is not empty; handles of destroyed scopes
  * (and of a destroyed scheduler's) are BADHANDLE; 10k fibers in nested
  * scopes cancelled at once all return; scope calls racing the scheduler's
- * destroy never crash. */
+ * destroy, and joins racing the scope's own destroy, never crash; a
+ * destroyed scope's handle is never issued again. */
 #include <pthread.h>
 #include <stdatomic.h>
 
@@ -341,6 +342,77 @@ CASE(scope_cancel_races_spawns) { // adversarial timeout=120
         CHECK_EQ(async_scope_destroy(tree_scope), 0);
         async_sched_destroy(s);
     }
+}
+
+/* Joins from threads and fibers wait on a scope whose last fibers return
+ * while its destroy is retried until it succeeds, 300 rounds: each join
+ * returns 0 (it saw the scope empty) or ASYNC_E_BADHANDLE (the scope was
+ * gone), and nothing touches the freed scope. */
+static atomic_int jd_bad, jd_fiber_joins;
+static void jd_naps(void *arg) {
+    (void)arg;
+    async_fiber_sleep(1);
+}
+static void *jd_join(void *arg) {
+    if (async_scope_join(arg, -1) != 0 && async_last_error() != ASYNC_E_BADHANDLE) atomic_fetch_add(&jd_bad, 1);
+    return NULL;
+}
+static void jd_join_fiber(void *arg) {
+    jd_join(arg);
+    atomic_fetch_add(&jd_fiber_joins, 1);
+}
+
+CASE(scope_join_races_scope_destroy) { // adversarial timeout=120
+    async_sched_t *s = sched_new(4);
+    for (int r = 0; r < 300; r++) {
+        async_scope_t *sc = async_scope_create(s, NULL, -1);
+        CHECK(sc != NULL);
+        for (int i = 0; i < 3; i++) CHECK(async_scope_spawn(sc, jd_naps, NULL, 0) != NULL);
+        pthread_t t[2];
+        for (int i = 0; i < 2; i++) start_thread(&t[i], jd_join, sc);
+        for (int i = 0; i < 2; i++) CHECK(async_fiber_spawn(s, jd_join_fiber, sc, 0) != NULL);
+        if (r % 3 == 0) CHECK_EQ(async_scope_cancel(sc), 0);
+        while (async_scope_destroy(sc) != 0) {
+            CHECK_ERR(ASYNC_E_BUSY);
+            sched_yield();
+        }
+        for (int i = 0; i < 2; i++) join_within(t[i], BOUND_MS, "scope joiner");
+    }
+    wait_count(&jd_fiber_joins, 600, "fiber joiners");
+    CHECK_EQ(atomic_load(&jd_bad), 0);
+    sched_finish(s, BOUND_MS);
+}
+
+/* A destroyed scope's handle is never issued again: 100,000 scopes created
+ * after 1,000 destroyed ones all differ from them, and the old handles
+ * stay ASYNC_E_BADHANDLE for every scope call. */
+CASE(scope_handles_never_reissued) { // adversarial
+    enum { OLD = 1000 };
+    static async_scope_t *old[OLD];
+    async_sched_t *s = sched_new(1);
+    for (int i = 0; i < OLD; i++) {
+        CHECK((old[i] = async_scope_create(s, NULL, -1)) != NULL);
+        CHECK_EQ(async_scope_destroy(old[i]), 0);
+    }
+    for (int i = 0; i < 100000; i++) {
+        async_scope_t *sc = async_scope_create(s, NULL, -1);
+        CHECK(sc != NULL);
+        for (int k = 0; k < OLD; k++) CHECK(sc != old[k]);
+        CHECK_EQ(async_scope_destroy(sc), 0);
+    }
+    for (int k = 0; k < OLD; k += 97) {
+        CHECK_EQ(async_scope_cancel(old[k]), -1);
+        CHECK_ERR(ASYNC_E_BADHANDLE);
+        CHECK_EQ(async_scope_join(old[k], 0), -1);
+        CHECK_ERR(ASYNC_E_BADHANDLE);
+        CHECK(async_scope_spawn(old[k], nop_fiber, NULL, 0) == NULL);
+        CHECK_ERR(ASYNC_E_BADHANDLE);
+        CHECK(async_scope_create(s, old[k], -1) == NULL);
+        CHECK_ERR(ASYNC_E_BADHANDLE);
+        CHECK_EQ(async_scope_destroy(old[k]), -1);
+        CHECK_ERR(ASYNC_E_BADHANDLE);
+    }
+    sched_finish(s, BOUND_MS);
 }
 
 TEST_MAIN()
