@@ -1107,7 +1107,10 @@ async_fiber_t *async_fiber_current(void);
  * completes, as above; async_fiber_sleep always fails), and bounds every
  * parking call in progress (a call with its own earlier timeout keeps
  * that). A fiber's deadline is the earliest of its own
- * (async_fiber_set_deadline) and its scope's.
+ * (async_fiber_set_deadline) and its scope's. A call with timeout_ms 0
+ * never waits, so it reports its own result under a cancel or a passed
+ * deadline too (async_chan_recv ASYNC_E_EMPTY, async_mutex_lock
+ * ASYNC_E_BUSY, ...).
  * A scope groups fibers (async_scope_spawn); scopes nest. Cancelling a
  * scope cancels every fiber in it and in every scope below it, and every
  * fiber spawned into any of them later. Fibers spawned with
@@ -1126,8 +1129,10 @@ int async_fiber_cancel(async_fiber_t *f);
 
 /* 1 if the calling fiber was cancelled (async_fiber_cancel, a scope's
  * cancel) or its scheduler is shutting down, else 0 (also on a plain
- * thread and in a forked child). A shield does not change the answer. Never fails; sets no
- * error; never blocks or parks. */
+ * thread and in a forked child, and in a function that async_fiber_blocking
+ * runs for a cancelled fiber: that runs on a plain thread of the pool). A
+ * shield does not change the answer. Never fails; sets no error; never
+ * blocks or parks. */
 int async_fiber_cancelled(void);
 
 /* Shields the calling fiber from cancellation until the matching
@@ -1150,7 +1155,9 @@ int async_fiber_set_deadline(int timeout_ms);
 /* Creates a scope of scheduler s, inside parent (NULL: at the top). Its
  * deadline is timeout_ms from now (-1: none), or the parent's when that is
  * earlier; it is fixed for the scope's life. A scope created inside a
- * cancelled one starts cancelled. Errors: ASYNC_E_BADHANDLE (s or parent),
+ * cancelled one starts cancelled. On a scheduler that is shutting down it
+ * is created (not cancelled), and every spawn into it fails with
+ * ASYNC_E_CANCELLED, as every spawn does then. Errors: ASYNC_E_BADHANDLE (s or parent),
  * ASYNC_E_INVAL (parent of another scheduler, timeout_ms < -1),
  * ASYNC_E_NOMEM. Thread-safe; never blocks or parks. */
 async_scope_t *async_scope_create(async_sched_t *s, async_scope_t *parent, int timeout_ms);
@@ -1173,7 +1180,9 @@ int async_scope_cancel(async_scope_t *sc);
  * The wait is not ended by a cancel of the calling fiber, its deadline or
  * its scheduler's shutdown, only by its own timeout, so a parent can always
  * wait for its children before it frees what they use. Several joins may
- * wait at once. Errors: ASYNC_E_BADHANDLE, ASYNC_E_INVAL (timeout_ms < -1),
+ * wait at once. A join that began before sc's destroy (or its scheduler's)
+ * returns its own result; one that begins after it fails with
+ * ASYNC_E_BADHANDLE. Errors: ASYNC_E_BADHANDLE, ASYNC_E_INVAL (timeout_ms < -1),
  * ASYNC_E_TIMEDOUT (fibers still run), ASYNC_E_STATE (the calling fiber is
  * in sc or below, also in a function async_fiber_blocking runs for such a
  * fiber: it would wait for itself). Thread-safe; parks. */
@@ -1356,8 +1365,8 @@ int async_fiber_wait_signal(int signo, int timeout_ms);
  * refuses io_uring, valgrind, or no descriptor or memory left for the
  * rings when the scheduler is created; other platforms ignore it). The promises
  * below hold for both. With io_uring: a socket call of a fiber with
- * timeout_ms other than 0 is submitted to the ring; a timeout or shutdown
- * cancels it and waits for the kernel to confirm before returning (the
+ * timeout_ms other than 0 is submitted to the ring; a timeout, a cancel or
+ * deadline of the fiber, or shutdown cancels it and waits for the kernel to confirm before returning (the
  * kernel never writes into buf after the call returned), and an operation
  * that completed meanwhile keeps its result; the ASYNC_E_BUSY rule is kept
  * apart from async_fiber_wait_fd's; closing the fd with close(2) from
@@ -1651,8 +1660,9 @@ void async_cond_destroy(async_cond_t *c);
 int async_cond_wait(async_cond_t *c, async_mutex_t *m, int timeout_ms);
 
 /* Wakes the oldest waiter of c (signal) or every waiter (broadcast), if any.
- * A signal is never lost to a waiter whose timeout fires at the same time:
- * it wakes another waiter then. The caller need not own the mutex.
+ * A signal is never lost to a waiter whose wait ends at the same time for
+ * another reason (its timeout, a cancel or deadline of its fiber): it wakes
+ * another waiter then. The caller need not own the mutex.
  * Errors: ASYNC_E_BADHANDLE. Thread-safe; never blocks. */
 int async_cond_signal(async_cond_t *c);
 int async_cond_broadcast(async_cond_t *c);
