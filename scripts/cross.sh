@@ -268,6 +268,7 @@ fi
 #                         runs 20000)
 WIN_FIBER_FILES="ctests/fiber_sched/spawn_join.c ctests/fiber_sched/bad_args.c ctests/fiber_sched/work_spread.c
     ctests/fiber_sched/blocking.c ctests/fiber_sched/calls_from_fibers.c ctests/fiber_sched/shutdown.c
+    ctests/fiber_sched/cancel.c ctests/fiber_sched/scopes.c ctests/fiber_sched/deadlines.c
     ctests/fiber_sync/channels.c ctests/fiber_sync/select.c ctests/fiber_stack/guard_modes.c"
 WIN_FIBER_SKIP=${WIN_FIBER_SKIP-"guard_modes fib_100k parked_100k"}
 # The executable a WIN_FIBER_FILES file is built into: ctests/fiber_sync/select.c
