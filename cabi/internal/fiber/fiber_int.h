@@ -36,6 +36,7 @@ struct la_wk {
     uint32_t tick;
     uint64_t rng;
     void *asan_fake;
+    void *tsan_self; /* TSan's context of this worker thread (TSan hosts) */
     const void *stk_bottom;
     size_t stk_size;
     _Atomic uint64_t n_run, n_started, n_steal, n_park; /* written by this worker only */

@@ -351,11 +351,20 @@ static void asan_arrive(la_fiber_t *f) {
     }
 }
 
+/* TSan (in TSan hosts): the context switches with the stack, right before
+ * la_ctx_switch. Flags 0: each switch is a release by the side that leaves
+ * and an acquire by the one that resumes, so a fiber resumed on another
+ * worker sees what it did before (the run queues order the workers). */
+static inline void tsan_switch(void *to) {
+    if (__tsan_switch_to_fiber) __tsan_switch_to_fiber(to, 0);
+}
+
 /* Switches from the running fiber to its worker's loop with `action`. */
 void la_switch_out(la_fiber_t *f, int action) {
     la_wk_t *w = la_current_worker();
     w->action = action;
     asan_leave(f, w, action == LA_ACT_EXIT);
+    tsan_switch(w->tsan_self);
     la_ctx_switch(&f->sp, w->loop_sp);
     asan_arrive(f);
 }
@@ -382,6 +391,10 @@ void la_fiber_trap(void (*fn)(void *), void *arg) {
 static void fiber_finish(la_wk_t *w, la_fiber_t *f) {
     la_sched_t *s = w->s;
     la_stack_check(s->pool, &f->stack, f->id);
+    if (f->tsan_fiber) { /* (switched out of it for good) */
+        __tsan_destroy_fiber(f->tsan_fiber);
+        f->tsan_fiber = NULL;
+    }
 #if defined(_WIN32)
     la_stack_win_exit(&f->stack, f->sp, s->page); /* the stack's commit so far */
 #endif
@@ -445,9 +458,11 @@ static void run_fiber(la_wk_t *w, la_fiber_t *f) {
     atomic_store_explicit(&w->run_id, f->id, memory_order_relaxed);
     /* canary mode: never resume a fiber on a stack something overwrote */
     la_stack_check(s->pool, &f->stack, f->id);
+    if (__tsan_create_fiber && !f->tsan_fiber) f->tsan_fiber = __tsan_create_fiber(0);
     for (;;) {
         if (__sanitizer_start_switch_fiber)
             __sanitizer_start_switch_fiber(&w->asan_fake, f->stack.base + s->page, f->stack.size);
+        tsan_switch(f->tsan_fiber);
         la_ctx_switch(&w->loop_sp, f->sp);
         if (__sanitizer_finish_switch_fiber) __sanitizer_finish_switch_fiber(w->asan_fake, NULL, NULL);
         if (w->action != LA_ACT_TRAP) break;
@@ -604,6 +619,7 @@ static la_fiber_t *find_work(la_wk_t *w) {
 void *la_worker_main(void *arg) {
     la_wk_t *w = arg;
     tls_wk = w;
+    if (__tsan_get_current_fiber) w->tsan_self = __tsan_get_current_fiber();
     la_block_sigpipe();
     void *alt = NULL;
     la_sig_thread_init(&alt);
