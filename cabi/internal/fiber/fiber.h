@@ -117,7 +117,7 @@ struct la_fiber {
     _Atomic int claim;
     _Atomic int park_kind;
     la_sched_t *s;
-    la_wk_t *wk; /* the worker it last ran on */
+    la_wk_t *wk; /* the worker it last ran on (stored relaxed: dumps read it racily) */
     uint64_t id;
     /* debugging (tools.c: async_sched_dump, gdb): what the fiber parks on
      * (LA_WAIT_*) and since when (coarse monotonic ns), written by the
@@ -321,12 +321,24 @@ void __sanitizer_finish_switch_fiber(void *fake_stack_save, const void **bottom_
 #define __tsan_create_fiber ((void *(*)(unsigned))0)
 #define __tsan_destroy_fiber ((void (*)(void *))0)
 #define __tsan_switch_to_fiber ((void (*)(void *, unsigned))0)
+#define __tsan_acquire ((void (*)(void *))0)
+#define __tsan_release ((void (*)(void *))0)
 #else
 void *__tsan_get_current_fiber(void) __attribute__((weak));
 void *__tsan_create_fiber(unsigned flags) __attribute__((weak));
 void __tsan_destroy_fiber(void *fiber) __attribute__((weak));
 void __tsan_switch_to_fiber(void *fiber, unsigned flags) __attribute__((weak));
+void __tsan_acquire(void *addr) __attribute__((weak));
+void __tsan_release(void *addr) __attribute__((weak));
 #endif
+/* A hand-off TSan cannot see (through the kernel): la_tsan_release(a) on
+ * the side that hands over, la_tsan_acquire(a) on the side that takes. */
+static inline void la_tsan_release(void *a) {
+    if (__tsan_release) __tsan_release(a);
+}
+static inline void la_tsan_acquire(void *a) {
+    if (__tsan_acquire) __tsan_acquire(a);
+}
 
 /* ---- Go calls from fibers (offstack.c) ------------------------------------ */
 /* Runs fn(arg) off any fiber stack: on a fiber, on its worker's own stack

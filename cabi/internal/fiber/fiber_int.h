@@ -95,7 +95,11 @@ struct la_sched {
     _Alignas(64) _Atomic int nidle, nspinning;
     pthread_mutex_t imu;
     pthread_cond_t icv;
-    int nsleep, wakeups, poller_active, poll_kicked, poll_spin;
+    int nsleep, wakeups, poll_kicked, poll_spin;
+    /* a worker sits in the fd poller: written under imu, read without it by
+     * workers deciding whether to poll themselves (a stale view costs one
+     * needless or one skipped non-blocking poll) */
+    _Atomic int poller_active;
     _Atomic int stopping; /* destroy: workers exit */
     _Atomic int shutdown; /* parks are cancelled */
     _Atomic int destroying; /* async_sched_destroy began (joins refuse to pin s) */
@@ -243,7 +247,9 @@ void la_io_prefetch(void *rec);
 struct la_fdrec {
     la_spin_t lk;
     int fd;                /* the number (set by the first park) */
-    la_waiter_t *rw, *ww;  /* parked reader / writer */
+    /* parked reader / writer (under lk; rw is stored with la_fdrec_set_rw:
+     * the poller's prefetch hint, la_io_prefetch, reads it without lk) */
+    la_waiter_t *rw, *ww;
     _Atomic char drained;  /* hint: the last fiber read returned less than asked */
     _Atomic char stream;   /* read hint usable: stream socket or pipe (at ADD) */
     /* owned fds (see the top); owned, gen, sin and sout change under lk */
@@ -281,6 +287,7 @@ static inline int la_fd_snap_closed(la_fdrec_t *r, la_fdsnap_t *sn) {
     return 1;
 }
 /* The poller directions r's parked waiters want (under r->lk). */
+static inline void la_fdrec_set_rw(la_fdrec_t *r, la_waiter_t *w) { __atomic_store_n(&r->rw, w, __ATOMIC_RELAXED); }
 static inline unsigned la_io_arm_mask(la_fdrec_t *r) { return (r->rw ? LA_PF_IN : 0u) | (r->ww ? LA_PF_OUT : 0u); }
 
 /* io_sys.c: the system calls; each returns its result or -errno. */
