@@ -96,9 +96,8 @@ struct la_sched {
     pthread_mutex_t imu;
     pthread_cond_t icv;
     int nsleep, wakeups, poll_kicked, poll_spin;
-    /* a worker sits in the fd poller: written under imu, read without it by
-     * workers deciding whether to poll themselves (a stale view costs one
-     * needless or one skipped non-blocking poll) */
+    /* a worker sits in the fd poller: written under imu, read without it
+     * (la_poller_busy) */
     _Atomic int poller_active;
     _Atomic int stopping; /* destroy: workers exit */
     _Atomic int shutdown; /* parks are cancelled */
@@ -225,6 +224,11 @@ static inline int la_fd_waiters(la_sched_t *s) {
     for (int i = 0; i < s->nw; i++) n += atomic_load_explicit(&s->wks[i].fdwait, memory_order_relaxed);
     return n > 0;
 }
+/* Whether a worker sits in the fd poller (a hint without imu: a stale one
+ * costs a needless or a skipped non-blocking poll). */
+static inline int la_poller_busy(la_sched_t *s) {
+    return atomic_load_explicit(&s->poller_active, memory_order_relaxed);
+}
 
 /* io.c, io_sys.c */
 #if !defined(_WIN32)
@@ -286,8 +290,9 @@ static inline int la_fd_snap_closed(la_fdrec_t *r, la_fdsnap_t *sn) {
     la_set_error(ASYNC_E_CLOSED);
     return 1;
 }
-/* The poller directions r's parked waiters want (under r->lk). */
+/* Sets r's parked reader (under r->lk; see struct la_fdrec). */
 static inline void la_fdrec_set_rw(la_fdrec_t *r, la_waiter_t *w) { __atomic_store_n(&r->rw, w, __ATOMIC_RELAXED); }
+/* The poller directions r's parked waiters want (under r->lk). */
 static inline unsigned la_io_arm_mask(la_fdrec_t *r) { return (r->rw ? LA_PF_IN : 0u) | (r->ww ? LA_PF_OUT : 0u); }
 
 /* io_sys.c: the system calls; each returns its result or -errno. */

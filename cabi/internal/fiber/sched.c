@@ -241,7 +241,7 @@ static void wake_one(la_sched_t *s) {
     if (s->nsleep > s->wakeups) {
         s->wakeups++;
         pthread_cond_signal(&s->icv);
-    } else if (atomic_load_explicit(&s->poller_active, memory_order_relaxed) && !s->poll_spin) {
+    } else if (la_poller_busy(s) && !s->poll_spin) {
         s->poll_spin = 1;
         if (!s->poll_kicked) {
             s->poll_kicked = 1;
@@ -509,7 +509,7 @@ int la_poll_now(la_sched_t *s) {
     int n = la_poll_events(s, 0, &rang);
     if (rang) {
         pthread_mutex_lock(&s->imu);
-        if (atomic_load_explicit(&s->poller_active, memory_order_relaxed)) la_kick_poller(s);
+        if (la_poller_busy(s)) la_kick_poller(s);
         pthread_mutex_unlock(&s->imu);
     }
     return n;
@@ -567,7 +567,7 @@ static la_fiber_t *find_work(la_wk_t *w) {
              * fibers), and the sleepers and fd waiters among those fibers
              * must still be woken. */
             la_timers_run(s);
-            if (take && la_fd_waiters(s) && !atomic_load_explicit(&s->poller_active, memory_order_relaxed)) la_poll_now(s);
+            if (take && la_fd_waiters(s) && !la_poller_busy(s)) la_poll_now(s);
             /* Both queues: the inbox (the fibers spawned or readied from
              * outside) gets its look even while the global queue never
              * runs empty and the ring never runs dry. */
@@ -591,7 +591,7 @@ static la_fiber_t *find_work(la_wk_t *w) {
         if (w->lease) la_live_sub(s, w, w->lease);
         if ((f = la_global_get(s, w, LA_RUNQ / 2)) || (f = la_inbox_get(s, w))) break;
         if (la_timers_run(s) > 0) continue;
-        if (la_fd_waiters(s) && !atomic_load_explicit(&s->poller_active, memory_order_relaxed) && la_poll_now(s) > 0) continue;
+        if (la_fd_waiters(s) && !la_poller_busy(s) && la_poll_now(s) > 0) continue;
         if (s->nw > 1) {
             if (!spinning) spinning = la_spin_begin(s);
             if ((f = la_spin(w, spinning))) {
