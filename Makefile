@@ -17,6 +17,7 @@
 export PATH := $(PATH):/usr/local/go/bin
 BUILD ?= build
 BUILD_SAN ?= build-asan
+BUILD_TSAN ?= build-tsan
 BUILD_VG ?= build-valgrind
 PREFIX ?= /usr/local
 JOBS ?= 2
@@ -25,7 +26,7 @@ PROGRESS := bash scripts/progress.sh
 # no "make[N]: Entering directory" lines from the Makefiles cmake generates
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all help deps configure build test test-go test-c test-asan test-cross test-install test-fuzz test-valgrind \
+.PHONY: all help deps configure build test test-go test-c test-asan test-tsan test-cross test-install test-fuzz test-valgrind \
 	test-many-workers soak \
 	demo install uninstall bench clean
 
@@ -39,6 +40,8 @@ help:
 	@echo "  test-go       gofmt, go vet, go test -race"
 	@echo "  test-c        the C tests (ctest), epoll and poll backends"
 	@echo "  test-asan     the C tests again, libasync's C and the tests under ASan+UBSan, in $(BUILD_SAN)/"
+	@echo "  test-tsan     the C tests under ThreadSanitizer in $(BUILD_TSAN)/ (not in make test;"
+	@echo "                TSAN_SOAK=1 adds the cases that take minutes under TSan)"
 	@echo "  test-cross    scripts/cross.sh: BSDs, macOS, Windows DLL under wine, linux/arm64 under qemu"
 	@echo "  test-install  scripts/install_test.sh: install to a temporary prefix, build against it"
 	@echo "                with pkg-config, CMake find_package and by hand, shared and static"
@@ -52,7 +55,7 @@ help:
 	@echo "  uninstall     remove what the last make install installed ($(BUILD)/install_manifest.txt)"
 	@echo "  bench         the benchmarks against libuv and friends (docs/PERFORMANCE.md)"
 	@echo "  deps          install cmake, gcc, g++, make when missing (as root)"
-	@echo "  clean         remove $(BUILD)/ and $(BUILD_SAN)/"
+	@echo "  clean         remove $(BUILD)/, $(BUILD_SAN)/ and $(BUILD_TSAN)/"
 
 deps:
 	@bash scripts/deps.sh
@@ -85,6 +88,19 @@ test-asan: deps
 	@$(PROGRESS) "asan build" cmake --build $(BUILD_SAN) -j$(JOBS)
 	@echo "test-asan: ctest in $(BUILD_SAN)/"
 	@$(PROGRESS) "asan ctest" ctest --test-dir $(BUILD_SAN) $(CTEST_FLAGS)
+
+# The C tests under ThreadSanitizer (libasync's own C instrumented, fiber
+# switches annotated; docs/TESTING.md, "ThreadSanitizer"). Cases labelled
+# tsan_soak take minutes under TSan: left out unless TSAN_SOAK=1. Cases
+# TSan cannot run are not registered in a TSan build (word notsan).
+TSAN_SOAK ?= 0
+TSAN_SELECT = $(if $(filter 1,$(TSAN_SOAK)),,-LE '^tsan_soak$$')
+test-tsan: deps
+	@cmake -S . -B $(BUILD_TSAN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DASYNC_TSAN=ON >/dev/null
+	@echo "test-tsan: building with ThreadSanitizer in $(BUILD_TSAN)/ (the Go build of the library may be quiet for a minute)"
+	@$(PROGRESS) "tsan build" cmake --build $(BUILD_TSAN) -j$(JOBS)
+	@echo "test-tsan: ctest in $(BUILD_TSAN)/$(if $(filter 1,$(TSAN_SOAK)),, (without the tsan_soak cases: TSAN_SOAK=1 runs them))"
+	@$(PROGRESS) "tsan ctest" ctest --test-dir $(BUILD_TSAN) $(CTEST_FLAGS) $(TSAN_SELECT)
 
 test-cross: deps
 	@echo "test-cross: scripts/cross.sh (a line per step, and every 30 s while one runs)"
@@ -149,4 +165,4 @@ bench: deps
 	bash bench/run.sh
 
 clean:
-	rm -rf $(BUILD) $(BUILD_SAN)
+	rm -rf $(BUILD) $(BUILD_SAN) $(BUILD_TSAN)

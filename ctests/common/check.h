@@ -24,6 +24,18 @@
 
 #include "async.h"
 
+/* 1 in a ThreadSanitizer build (make test-tsan), else 0. */
+#if defined(__SANITIZE_THREAD__)
+#define ASYNC_TEST_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define ASYNC_TEST_TSAN 1
+#endif
+#endif
+#ifndef ASYNC_TEST_TSAN
+#define ASYNC_TEST_TSAN 0
+#endif
+
 static inline void check_fail_(const char *file, int line, const char *expr, const char *extra)
 {
     int e = async_last_error();

@@ -296,7 +296,7 @@ static void fiber_spin(void *arg)
         async_fiber_yield();
 }
 
-CASE(host_handler_onstack) // poll
+CASE(host_handler_onstack) // poll notsan
 {
     async_sched_config_t cfg = {2, 0, 0};
     struct sigaction sa;
@@ -375,7 +375,7 @@ CHILD(child_segv)
     fprintf(stderr, "still alive\n");
 }
 
-CASE(segv_in_host_code)
+CASE(segv_in_host_code) // notsan
 {
     char out[8192];
     int st;
@@ -408,7 +408,7 @@ CHILD(child_sigpipe)
     fprintf(stderr, "still alive, errno %d\n", errno);
 }
 
-CASE(sigpipe_host_thread)
+CASE(sigpipe_host_thread) // notsan
 {
     char out[8192];
     int st;
@@ -483,7 +483,7 @@ CHILD(child_limited)
 /* EMBEDDING.md "Memory": a program using the runtime, a worker and a
  * 2-worker scheduler works with RLIMIT_AS (ulimit -v) at EMB_ULIMIT_V_WORKS
  * KiB (thread stacks at 8 MiB). */
-CASE(ulimit_v_works)
+CASE(ulimit_v_works) // notsan
 {
     char out[16384];
     int st;
@@ -499,7 +499,7 @@ CASE(ulimit_v_works)
 /* EMBEDDING.md "Memory": under ulimit -v EMB_ULIMIT_V_FAILS the Go runtime
  * cannot reserve its address space: the process exits with status 2 and
  * Go's "fatal error" before any libasync call that enters Go returns. */
-CASE(ulimit_v_too_low)
+CASE(ulimit_v_too_low) // notsan
 {
     char out[16384];
     int st;

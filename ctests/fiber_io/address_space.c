@@ -135,7 +135,7 @@ static void as_constructors(async_sched_t *s, int *nomem)
     CHECK_EQ(async_fiber_close(sp[1]), 0);
 }
 
-CASE(addr_space_load_child) // adversarial
+CASE(addr_space_load_child) // adversarial notsan
 {
     if (!child_only())
         return;
@@ -215,7 +215,7 @@ CASE(addr_space_load_child) // adversarial
     exit(0);
 }
 
-CASE(addr_space_load) // uring adversarial
+CASE(addr_space_load) // uring adversarial notsan
 {
 #if defined(__SANITIZE_ADDRESS__)
     printf("skipped under ASan (its shadow needs the address space)\n");
@@ -228,7 +228,7 @@ CASE(addr_space_load) // uring adversarial
 
 #define RA_POSTS 4000000
 
-CASE(addr_space_runtime_child) // adversarial
+CASE(addr_space_runtime_child) // adversarial notsan
 {
     if (!child_only())
         return;
@@ -281,7 +281,7 @@ CASE(addr_space_runtime_child) // adversarial
     exit(0);
 }
 
-CASE(addr_space_runtime) // adversarial
+CASE(addr_space_runtime) // adversarial notsan
 {
 #if defined(__SANITIZE_ADDRESS__)
     printf("skipped under ASan (its shadow needs the address space)\n");
@@ -339,7 +339,7 @@ static void *ch_spawner_thread(void *arg)
     return NULL;
 }
 
-CASE(addr_space_spawn_race_child) // adversarial
+CASE(addr_space_spawn_race_child) // adversarial notsan
 {
     if (!child_only())
         return;
@@ -385,7 +385,7 @@ CASE(addr_space_spawn_race_child) // adversarial
     exit(0);
 }
 
-CASE(addr_space_spawn_race) // adversarial
+CASE(addr_space_spawn_race) // adversarial notsan
 {
 #if defined(__SANITIZE_ADDRESS__)
     printf("skipped under ASan (its shadow needs the address space)\n");

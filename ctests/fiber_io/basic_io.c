@@ -308,7 +308,7 @@ fail:
     close(fd);
 }
 
-CASE(echo_many_conns) { // uring timeout=180 valgrind
+CASE(echo_many_conns) { // uring timeout=180 valgrind tsan_soak
     const char *full = getenv("ASYNC_TEST_FULL");
     int nconn = full && *full == '1' ? 10000 : 2000;
     int fds = raise_nofile(2 * nconn + 256);

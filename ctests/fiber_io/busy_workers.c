@@ -110,7 +110,6 @@ static void cr_closer(void *arg)
     int i = (int)(intptr_t)arg;
     async_fiber_yield();
     CHECK_EQ(async_fiber_close(cr_fd[i][1]), 0);
-    cr_fd[i][1] = -1;
 }
 
 /* A scheduler of `workers` workers, every one kept busy (busy_start), and
@@ -136,6 +135,7 @@ CASE(owned_close_busy) // uring adversarial
         CHECK_EQ(async_fiber_fd_open(s, cr_fd[i][1]), 0);
         CHECK(async_fiber_spawn(s, cr_parked, (void *)(intptr_t)i, 0) != NULL);
     }
+    sched_wait_parked(s, CR_N); /* each close finds its reader parked */
     for (int i = 0; i < CR_N; i++)
         CHECK(async_fiber_spawn(s, cr_closer, (void *)(intptr_t)i, 0) != NULL);
     wait_count(&cr_ended, CR_N, "parked readers woken by async_fiber_close");

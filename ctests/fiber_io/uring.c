@@ -249,7 +249,7 @@ static void ovf_hog(void *arg) {
     while (!atomic_load(&ovf_go)) __asm__ volatile("" ::: "memory");
 }
 
-CASE(uring_cq_overflow) { // linux
+CASE(uring_cq_overflow) { // linux notsan
     int want = OVF_N + 256;
     if (raise_nofile(want) < want) {
         printf("RLIMIT_NOFILE cannot reach %d here: skipped\n", want);

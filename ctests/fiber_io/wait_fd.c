@@ -19,7 +19,7 @@
 typedef struct {
     async_sched_t *s;
     steps_t st;     /* how far the reader got; the error that stopped it */
-    int num, peer;  /* the reused number, and the new socket's peer */
+    atomic_int num, peer; /* the reused number, and the new socket's peer */
 } hup_t;
 
 /* Writes to the new socket once the counter fiber has advanced by 5 (so

@@ -92,7 +92,7 @@ CASE(blocking) { // valgrind
  * start the shutdown and return 0 without waiting, as on a worker. */
 
 static async_sched_t *bs_s;
-static async_fiber_t *volatile bs_f;
+static async_fiber_t *_Atomic bs_f;
 static atomic_int bs_rc = 99, bs_err;
 static atomic_int bs_which;
 

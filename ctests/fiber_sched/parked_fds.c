@@ -194,7 +194,7 @@ static void rp_fiber(void *arg)
     atomic_fetch_add(&rp_ended, 1);
 }
 
-CASE(reuse_parked) // uring adversarial
+CASE(reuse_parked) // uring adversarial notsan
 {
     async_sched_t *s = sched_new(2);
     atomic_store(&rp_ended, 0);

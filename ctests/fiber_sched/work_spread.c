@@ -41,7 +41,7 @@ static void fib_fiber(void *arg) {
     j->out = r;
 }
 
-CASE(fib_100k) { // timeout=120 valgrind
+CASE(fib_100k) { // timeout=120 valgrind notsan
     enum { N = 100000 };
     int cpus = default_workers();
     async_sched_t *s = sched_new(0);
@@ -98,7 +98,7 @@ static void park_on_chan(void *arg) {
     CHECK_FAIL(async_chan_recv((async_chan_t *)arg, &v, -1) == -1, ASYNC_E_CLOSED);
 }
 
-CASE(parked_100k) { // timeout=120 valgrind
+CASE(parked_100k) { // timeout=120 valgrind notsan
     enum { N = 100000 };
     async_sched_config_t cfg = {0, 32 * 1024, 0};
     async_sched_t *s = async_sched_create(&cfg);

@@ -42,7 +42,7 @@ static void sleeper(void *arg) {
 /* Cycles of: create (4 MiB stacks: 8 slots per 32 MiB arena, the fewest an
  * arena holds), spawn `fibers` fibers that stay alive (one arena per 8),
  * destroy. Past 65536 arenas in all, then a plain create. */
-CASE(many_arenas) { // timeout=300
+CASE(many_arenas) { // timeout=300 tsan_soak
     const int fibers = 4096;
     const int per_cycle = fibers / 8;
     const int cycles = ARENA_TABLE / per_cycle + ARENA_TABLE / per_cycle / 8; /* ~73700 arenas */
@@ -192,7 +192,7 @@ static void *churn_entries(void *arg) {
 /* SIGSEGVs (not in a fiber stack: libasync's handler scans the whole table
  * and passes them on) while another thread recycles table entries: no
  * crash, every fault passed on. */
-CASE(fault_during_recycle) {
+CASE(fault_during_recycle) { // tsan_soak
     page_sz = sysconf(_SC_PAGESIZE);
     probe = mmap(NULL, (size_t)page_sz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     CHECK(probe != MAP_FAILED);

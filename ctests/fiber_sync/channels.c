@@ -115,7 +115,7 @@ CASE(chan_close) { // valgrind
 
 /* ---- chan destroy racing everything ------------------------------------ */
 
-static async_chan_t *volatile dr_c;
+static async_chan_t *_Atomic dr_c;
 static atomic_int dr_stop;
 
 static void *dr_user(void *arg)

@@ -110,7 +110,7 @@ CHILD(drop_nomem_child)
     exit(0);
 }
 
-CASE(drop_nomem) // poll adversarial
+CASE(drop_nomem) // poll adversarial notsan
 {
     static char env[1024];
     if (getenv("ASYNC_TEST_EMULATOR")) {

@@ -482,7 +482,7 @@ CHILD(nomem_child)
     async_runtime_deinit(rt);
 }
 
-CASE(nomem_timers) // poll timeout=120
+CASE(nomem_timers) // poll timeout=120 notsan
 {
     const char *emu_env = getenv("ASYNC_TEST_EMULATOR");
     if (emu_env && *emu_env) {

@@ -394,7 +394,7 @@ static void *flooder(void *arg) {
     return NULL;
 }
 
-CASE(rt_flood) { // poll
+CASE(rt_flood) { // poll notsan
     flood_sig = SIGRTMIN + 2;
     async_runtime_t *rt = rt_watching(flood_sig, KEY);
     pthread_t th[FLOOD_THREADS];
@@ -463,7 +463,7 @@ static void noop_fiber(void *arg) {
     async_fiber_sleep(1);
 }
 
-CASE(rt_every_thread) { // poll
+CASE(rt_every_thread) { // poll notsan
     if (getenv("ASYNC_TEST_EMULATOR")) {
         /* qemu-user lists its own threads in /proc/self/task and lets
          * process-directed signals land on them: there they are lost
@@ -555,7 +555,7 @@ CASE(rt_race_add_remove) { // poll
 /* fork while SIGTERM is watched: the child gets the action that was there
  * before (the default: it dies of SIGTERM), instead of a handler whose
  * events nobody can receive; the parent keeps its watch. */
-CASE(rt_fork_child) { // poll
+CASE(rt_fork_child) { // poll notsan
     struct sigaction dfl;
     memset(&dfl, 0, sizeof dfl);
     dfl.sa_handler = SIG_DFL;
@@ -672,7 +672,7 @@ static void ff_fiber(void *arg) {
     atomic_store(&ff_done, 1);
 }
 
-CASE(fiber_flood) {
+CASE(fiber_flood) { // notsan
     flood_sig = SIGRTMIN + 4;
     set_ign(flood_sig);
     CHECK_EQ(async_fiber_watch_signal(flood_sig), 0);

@@ -110,7 +110,7 @@ static void *cflood(void *arg)
 /* Real-time signals sent with sigqueue are each counted: the SIGNAL events'
  * counts add up to the signals sent, while completions flood the loop and
  * the waits take one or two events at a time. */
-CASE(sig_count_exact) // poll adversarial
+CASE(sig_count_exact) // poll adversarial notsan
 {
     async_runtime_t *rt = async_runtime_init();
     CHECK(rt);
@@ -168,7 +168,7 @@ CASE(sig_count_exact) // poll adversarial
 }
 
 /* Several runtimes watch one signal: each counts every one. */
-CASE(sig_many_runtimes) // poll adversarial
+CASE(sig_many_runtimes) // poll adversarial notsan
 {
     enum { NR = 24 };
     async_runtime_t *rts[NR];
@@ -216,7 +216,7 @@ static void host_usr2(int sig)
     (void)k;
 }
 
-CASE(fork_watched_signal) // poll adversarial
+CASE(fork_watched_signal) // poll adversarial notsan
 {
     int hp[2];
     CHECK_EQ(pipe2(hp, O_CLOEXEC), 0);

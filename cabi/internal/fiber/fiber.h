@@ -128,7 +128,7 @@ struct la_fiber {
     _Atomic int park_kind;
     _Atomic int ctl; /* LA_CTL_* */
     la_sched_t *s;
-    la_wk_t *wk; /* the worker it last ran on */
+    la_wk_t *wk; /* the worker it last ran on (stored relaxed: dumps read it racily) */
     uint64_t id;
     /* debugging (tools.c: async_sched_dump, gdb): what the fiber parks on
      * (LA_WAIT_*) and since when (coarse monotonic ns), written by the
@@ -144,6 +144,7 @@ struct la_fiber {
     void *arg;
     uint64_t handle;
     void *asan_fake;
+    void *tsan_fiber; /* TSan's context of the fiber (TSan hosts), NULL until it first runs */
     la_fiber_t *next; /* run queues */
     la_fiber_t *all_prev, *all_next; /* in *home: the fibers of the scheduler */
     la_flist_t *home;
@@ -359,6 +360,35 @@ void __sanitizer_start_switch_fiber(void **fake_stack_save, const void *bottom, 
 void __sanitizer_finish_switch_fiber(void *fake_stack_save, const void **bottom_old, size_t *size_old)
     __attribute__((weak));
 #endif
+
+/* ---- TSan fiber annotations (weak: present only in TSan hosts) ----------
+ * Each fiber that runs has a TSan fiber context (sched.c: created on its
+ * first run, destroyed when it finished), each worker thread its own
+ * (taken on the worker); every la_ctx_switch is preceded by a switch of
+ * TSan's context to the side it resumes. Not on darwin (as above). */
+#if defined(__APPLE__)
+#define __tsan_get_current_fiber ((void *(*)(void))0)
+#define __tsan_create_fiber ((void *(*)(unsigned))0)
+#define __tsan_destroy_fiber ((void (*)(void *))0)
+#define __tsan_switch_to_fiber ((void (*)(void *, unsigned))0)
+#define __tsan_acquire ((void (*)(void *))0)
+#define __tsan_release ((void (*)(void *))0)
+#else
+void *__tsan_get_current_fiber(void) __attribute__((weak));
+void *__tsan_create_fiber(unsigned flags) __attribute__((weak));
+void __tsan_destroy_fiber(void *fiber) __attribute__((weak));
+void __tsan_switch_to_fiber(void *fiber, unsigned flags) __attribute__((weak));
+void __tsan_acquire(void *addr) __attribute__((weak));
+void __tsan_release(void *addr) __attribute__((weak));
+#endif
+/* A hand-off TSan cannot see (through the kernel): la_tsan_release(a) on
+ * the side that hands over, la_tsan_acquire(a) on the side that takes. */
+static inline void la_tsan_release(void *a) {
+    if (__tsan_release) __tsan_release(a);
+}
+static inline void la_tsan_acquire(void *a) {
+    if (__tsan_acquire) __tsan_acquire(a);
+}
 
 /* ---- Go calls from fibers (offstack.c) ------------------------------------ */
 /* Runs fn(arg) off any fiber stack: on a fiber, on its worker's own stack

@@ -36,6 +36,7 @@ struct la_wk {
     uint32_t tick;
     uint64_t rng;
     void *asan_fake;
+    void *tsan_self; /* TSan's context of this worker thread (TSan hosts) */
     const void *stk_bottom;
     size_t stk_size;
     _Atomic uint64_t n_run, n_started, n_steal, n_park; /* written by this worker only */
@@ -94,7 +95,10 @@ struct la_sched {
     _Alignas(64) _Atomic int nidle, nspinning;
     pthread_mutex_t imu;
     pthread_cond_t icv;
-    int nsleep, wakeups, poller_active, poll_kicked, poll_spin;
+    int nsleep, wakeups, poll_kicked, poll_spin;
+    /* a worker sits in the fd poller: written under imu, read without it
+     * (la_poller_busy) */
+    _Atomic int poller_active;
     _Atomic int stopping; /* destroy: workers exit */
     _Atomic int shutdown; /* parks are cancelled */
     _Atomic int destroying; /* async_sched_destroy began (joins refuse to pin s) */
@@ -227,6 +231,11 @@ static inline int la_fd_waiters(la_sched_t *s) {
     for (int i = 0; i < s->nw; i++) n += atomic_load_explicit(&s->wks[i].fdwait, memory_order_relaxed);
     return n > 0;
 }
+/* Whether a worker sits in the fd poller (a hint without imu: a stale one
+ * costs a needless or a skipped non-blocking poll). */
+static inline int la_poller_busy(la_sched_t *s) {
+    return atomic_load_explicit(&s->poller_active, memory_order_relaxed);
+}
 
 /* io.c, io_sys.c */
 #if !defined(_WIN32)
@@ -249,7 +258,9 @@ void la_io_prefetch(void *rec);
 struct la_fdrec {
     la_spin_t lk;
     int fd;                /* the number (set by the first park) */
-    la_waiter_t *rw, *ww;  /* parked reader / writer */
+    /* parked reader / writer (under lk; rw is stored with la_fdrec_set_rw:
+     * the poller's prefetch hint, la_io_prefetch, reads it without lk) */
+    la_waiter_t *rw, *ww;
     _Atomic char drained;  /* hint: the last fiber read returned less than asked */
     _Atomic char stream;   /* read hint usable: stream socket or pipe (at ADD) */
     /* owned fds (see the top); owned, gen, sin and sout change under lk */
@@ -286,6 +297,8 @@ static inline int la_fd_snap_closed(la_fdrec_t *r, la_fdsnap_t *sn) {
     la_set_error(ASYNC_E_CLOSED);
     return 1;
 }
+/* Sets r's parked reader (under r->lk; see struct la_fdrec). */
+static inline void la_fdrec_set_rw(la_fdrec_t *r, la_waiter_t *w) { __atomic_store_n(&r->rw, w, __ATOMIC_RELAXED); }
 /* The poller directions r's parked waiters want (under r->lk). */
 static inline unsigned la_io_arm_mask(la_fdrec_t *r) { return (r->rw ? LA_PF_IN : 0u) | (r->ww ? LA_PF_OUT : 0u); }
 

@@ -161,11 +161,11 @@ void la_io_event(void *ctx, void *p, unsigned ev) {
     if (r->rw && (ev & LA_PF_IN) && la_waiter_claim(r->rw, LA_W_READY)) {
         wake[0] = r->rw;
         if (r->ww == r->rw) r->ww = NULL;
-        r->rw = NULL;
+        la_fdrec_set_rw(r, NULL);
     }
     if (r->ww && (ev & LA_PF_OUT) && la_waiter_claim(r->ww, LA_W_READY)) {
         wake[1] = r->ww;
-        if (r->rw == r->ww) r->rw = NULL;
+        if (r->rw == r->ww) la_fdrec_set_rw(r, NULL);
         r->ww = NULL;
     }
     /* the event disarmed a one-shot fd: re-arm for a waiter still there (rare) */

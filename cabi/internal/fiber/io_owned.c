@@ -67,7 +67,8 @@ static void disown_locked(la_fdrec_t *r, la_waiter_t *wake[2]) {
     wake[0] = wake[1] = NULL;
     if (r->rw && la_waiter_claim(r->rw, LA_W_CLOSED)) wake[0] = r->rw;
     if (r->ww && r->ww != r->rw && la_waiter_claim(r->ww, LA_W_CLOSED)) wake[1] = r->ww;
-    r->rw = r->ww = NULL;
+    la_fdrec_set_rw(r, NULL);
+    r->ww = NULL;
 }
 
 /* Signals the waiters disown_locked claimed (after the record's lock). */

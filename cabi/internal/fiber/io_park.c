@@ -24,7 +24,7 @@ static int park_locked(la_fiber_t *f, la_fdrec_t *r, int fd, int dirs, uint64_t 
         la_spin_unlock(&r->lk);
         return rc;
     }
-    if (dirs & 1) r->rw = &w;
+    if (dirs & 1) la_fdrec_set_rw(r, &w);
     if (dirs & 2) r->ww = &w;
     la_spin_unlock(&r->lk);
     la_fdwait_add(f, 1);
@@ -32,7 +32,7 @@ static int park_locked(la_fiber_t *f, la_fdrec_t *r, int fd, int dirs, uint64_t 
     la_fdwait_add(f, -1);
     if (!owned || (why != LA_W_READY && why != LA_W_CLOSED)) {
         la_spin_lock(&r->lk);
-        if (r->rw == &w) r->rw = NULL;
+        if (r->rw == &w) la_fdrec_set_rw(r, NULL);
         if (r->ww == &w) r->ww = NULL;
         la_spin_unlock(&r->lk);
     }

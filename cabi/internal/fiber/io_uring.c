@@ -354,6 +354,7 @@ static void complete(la_uring_t *r, struct io_uring_cqe *c) {
     if (!c->user_data) return; /* a cancel request's own CQE */
     la_uop_t *op = ur_key_op(c->user_data);
     la_waiter_t *wake = NULL;
+    la_tsan_acquire(op); /* op_start's, through the kernel */
     la_spin_lock(&op->lk);
     op->res = c->res;
     op->done = 1;
@@ -705,6 +706,7 @@ static struct io_uring_sqe *op_start(la_uop_t *op, la_uring_t **rp, unsigned cha
     op->done = 0;
     op->res = 0;
     op->w = NULL;
+    la_tsan_release(op); /* to the reaper of its CQE (complete) */
     la_uring_t *r = la_current_worker()->ur;
     la_spin_lock(&r->sqlk);
     struct io_uring_sqe *q = sqe_get(r);

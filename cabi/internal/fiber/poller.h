@@ -33,6 +33,7 @@ typedef struct {
     _Atomic int64_t nops;   /* AFD polls whose packet has not come back */
 } la_poller_t;
 #else
+#include <stdatomic.h>
 /* The backend's state, embedded in the scheduler. */
 typedef struct {
     int fd;   /* the kernel poller (epoll, kqueue) */
@@ -40,7 +41,9 @@ typedef struct {
 #if defined(LA_POLLER_KQUEUE)
     int bell_w; /* kqueue without EVFILT_USER: the pipe's write end */
 #else
-    unsigned bell_unread; /* epoll: edges of the doorbell not read (the polling worker's) */
+    /* epoll: edges of the doorbell not read (counted by every thread that
+     * polls: the poller and a busy worker's non-blocking poll) */
+    _Atomic unsigned bell_unread;
 #endif
 } la_poller_t;
 #endif

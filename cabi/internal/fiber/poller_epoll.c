@@ -24,7 +24,7 @@
 int la_poller_open(la_poller_t *p) {
     p->fd = epoll_create1(EPOLL_CLOEXEC);
     p->bell = p->fd < 0 ? -1 : eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    p->bell_unread = 0;
+    atomic_init(&p->bell_unread, 0);
     struct epoll_event ev = {.events = EPOLLIN | EPOLLET, .data.ptr = NULL};
     if (p->fd < 0 || p->bell < 0 || epoll_ctl(p->fd, EPOLL_CTL_ADD, p->bell, &ev) != 0) {
         int e = errno;
@@ -51,6 +51,7 @@ int la_poller_arm(la_poller_t *p, int fd, unsigned want, void *rec, int *added) 
     uint32_t events = ((want & LA_PF_IN) ? (uint32_t)(EPOLLIN | EPOLLRDHUP) : 0) |
                       ((want & LA_PF_OUT) ? (uint32_t)EPOLLOUT : 0);
     struct epoll_event ev = {.events = events | EPOLLONESHOT, .data.ptr = rec};
+    la_tsan_release(rec); /* to the thread its event reaches (la_poller_wait) */
     *added = 0;
     if (epoll_ctl(p->fd, EPOLL_CTL_MOD, fd, &ev) == 0) return 0;
     if (errno != ENOENT) return -errno;
@@ -61,6 +62,7 @@ int la_poller_arm(la_poller_t *p, int fd, unsigned want, void *rec, int *added) 
 
 int la_poller_own(la_poller_t *p, int fd, void *rec, int replace) {
     struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLPRI | EPOLLET, .data.ptr = rec};
+    la_tsan_release(rec); /* to the thread its events reach (la_poller_wait) */
     if (epoll_ctl(p->fd, EPOLL_CTL_ADD, fd, &ev) == 0) return 0;
     if (errno != EEXIST || !replace) return -errno;
     return epoll_ctl(p->fd, EPOLL_CTL_MOD, fd, &ev) == 0 ? 0 : -errno;
@@ -77,6 +79,9 @@ int la_poller_wait(la_poller_t *p, int timeout_ms, void (*fn)(void *ctx, void *r
     int n = epoll_wait(p->fd, evs, LA_POLL_MAX, timeout_ms);
     int nfd = 0;
     if (rang) *rang = 0;
+    if (__tsan_acquire) /* what la_poller_arm and la_poller_own handed over */
+        for (int i = 0; i < n; i++)
+            if (evs[i].data.ptr) __tsan_acquire(evs[i].data.ptr);
     for (int i = 0; i < n; i++) {
         /* what the next events' dispatch touches, fetched while this one is
          * handled: the record two ahead, the waiter of the next (io.c) */
@@ -84,11 +89,11 @@ int la_poller_wait(la_poller_t *p, int timeout_ms, void (*fn)(void *ctx, void *r
         if (fn == la_io_event && i + 1 < n && evs[i + 1].data.ptr) la_io_prefetch(evs[i + 1].data.ptr);
         if (evs[i].data.ptr == NULL) {
             if (rang) *rang = 1;
-            if (++p->bell_unread >= LA_BELL_DRAIN) {
+            if (atomic_fetch_add_explicit(&p->bell_unread, 1, memory_order_relaxed) + 1 >= LA_BELL_DRAIN) {
                 uint64_t v;
                 ssize_t r = la_read_nc(p->bell, &v, sizeof v);
                 (void)r;
-                p->bell_unread = 0;
+                atomic_store_explicit(&p->bell_unread, 0, memory_order_relaxed);
             }
             continue;
         }

@@ -32,6 +32,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "fiber.h"
 #include "poller.h"
 
 #if defined(EVFILT_USER) && !defined(LA_KQ_PIPE)
@@ -119,6 +120,7 @@ int la_poller_arm(la_poller_t *p, int fd, unsigned want, void *rec, int *added) 
     static const unsigned dir[2] = {LA_PF_IN, LA_PF_OUT};
     struct kevent ch[2];
     int errs[2];
+    la_tsan_release(rec); /* to the thread its event reaches (la_poller_wait) */
     *added = 0;
     for (int i = 0; i < 2; i++)
         EV_SET(&ch[i], (uintptr_t)fd, filt[i], (want & dir[i]) ? EV_ENABLE : EV_DISABLE, 0, 0, rec);
@@ -150,6 +152,7 @@ int la_poller_own(la_poller_t *p, int fd, void *rec, int replace) {
     struct kevent ch[2];
     int errs[2];
     int e;
+    la_tsan_release(rec); /* to the thread its events reach (la_poller_wait) */
     if (!replace) {
         EV_SET(&ch[0], (uintptr_t)fd, EVFILT_READ, EV_ENABLE, 0, 0, rec);
         if ((e = apply(p->fd, ch, 1, errs))) return e;
@@ -188,6 +191,7 @@ int la_poller_wait(la_poller_t *p, int timeout_ms, void (*fn)(void *ctx, void *r
     if (rang) *rang = 0;
     for (int i = 0; i < n; i++) {
         void *rec = (void *)(intptr_t)evs[i].udata;
+        if (rec) la_tsan_acquire(rec); /* what arm and own handed over */
         if (rec == NULL) {
             if (rang) *rang = 1;
 #if !defined(LA_KQ_USER)

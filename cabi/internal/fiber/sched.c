@@ -241,7 +241,7 @@ static void wake_one(la_sched_t *s) {
     if (s->nsleep > s->wakeups) {
         s->wakeups++;
         pthread_cond_signal(&s->icv);
-    } else if (s->poller_active && !s->poll_spin) {
+    } else if (la_poller_busy(s) && !s->poll_spin) {
         s->poll_spin = 1;
         if (!s->poll_kicked) {
             s->poll_kicked = 1;
@@ -351,11 +351,20 @@ static void asan_arrive(la_fiber_t *f) {
     }
 }
 
+/* TSan (in TSan hosts): the context switches with the stack, right before
+ * la_ctx_switch. Flags 0: each switch is a release by the side that leaves
+ * and an acquire by the one that resumes, so a fiber resumed on another
+ * worker sees what it did before (the run queues order the workers). */
+static inline void tsan_switch(void *to) {
+    if (__tsan_switch_to_fiber) __tsan_switch_to_fiber(to, 0);
+}
+
 /* Switches from the running fiber to its worker's loop with `action`. */
 void la_switch_out(la_fiber_t *f, int action) {
     la_wk_t *w = la_current_worker();
     w->action = action;
     asan_leave(f, w, action == LA_ACT_EXIT);
+    tsan_switch(w->tsan_self);
     la_ctx_switch(&f->sp, w->loop_sp);
     asan_arrive(f);
 }
@@ -382,6 +391,10 @@ void la_fiber_trap(void (*fn)(void *), void *arg) {
 static void fiber_finish(la_wk_t *w, la_fiber_t *f) {
     la_sched_t *s = w->s;
     la_stack_check(s->pool, &f->stack, f->id);
+    if (f->tsan_fiber) { /* (switched out of it for good) */
+        __tsan_destroy_fiber(f->tsan_fiber);
+        f->tsan_fiber = NULL;
+    }
 #if defined(_WIN32)
     la_stack_win_exit(&f->stack, f->sp, s->page); /* the stack's commit so far */
 #endif
@@ -441,16 +454,18 @@ static void run_fiber(la_wk_t *w, la_fiber_t *f) {
     la_sched_t *s = w->s;
     if (solo(w)) prefetch_ahead(w);
     w->cur = f;
-    f->wk = w;
+    __atomic_store_n(&f->wk, w, __ATOMIC_RELAXED);
     if ((++w->coarse_tick & 15) == 0) w->coarse = la_coarse_ns();
     atomic_store_explicit(&f->state, LA_FS_RUNNING, memory_order_relaxed);
     LA_BUMP(w->n_run);
     atomic_store_explicit(&w->run_id, f->id, memory_order_relaxed);
     /* canary mode: never resume a fiber on a stack something overwrote */
     la_stack_check(s->pool, &f->stack, f->id);
+    if (__tsan_create_fiber && !f->tsan_fiber) f->tsan_fiber = __tsan_create_fiber(0);
     for (;;) {
         if (__sanitizer_start_switch_fiber)
             __sanitizer_start_switch_fiber(&w->asan_fake, f->stack.base + s->page, f->stack.size);
+        tsan_switch(f->tsan_fiber);
         la_ctx_switch(&w->loop_sp, f->sp);
         if (__sanitizer_finish_switch_fiber) __sanitizer_finish_switch_fiber(w->asan_fake, NULL, NULL);
         if (w->action != LA_ACT_TRAP) break;
@@ -497,7 +512,7 @@ int la_poll_now(la_sched_t *s) {
     int n = la_poll_events(s, 0, &rang);
     if (rang) {
         pthread_mutex_lock(&s->imu);
-        if (s->poller_active) la_kick_poller(s);
+        if (la_poller_busy(s)) la_kick_poller(s);
         pthread_mutex_unlock(&s->imu);
     }
     return n;
@@ -555,7 +570,7 @@ static la_fiber_t *find_work(la_wk_t *w) {
              * fibers), and the sleepers and fd waiters among those fibers
              * must still be woken. */
             la_timers_run(s);
-            if (take && la_fd_waiters(s) && !s->poller_active) la_poll_now(s);
+            if (take && la_fd_waiters(s) && !la_poller_busy(s)) la_poll_now(s);
             /* Both queues: the inbox (the fibers spawned or readied from
              * outside) gets its look even while the global queue never
              * runs empty and the ring never runs dry. */
@@ -579,7 +594,7 @@ static la_fiber_t *find_work(la_wk_t *w) {
         if (w->lease) la_live_sub(s, w, w->lease);
         if ((f = la_global_get(s, w, LA_RUNQ / 2)) || (f = la_inbox_get(s, w))) break;
         if (la_timers_run(s) > 0) continue;
-        if (la_fd_waiters(s) && !s->poller_active && la_poll_now(s) > 0) continue;
+        if (la_fd_waiters(s) && !la_poller_busy(s) && la_poll_now(s) > 0) continue;
         if (s->nw > 1) {
             if (!spinning) spinning = la_spin_begin(s);
             if ((f = la_spin(w, spinning))) {
@@ -607,6 +622,7 @@ static la_fiber_t *find_work(la_wk_t *w) {
 void *la_worker_main(void *arg) {
     la_wk_t *w = arg;
     tls_wk = w;
+    if (__tsan_get_current_fiber) w->tsan_self = __tsan_get_current_fiber();
     la_block_sigpipe();
     void *alt = NULL;
     la_sig_thread_init(&alt);

@@ -113,7 +113,7 @@ LA_NOINLINE la_fiber_t *la_spin(la_wk_t *w, int bounded) {
         if (!f) f = la_global_get(s, w, LA_RUNQ / 2);
         if (!f) f = la_inbox_get(s, w);
         if (!f && la_timers_due(s) && la_timers_run(s) > 0) f = la_local_get(w);
-        if (!f && (round & 3) == 3 && la_fd_waiters(s) && !s->poller_active && la_poll_now(s) > 0)
+        if (!f && (round & 3) == 3 && la_fd_waiters(s) && !la_poller_busy(s) && la_poll_now(s) > 0)
             f = la_local_get(w);
         if (f || !bounded || atomic_load_explicit(&s->stopping, memory_order_relaxed)) return f;
         if ((round & 3) == 3) {
@@ -165,8 +165,8 @@ LA_NOINLINE int la_idle_park(la_wk_t *w) {
         pthread_mutex_unlock(&s->imu);
         return 0;
     }
-    if (!s->poller_active) {
-        s->poller_active = 1;
+    if (!la_poller_busy(s)) {
+        atomic_store_explicit(&s->poller_active, 1, memory_order_relaxed);
         pthread_mutex_unlock(&s->imu);
         /* capped (la_ms_left): a deadline however far away is a finite
          * timeout, never a negative one (sleep for ever) */
@@ -175,7 +175,7 @@ LA_NOINLINE int la_idle_park(la_wk_t *w) {
         la_poll_events(s, timeout, NULL);
         w->coarse = la_coarse_ns();
         pthread_mutex_lock(&s->imu);
-        s->poller_active = 0;
+        atomic_store_explicit(&s->poller_active, 0, memory_order_relaxed);
         s->poll_kicked = 0;
         int spin = s->poll_spin;
         s->poll_spin = 0;

@@ -115,7 +115,11 @@ static pthread_mutex_t arenas_mu = PTHREAD_MUTEX_INITIALIZER;
 static uint32_t free_head; /* index + 1 of a free entry, 0: none (arenas_mu) */
 static la_retired_t *retired; /* (arenas_mu) */
 
-/* A consistent copy of a published entry, or 0 (async-signal-safe). */
+/* A consistent copy of a published entry, or 0 (async-signal-safe). The
+ * entry is a seqlock without fences: the reader loads seq, the fields and
+ * seq again, each load an acquire (the second look at seq stays after the
+ * fields); a writer makes seq odd, stores the fields with release (a reader
+ * that sees a new value sees the odd seq) and makes seq even with release. */
 typedef struct {
     uintptr_t base;
     size_t slot_size;
@@ -127,21 +131,20 @@ typedef struct {
 static int arena_view(la_arena_t *a, la_arena_view_t *v) {
     uint32_t s1 = atomic_load_explicit(&a->seq, memory_order_acquire);
     if (s1 & 1u) return 0;
-    v->base = atomic_load_explicit(&a->base, memory_order_relaxed);
-    v->slot_size = atomic_load_explicit(&a->slot_size, memory_order_relaxed);
-    v->nslots = atomic_load_explicit(&a->nslots, memory_order_relaxed);
-    v->mode = atomic_load_explicit(&a->mode, memory_order_relaxed);
-    v->owner = atomic_load_explicit(&a->owner, memory_order_relaxed);
-    atomic_thread_fence(memory_order_acquire);
+    v->base = atomic_load_explicit(&a->base, memory_order_acquire);
+    v->slot_size = atomic_load_explicit(&a->slot_size, memory_order_acquire);
+    v->nslots = atomic_load_explicit(&a->nslots, memory_order_acquire);
+    v->mode = atomic_load_explicit(&a->mode, memory_order_acquire);
+    v->owner = atomic_load_explicit(&a->owner, memory_order_acquire);
     if (atomic_load_explicit(&a->seq, memory_order_relaxed) != s1) return 0;
     return v->base != 0 && v->owner != NULL && v->slot_size != 0;
 }
 
-/* Starts rewriting an entry (arenas_mu held): readers skip it from here. */
+/* Starts rewriting an entry (arenas_mu held): readers skip it from here
+ * (the fields are stored with release after it). */
 static void arena_unpublish(la_arena_t *a) {
     uint32_t s = atomic_load_explicit(&a->seq, memory_order_relaxed);
     if (!(s & 1u)) atomic_store_explicit(&a->seq, s + 1u, memory_order_relaxed);
-    atomic_thread_fence(memory_order_release);
 }
 
 /* Publishes the entry's fields written since arena_unpublish (arenas_mu held). */
@@ -339,12 +342,12 @@ static int64_t publish_arena(la_stackpool_t *p, char *mem, uint32_t nslots, int 
     if (reused) free_head = a->next_free;
     a->next_free = 0;
     arena_unpublish(a);
-    atomic_store_explicit(&a->slot_size, p->slot_size, memory_order_relaxed);
-    atomic_store_explicit(&a->nslots, nslots, memory_order_relaxed);
-    atomic_store_explicit(&a->mode, mode, memory_order_relaxed);
-    atomic_store_explicit(&a->owner, owner, memory_order_relaxed);
+    atomic_store_explicit(&a->slot_size, p->slot_size, memory_order_release);
+    atomic_store_explicit(&a->nslots, nslots, memory_order_release);
+    atomic_store_explicit(&a->mode, mode, memory_order_release);
+    atomic_store_explicit(&a->owner, owner, memory_order_release);
     a->vg_id = vg_id;
-    atomic_store_explicit(&a->base, (uintptr_t)mem, memory_order_relaxed);
+    atomic_store_explicit(&a->base, (uintptr_t)mem, memory_order_release);
     arena_publish(a);
     if (!reused) atomic_store_explicit(&narenas, ai + 1, memory_order_release);
     pthread_mutex_unlock(&arenas_mu);

@@ -72,7 +72,7 @@ void la_timer_add(la_sched_t *s, la_fiber_t *f, uint64_t deadline) {
     pthread_mutex_unlock(&s->tmu);
     if (earliest) {
         pthread_mutex_lock(&s->imu);
-        if (s->poller_active && !s->poll_kicked) {
+        if (la_poller_busy(s) && !s->poll_kicked) {
             s->poll_kicked = 1;
             la_poller_kick(&s->poller);
         }

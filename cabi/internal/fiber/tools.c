@@ -142,7 +142,7 @@ static size_t snap(la_sched_t *s, la_drec_t *r, size_t cap, int try, int *skippe
         for (la_fiber_t *f = l->head; f; f = f->all_next, n++) {
             if (n >= cap) continue;
             la_drec_t *d = &r[n];
-            la_wk_t *wk = f->wk;
+            la_wk_t *wk = __atomic_load_n(&f->wk, __ATOMIC_RELAXED);
             d->id = f->id;
             d->state = atomic_load_explicit(&f->state, memory_order_relaxed);
             d->worker = wk ? wk->idx : -1;

@@ -255,6 +255,10 @@ void la_rtc_close(la_rtc_t *r) {
 
 /* After la_rtc_close, once no thread waits on r any more. */
 void la_rtc_recycle(la_rtc_t *r) {
+    /* Go saw the wait flag down (with Go's atomics, outside C's memory
+     * model): this acquire orders the last wait's accesses to r before the
+     * writes below. */
+    (void)atomic_load_explicit(&r->waiting, memory_order_acquire);
     la_fdmap_reset(r);
     struct la_postq *q = r->q;
     r->q = NULL;
