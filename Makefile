@@ -2,10 +2,12 @@
 #   make demo   builds the library and examples/console_worker (nothing else), and
 #               runs it on this terminal
 #   make test   runs every test: gofmt + go vet, go test -race, the C tests (ctest)
-#               with the epoll and poll backends, the C tests again with libasync and the tests under ASan+UBSan,
-#               the cross-platform builds and tests (scripts/cross.sh: BSDs, macOS,
+#               with the epoll and poll backends, the C tests again with
+#               libasync's C and the tests under ASan+UBSan, then under TSan, the
+#               cross-platform builds and tests (scripts/cross.sh: BSDs, macOS,
 #               Windows under wine, linux/arm64 under qemu), the installed package
-#               (scripts/install_test.sh) and a short fuzz run
+#               (scripts/install_test.sh) and a short fuzz run; SOAK=1 adds the
+#               long runs (test-soak)
 # Other targets: make help lists them all (test-valgrind: the fiber C tests
 # under valgrind memcheck; not part of make test).
 # Every step of make test prints a line at least every 30 s or so: ctest and
@@ -27,7 +29,7 @@ PROGRESS := bash scripts/progress.sh
 MAKEFLAGS += --no-print-directory
 
 .PHONY: all help deps configure build test test-go test-c test-asan test-tsan test-cross test-install test-fuzz test-valgrind \
-	test-many-workers soak \
+	test-many-workers test-soak soak \
 	demo install uninstall bench clean
 
 all: build
@@ -36,12 +38,13 @@ help:
 	@echo "make [target] [PREFIX=/usr/local] [JOBS=2]"
 	@echo "  build         build libasync.so, libasync.a, the C tests and examples in $(BUILD)/ (default)"
 	@echo "  demo          build the library and examples/console_worker only, then run it on this terminal"
-	@echo "  test          every suite below but soak; installs missing Debian packages as root (README)"
+	@echo "  test          the suites below up to test-fuzz; installs missing Debian packages as root (README)"
+	@echo "                SOAK=1: also the long runs (test-soak)"
 	@echo "  test-go       gofmt, go vet, go test -race"
 	@echo "  test-c        the C tests (ctest), epoll and poll backends"
 	@echo "  test-asan     the C tests again, libasync's C and the tests under ASan+UBSan, in $(BUILD_SAN)/"
-	@echo "  test-tsan     the C tests under ThreadSanitizer in $(BUILD_TSAN)/ (not in make test;"
-	@echo "                TSAN_SOAK=1 adds the cases that take minutes under TSan)"
+	@echo "  test-tsan     the C tests under ThreadSanitizer, libasync's C instrumented, in $(BUILD_TSAN)/"
+	@echo "                (TSAN_SOAK=1 adds the cases that take minutes under TSan)"
 	@echo "  test-cross    scripts/cross.sh: BSDs, macOS, Windows DLL under wine, linux/arm64 under qemu"
 	@echo "  test-install  scripts/install_test.sh: install to a temporary prefix, build against it"
 	@echo "                with pkg-config, CMake find_package and by hand, shared and static"
@@ -50,6 +53,7 @@ help:
 	@echo "  test-many-workers"
 	@echo "                the fiber C tests with ASYNC_WORKERS=16, then 64, in $(BUILD)/"
 	@echo "                (BUILD=$(BUILD_SAN): the ASan build; not in make test)"
+	@echo "  test-soak     the TSan soak cases, test-many-workers under ASan and TSan, then soak"
 	@echo "  soak          long stress with RSS and fd counts sampled (not in make test)"
 	@echo "  install       cmake --install to PREFIX (now $(PREFIX))"
 	@echo "  uninstall     remove what the last make install installed ($(BUILD)/install_manifest.txt)"
@@ -67,8 +71,23 @@ build: configure
 	@echo "build: libasync (go build: a minute or two the first time), the C tests and examples in $(BUILD)/"
 	@$(PROGRESS) build cmake --build $(BUILD) -j$(JOBS)
 
-test: test-go test-c test-asan test-cross test-install test-fuzz
+# SOAK=1 make test: the long runs too (docs/TESTING.md, "Soak"): the cases
+# that take minutes under TSan, every fiber case with 16 and with 64 workers
+# under ASan and under TSan, FUZZTIME (default 5m then) per fuzz target, and
+# make soak.
+SOAK ?= 0
+ifeq ($(SOAK),1)
+FUZZTIME ?= 5m
+export FUZZTIME
+endif
+test: test-go test-c test-asan test-tsan test-cross test-install test-fuzz $(if $(filter 1,$(SOAK)),test-soak)
 	@echo "make test: all test suites passed"
+
+test-soak: test-asan test-tsan
+	@echo "test-soak: every fiber case with 16 and 64 workers, under ASan ($(BUILD_SAN)/), then TSan ($(BUILD_TSAN)/)"
+	@$(MAKE) test-many-workers BUILD=$(BUILD_SAN)
+	@$(MAKE) test-many-workers BUILD=$(BUILD_TSAN)
+	@$(MAKE) soak
 
 test-go: deps
 	@echo "test-go: gofmt"
@@ -93,7 +112,7 @@ test-asan: deps
 # switches annotated; docs/TESTING.md, "ThreadSanitizer"). Cases labelled
 # tsan_soak take minutes under TSan: left out unless TSAN_SOAK=1. Cases
 # TSan cannot run are not registered in a TSan build (word notsan).
-TSAN_SOAK ?= 0
+TSAN_SOAK ?= $(SOAK)
 TSAN_SELECT = $(if $(filter 1,$(TSAN_SOAK)),,-LE '^tsan_soak$$')
 test-tsan: deps
 	@cmake -S . -B $(BUILD_TSAN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DASYNC_TSAN=ON >/dev/null

@@ -301,7 +301,6 @@ static void ho_receiver(void *arg) {
 }
 
 static atomic_int ho_sent;
-static async_fiber_t *volatile ho_target;
 static atomic_int ho_turn;
 static void *ho_sender(void *arg) {
     (void)arg;
@@ -395,7 +394,7 @@ CASE(cancel_races_migration) { // uring adversarial timeout=120
 }
 
 #define EXITERS 4000
-static async_fiber_t *volatile ex_f[EXITERS];
+static _Atomic(async_fiber_t *) ex_f[EXITERS];
 static atomic_int ex_published, ex_bad;
 
 static void short_life(void *arg) {
@@ -433,7 +432,7 @@ CASE(cancel_races_exit_join) { // adversarial timeout=120
 }
 
 static atomic_int dr_stop;
-static async_fiber_t *volatile dr_f[256];
+static _Atomic(async_fiber_t *) dr_f[256];
 static void *dr_canceller(void *arg) {
     (void)arg;
     while (!atomic_load(&dr_stop))
@@ -466,7 +465,7 @@ CASE(cancel_races_destroy) { // adversarial timeout=120
 
 #define BL_FIBERS 8
 static atomic_int bl_stop, bl_early, bl_rounds;
-static async_fiber_t *volatile bl_f[BL_FIBERS];
+static _Atomic(async_fiber_t *) bl_f[BL_FIBERS];
 
 typedef struct {
     volatile int step; /* written by the blocking function, on the fiber's stack */
