@@ -148,7 +148,7 @@ static void xr_writer(void *arg) {
     atomic_store(&xr_b, ev < 0 ? async_last_error() : 0);
 }
 
-CASE(reuse_cross_dir) { // uring adversarial
+CASE(reuse_cross_dir) { // uring adversarial notsan
     async_sched_t *s = sched_new(2);
     for (int round = 0; round < 4; round++) {
         int sp[2];
@@ -334,7 +334,7 @@ static void rp_reader(void *arg)
     atomic_fetch_add(&rp_ended, 1);
 }
 
-CASE(reuse_plain_busy) // uring adversarial
+CASE(reuse_plain_busy) // uring adversarial notsan
 {
     async_sched_t *s = sched_new(3);
     int sv[RU_N][2];

@@ -573,7 +573,7 @@ static void cs_waiter(void *arg) {
     CHECK_EQ(async_mutex_unlock(cs_m), 0);
 }
 
-CASE(cancel_never_swallows_cond_signal) { // adversarial timeout=120
+CASE(cancel_never_swallows_cond_signal) { // adversarial timeout=120 notsan
     async_sched_t *s = sched_new(4);
     cs_m = async_mutex_create();
     int cancelled = 0;
