@@ -573,7 +573,23 @@ static void cs_waiter(void *arg) {
     CHECK_EQ(async_mutex_unlock(cs_m), 0);
 }
 
-CASE(cancel_never_swallows_cond_signal) { // adversarial timeout=120 notsan
+/* Returns once n waiters are queued on cs_cv: a waiter counts itself while it
+ * holds cs_m, and cond_wait releases cs_m only after it queued the waiter,
+ * so holding cs_m with the count at n means all n are queued (a fiber
+ * counted parked by the scheduler's stats may still be on its way in). */
+static void wait_queued_on_cond(int n) {
+    double t0 = now_ms();
+    for (;;) {
+        CHECK_EQ(async_mutex_lock(cs_m, -1), 0);
+        int k = atomic_load(&cs_parked);
+        CHECK_EQ(async_mutex_unlock(cs_m), 0);
+        if (k >= n) return;
+        CHECK(now_ms() - t0 < BOUND_MS);
+        sleep_ms(1);
+    }
+}
+
+CASE(cancel_never_swallows_cond_signal) { // adversarial timeout=120
     async_sched_t *s = sched_new(4);
     cs_m = async_mutex_create();
     int cancelled = 0;
@@ -582,10 +598,9 @@ CASE(cancel_never_swallows_cond_signal) { // adversarial timeout=120 notsan
         atomic_store(&cs_parked, 0);
         cs_wait_t w1 = {-1, 9, 0}, w2 = {BOUND_MS, 9, 0};
         async_fiber_t *f1 = async_fiber_spawn(s, cs_waiter, &w1, ASYNC_FIBER_JOINABLE);
-        wait_count(&cs_parked, 1, "first waiter");
-        sched_wait_parked(s, 1);
+        wait_queued_on_cond(1);
         async_fiber_t *f2 = async_fiber_spawn(s, cs_waiter, &w2, ASYNC_FIBER_JOINABLE);
-        wait_count(&cs_parked, 2, "second waiter");
+        wait_queued_on_cond(2);
         sched_wait_parked(s, 2);
         if (r % 2) {
             CHECK_EQ(async_cond_signal(cs_cv), 0);
