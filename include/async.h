@@ -200,14 +200,14 @@ typedef enum {
     ASYNC_E_INVAL = 1,      /* invalid argument (NULL pointer, zero size, bad flags or timeout) */
     ASYNC_E_BADHANDLE = 2,  /* NULL, destroyed, or not a handle of this type */
     ASYNC_E_NOMEM = 3,      /* out of memory or out of handles */
-    ASYNC_E_TOOBIG = 4,     /* message larger than the queue's max_msg_size */
+    ASYNC_E_TOOBIG = 4,     /* message larger than the queue's max_msg_size; a datagram or reader frame too long */
     ASYNC_E_BUFSIZE = 5,    /* buffer too small; the needed size is in *out_size */
     ASYNC_E_EMPTY = 6,      /* nothing to dequeue or receive */
     ASYNC_E_FULL = 7,       /* queue full (no DROP_OLDEST / BLOCK_WRITER policy) or channel full */
     ASYNC_E_TIMEDOUT = 8,   /* the timeout expired */
     ASYNC_E_CLOSED = 9,     /* destroyed while the call waited on it; a closed channel; a reset or refused connection */
     ASYNC_E_BUSY = 10,      /* another caller already waits there: async_runtime_wait, an fd direction, a join; a fiber mutex is owned (trylock) */
-    ASYNC_E_EXISTS = 11,    /* fd already registered with this runtime */
+    ASYNC_E_EXISTS = 11,    /* fd already registered with this runtime; an address in use */
     ASYNC_E_NOTFOUND = 12,  /* fd or timer not registered with this runtime */
     ASYNC_E_BADFD = 13,     /* not an open file descriptor (or not pollable) */
     ASYNC_E_SYS = 14,       /* an operating-system call failed unexpectedly */
@@ -1488,6 +1488,98 @@ int async_fiber_fd_open(async_sched_t *s, async_fd_t fd);
  * the same). Thread-safe; never parks (close(2) itself may block, e.g. a
  * socket with SO_LINGER). */
 int async_fiber_close(async_fd_t fd);
+
+/* Server helpers (docs/SERVERS.md). They build on the calls above and keep
+ * their promises on both fiber I/O paths (epoll, io_uring) and on plain
+ * threads. */
+
+/* Fills *out (and *len) with the numeric address host:port, IPv4
+ * ("127.0.0.1") or IPv6 ("::1", also in brackets "[::1]", with a scope
+ * "fe80::1%eth0"); host NULL or "" is the IPv4 wildcard 0.0.0.0, "::" the
+ * IPv6 one. No name lookup (names: getaddrinfo under async_fiber_blocking
+ * or async_runtime_submit_work). Errors: ASYNC_E_INVAL (NULL out or len,
+ * port > 65535, host not a numeric address). Thread-safe; never blocks. */
+int async_sockaddr_parse(const char *host, int port, struct sockaddr_storage *out, socklen_t *len);
+
+/* async_fiber_listen and async_fiber_udp_bind flags. */
+#define ASYNC_LISTEN_REUSEPORT 0x1u /* SO_REUSEPORT: several sockets share the port (Linux, BSD, macOS; ASYNC_E_NOTSUP elsewhere) */
+#define ASYNC_LISTEN_V6ONLY 0x2u    /* an IPv6 address takes IPv6 only (default: dual-stack, IPv4 mapped) */
+
+/* Creates a TCP socket bound to addr (IPv4 or IPv6; port 0 picks a free
+ * port: getsockname(2) tells it) with SO_REUSEADDR (Windows:
+ * SO_EXCLUSIVEADDRUSE), listening with backlog (<= 0: SOMAXCONN), non-blocking
+ * and close-on-exec. Called on a fiber, the socket is owned by the fiber's
+ * scheduler (its async_fiber_accept hands out owned descriptors: close both
+ * with async_fiber_close); on a plain thread, or where the scheduler cannot
+ * own it (Windows, out of memory), it is a plain descriptor. Errors:
+ * ASYNC_E_INVAL (addr NULL, len too small for its family, a family other
+ * than AF_INET/AF_INET6, unknown flags), ASYNC_E_EXISTS (address in use),
+ * ASYNC_E_NOMEM (also: out of descriptors), ASYNC_E_NOTSUP, ASYNC_E_FORKED,
+ * ASYNC_E_SYS (e.g. EACCES on a privileged port). Thread-safe; never parks. */
+async_fd_t async_fiber_listen(const struct sockaddr *addr, socklen_t len, int backlog, unsigned flags);
+
+/* As async_fiber_listen, for a UDP socket bound to addr (no listen). Same
+ * ownership rule, flags and errors. Thread-safe; never parks. */
+async_fd_t async_fiber_udp_bind(const struct sockaddr *addr, socklen_t len, unsigned flags);
+
+/* Reads exactly n bytes unless the stream ends first or the call fails:
+ * returns n, or the count read before end of file (less than n, maybe 0),
+ * or -1. timeout_ms bounds the whole call, not each read. *got (if not
+ * NULL) is always set to the bytes stored in buf, also on -1 (a timeout or
+ * cancel after some bytes arrived loses none of them). Errors, buf and n:
+ * as async_fiber_read. Thread-safe; parks. */
+ssize_t async_fiber_read_full(async_fd_t fd, void *buf, size_t n, size_t *got, int timeout_ms);
+
+/* Receives one datagram into buf (cut to n bytes as recvfrom(2) does; an
+ * empty datagram returns 0) and its source address into addr/len as
+ * accept(2) does (addr NULL: not told). Works on bound and connected
+ * datagram sockets. Errors: as async_fiber_read (ASYNC_E_CLOSED: an ICMP
+ * error queued for the socket). Thread-safe; parks. */
+ssize_t async_fiber_recvfrom(async_fd_t fd, void *buf, size_t n, struct sockaddr *addr, socklen_t *len,
+                             int timeout_ms);
+
+/* Sends buf as one datagram to addr (addr NULL: the connected peer);
+ * returns n. A datagram too large for the socket: ASYNC_E_TOOBIG.
+ * Errors: as async_fiber_write, ASYNC_E_TOOBIG. Thread-safe; parks (while
+ * the socket's send buffer is full). */
+ssize_t async_fiber_sendto(async_fd_t fd, const void *buf, size_t n, const struct sockaddr *addr, socklen_t len,
+                           int timeout_ms);
+
+/* A buffered reader over one descriptor, for protocols framed by lines or
+ * delimiters (telnet lines, HTTP headers) with a bounded length. It reads
+ * with async_fiber_read, so it parks on a fiber and blocks a plain thread.
+ * A reader is used by one fiber or thread at a time (not thread-safe); it
+ * never closes its fd. */
+typedef struct async_reader async_reader_t;
+
+/* Creates a reader of fd whose frames are at most max_len bytes (1 to
+ * 64 MiB; the delimiter counts). Errors: ASYNC_E_INVAL (max_len out of
+ * range), ASYNC_E_BADFD (fd < 0), ASYNC_E_NOMEM. Thread-safe. */
+async_reader_t *async_reader_create(async_fd_t fd, size_t max_len);
+
+/* Frees r (NULL: nothing); bytes still buffered are dropped. The fd stays
+ * open. Not while another call on r runs. */
+void async_reader_destroy(async_reader_t *r);
+
+/* Returns the next frame: the bytes up to and including the first delim
+ * byte. *out points at them inside r's buffer (not NUL-terminated; valid
+ * until the next call on r) and the result is their length. At end of
+ * file, bytes left without a delimiter are returned as a last frame
+ * (without delim), then 0. A frame longer than max_len: -1 with
+ * ASYNC_E_TOOBIG, *out pointing at its first max_len bytes, which are
+ * consumed (the next call goes on with the rest of that frame). timeout_ms
+ * bounds the whole call; on -1 the bytes read stay buffered for the next
+ * call. Errors: ASYNC_E_INVAL (r or out NULL, bad timeout), ASYNC_E_TOOBIG,
+ * and those of async_fiber_read. Parks. */
+ssize_t async_reader_read_until(async_reader_t *r, int delim, const char **out, int timeout_ms);
+
+/* Copies up to n bytes into buf: buffered bytes first, else one
+ * async_fiber_read. Returns the count, 0 at end of file, or -1 (errors as
+ * async_fiber_read). Parks. */
+ssize_t async_reader_read(async_reader_t *r, void *buf, size_t n, int timeout_ms);
+
+/* Bytes buffered in r and not yet returned (0 for NULL). Never parks. */
+size_t async_reader_buffered(const async_reader_t *r);
 
 
 /* Runs fn(arg) on a thread of a process-wide pool of blocking threads (it
