@@ -1,7 +1,7 @@
 // Package fiber is the C fiber layer of cabi: the M:N scheduler (sched.c,
 // sched_idle.c, sched_fibers.c), its context switch (switch_<arch>.S), stacks (stacks.c; the overflow report's
 // text in stack_report.c), fault signals
-// (signals.c), fiber fds (io.c, io_sys.c, io_park.c, io_owned.c, io_api.c), channels (chan.c), mutexes and condition
+// (signals.c), fiber fds (io.c, io_sys.c, io_park.c, io_owned.c, io_api.c), the buffered reader (reader.c), channels (chan.c), mutexes and condition
 // variables (sync.c), fiber-local storage (fls.c), debugging tools (tools.c, stall.c)
 // and the blocking pool (blocking.c). Every public async_sched_*, async_fiber_*,
 // async_chan_*, async_mutex_* and async_cond_* function is here. Windows has its
