@@ -1553,7 +1553,8 @@ ssize_t async_fiber_sendto(async_fd_t fd, const void *buf, size_t n, const struc
 typedef struct async_reader async_reader_t;
 
 /* Creates a reader of fd whose frames are at most max_len bytes (1 to
- * 64 MiB; the delimiter counts). Errors: ASYNC_E_INVAL (max_len out of
+ * 64 MiB; the delimiter counts), with a buffer of max(max_len, 4 KiB)
+ * allocated here, once. Errors: ASYNC_E_INVAL (max_len out of
  * range), ASYNC_E_BADFD (fd < 0), ASYNC_E_NOMEM. Thread-safe. */
 async_reader_t *async_reader_create(async_fd_t fd, size_t max_len);
 
@@ -1575,7 +1576,7 @@ ssize_t async_reader_read_until(async_reader_t *r, int delim, const char **out, 
 
 /* Copies up to n bytes into buf: buffered bytes first, else one
  * async_fiber_read. Returns the count, 0 at end of file, or -1 (errors as
- * async_fiber_read). Parks. */
+ * async_fiber_read; ASYNC_E_INVAL also for r NULL). Parks. */
 ssize_t async_reader_read(async_reader_t *r, void *buf, size_t n, int timeout_ms);
 
 /* Bytes buffered in r and not yet returned (0 for NULL). Never parks. */
