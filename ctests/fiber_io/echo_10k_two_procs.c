@@ -94,6 +94,9 @@ static void srv_acceptor(void *arg)
             srv_fail("accept");
             return;
         }
+        /* accepted from an owned listener on a fiber: owned already */
+        if (async_fiber_fd_open(NULL, fd) != -1 || async_last_error() != ASYNC_E_EXISTS)
+            srv_fail("ownership of an accepted descriptor");
         if (!async_fiber_spawn(srv.s, srv_conn, (void *)(intptr_t)fd, 0)) {
             srv_fail("spawn");
             async_fiber_close(fd);
