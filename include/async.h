@@ -1563,15 +1563,15 @@ async_reader_t *async_reader_create(async_fd_t fd, size_t max_len);
 void async_reader_destroy(async_reader_t *r);
 
 /* Returns the next frame: the bytes up to and including the first delim
- * byte. *out points at them inside r's buffer (not NUL-terminated; valid
- * until the next call on r) and the result is their length. At end of
- * file, bytes left without a delimiter are returned as a last frame
- * (without delim), then 0. A frame longer than max_len: -1 with
- * ASYNC_E_TOOBIG, *out pointing at its first max_len bytes, which are
- * consumed (the next call goes on with the rest of that frame). timeout_ms
- * bounds the whole call; on -1 the bytes read stay buffered for the next
- * call. Errors: ASYNC_E_INVAL (r or out NULL, bad timeout), ASYNC_E_TOOBIG,
- * and those of async_fiber_read. Parks. */
+ * byte (delim converted to unsigned char, as memchr does). *out points at
+ * them inside r's buffer (not NUL-terminated; valid until the next call on
+ * r) and the result is their length. At end of file, bytes left without a
+ * delimiter are returned as a last frame (without delim), then 0. A frame
+ * longer than max_len: -1 with ASYNC_E_TOOBIG, *out pointing at its first
+ * max_len bytes, which are consumed (the next call goes on with the rest
+ * of that frame). timeout_ms bounds the whole call; on -1 the bytes read
+ * stay buffered for the next call. Errors: ASYNC_E_INVAL (r or out NULL,
+ * bad timeout), ASYNC_E_TOOBIG, and those of async_fiber_read. Parks. */
 ssize_t async_reader_read_until(async_reader_t *r, int delim, const char **out, int timeout_ms);
 
 /* Copies up to n bytes into buf: buffered bytes first, else one
