@@ -384,6 +384,115 @@ CASE(read_mixes_with_read_until) // uring
     on_fiber_then_thread(mixed_fn);
 }
 
+/* ---- random frames and splits against a model ------------------------------------- */
+
+/* 256 KiB of bytes with delimiters at random gaps (some longer than
+ * max_len), written in random pieces at random pauses; the reader's
+ * results (frames, TOOBIG, raw reads mixed in, the last frame, 0) must be
+ * what cutting the same bytes by the rule gives. */
+#define MODEL_LEN (256 * 1024)
+#define MODEL_MAX 300
+static char model_in[MODEL_LEN];
+
+static uint32_t model_rng(uint32_t *x)
+{
+    *x ^= *x << 13;
+    *x ^= *x >> 17;
+    *x ^= *x << 5;
+    return *x;
+}
+
+static void *model_writer(void *arg)
+{
+    int fd = (int)(intptr_t)arg;
+    uint32_t x = 0x9e3779b9u;
+    for (size_t off = 0; off < MODEL_LEN;) {
+        size_t n = 1 + model_rng(&x) % 2000;
+        if (n > MODEL_LEN - off)
+            n = MODEL_LEN - off;
+        CHECK_EQ(write(fd, model_in + off, n), (ssize_t)n);
+        off += n;
+        if (model_rng(&x) % 16 == 0)
+            sleep_ms(1);
+    }
+    CHECK_EQ(shutdown(fd, SHUT_WR), 0);
+    return NULL;
+}
+
+/* What read_until must return at pos: the frame's length (*toobig 0), or
+ * MODEL_MAX with *toobig 1; 0 at the end. */
+static size_t model_next(size_t pos, int *toobig)
+{
+    size_t left = MODEL_LEN - pos, lim = left < MODEL_MAX ? left : MODEL_MAX;
+    const char *p = memchr(model_in + pos, '\n', lim);
+    *toobig = 0;
+    if (p)
+        return (size_t)(p - (model_in + pos)) + 1;
+    if (left >= MODEL_MAX) {
+        *toobig = 1;
+        return MODEL_MAX;
+    }
+    return left;
+}
+
+static void model_fn(void *arg)
+{
+    (void)arg;
+    int sv[2];
+    pthread_t t;
+    uint32_t x = 12345;
+    size_t pos = 0, frames = 0, toobigs = 0, raws = 0;
+    char raw[64];
+    for (size_t i = 0; i < MODEL_LEN; i++) {
+        uint32_t v = model_rng(&x);
+        model_in[i] = v % 97 == 0 || (v >> 20) % 613 == 0 ? '\n' : (char)('a' + v % 26);
+    }
+    make_pair(0, sv);
+    async_reader_t *r = async_reader_create(sv[0], MODEL_MAX);
+    CHECK(r != NULL);
+    start_thread(&t, model_writer, (void *)(intptr_t)sv[1]);
+    for (;;) {
+        if (model_rng(&x) % 8 == 0) { /* a raw read: what comes must be the next bytes */
+            ssize_t n = async_reader_read(r, raw, 1 + model_rng(&x) % sizeof raw, 10000);
+            CHECK(n >= 0);
+            if (n == 0) {
+                CHECK_EQ(pos, MODEL_LEN);
+                break;
+            }
+            CHECK(memcmp(raw, model_in + pos, (size_t)n) == 0);
+            pos += (size_t)n;
+            raws++;
+            continue;
+        }
+        const char *out;
+        int toobig;
+        size_t want = pos < MODEL_LEN ? model_next(pos, &toobig) : (toobig = 0, 0);
+        ssize_t n = async_reader_read_until(r, '\n', &out, 10000);
+        if (toobig) {
+            CHECK_EQ(n, -1);
+            CHECK_ERR(ASYNC_E_TOOBIG);
+            toobigs++;
+        } else {
+            CHECK_EQ(n, (ssize_t)want);
+        }
+        if (want == 0)
+            break;
+        CHECK(memcmp(out, model_in + pos, want) == 0);
+        pos += want;
+        frames++;
+    }
+    join_within(t, 10000, "writer");
+    printf("%zu frames (%zu too long), %zu raw reads\n", frames, toobigs, raws);
+    CHECK(frames > 1000 && toobigs > 10 && raws > 100); /* the data had every kind */
+    async_reader_destroy(r);
+    close_pair(sv);
+}
+
+CASE(random_frames_and_splits_match_a_model) // uring
+{
+    on_fiber_then_thread(model_fn);
+}
+
 /* ---- bad arguments ------------------------------------------------------------------ */
 
 CASE(bad_arguments)
