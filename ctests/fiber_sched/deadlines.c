@@ -4,9 +4,15 @@
  * works alone and with its scope's, a call's own earlier timeout still
  * applies, a shield suspends the deadline; deadlines racing completions
  * lose no element, deadlines racing cancels end each call once; a passed
- * deadline spares the calls that complete at once. */
+ * deadline spares the calls that complete at once (a socket read of data
+ * already there included). */
 #include <pthread.h>
 #include <stdatomic.h>
+#if !defined(_WIN32)
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#endif
 
 #include "fibers.h"
 
@@ -328,5 +334,63 @@ CASE(deadline_passed_spares_calls_that_complete_at_once) { // adversarial
     async_mutex_destroy(p.m);
     sched_finish(s, BOUND_MS);
 }
+
+#if !defined(_WIN32) /* socketpair, poll */
+/* A passed deadline spares a socket read that finds data, also after a
+ * short read (a read that drained the stream waits first next time, and
+ * that wait cannot happen): a plain unix socket and an owned TCP one. */
+typedef struct {
+    int fd, peer;
+    int n, rc[4], err[4];
+} past_read_t;
+static void past_read_fiber(void *arg) {
+    past_read_t *p = arg;
+    char buf[8];
+    CHECK_EQ(async_fiber_set_deadline(50), 0);
+    CHECK_FAIL(async_fiber_read(p->fd, buf, sizeof buf, BOUND_MS) == -1, ASYNC_E_TIMEDOUT);
+    for (int i = 0; i < 4; i++) {
+        struct pollfd pf = {p->fd, POLLIN, 0};
+        CHECK_EQ(write(p->peer, "ab", 2), 2);
+        CHECK_EQ(poll(&pf, 1, BOUND_MS), 1);
+        async_clear_error();
+        p->rc[i] = (int)async_fiber_read(p->fd, buf, sizeof buf, BOUND_MS);
+        p->err[i] = async_last_error();
+    }
+    CHECK_FAIL(async_fiber_read(p->fd, buf, sizeof buf, BOUND_MS) == -1, ASYNC_E_TIMEDOUT);
+}
+
+CASE(deadline_passed_spares_a_read_of_data_there) { // uring adversarial
+    for (int owned = 0; owned < 2; owned++) {
+        async_sched_t *s = sched_new(2);
+        int sv[2];
+        if (owned) {
+            struct sockaddr_in a;
+            int l = loopback_listener(1, &a);
+            sv[1] = socket(AF_INET, SOCK_STREAM, 0);
+            CHECK_EQ(connect(sv[1], (struct sockaddr *)&a, sizeof a), 0);
+            sv[0] = accept(l, NULL, NULL);
+            CHECK(sv[0] >= 0);
+            close(l);
+            CHECK_EQ(async_fiber_fd_open(s, sv[0]), 0);
+        } else {
+            CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+        }
+        past_read_t p = {sv[0], sv[1], 0, {0}, {0}};
+        async_fiber_t *f = async_fiber_spawn(s, past_read_fiber, &p, ASYNC_FIBER_JOINABLE);
+        CHECK(f != NULL);
+        CHECK_EQ(async_fiber_join(f, BOUND_MS), 0);
+        for (int i = 0; i < 4; i++) {
+            CHECK_EQ(p.err[i], 0);
+            CHECK_EQ(p.rc[i], 2);
+        }
+        if (owned)
+            CHECK_EQ(async_fiber_close(sv[0]), 0);
+        else
+            close(sv[0]);
+        close(sv[1]);
+        sched_finish(s, BOUND_MS);
+    }
+}
+#endif /* !_WIN32 */
 
 TEST_MAIN()

@@ -25,7 +25,9 @@
  * already there, whatever the record believes. That lets a read skip its first
  * attempt when the previous read on this (stream) fd drained it (returned
  * less than asked): it parks at once, and the arm reports data that came in
- * meanwhile. An event disarms the fd; if a waiter of the other direction
+ * meanwhile; when that park fails (a passed deadline, a cancel, another
+ * reader parked) the read is tried all the same, since only a read that has
+ * to wait may fail so. An event disarms the fd; if a waiter of the other direction
  * remains, the poller re-arms it.
  *
  * Owned fds (async_fiber_fd_open; async_fiber_accept on a fiber, on a

@@ -154,9 +154,13 @@ ssize_t async_fiber_read(async_fd_t fd, void *buf, size_t n, int timeout_ms) {
                         atomic_load_explicit(&rec->dseq, memory_order_relaxed) == sn.sin
                   : atomic_load_explicit(&rec->stream, memory_order_relaxed))) {
         int rc = la_io_wait_dir(fd, 0, deadline, timeout_ms, &sn);
-        /* Other errors (the number now names another kind of file, say):
-         * the read below reports what applies. */
-        if (rc == ASYNC_E_TIMEDOUT || rc == ASYNC_E_CANCELLED || rc == ASYNC_E_BUSY || rc == ASYNC_E_CLOSED) {
+        /* Only ASYNC_E_CLOSED ends the call here. A passed timeout or
+         * deadline, a cancel or another fiber's wait (ASYNC_E_BUSY) fail
+         * only a read that has to wait, and the hint may be stale: the read
+         * below takes what is there, and its own wait reports them. Other
+         * errors (the number now names another kind of file, say): the read
+         * below reports what applies. */
+        if (rc == ASYNC_E_CLOSED) {
             la_set_error(rc);
             return -1;
         }
