@@ -1569,7 +1569,8 @@ void async_reader_destroy(async_reader_t *r);
  * delimiter are returned as a last frame (without delim), then 0. A frame
  * longer than max_len: -1 with ASYNC_E_TOOBIG, *out pointing at its first
  * max_len bytes, which are consumed (the next call goes on with the rest
- * of that frame). timeout_ms bounds the whole call; on -1 the bytes read
+ * of that frame); max_len bytes without delim are such a frame as soon as
+ * they are buffered, so a last frame has at most max_len - 1 bytes. timeout_ms bounds the whole call; on -1 the bytes read
  * stay buffered for the next call. Errors: ASYNC_E_INVAL (r or out NULL,
  * bad timeout), ASYNC_E_TOOBIG, and those of async_fiber_read. Parks. */
 ssize_t async_reader_read_until(async_reader_t *r, int delim, const char **out, int timeout_ms);

@@ -7,6 +7,7 @@
 #include "check.h"
 #include "net.h"
 
+#include <limits.h>
 #include <pthread.h>
 
 /* ---- helpers ------------------------------------------------------------------ */
@@ -199,6 +200,45 @@ CASE(exactly_max_len_and_one_more) // uring
     on_fiber_then_thread(max_len_fn);
 }
 
+/* max_len bytes without a delimiter are a frame too long as soon as they
+ * are buffered, at end of file too: a last frame has at most max_len - 1
+ * bytes (max_len 8, and max_len 1 where every byte but the delimiter is
+ * too long). */
+static void eof_max_len_fn(void *arg)
+{
+    (void)arg;
+    int sv[2];
+    const char *out;
+    make_pair(0, sv);
+    async_reader_t *r = async_reader_create(sv[0], 8);
+    CHECK(r != NULL);
+    put(sv[1], "1234567\n12345678");
+    CHECK_EQ(shutdown(sv[1], SHUT_WR), 0);
+    expect_frame(r, '\n', "1234567\n", 10000);
+    expect_error(r, '\n', ASYNC_E_TOOBIG, 10000);
+    expect_frame(r, '\n', "", 10000);
+    async_reader_destroy(r);
+    close_pair(sv);
+    make_pair(0, sv);
+    r = async_reader_create(sv[0], 1);
+    CHECK(r != NULL);
+    put(sv[1], "\nab");
+    CHECK_EQ(shutdown(sv[1], SHUT_WR), 0);
+    expect_frame(r, '\n', "\n", 10000);
+    CHECK_EQ(async_reader_read_until(r, '\n', &out, 10000), -1);
+    CHECK_ERR(ASYNC_E_TOOBIG);
+    CHECK_EQ(out[0], 'a');
+    expect_error(r, '\n', ASYNC_E_TOOBIG, 10000);
+    expect_frame(r, '\n', "", 10000);
+    async_reader_destroy(r);
+    close_pair(sv);
+}
+
+CASE(max_len_without_delimiter_is_too_long_at_eof_too) // uring adversarial
+{
+    on_fiber_then_thread(eof_max_len_fn);
+}
+
 /* Frames of max_len and max_len + 1 bytes behind a shorter one, with
  * max_len above the smallest buffer: the unread bytes must move to the
  * buffer's front to make room for them. */
@@ -335,6 +375,48 @@ CASE(cancel_mid_frame_keeps_the_bytes) // uring
     put(sv[1], "def\n");
     expect_frame(c.r, '\n', "abcdef\n", 10000);
     async_reader_destroy(c.r);
+    async_sched_destroy(s);
+    close_pair(sv);
+}
+
+/* A fiber past its deadline, or cancelled, still gets the frames whose
+ * bytes are there (buffered, or in the socket after a short read); only a
+ * call that has to wait fails, and keeps the bytes. */
+static void past_deadline_fiber(void *arg)
+{
+    int *sv = arg;
+    char c;
+    async_reader_t *r = async_reader_create(sv[0], 64);
+    CHECK(r != NULL);
+    put(sv[1], "ab");
+    CHECK_EQ(async_fiber_set_deadline(50), 0);
+    expect_error(r, '\n', ASYNC_E_TIMEDOUT, 10000);
+    CHECK_EQ(async_reader_buffered(r), 2);
+    put(sv[1], "\nx\n");
+    expect_frame(r, '\n', "ab\n", 10000);
+    expect_frame(r, '\n', "x\n", 10000);
+    put(sv[1], "y\n");
+    expect_frame(r, '\n', "y\n", 10000);
+    expect_error(r, '\n', ASYNC_E_TIMEDOUT, 10000);
+    CHECK_EQ(async_fiber_set_deadline(-1), 0);
+    CHECK_EQ(async_fiber_cancel(async_fiber_current()), 0);
+    put(sv[1], "q\nw");
+    expect_frame(r, '\n', "q\n", 10000);
+    expect_error(r, '\n', ASYNC_E_CANCELLED, 10000);
+    CHECK_EQ(async_reader_read(r, &c, 1, 10000), 1);
+    CHECK_EQ(c, 'w');
+    put(sv[1], "e");
+    CHECK_EQ(async_reader_read(r, &c, 1, 10000), 1);
+    CHECK_EQ(c, 'e');
+    async_reader_destroy(r);
+}
+
+CASE(past_deadline_or_cancelled_takes_the_frames_there) // uring adversarial
+{
+    int sv[2];
+    async_sched_t *s = sched_new(2);
+    make_pair(0, sv);
+    on_fiber(s, past_deadline_fiber, sv);
     async_sched_destroy(s);
     close_pair(sv);
 }
@@ -550,6 +632,25 @@ CASE(bad_arguments)
     CHECK_ERR(ASYNC_E_BADFD);
     CHECK_EQ(async_reader_read(r, buf, sizeof buf, 0), -1);
     CHECK_ERR(ASYNC_E_BADFD);
+    async_reader_destroy(r);
+    close_pair(sv);
+}
+
+/* n above SSIZE_MAX is ASYNC_E_INVAL as for async_fiber_read, also when
+ * bytes are buffered (which stay). */
+CASE(read_of_more_than_ssize_max_is_invalid) // adversarial
+{
+    int sv[2];
+    char buf[8];
+    make_pair(0, sv);
+    async_reader_t *r = async_reader_create(sv[0], 16);
+    CHECK(r != NULL);
+    CHECK_FAIL(async_reader_read(r, buf, (size_t)SSIZE_MAX + 1, 0) == -1, ASYNC_E_INVAL);
+    put(sv[1], "partial");
+    expect_error(r, '\n', ASYNC_E_TIMEDOUT, 20);
+    CHECK_FAIL(async_reader_read(r, buf, (size_t)SSIZE_MAX + 1, 0) == -1, ASYNC_E_INVAL);
+    CHECK_FAIL(async_reader_read(r, buf, SIZE_MAX, 0) == -1, ASYNC_E_INVAL);
+    CHECK_EQ(async_reader_buffered(r), 7);
     async_reader_destroy(r);
     close_pair(sv);
 }

@@ -11,6 +11,7 @@
  * cannot hold the frame. The first `scanned` unread bytes are known to hold
  * no `scan_delim` byte: a frame arriving in many pieces is searched once.
  * Frames are returned in place: *out points into buf. */
+#include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -148,7 +149,7 @@ ssize_t async_reader_read(async_reader_t *r, void *buf, size_t n, int timeout_ms
     size_t avail = r->end - r->start;
     if (avail == 0 || n == 0) return async_fiber_read(r->fd, buf, n, timeout_ms);
     if (la_check_timeout(timeout_ms)) return -1;
-    if (!buf) {
+    if (!buf || n > (size_t)SSIZE_MAX) {
         la_set_error(ASYNC_E_INVAL);
         return -1;
     }
