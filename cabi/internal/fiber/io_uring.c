@@ -8,7 +8,10 @@
  * every build and every consumer; what is used of it here is small.
  *
  * One ring per worker (no SQ contention between workers). A fiber's
- * async_fiber_read/write/accept/connect on a socket writes an SQE into the
+ * async_fiber_read/write/accept/connect on a socket (and recvfrom/sendto,
+ * net_posix.c: RECVMSG/SENDMSG with the msghdr on the fiber's stack, which
+ * the kernel reads at submission and writes the source's length back into
+ * at completion) writes an SQE into the
  * ring of the worker it runs on, with user_data = the key of its la_uop_t
  * (the record is on the fiber's stack; the key is its address and a tag,
  * ur_key), and parks. The SQEs are not submitted at once: the worker
