@@ -44,6 +44,11 @@ static int same_addr(const struct sockaddr_storage *x, socklen_t xl, const struc
     return a->sin6_port == b->sin6_port && memcmp(&a->sin6_addr, &b->sin6_addr, sizeof a->sin6_addr) == 0;
 }
 
+/* Runs fn on a fiber and on this thread, with sockets of each kind. */
+static void both_kinds(void (*fn)(void *)) {
+    for (use_plain = 0; use_plain < 2; use_plain++) on_fiber_then_thread(fn);
+}
+
 /* ---- source address, both ways ----------------------------------------------------- */
 
 static void exchange(const char *host) {
@@ -75,25 +80,10 @@ static void exchange_v4(void *arg) {
     exchange("127.0.0.1");
 }
 
-CASE(recvfrom_source_address_owned) { // uring
-    use_plain = 0;
-    on_fiber_then_thread(exchange_v4);
+CASE(recvfrom_source_address) { // uring
+    both_kinds(exchange_v4);
 }
 
-CASE(recvfrom_source_address_plain) { // uring
-    use_plain = 1;
-    on_fiber_then_thread(exchange_v4);
-}
-
-static int have_ipv6(void) {
-    int fd = socket(AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return 0;
-    struct sockaddr_in6 a = {.sin6_family = AF_INET6};
-    a.sin6_addr = in6addr_loopback;
-    int ok = bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
-    close(fd);
-    return ok;
-}
 
 static void exchange_v6(void *arg) {
     (void)arg;
@@ -101,11 +91,11 @@ static void exchange_v6(void *arg) {
 }
 
 CASE(recvfrom_source_address_ipv6) { // uring
-    if (!have_ipv6()) {
+    if (!have_ipv6_loopback(SOCK_DGRAM)) {
         printf("no IPv6 on this machine: skipped\n");
         return;
     }
-    for (use_plain = 0; use_plain < 2; use_plain++) on_fiber_then_thread(exchange_v6);
+    both_kinds(exchange_v6);
 }
 
 /* ---- cut datagram, cut address, empty datagram --------------------------------------- */
@@ -153,14 +143,8 @@ static void truncation(void *arg) {
     CHECK_EQ(async_fiber_close(cli), 0);
 }
 
-CASE(recvfrom_truncation_and_empty_owned) { // uring
-    use_plain = 0;
-    on_fiber_then_thread(truncation);
-}
-
-CASE(recvfrom_truncation_and_empty_plain) { // uring
-    use_plain = 1;
-    on_fiber_then_thread(truncation);
+CASE(recvfrom_truncation_and_empty) { // uring
+    both_kinds(truncation);
 }
 
 /* ---- a receive parked until a datagram comes -------------------------------------------- */
@@ -239,14 +223,8 @@ static void nobody(void *arg) {
     CHECK_EQ(async_fiber_close(cli), 0);
 }
 
-CASE(sendto_unconnected_peer_and_icmp_error_owned) { // uring
-    use_plain = 0;
-    on_fiber_then_thread(nobody);
-}
-
-CASE(sendto_unconnected_peer_and_icmp_error_plain) { // uring
-    use_plain = 1;
-    on_fiber_then_thread(nobody);
+CASE(sendto_unconnected_peer_and_icmp_error) { // uring
+    both_kinds(nobody);
 }
 
 /* ---- a datagram too large; bad input ---------------------------------------------------- */
@@ -266,14 +244,8 @@ static void too_big(void *arg) {
     CHECK_EQ(async_fiber_close(cli), 0);
 }
 
-CASE(sendto_too_big_owned) { // uring
-    use_plain = 0;
-    on_fiber_then_thread(too_big);
-}
-
-CASE(sendto_too_big_plain) { // uring
-    use_plain = 1;
-    on_fiber_then_thread(too_big);
+CASE(sendto_too_big) { // uring
+    both_kinds(too_big);
 }
 
 static void bad_input(void *arg) {
@@ -305,14 +277,8 @@ static void bad_input(void *arg) {
     CHECK_FAIL(async_fiber_recvfrom(fd, buf, sizeof buf, NULL, NULL, 10) == -1, ASYNC_E_BADFD);
 }
 
-CASE(datagram_bad_input_owned) { // uring
-    use_plain = 0;
-    on_fiber_then_thread(bad_input);
-}
-
-CASE(datagram_bad_input_plain) { // uring
-    use_plain = 1;
-    on_fiber_then_thread(bad_input);
+CASE(datagram_bad_input) { // uring
+    both_kinds(bad_input);
 }
 
 TEST_MAIN()

@@ -30,16 +30,6 @@ static void addr_of(const char *host, int port, struct sockaddr_storage *ss, soc
     CHECK_EQ(async_sockaddr_parse(host, port, ss, l), 0);
 }
 
-/* 1 if this machine can bind ::1 (else the IPv6 cases skip). */
-static int have_ipv6(void) {
-    int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return 0;
-    struct sockaddr_in6 a = {.sin6_family = AF_INET6};
-    a.sin6_addr = in6addr_loopback;
-    int ok = bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
-    close(fd);
-    return ok;
-}
 
 /* 1 if fd is owned by some scheduler (async_fiber_fd_open says EXISTS);
  * a plain fd is owned by s by this look, and given back. */
@@ -265,7 +255,7 @@ static void v6_loopback(void *arg) {
 }
 
 CASE(listen_ipv6_loopback) { // uring
-    if (!have_ipv6()) {
+    if (!have_ipv6_loopback(SOCK_STREAM)) {
         printf("no IPv6 on this machine: skipped\n");
         return;
     }
@@ -307,7 +297,7 @@ static void v6_dual(void *arg) {
 }
 
 CASE(listen_dual_stack_and_v6only) { // uring
-    if (!have_ipv6()) {
+    if (!have_ipv6_loopback(SOCK_STREAM)) {
         printf("no IPv6 on this machine: skipped\n");
         return;
     }

@@ -329,6 +329,11 @@ int la_io_own_fd(la_sched_t *s, int fd, int fresh);
 void la_io_owners_drop(la_sched_t *s);
 #endif
 
+/* net.c: the checks of async_fiber_listen's and async_fiber_udp_bind's
+ * addr, len and flags: the size of addr's family (IPv4 or IPv6), or 0 with
+ * ASYNC_E_INVAL recorded. */
+socklen_t la_bind_addr_len(const struct sockaddr *addr, socklen_t len, unsigned flags);
+
 /* config.c: 1 when ASYNC_FIBER_IO asks for io_uring */
 int la_default_fiber_io_uring(void);
 

@@ -1,6 +1,7 @@
 /* Server helpers that hold on every platform (include/async.h "Server
- * helpers"): async_sockaddr_parse and async_fiber_read_full, built on
- * async_fiber_read. net_posix.c and io_windows.c have the socket calls. */
+ * helpers"): async_sockaddr_parse, the address checks of a bound socket,
+ * and async_fiber_read_full, built on async_fiber_read. net_posix.c and
+ * io_windows.c have the socket calls. */
 #if !defined(_WIN32)
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -87,6 +88,19 @@ int async_sockaddr_parse(const char *host, int port, struct sockaddr_storage *ou
     memset(out, 0, sizeof *out);
     la_set_error(ASYNC_E_INVAL);
     return -1;
+}
+
+socklen_t la_bind_addr_len(const struct sockaddr *addr, socklen_t len, unsigned flags) {
+    socklen_t need = 0;
+    if (addr && !(flags & ~(unsigned)(ASYNC_LISTEN_REUSEPORT | ASYNC_LISTEN_V6ONLY)))
+        need = addr->sa_family == AF_INET    ? (socklen_t)sizeof(struct sockaddr_in)
+               : addr->sa_family == AF_INET6 ? (socklen_t)sizeof(struct sockaddr_in6)
+                                             : 0;
+    if (!need || len < need) {
+        la_set_error(ASYNC_E_INVAL);
+        return 0;
+    }
+    return need;
 }
 
 ssize_t async_fiber_read_full(async_fd_t fd, void *buf, size_t n, size_t *got, int timeout_ms) {

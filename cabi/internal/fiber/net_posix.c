@@ -19,8 +19,6 @@
 
 /* ---- bound sockets ---------------------------------------------------------- */
 
-#define LA_LISTEN_FLAGS (ASYNC_LISTEN_REUSEPORT | ASYNC_LISTEN_V6ONLY)
-
 /* The options of a new socket of family fam before its bind: 0 or -errno. */
 LA_NOINLINE static int sys_sockopts(int fd, int fam, int type, unsigned flags) {
     int one = 1;
@@ -85,19 +83,9 @@ static int bound_err(int e) {
 
 /* async_fiber_listen (SOCK_STREAM) and async_fiber_udp_bind (SOCK_DGRAM). */
 static async_fd_t bound_socket(const struct sockaddr *addr, socklen_t len, int type, int backlog, unsigned flags) {
-    if (!addr || (flags & ~LA_LISTEN_FLAGS)) {
-        la_set_error(ASYNC_E_INVAL);
-        return -1;
-    }
-    int fam = addr->sa_family;
-    socklen_t need = fam == AF_INET ? (socklen_t)sizeof(struct sockaddr_in)
-                     : fam == AF_INET6 ? (socklen_t)sizeof(struct sockaddr_in6)
-                                       : 0;
-    if (!need || len < need) {
-        la_set_error(ASYNC_E_INVAL);
-        return -1;
-    }
-    int fd = sys_bound(fam, type, addr, need, flags, backlog <= 0 ? SOMAXCONN : backlog);
+    socklen_t need = la_bind_addr_len(addr, len, flags); /* net.c */
+    if (!need) return -1;
+    int fd = sys_bound(addr->sa_family, type, addr, need, flags, backlog <= 0 ? SOMAXCONN : backlog);
     if (fd < 0) {
         la_set_error(bound_err(-fd));
         return -1;
@@ -155,6 +143,76 @@ static int send_err(int e) {
     }
 }
 
+/* One datagram call: fd, the bytes, and the address (recvfrom: addr/len
+ * filled in; sendto: addr/slen sent to). A send goes on from done (a stream
+ * socket may take part of it). */
+typedef struct {
+    int fd;
+    char *buf;
+    size_t n, done;
+    struct sockaddr *addr;
+    socklen_t *len;
+    socklen_t slen;
+} dgram_t;
+
+#if defined(LA_URING)
+/* The call through io_uring (la_uring_msg), its msghdr here on the fiber's
+ * stack: 1 if it was handled (*ret), 0 for the poller path (from d->done). */
+static int dgram_uring(dgram_t *d, int send, int timeout_ms, ssize_t *ret) {
+    struct iovec iov = {.iov_base = d->buf, .iov_len = d->n};
+    struct msghdr m = {.msg_name = d->addr, .msg_iov = &iov, .msg_iovlen = 1};
+    m.msg_namelen = !d->addr ? 0 : send ? d->slen : *d->len;
+    if (!la_uring_msg(d->fd, &m, send, timeout_ms, ret)) return 0; /* io_uring.c */
+    if (*ret < 0) return 1;
+    if (!send) {
+        if (d->addr) *d->len = m.msg_namelen;
+        return 1;
+    }
+    d->done = (size_t)*ret;
+    *ret = (ssize_t)d->n;
+    return d->done >= d->n; /* else the rest of a stream below */
+}
+#endif
+
+/* The poller path of a receive (send 0) or send: tried, and retried after
+ * EINTR or a wait for readiness. The result, or -1 with the error set. */
+static ssize_t dgram_loop(dgram_t *d, int send, int timeout_ms) {
+    uint64_t deadline = la_deadline(timeout_ms);
+    la_fiber_t *f = la_current_fiber();
+    la_fdrec_t *rec = f ? la_fdrec(f->s, d->fd) : NULL;
+    la_fdsnap_t sn = LA_FDSNAP_START;
+    for (;;) {
+        if (la_fd_snap_closed(rec, &sn)) return -1;
+        ssize_t r = send ? sys_sendto(d->fd, d->buf + d->done, d->n - d->done, d->addr, d->slen)
+                         : sys_recvfrom(d->fd, d->buf, d->n, d->addr, d->len);
+        if (r >= 0 && !send) return r;
+        if (r >= 0) {
+            d->done += (size_t)r;
+            if (d->done >= d->n) return (ssize_t)d->n; /* also an empty datagram, sent once */
+            continue;
+        }
+        if (r == -EINTR) continue;
+        if (r != -EAGAIN && r != -EWOULDBLOCK) {
+            la_set_error(send ? send_err((int)-r) : la_io_map_errno((int)-r));
+            return -1;
+        }
+        int rc = la_io_wait_dir(d->fd, send, deadline, timeout_ms, &sn);
+        if (rc) {
+            la_set_error(rc);
+            return -1;
+        }
+    }
+}
+
+/* recvfrom (send 0) and sendto after their argument checks. */
+static ssize_t dgram_call(dgram_t *d, int send, int timeout_ms) {
+#if defined(LA_URING)
+    ssize_t ret;
+    if (la_uring_here(d->fd) && dgram_uring(d, send, timeout_ms, &ret)) return ret;
+#endif
+    return dgram_loop(d, send, timeout_ms);
+}
+
 ssize_t async_fiber_recvfrom(async_fd_t fd, void *buf, size_t n, struct sockaddr *addr, socklen_t *len,
                              int timeout_ms) {
     LA_ENTRY(-1);
@@ -163,76 +221,14 @@ ssize_t async_fiber_recvfrom(async_fd_t fd, void *buf, size_t n, struct sockaddr
         la_set_error(ASYNC_E_INVAL);
         return -1;
     }
-#if defined(LA_URING)
-    if (la_uring_here(fd)) {
-        struct iovec iov = {.iov_base = buf, .iov_len = n};
-        struct msghdr m = {.msg_name = addr, .msg_namelen = addr ? *len : 0, .msg_iov = &iov, .msg_iovlen = 1};
-        ssize_t ret;
-        if (la_uring_msg(fd, &m, 0, timeout_ms, &ret)) { /* io_uring.c */
-            if (ret >= 0 && addr) *len = m.msg_namelen;
-            return ret;
-        }
-    }
-#endif
-    uint64_t deadline = la_deadline(timeout_ms);
-    la_fiber_t *f = la_current_fiber();
-    la_fdrec_t *rec = f ? la_fdrec(f->s, fd) : NULL;
-    la_fdsnap_t sn = LA_FDSNAP_START;
-    for (;;) {
-        if (la_fd_snap_closed(rec, &sn)) return -1;
-        ssize_t r = sys_recvfrom(fd, buf, n, addr, len);
-        if (r >= 0) return r;
-        if (r == -EINTR) continue;
-        if (r != -EAGAIN && r != -EWOULDBLOCK) {
-            la_set_error(la_io_map_errno((int)-r));
-            return -1;
-        }
-        int rc = la_io_wait_dir(fd, 0, deadline, timeout_ms, &sn);
-        if (rc) {
-            la_set_error(rc);
-            return -1;
-        }
-    }
+    dgram_t d = {.fd = fd, .buf = buf, .n = n, .addr = addr, .len = len};
+    return dgram_call(&d, 0, timeout_ms);
 }
 
 ssize_t async_fiber_sendto(async_fd_t fd, const void *buf, size_t n, const struct sockaddr *addr, socklen_t len,
                            int timeout_ms) {
     LA_ENTRY(-1);
     if (dgram_args(fd, buf, n, timeout_ms)) return -1;
-    size_t done = 0;
-#if defined(LA_URING)
-    if (la_uring_here(fd)) {
-        struct iovec iov = {.iov_base = (void *)buf, .iov_len = n};
-        struct msghdr m = {
-            .msg_name = (void *)addr, .msg_namelen = addr ? len : 0, .msg_iov = &iov, .msg_iovlen = 1};
-        ssize_t ret;
-        if (la_uring_msg(fd, &m, 1, timeout_ms, &ret)) { /* io_uring.c */
-            if (ret < 0 || (size_t)ret >= n) return ret < 0 ? -1 : (ssize_t)n;
-            done = (size_t)ret; /* part of a stream: the rest below */
-        }
-    }
-#endif
-    uint64_t deadline = la_deadline(timeout_ms);
-    la_fiber_t *f = la_current_fiber();
-    la_fdrec_t *rec = f ? la_fdrec(f->s, fd) : NULL;
-    la_fdsnap_t sn = LA_FDSNAP_START;
-    for (;;) {
-        if (la_fd_snap_closed(rec, &sn)) return -1;
-        ssize_t r = sys_sendto(fd, (const char *)buf + done, n - done, addr, len);
-        if (r >= 0) {
-            done += (size_t)r;
-            if (done >= n) return (ssize_t)n; /* also an empty datagram, sent once */
-            continue;
-        }
-        if (r == -EINTR) continue;
-        if (r != -EAGAIN && r != -EWOULDBLOCK) {
-            la_set_error(send_err((int)-r));
-            return -1;
-        }
-        int rc = la_io_wait_dir(fd, 1, deadline, timeout_ms, &sn);
-        if (rc) {
-            la_set_error(rc);
-            return -1;
-        }
-    }
+    dgram_t d = {.fd = fd, .buf = (char *)buf, .n = n, .addr = (struct sockaddr *)addr, .slen = len};
+    return dgram_call(&d, 1, timeout_ms);
 }
