@@ -190,6 +190,50 @@ static void parked(int plain) {
 CASE(recvfrom_parks_until_datagram_owned) { parked(0); } // uring
 CASE(recvfrom_parks_until_datagram_plain) { parked(1); } // uring
 
+/* A parked receive cancelled: ASYNC_E_CANCELLED, and a datagram sent after
+ * it is whole for the next receive (the cancelled one took nothing). */
+typedef struct {
+    int fd;
+    ssize_t r;
+    int err;
+} cancel_t;
+
+static void cancelled_recv(void *arg) {
+    cancel_t *x = arg;
+    char buf[16];
+    async_clear_error();
+    x->r = async_fiber_recvfrom(x->fd, buf, sizeof buf, NULL, NULL, 20000);
+    x->err = async_last_error();
+}
+
+static void cancel_parked(int plain) {
+    use_plain = 1;
+    async_sched_t *s = sched_new(1);
+    struct sockaddr_storage sa, ca;
+    socklen_t sl, cl;
+    static cancel_t x;
+    x.fd = udp_sock("127.0.0.1", &sa, &sl);
+    if (!plain) CHECK_EQ(async_fiber_fd_open(s, x.fd), 0);
+    int cli = udp_sock("127.0.0.1", &ca, &cl);
+    async_fiber_t *f = async_fiber_spawn(s, cancelled_recv, &x, ASYNC_FIBER_JOINABLE);
+    CHECK(f != NULL);
+    sched_wait_parked(s, 1);
+    CHECK_EQ(async_fiber_cancel(f), 0);
+    CHECK_EQ(async_fiber_join(f, 20000), 0);
+    CHECK_EQ(x.r, -1);
+    CHECK_EQ(x.err, ASYNC_E_CANCELLED);
+    CHECK_EQ(sendto(cli, "after", 5, 0, (struct sockaddr *)&sa, sl), 5);
+    char buf[16];
+    CHECK_EQ(async_fiber_recvfrom(x.fd, buf, sizeof buf, NULL, NULL, 20000), 5);
+    CHECK(memcmp(buf, "after", 5) == 0);
+    async_sched_destroy(s);
+    async_fiber_close(x.fd);
+    close(cli);
+}
+
+CASE(recvfrom_cancelled_owned) { cancel_parked(0); } // uring
+CASE(recvfrom_cancelled_plain) { cancel_parked(1); } // uring
+
 /* ---- peers that are not there --------------------------------------------------------------- */
 
 /* A loopback UDP port nobody uses (bound, noted, closed). */
