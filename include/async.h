@@ -1458,18 +1458,19 @@ int async_fiber_connect(async_fd_t fd, const struct sockaddr *addr, socklen_t le
  * read and write from two fibers is fine). Closing an owned fd with close(2)
  * (or replacing it with dup2) is a bug: the fibers parked on it are not
  * woken, and until its number is owned again (async_fiber_fd_open, or
- * async_fiber_accept or async_fiber_listen returning it, which detect that
- * the old file is gone and wake the old waiters with ASYNC_E_CLOSED), a
+ * async_fiber_accept, async_fiber_listen or async_fiber_udp_bind on a fiber
+ * returning it, which detect that the old file is gone and wake the old
+ * waiters with ASYNC_E_CLOSED), a
  * fiber of the owning scheduler that waits on a new file with that number
  * may wait until its timeout. That detection also reports the bug: one
  * ASYNC_LOG_WARN message through the log hook (async_set_log_handler),
  * "fd N: owned descriptor was closed with close(2), not async_fiber_close"
  * (the hook is called with no lock of the library held). An fd closed with
  * async_fiber_close, or left owned by nobody by async_sched_destroy, is
- * never reported. async_sched_destroy leaves the fds its scheduler owned open and
- * owned by nobody (close them with close(2) or async_fiber_close). Not in a
- * forked child (ASYNC_E_FORKED, also for async_fiber_close: use close(2)
- * there). Windows: async_fiber_fd_open fails with ASYNC_E_NOTSUP, accept
+ * never reported. async_sched_destroy leaves the fds its scheduler owned
+ * open and owned by nobody (close them with close(2) or async_fiber_close).
+ * Not in a forked child (ASYNC_E_FORKED, also for async_fiber_close: use
+ * close(2) there). Windows: async_fiber_fd_open fails with ASYNC_E_NOTSUP, accept
  * returns plain sockets, async_fiber_close is closesocket. */
 
 /* Makes fd owned by scheduler s (NULL: the calling fiber's scheduler):
