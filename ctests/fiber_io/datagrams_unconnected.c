@@ -3,9 +3,10 @@
  * machine has it), a datagram cut to the buffer and an address cut to *len,
  * the empty datagram, a receive that parks until a datagram comes, a send
  * to a peer nobody listens on, the ICMP error a connected socket gets, a
- * datagram too large, bad input. Sockets from async_fiber_udp_bind (owned
- * on a fiber) and from socket(2) (plain: io_uring serves those with the
- * `uring` word); on a fiber and on a plain thread. Every wait is bounded. */
+ * datagram too large, bad input; a receive of 0 bytes on a stream socket.
+ * Sockets from async_fiber_udp_bind (owned on a fiber) and from socket(2)
+ * (plain: io_uring serves those with the `uring` word); on a fiber and on a
+ * plain thread. Every wait is bounded. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <string.h>
@@ -323,6 +324,29 @@ static void bad_input(void *arg) {
 
 CASE(datagram_bad_input) { // uring
     both_kinds(bad_input);
+}
+
+/* On a stream socket recvfrom reads as async_fiber_read: n 0 returns 0 at
+ * once, with or without data there (which stays), whatever the timeout. */
+static void stream_zero(void *arg) {
+    (void)arg;
+    for (int kind = 0; kind < 2; kind++) {
+        int sv[2];
+        char buf[8];
+        struct sockaddr_storage sa;
+        socklen_t l = sizeof sa;
+        make_pair(kind, sv);
+        CHECK_EQ(async_fiber_recvfrom(sv[0], NULL, 0, NULL, NULL, BOUND_MS), 0);
+        CHECK_EQ(async_fiber_recvfrom(sv[0], buf, 0, (struct sockaddr *)&sa, &l, -1), 0);
+        CHECK_EQ(write(sv[1], "ab", 2), 2);
+        CHECK_EQ(async_fiber_recvfrom(sv[0], NULL, 0, NULL, NULL, BOUND_MS), 0);
+        CHECK_EQ(async_fiber_recvfrom(sv[0], buf, sizeof buf, NULL, NULL, BOUND_MS), 2);
+        close_pair(sv);
+    }
+}
+
+CASE(recvfrom_of_zero_bytes_on_a_stream_returns_at_once) { // uring adversarial
+    on_fiber_then_thread(stream_zero);
 }
 
 TEST_MAIN()

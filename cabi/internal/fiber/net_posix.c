@@ -119,6 +119,13 @@ LA_NOINLINE static ssize_t sys_sendto(int fd, const void *buf, size_t n, const s
     return r >= 0 ? r : -errno;
 }
 
+/* 1 if fd is a stream socket. */
+LA_NOINLINE static int sys_is_stream(int fd) {
+    int type = 0;
+    socklen_t l = sizeof type;
+    return getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &l) == 0 && type == SOCK_STREAM;
+}
+
 /* The arguments both calls check: 0, or 1 with the error recorded. */
 static int dgram_args(async_fd_t fd, const void *buf, size_t n, int timeout_ms) {
     if (la_check_timeout(timeout_ms)) return 1;
@@ -220,6 +227,12 @@ ssize_t async_fiber_recvfrom(async_fd_t fd, void *buf, size_t n, struct sockaddr
     if (addr && !len) {
         la_set_error(ASYNC_E_INVAL);
         return -1;
+    }
+    /* n 0 on a stream socket reads as async_fiber_read: 0 at once (a
+     * stream's receive of 0 bytes waits for data it does not take) */
+    if (n == 0 && sys_is_stream(fd)) {
+        if (addr) *len = 0;
+        return 0;
     }
     dgram_t d = {.fd = fd, .buf = buf, .n = n, .addr = addr, .len = len};
     return dgram_call(&d, 0, timeout_ms);
