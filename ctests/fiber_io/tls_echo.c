@@ -48,22 +48,6 @@ static void tls_teardown(void)
     srv_ctx = cli_ctx = NULL;
 }
 
-/* Fiber stacks: the default where it is enough for a handshake, more under
- * AddressSanitizer (its redzones grow every frame). */
-#if defined(__SANITIZE_ADDRESS__)
-#define TLS_STACK (256 * 1024)
-#else
-#define TLS_STACK 0
-#endif
-
-static async_sched_t *tls_sched(int workers)
-{
-    async_sched_config_t cfg = {workers, TLS_STACK, 0};
-    async_sched_t *s = async_sched_create(&cfg);
-    CHECK(s != NULL);
-    return s;
-}
-
 static void tls_fail(const char *file, int line, const char *expr, const fiber_tls_t *t)
 {
     fprintf(stderr, "%s:%d: %s failed: %s %s\n", file, line, expr, fiber_tls_strerror(fiber_tls_error(t)),
@@ -205,7 +189,7 @@ CASE(echo_many_fiber_clients) // uring timeout=180
     int i, n = 200;
     async_sched_t *s;
     tls_setup();
-    s = tls_sched(2);
+    s = sched_new(2);
     echo_start(s, n);
     atomic_store(&clients_done, 0);
     for (i = 0; i < n; i++)
@@ -232,7 +216,7 @@ CASE(echo_thread_clients_fiber_server) // uring timeout=120
     int i;
     async_sched_t *s;
     tls_setup();
-    s = tls_sched(2);
+    s = sched_new(2);
     echo_start(s, 20);
     for (i = 0; i < 4; i++)
         start_thread(&th[i], echo_client_thread, (void *)(intptr_t)(i * 5));
@@ -336,7 +320,7 @@ CASE(read_cancelled_by_fiber_cancel) // uring
     async_fiber_t *f;
     async_sched_t *s;
     tls_setup();
-    s = tls_sched(2);
+    s = sched_new(2);
     tls_pair(s, &srv, &cli);
     f = async_fiber_spawn(s, read_fiber, &srv, ASYNC_FIBER_JOINABLE);
     CHECK(f != NULL);
@@ -365,7 +349,7 @@ CASE(reads_cancelled_by_scope_cancel) // uring
     async_sched_t *s;
     async_scope_t *sc;
     tls_setup();
-    s = tls_sched(2);
+    s = sched_new(2);
     sc = async_scope_create(s, NULL, -1);
     CHECK(sc != NULL);
     for (i = 0; i < N; i++) {
@@ -432,7 +416,7 @@ CASE(read_timeout_keeps_partial_record) // uring
     int on_thread;
     async_sched_t *s;
     tls_setup();
-    s = tls_sched(2);
+    s = sched_new(2);
     for (on_thread = 0; on_thread < 2; on_thread++) {
         pthread_t th;
         tls_pair(s, &rt_srv, &rt_cli);
@@ -461,7 +445,7 @@ CASE(peer_closes_mid_record_or_without_close_notify) // uring
     int mid;
     async_sched_t *s;
     tls_setup();
-    s = tls_sched(2);
+    s = sched_new(2);
     for (mid = 0; mid < 2; mid++) {
         tls_end_t srv, cli;
         unsigned char rec[256];
@@ -515,7 +499,7 @@ CASE(write_timeout_breaks_endpoint) // uring
     tls_end_t srv, cli;
     async_sched_t *s;
     tls_setup();
-    s = tls_sched(2);
+    s = sched_new(2);
     tls_pair(s, &srv, &cli);
     on_fiber(s, write_timeout_fiber, &srv);
     end_close(&srv);
@@ -592,7 +576,7 @@ CASE(handshake_after_client_hello_cancelled_by_scope) // uring
     async_sched_t *s;
     async_scope_t *sc;
     tls_setup();
-    s = tls_sched(2);
+    s = sched_new(2);
     stall_start(s, N);
     sc = async_scope_create(s, NULL, -1);
     CHECK(sc != NULL);
@@ -635,7 +619,7 @@ CASE(handshake_before_client_hello_cancelled) // uring
     async_fiber_t *f;
     async_sched_t *s;
     tls_setup();
-    s = tls_sched(2);
+    s = sched_new(2);
     make_pair(1, sv);
     memset(&srv, 0, sizeof srv);
     srv.fd = sv[1];
@@ -685,9 +669,9 @@ CASE(handshake_timeouts_against_silent_peer) // uring
 {
     async_sched_t *s, *s2;
     tls_setup();
-    s = tls_sched(1);
+    s = sched_new(1);
     stall_start(s, 2);
-    s2 = tls_sched(2);
+    s2 = sched_new(2);
     on_fiber(s2, handshake_timeouts, NULL);
     handshake_timeouts(NULL);
     wait_count(&st.ended, 2, "silent peers ended");
@@ -706,7 +690,7 @@ CASE(handshake_ends_when_owned_fd_closed)
     async_fiber_t *f;
     async_sched_t *s;
     tls_setup();
-    s = tls_sched(2);
+    s = sched_new(2);
     make_pair(1, sv);
     memset(&srv, 0, sizeof srv);
     srv.fd = sv[1];
@@ -773,7 +757,7 @@ CASE(untrusted_or_misnamed_certificate_refused) // uring
     SSL_CTX *bare;
     async_sched_t *s;
     tls_setup();
-    s = tls_sched(2);
+    s = sched_new(2);
     bare = SSL_CTX_new(TLS_client_method());
     CHECK(bare != NULL);
     SSL_CTX_set_verify(bare, SSL_VERIFY_PEER, NULL);
@@ -794,7 +778,7 @@ CASE(plain_text_peer_refused) // uring
     async_fiber_t *f;
     async_sched_t *s;
     tls_setup();
-    s = tls_sched(2);
+    s = sched_new(2);
     make_pair(1, sv);
     memset(&srv, 0, sizeof srv);
     srv.fd = sv[1];
@@ -822,7 +806,7 @@ CASE(bad_arguments_and_states)
     X509 *cert = NULL;
     async_sched_t *s;
     tls_setup();
-    s = tls_sched(2);
+    s = sched_new(2);
     CHECK(fiber_tls_create(NULL, 0) == NULL);
     CHECK(fiber_tls_create(srv_ctx, -1) == NULL);
     CHECK_EQ(fiber_tls_error(NULL), ASYNC_E_INVAL);

@@ -43,9 +43,9 @@
  * fibers at once. Each call but create, destroy and the getters may park
  * (block a plain thread).
  *
- * Stack: an OpenSSL handshake uses a few KiB to a few tens of KiB of stack;
- * libasync's default fiber stack (64 KiB) is enough for ECDSA and RSA 2048
- * certificates; sanitizer builds need more (the tests use 256 KiB).
+ * Stack: a handshake with OpenSSL 3.0 (P-256 or RSA 4096 certificates) fits
+ * in 16 KiB of fiber stack; libasync's default of 64 KiB leaves the rest to
+ * the application.
  */
 #ifndef FIBER_TLS_H
 #define FIBER_TLS_H
