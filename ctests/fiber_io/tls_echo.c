@@ -79,12 +79,42 @@ static int tcp_connect(const struct sockaddr_in *addr)
     return fd;
 }
 
-/* ---- the echo server: a fiber per connection ------------------------------- */
+/* ---- servers: an acceptor fiber, a fiber per connection ---------------------- */
 
-static struct {
+/* A loopback listener whose acceptor fiber starts conn(fd) on a fiber for
+ * each of its conns connections. */
+typedef struct {
     async_sched_t *s;
     int lfd, conns;
     struct sockaddr_in addr;
+    void (*conn)(void *);
+} listener_t;
+
+static void acceptor(void *arg)
+{
+    listener_t *l = arg;
+    int i;
+    for (i = 0; i < l->conns; i++) {
+        int fd = async_fiber_accept(l->lfd, NULL, NULL, BOUND_MS);
+        CHECK(fd >= 0);
+        CHECK(async_fiber_spawn(l->s, l->conn, (void *)(intptr_t)fd, 0) != NULL);
+    }
+}
+
+/* Starts l's acceptor on s; an owned listener hands out owned connections. */
+static void listener_start(listener_t *l, async_sched_t *s, int conns, void (*conn)(void *), int owned)
+{
+    l->s = s;
+    l->conns = conns;
+    l->conn = conn;
+    l->lfd = loopback_listener(1024, &l->addr);
+    own_if(s, l->lfd, owned);
+    CHECK(async_fiber_spawn(s, acceptor, l, 0) != NULL);
+}
+
+/* The echo server, on an owned listener. */
+static struct {
+    listener_t l;
     atomic_int served;
 } es;
 
@@ -112,33 +142,16 @@ static void echo_conn(void *arg)
     atomic_fetch_add(&es.served, 1);
 }
 
-static void echo_acceptor(void *arg)
-{
-    int i;
-    (void)arg;
-    for (i = 0; i < es.conns; i++) {
-        int fd = async_fiber_accept(es.lfd, NULL, NULL, BOUND_MS);
-        CHECK(fd >= 0);
-        CHECK(async_fiber_spawn(es.s, echo_conn, (void *)(intptr_t)fd, 0) != NULL);
-    }
-}
-
-/* A listener owned by s (its connections are owned too) and the acceptor
- * of conns connections. */
 static void echo_start(async_sched_t *s, int conns)
 {
     memset(&es, 0, sizeof es);
-    es.s = s;
-    es.conns = conns;
-    es.lfd = loopback_listener(1024, &es.addr);
-    CHECK_EQ(async_fiber_fd_open(s, es.lfd), 0);
-    CHECK(async_fiber_spawn(s, echo_acceptor, NULL, 0) != NULL);
+    listener_start(&es.l, s, conns, echo_conn, 1);
 }
 
 static void echo_stop(void)
 {
-    wait_count(&es.served, es.conns, "connections served");
-    CHECK_EQ(async_fiber_close(es.lfd), 0);
+    wait_count(&es.served, es.l.conns, "connections served");
+    CHECK_EQ(async_fiber_close(es.l.lfd), 0);
 }
 
 /* One client: msgs messages of varied length (every fifth spans several
@@ -148,7 +161,7 @@ static void echo_client(int id, int msgs)
 {
     size_t cap = 40000;
     unsigned char *out = malloc(cap), *in = malloc(cap);
-    int fd = tcp_connect(&es.addr), m;
+    int fd = tcp_connect(&es.l.addr), m;
     fiber_tls_t *t = fiber_tls_create(cli_ctx, fd);
     CHECK(out != NULL && in != NULL && t != NULL);
     TLS_OK(fiber_tls_connect(t, "localhost", BOUND_MS) == 0, t);
@@ -232,6 +245,7 @@ CASE(echo_thread_clients_fiber_server) // uring timeout=120
 typedef struct {
     int fd;
     fiber_tls_t *t;
+    int timeout_ms; /* accept_kept_fiber's */
     ssize_t r;
     int err;
     atomic_int step;
@@ -269,6 +283,34 @@ static void end_close(tls_end_t *e)
     fiber_tls_destroy(e->t);
     e->t = NULL;
     close(e->fd);
+}
+
+/* The server's handshake with e->timeout_ms, on a fiber; the result kept. */
+static void accept_kept_fiber(void *arg)
+{
+    tls_end_t *e = arg;
+    e->t = fiber_tls_create(srv_ctx, e->fd);
+    CHECK(e->t != NULL);
+    e->r = fiber_tls_accept(e->t, e->timeout_ms);
+    e->err = fiber_tls_error(e->t);
+}
+
+/* A TCP loopback pair: the server's end (owned by s or plain) starts its
+ * handshake on a joinable fiber (returned); *peer is the other end, for the
+ * case to drive by hand. */
+static async_fiber_t *accept_start(async_sched_t *s, tls_end_t *srv, int *peer, int timeout_ms, int owned)
+{
+    int sv[2];
+    async_fiber_t *f;
+    make_pair(1, sv);
+    memset(srv, 0, sizeof *srv);
+    srv->fd = sv[1];
+    srv->timeout_ms = timeout_ms;
+    *peer = sv[0];
+    own_if(s, srv->fd, owned);
+    f = async_fiber_spawn(s, accept_kept_fiber, srv, ASYNC_FIBER_JOINABLE);
+    CHECK(f != NULL);
+    return f;
 }
 
 /* The bytes the client's SSL object would send for msg (one record for up
@@ -514,9 +556,7 @@ CASE(write_timeout_breaks_endpoint) // uring
  * reads what comes (a ClientHello, or nothing) and then waits for the
  * other side to close. hellos counts the ClientHellos read. */
 static struct {
-    async_sched_t *s;
-    int lfd;
-    struct sockaddr_in addr;
+    listener_t l;
     atomic_int hellos, ended;
 } st;
 
@@ -533,22 +573,10 @@ static void stall_conn(void *arg)
     atomic_fetch_add(&st.ended, 1);
 }
 
-static void stall_acceptor(void *arg)
-{
-    int i, n = (int)(intptr_t)arg;
-    for (i = 0; i < n; i++) {
-        int fd = async_fiber_accept(st.lfd, NULL, NULL, BOUND_MS);
-        CHECK(fd >= 0);
-        CHECK(async_fiber_spawn(st.s, stall_conn, (void *)(intptr_t)fd, 0) != NULL);
-    }
-}
-
 static void stall_start(async_sched_t *s, int conns)
 {
     memset(&st, 0, sizeof st);
-    st.s = s;
-    st.lfd = loopback_listener(64, &st.addr);
-    CHECK(async_fiber_spawn(s, stall_acceptor, (void *)(intptr_t)conns, 0) != NULL);
+    listener_start(&st.l, s, conns, stall_conn, 0);
 }
 
 /* A client handshake to the silent server, with no timeout: the result in
@@ -556,7 +584,7 @@ static void stall_start(async_sched_t *s, int conns)
 static void connect_fiber(void *arg)
 {
     tls_end_t *e = arg;
-    e->fd = tcp_connect(&st.addr);
+    e->fd = tcp_connect(&st.l.addr);
     e->t = fiber_tls_create(cli_ctx, e->fd);
     CHECK(e->t != NULL);
     atomic_store(&e->step, 1);
@@ -595,43 +623,8 @@ CASE(handshake_after_client_hello_cancelled_by_scope) // uring
         end_close(&cli[i]);
     }
     wait_count(&st.ended, N, "silent peers ended");
-    close(st.lfd);
+    close(st.l.lfd);
     CHECK_EQ(async_scope_destroy(sc), 0);
-    sched_finish(s, BOUND_MS);
-    tls_teardown();
-}
-
-/* A server handshake whose client connected and never sent a ClientHello,
- * with no timeout, ended by async_fiber_cancel. */
-static void accept_silent_fiber(void *arg)
-{
-    tls_end_t *e = arg;
-    e->t = fiber_tls_create(srv_ctx, e->fd);
-    CHECK(e->t != NULL);
-    e->r = fiber_tls_accept(e->t, -1);
-    e->err = fiber_tls_error(e->t);
-}
-
-CASE(handshake_before_client_hello_cancelled) // uring
-{
-    tls_end_t srv;
-    int sv[2];
-    async_fiber_t *f;
-    async_sched_t *s;
-    tls_setup();
-    s = sched_new(2);
-    make_pair(1, sv);
-    memset(&srv, 0, sizeof srv);
-    srv.fd = sv[1];
-    f = async_fiber_spawn(s, accept_silent_fiber, &srv, ASYNC_FIBER_JOINABLE);
-    CHECK(f != NULL);
-    sched_wait_parked(s, 1);
-    CHECK_EQ(async_fiber_cancel(f), 0);
-    CHECK_EQ(async_fiber_join(f, BOUND_MS), 0);
-    CHECK_EQ(srv.r, -1);
-    CHECK_EQ(srv.err, ASYNC_E_CANCELLED);
-    end_close(&srv);
-    close(sv[0]);
     sched_finish(s, BOUND_MS);
     tls_teardown();
 }
@@ -644,7 +637,7 @@ static void handshake_timeouts(void *arg)
     fiber_tls_t *t;
     double t0;
     (void)arg;
-    fd = tcp_connect(&st.addr);
+    fd = tcp_connect(&st.l.addr);
     t = fiber_tls_create(cli_ctx, fd);
     CHECK(t != NULL);
     t0 = now_ms();
@@ -675,50 +668,43 @@ CASE(handshake_timeouts_against_silent_peer) // uring
     on_fiber(s2, handshake_timeouts, NULL);
     handshake_timeouts(NULL);
     wait_count(&st.ended, 2, "silent peers ended");
-    close(st.lfd);
+    close(st.l.lfd);
     sched_finish(s2, BOUND_MS);
     sched_finish(s, BOUND_MS);
     tls_teardown();
 }
 
-/* The owned fd of a server handshake that waits for a ClientHello is closed
- * with async_fiber_close: the handshake ends with ASYNC_E_CLOSED. */
-CASE(handshake_ends_when_owned_fd_closed)
+/* A server handshake whose client connected and never sent a ClientHello,
+ * with no timeout, ends with ASYNC_E_CANCELLED at async_fiber_cancel, and
+ * (its fd owned) with ASYNC_E_CLOSED at async_fiber_close. */
+CASE(handshake_before_client_hello_cancelled_or_closed) // uring
 {
-    tls_end_t srv;
-    int sv[2];
-    async_fiber_t *f;
+    int owned;
     async_sched_t *s;
     tls_setup();
     s = sched_new(2);
-    make_pair(1, sv);
-    memset(&srv, 0, sizeof srv);
-    srv.fd = sv[1];
-    CHECK_EQ(async_fiber_fd_open(s, srv.fd), 0);
-    f = async_fiber_spawn(s, accept_silent_fiber, &srv, ASYNC_FIBER_JOINABLE);
-    CHECK(f != NULL);
-    sched_wait_parked(s, 1);
-    CHECK_EQ(async_fiber_close(srv.fd), 0);
-    CHECK_EQ(async_fiber_join(f, BOUND_MS), 0);
-    CHECK_EQ(srv.r, -1);
-    CHECK_EQ(srv.err, ASYNC_E_CLOSED);
-    fiber_tls_destroy(srv.t);
-    close(sv[0]);
+    for (owned = 0; owned < 2; owned++) {
+        tls_end_t srv;
+        int peer;
+        async_fiber_t *f = accept_start(s, &srv, &peer, -1, owned);
+        sched_wait_parked(s, 1);
+        if (owned)
+            CHECK_EQ(async_fiber_close(srv.fd), 0);
+        else
+            CHECK_EQ(async_fiber_cancel(f), 0);
+        CHECK_EQ(async_fiber_join(f, BOUND_MS), 0);
+        CHECK_EQ(srv.r, -1);
+        CHECK_EQ(srv.err, owned ? ASYNC_E_CLOSED : ASYNC_E_CANCELLED);
+        fiber_tls_destroy(srv.t);
+        if (!owned)
+            close(srv.fd);
+        close(peer);
+    }
     sched_finish(s, BOUND_MS);
     tls_teardown();
 }
 
 /* ---- protocol failures ------------------------------------------------------------ */
-
-/* The server's side of a handshake that must fail: the result kept. */
-static void accept_expect_fail(void *arg)
-{
-    tls_end_t *e = arg;
-    e->t = fiber_tls_create(srv_ctx, e->fd);
-    CHECK(e->t != NULL);
-    e->r = fiber_tls_accept(e->t, BOUND_MS);
-    e->err = fiber_tls_error(e->t);
-}
 
 /* A client handshake with ctx and server_name against a fiber server;
  * both must fail: the client with FIBER_TLS_E_PROTOCOL and a detail holding
@@ -727,22 +713,17 @@ static void accept_expect_fail(void *arg)
 static void handshake_refused(async_sched_t *s, SSL_CTX *ctx, const char *server_name, const char *want)
 {
     tls_end_t srv;
-    int sv[2];
+    int peer;
     fiber_tls_t *t;
-    async_fiber_t *f;
-    make_pair(1, sv);
-    memset(&srv, 0, sizeof srv);
-    srv.fd = sv[1];
-    f = async_fiber_spawn(s, accept_expect_fail, &srv, ASYNC_FIBER_JOINABLE);
-    CHECK(f != NULL);
-    t = fiber_tls_create(ctx, sv[0]);
+    async_fiber_t *f = accept_start(s, &srv, &peer, BOUND_MS, 0);
+    t = fiber_tls_create(ctx, peer);
     CHECK(t != NULL);
     TLS_FAILS(fiber_tls_connect(t, server_name, BOUND_MS) == -1, t, FIBER_TLS_E_PROTOCOL);
     if (strstr(fiber_tls_error_detail(t), want) == NULL) {
         fprintf(stderr, "detail \"%s\" does not hold \"%s\"\n", fiber_tls_error_detail(t), want);
         CHECK(0);
     }
-    close(sv[0]); /* so that the server does not wait for more */
+    close(peer); /* so that the server does not wait for more */
     fiber_tls_destroy(t);
     CHECK_EQ(async_fiber_join(f, BOUND_MS), 0);
     CHECK_EQ(srv.r, -1);
@@ -773,24 +754,20 @@ CASE(untrusted_or_misnamed_certificate_refused) // uring
 CASE(plain_text_peer_refused) // uring
 {
     tls_end_t srv;
-    int sv[2];
+    int peer;
     const char req[] = "GET / HTTP/1.1\r\nHost: localhost\r\n\r\n";
     async_fiber_t *f;
     async_sched_t *s;
     tls_setup();
     s = sched_new(2);
-    make_pair(1, sv);
-    memset(&srv, 0, sizeof srv);
-    srv.fd = sv[1];
-    send_raw(sv[0], req, sizeof req - 1);
-    f = async_fiber_spawn(s, accept_expect_fail, &srv, ASYNC_FIBER_JOINABLE);
-    CHECK(f != NULL);
+    f = accept_start(s, &srv, &peer, BOUND_MS, 0);
+    send_raw(peer, req, sizeof req - 1);
     CHECK_EQ(async_fiber_join(f, BOUND_MS), 0);
     CHECK_EQ(srv.r, -1);
     CHECK_EQ(srv.err, FIBER_TLS_E_PROTOCOL);
     CHECK(fiber_tls_error_detail(srv.t)[0] != '\0');
     end_close(&srv);
-    close(sv[0]);
+    close(peer);
     sched_finish(s, BOUND_MS);
     tls_teardown();
 }

@@ -332,24 +332,37 @@ static int ft_enter(fiber_tls_t *t, int timeout_ms, int from_state, int to_state
 
 /* ---- the calls ------------------------------------------------------------------ */
 
-int fiber_tls_accept(fiber_tls_t *t, int timeout_ms)
+/* Runs the handshake or the shutdown (op) on t; on success t moves to
+ * state next. */
+static int ft_change(fiber_tls_t *t, int op, int next, int timeout_ms)
 {
     size_t done;
+    if (ft_run(t, op, NULL, 0, &done, timeout_ms) < 0)
+        return -1;
+    t->state = next;
+    return 0;
+}
+
+int fiber_tls_accept(fiber_tls_t *t, int timeout_ms)
+{
     if (t == NULL || ft_enter(t, timeout_ms, FT_NEW, FT_NEW) != 0)
         return -1;
     SSL_set_accept_state(t->ssl);
-    if (ft_run(t, FT_HANDSHAKE, NULL, 0, &done, timeout_ms) < 0)
-        return -1;
-    t->state = FT_OPEN;
-    return 0;
+    return ft_change(t, FT_HANDSHAKE, FT_OPEN, timeout_ms);
+}
+
+/* 1 if name is a numeric IPv4 or IPv6 address. */
+static int ft_is_ip(const char *name)
+{
+    unsigned char ip[16];
+    return inet_pton(AF_INET, name, ip) == 1 || inet_pton(AF_INET6, name, ip) == 1;
 }
 
 /* Sets what the server's certificate must match (and the SNI name) before
  * the client's handshake. */
 static int ft_set_peer_name(fiber_tls_t *t, const char *name)
 {
-    unsigned char ip[16];
-    if (inet_pton(AF_INET, name, ip) == 1 || inet_pton(AF_INET6, name, ip) == 1)
+    if (ft_is_ip(name))
         return X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(t->ssl), name) == 1 ? 0 : -1;
     if (SSL_set_tlsext_host_name(t->ssl, name) != 1 || SSL_set1_host(t->ssl, name) != 1)
         return -1;
@@ -358,7 +371,6 @@ static int ft_set_peer_name(fiber_tls_t *t, const char *name)
 
 int fiber_tls_connect(fiber_tls_t *t, const char *server_name, int timeout_ms)
 {
-    size_t done;
     if (t == NULL || ft_enter(t, timeout_ms, FT_NEW, FT_NEW) != 0)
         return -1;
     if (server_name != NULL && *server_name != '\0' && ft_set_peer_name(t, server_name) != 0) {
@@ -367,10 +379,7 @@ int fiber_tls_connect(fiber_tls_t *t, const char *server_name, int timeout_ms)
         return -1;
     }
     SSL_set_connect_state(t->ssl);
-    if (ft_run(t, FT_HANDSHAKE, NULL, 0, &done, timeout_ms) < 0)
-        return -1;
-    t->state = FT_OPEN;
-    return 0;
+    return ft_change(t, FT_HANDSHAKE, FT_OPEN, timeout_ms);
 }
 
 ssize_t fiber_tls_read(fiber_tls_t *t, void *buf, size_t n, int timeout_ms)
@@ -415,13 +424,9 @@ ssize_t fiber_tls_write(fiber_tls_t *t, const void *buf, size_t n, int timeout_m
 
 int fiber_tls_shutdown(fiber_tls_t *t, int timeout_ms)
 {
-    size_t done;
     if (t == NULL || ft_enter(t, timeout_ms, FT_OPEN, FT_OPEN) != 0)
         return -1;
-    if (ft_run(t, FT_SHUTDOWN, NULL, 0, &done, timeout_ms) < 0)
-        return -1;
-    t->state = FT_SENT_CLOSE;
-    return 0;
+    return ft_change(t, FT_SHUTDOWN, FT_SENT_CLOSE, timeout_ms);
 }
 
 /* ---- a self-signed certificate, for tests and local development --------------- */
@@ -429,12 +434,11 @@ int fiber_tls_shutdown(fiber_tls_t *t, int timeout_ms)
 /* Adds host as the certificate's subjectAltName (IP or DNS entry). */
 static int ft_add_san(X509 *cert, const char *host)
 {
-    unsigned char ip[16];
     char value[300];
     X509_EXTENSION *ext;
     X509V3_CTX v3;
-    int numeric = inet_pton(AF_INET, host, ip) == 1 || inet_pton(AF_INET6, host, ip) == 1, ok;
-    if (snprintf(value, sizeof value, "%s:%s", numeric ? "IP" : "DNS", host) >= (int)sizeof value)
+    int ok;
+    if (snprintf(value, sizeof value, "%s:%s", ft_is_ip(host) ? "IP" : "DNS", host) >= (int)sizeof value)
         return -1;
     X509V3_set_ctx(&v3, cert, cert, NULL, NULL, 0);
     ext = X509V3_EXT_conf_nid(NULL, &v3, NID_subject_alt_name, value);
