@@ -1,6 +1,6 @@
 /*
- * fiber_tls.h — TLS (OpenSSL 1.1.1 or 3.x) over a socket, on libasync fibers
- * or plain threads.
+ * fiber_tls.h — TLS through OpenSSL (1.1.1 or 3.x; tested with 3.0) over a
+ * socket, on libasync fibers or plain threads.
  *
  * A module an application can copy (fiber_tls.h + fiber_tls.c; link
  * OpenSSL's libssl and libcrypto). libasync itself never uses OpenSSL.
@@ -83,9 +83,10 @@ fiber_tls_t *fiber_tls_create(SSL_CTX *ctx, async_fd_t fd);
  * answers, and returns 0 once the handshake is complete, or -1. timeout_ms
  * bounds the whole call (-1: none; 0: only what can be done without
  * waiting). Errors (fiber_tls_error): ASYNC_E_INVAL (timeout_ms < -1),
- * ASYNC_E_STATE (not a new endpoint), ASYNC_E_TIMEDOUT, ASYNC_E_CANCELLED
- * (the fiber was cancelled, or its deadline passed), ASYNC_E_CLOSED (the
- * peer closed or reset the connection), FIBER_TLS_E_PROTOCOL, and the
+ * ASYNC_E_STATE (not a new endpoint), ASYNC_E_TIMEDOUT (timeout_ms, or the
+ * fiber's deadline), ASYNC_E_CANCELLED (the fiber or its scope was
+ * cancelled, or its scheduler shuts down), ASYNC_E_CLOSED (the peer closed
+ * or reset the connection), FIBER_TLS_E_PROTOCOL, and the
  * errors of async_fiber_wait_fd (ASYNC_E_BADFD, ASYNC_E_BUSY; ASYNC_E_CLOSED
  * when the owned fd is closed with async_fiber_close meanwhile),
  * ASYNC_E_SYS (another socket error; errno is not kept). Parks. */
