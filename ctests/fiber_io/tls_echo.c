@@ -119,7 +119,7 @@ static struct {
 } es;
 
 /* Echoes decrypted bytes until the client's close_notify, answers it with
- * its own, and closes. */
+ * its own, and closes (async_fiber_close: owned or plain). */
 static void echo_conn(void *arg)
 {
     int fd = (int)(intptr_t)arg;
@@ -142,16 +142,18 @@ static void echo_conn(void *arg)
     atomic_fetch_add(&es.served, 1);
 }
 
-static void echo_start(async_sched_t *s, int conns)
+/* An owned listener hands out owned connections, which stay on the poller
+ * path under ASYNC_FIBER_IO=uring; a plain one's go through the ring. */
+static void echo_start(async_sched_t *s, int conns, int owned)
 {
     memset(&es, 0, sizeof es);
-    listener_start(&es.l, s, conns, echo_conn, 1);
+    listener_start(&es.l, s, conns, echo_conn, owned);
 }
 
 static void echo_stop(void)
 {
     wait_count(&es.served, es.l.conns, "connections served");
-    CHECK_EQ(async_fiber_close(es.l.lfd), 0);
+    CHECK_EQ(async_fiber_close(es.l.lfd), 0); /* owned or plain */
 }
 
 /* One client: msgs messages of varied length (every fifth spans several
@@ -203,7 +205,7 @@ CASE(echo_many_fiber_clients) // uring timeout=180
     async_sched_t *s;
     tls_setup();
     s = sched_new(2);
-    echo_start(s, n);
+    echo_start(s, n, 1);
     atomic_store(&clients_done, 0);
     for (i = 0; i < n; i++)
         CHECK(async_fiber_spawn(s, echo_client_fiber, (void *)(intptr_t)i, 0) != NULL);
@@ -221,8 +223,9 @@ static void *echo_client_thread(void *arg)
     return NULL;
 }
 
-/* Plain-thread clients (poll(2) waits) against the fiber server: 4 threads
- * of 5 connections in turn, 20 messages each. */
+/* Plain-thread clients (poll(2) waits) against the fiber server, on a plain
+ * listener this time: 4 threads of 5 connections in turn, 20 messages
+ * each. */
 CASE(echo_thread_clients_fiber_server) // uring timeout=120
 {
     pthread_t th[4];
@@ -230,7 +233,7 @@ CASE(echo_thread_clients_fiber_server) // uring timeout=120
     async_sched_t *s;
     tls_setup();
     s = sched_new(2);
-    echo_start(s, 20);
+    echo_start(s, 20, 0);
     for (i = 0; i < 4; i++)
         start_thread(&th[i], echo_client_thread, (void *)(intptr_t)(i * 5));
     for (i = 0; i < 4; i++)
@@ -408,6 +411,40 @@ CASE(reads_cancelled_by_scope_cancel) // uring
         end_close(&cli[i]);
     }
     CHECK_EQ(async_scope_destroy(sc), 0);
+    sched_finish(s, BOUND_MS);
+    tls_teardown();
+}
+
+/* A read ended by the fiber's deadline fails with ASYNC_E_TIMEDOUT and
+ * leaves the endpoint usable: without the deadline, the next read gets the
+ * data. */
+static void deadline_fiber(void *arg)
+{
+    tls_end_t *e = arg;
+    char buf[16];
+    CHECK_EQ(async_fiber_set_deadline(100), 0);
+    TLS_FAILS(fiber_tls_read(e->t, buf, sizeof buf, -1) == -1, e->t, ASYNC_E_TIMEDOUT);
+    CHECK_EQ(async_fiber_set_deadline(-1), 0);
+    atomic_store(&e->step, 1);
+    TLS_OK(fiber_tls_read(e->t, buf, sizeof buf, BOUND_MS) == 4, e->t);
+    CHECK(memcmp(buf, "late", 4) == 0);
+}
+
+CASE(read_deadline_keeps_endpoint) // uring
+{
+    tls_end_t srv, cli;
+    async_fiber_t *f;
+    async_sched_t *s;
+    tls_setup();
+    s = sched_new(2);
+    tls_pair(s, &srv, &cli);
+    f = async_fiber_spawn(s, deadline_fiber, &srv, ASYNC_FIBER_JOINABLE);
+    CHECK(f != NULL);
+    wait_flag(&srv.step, BOUND_MS, "read ended by the deadline");
+    TLS_OK(fiber_tls_write(cli.t, "late", 4, BOUND_MS) == 4, cli.t);
+    CHECK_EQ(async_fiber_join(f, BOUND_MS), 0);
+    end_close(&srv);
+    end_close(&cli);
     sched_finish(s, BOUND_MS);
     tls_teardown();
 }
