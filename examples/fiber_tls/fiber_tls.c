@@ -96,12 +96,17 @@ static long ft_bio_ctrl(BIO *b, int cmd, long num, void *ptr)
 {
     fiber_tls_t *t = BIO_get_data(b);
     (void)num;
-    (void)ptr;
     switch (cmd) {
     case BIO_CTRL_FLUSH: /* nothing is buffered here */
         return 1;
     case BIO_CTRL_EOF:
         return t != NULL && t->bio_eof;
+    case BIO_C_GET_FD: /* SSL_get_fd */
+        if (t == NULL)
+            return -1;
+        if (ptr != NULL)
+            *(int *)ptr = (int)t->fd;
+        return (long)t->fd;
     default:
         return 0;
     }
@@ -113,7 +118,7 @@ static pthread_once_t ft_method_once = PTHREAD_ONCE_INIT;
 /* The BIO method is made once and kept for the process's life. */
 static void ft_method_init(void)
 {
-    BIO_METHOD *m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "fiber_tls socket");
+    BIO_METHOD *m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK | BIO_TYPE_DESCRIPTOR, "fiber_tls socket");
     if (m == NULL)
         return;
     if (!BIO_meth_set_write_ex(m, ft_bio_write) || !BIO_meth_set_read_ex(m, ft_bio_read) ||

@@ -125,7 +125,8 @@ ssize_t fiber_tls_write(fiber_tls_t *t, const void *buf, size_t n, int timeout_m
  * Errors: as fiber_tls_write. Parks. */
 int fiber_tls_shutdown(fiber_tls_t *t, int timeout_ms);
 
-/* Frees t (NULL: nothing) without sending anything; the fd stays open. */
+/* Frees t (NULL: nothing) without sending anything; the fd stays open. Not
+ * while another call on t runs. */
 void fiber_tls_destroy(fiber_tls_t *t);
 
 /* The code of t's last failed call (0 if none failed; ASYNC_E_INVAL for
@@ -142,8 +143,8 @@ const char *fiber_tls_error_detail(const fiber_tls_t *t);
 const char *fiber_tls_strerror(int code);
 
 /* The OpenSSL object, for what this module does not wrap (the peer's
- * certificate, the ALPN protocol chosen, the version). Do not read or
- * write through it. NULL for t NULL. */
+ * certificate, the ALPN protocol chosen, the version; SSL_get_fd gives the
+ * fd). Do not read or write through it. NULL for t NULL. */
 SSL *fiber_tls_ssl(fiber_tls_t *t);
 
 /* For tests and local development: a new P-256 key and a self-signed
