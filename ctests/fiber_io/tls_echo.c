@@ -20,9 +20,10 @@
 
 /* ---- contexts, schedulers, checks ------------------------------------------ */
 
-/* The server's context (a P-256 key, a certificate for "localhost") and a
- * client's that verifies the peer and trusts only that certificate. */
-static SSL_CTX *srv_ctx, *cli_ctx;
+/* The server's context (a P-256 key, a certificate for "localhost"), a
+ * client's that verifies the peer and trusts only that certificate, and a
+ * client's that verifies the peer and trusts nothing. */
+static SSL_CTX *srv_ctx, *cli_ctx, *bare_ctx;
 
 static void tls_setup(void)
 {
@@ -31,11 +32,13 @@ static void tls_setup(void)
     CHECK_EQ(fiber_tls_self_signed("localhost", 1, &key, &cert), 0);
     srv_ctx = SSL_CTX_new(TLS_server_method());
     cli_ctx = SSL_CTX_new(TLS_client_method());
-    CHECK(srv_ctx != NULL && cli_ctx != NULL);
+    bare_ctx = SSL_CTX_new(TLS_client_method());
+    CHECK(srv_ctx != NULL && cli_ctx != NULL && bare_ctx != NULL);
     CHECK_EQ(SSL_CTX_use_certificate(srv_ctx, cert), 1);
     CHECK_EQ(SSL_CTX_use_PrivateKey(srv_ctx, key), 1);
     CHECK_EQ(SSL_CTX_set_min_proto_version(srv_ctx, TLS1_2_VERSION), 1);
     SSL_CTX_set_verify(cli_ctx, SSL_VERIFY_PEER, NULL);
+    SSL_CTX_set_verify(bare_ctx, SSL_VERIFY_PEER, NULL);
     CHECK_EQ(X509_STORE_add_cert(SSL_CTX_get_cert_store(cli_ctx), cert), 1);
     X509_free(cert);
     EVP_PKEY_free(key);
@@ -45,7 +48,8 @@ static void tls_teardown(void)
 {
     SSL_CTX_free(srv_ctx);
     SSL_CTX_free(cli_ctx);
-    srv_ctx = cli_ctx = NULL;
+    SSL_CTX_free(bare_ctx);
+    srv_ctx = cli_ctx = bare_ctx = NULL;
 }
 
 static void tls_fail(const char *file, int line, const char *expr, const fiber_tls_t *t)
@@ -115,11 +119,12 @@ static void listener_start(listener_t *l, async_sched_t *s, int conns, void (*co
 /* The echo server, on an owned listener. */
 static struct {
     listener_t l;
-    atomic_int served;
+    atomic_int served, refused;
 } es;
 
 /* Echoes decrypted bytes until the client's close_notify, answers it with
- * its own, and closes (async_fiber_close: owned or plain). */
+ * its own, and closes (async_fiber_close: owned or plain). A client that
+ * refuses the certificate is counted in refused. */
 static void echo_conn(void *arg)
 {
     int fd = (int)(intptr_t)arg;
@@ -127,7 +132,11 @@ static void echo_conn(void *arg)
     char *buf = malloc(cap);
     fiber_tls_t *t = fiber_tls_create(srv_ctx, fd);
     CHECK(buf != NULL && t != NULL);
-    TLS_OK(fiber_tls_accept(t, BOUND_MS) == 0, t);
+    if (fiber_tls_accept(t, BOUND_MS) != 0) {
+        CHECK(err_in(fiber_tls_error(t), FIBER_TLS_E_PROTOCOL, ASYNC_E_CLOSED));
+        atomic_fetch_add(&es.refused, 1);
+        goto out;
+    }
     for (;;) {
         ssize_t n = fiber_tls_read(t, buf, cap, BOUND_MS);
         TLS_OK(n >= 0, t);
@@ -136,6 +145,7 @@ static void echo_conn(void *arg)
         TLS_OK(fiber_tls_write(t, buf, (size_t)n, BOUND_MS) == n, t);
     }
     TLS_OK(fiber_tls_shutdown(t, BOUND_MS) == 0, t);
+out:
     fiber_tls_destroy(t);
     free(buf);
     CHECK_EQ(async_fiber_close(fd), 0);
@@ -150,9 +160,11 @@ static void echo_start(async_sched_t *s, int conns, int owned)
     listener_start(&es.l, s, conns, echo_conn, owned);
 }
 
-static void echo_stop(void)
+/* Waits for every connection; refused of them must have been refused. */
+static void echo_stop(int refused)
 {
     wait_count(&es.served, es.l.conns, "connections served");
+    CHECK_EQ(atomic_load(&es.refused), refused);
     CHECK_EQ(async_fiber_close(es.l.lfd), 0); /* owned or plain */
 }
 
@@ -200,10 +212,11 @@ static void echo_client(int id, int msgs)
 }
 
 static atomic_int clients_done;
+static int client_msgs = 20;
 
 static void echo_client_fiber(void *arg)
 {
-    echo_client((int)(intptr_t)arg, 20);
+    echo_client((int)(intptr_t)arg, client_msgs);
     atomic_fetch_add(&clients_done, 1);
 }
 
@@ -221,8 +234,46 @@ CASE(echo_many_fiber_clients) // uring timeout=180
     for (i = 0; i < n; i++)
         CHECK(async_fiber_spawn(s, echo_client_fiber, (void *)(intptr_t)i, 0) != NULL);
     wait_count_within(&clients_done, n, 150000, "clients done");
-    echo_stop();
+    echo_stop(0);
     printf("%d clients x 20 messages echoed; %d reads resumed on another worker\n", n, atomic_load(&reads_moved));
+    sched_finish(s, BOUND_MS);
+    tls_teardown();
+}
+
+/* A client that trusts nothing: its handshake fails as a protocol failure
+ * that says why. */
+static void refused_client_fiber(void *arg)
+{
+    int fd = tcp_connect(&es.l.addr);
+    fiber_tls_t *t = fiber_tls_create(bare_ctx, fd);
+    (void)arg;
+    CHECK(t != NULL);
+    TLS_FAILS(fiber_tls_connect(t, "localhost", BOUND_MS) == -1, t, FIBER_TLS_E_PROTOCOL);
+    CHECK(strstr(fiber_tls_error_detail(t), "certificate verify failed") != NULL);
+    fiber_tls_destroy(t);
+    close(fd);
+    atomic_fetch_add(&clients_done, 1);
+}
+
+/* 100 handshakes that fail and 100 that succeed, interleaved on the same
+ * workers at once: every call sees its own errors only (OpenSSL's error
+ * queue is per thread, and fibers share and change threads), so no good
+ * connection fails and every refused one says why. */
+CASE(refused_and_good_handshakes_interleaved) // uring timeout=120
+{
+    int i, n = 100;
+    async_sched_t *s;
+    tls_setup();
+    s = sched_new(2);
+    echo_start(s, 2 * n, 1);
+    atomic_store(&clients_done, 0);
+    client_msgs = 5;
+    for (i = 0; i < n; i++) {
+        CHECK(async_fiber_spawn(s, refused_client_fiber, NULL, 0) != NULL);
+        CHECK(async_fiber_spawn(s, echo_client_fiber, (void *)(intptr_t)i, 0) != NULL);
+    }
+    wait_count_within(&clients_done, 2 * n, 100000, "clients done");
+    echo_stop(n);
     sched_finish(s, BOUND_MS);
     tls_teardown();
 }
@@ -250,7 +301,7 @@ CASE(echo_thread_clients_fiber_server) // uring timeout=120
         start_thread(&th[i], echo_client_thread, (void *)(intptr_t)(i * 5));
     for (i = 0; i < 4; i++)
         join_within(th[i], 100000, "client thread");
-    echo_stop();
+    echo_stop(0);
     sched_finish(s, BOUND_MS);
     tls_teardown();
 }
@@ -784,17 +835,12 @@ static void handshake_refused(async_sched_t *s, SSL_CTX *ctx, const char *server
  * the client's handshake as protocol failures that say why. */
 CASE(untrusted_or_misnamed_certificate_refused) // uring
 {
-    SSL_CTX *bare;
     async_sched_t *s;
     tls_setup();
     s = sched_new(2);
-    bare = SSL_CTX_new(TLS_client_method());
-    CHECK(bare != NULL);
-    SSL_CTX_set_verify(bare, SSL_VERIFY_PEER, NULL);
-    handshake_refused(s, bare, "localhost", "certificate verify failed");
+    handshake_refused(s, bare_ctx, "localhost", "certificate verify failed");
     handshake_refused(s, cli_ctx, "other.example", "hostname mismatch");
     handshake_refused(s, cli_ctx, "127.0.0.1", "IP address mismatch");
-    SSL_CTX_free(bare);
     sched_finish(s, BOUND_MS);
     tls_teardown();
 }
