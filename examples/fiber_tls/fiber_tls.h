@@ -34,7 +34,8 @@
  * ASYNC_E_CANCELLED leaves t broken: every later call on it but
  * fiber_tls_destroy and the error getters fails with ASYNC_E_STATE (the
  * connection is lost: a handshake or record was cut in the middle, or the
- * peer is gone); destroy t and close the fd.
+ * peer is gone); destroy t and close the fd. A call with t NULL returns -1
+ * and keeps no error (there is nowhere to keep it).
  *
  * Threading: a fiber_tls_t is used by one fiber or thread at a time: an SSL
  * object is not safe for a read on one fiber and a write on another at once
