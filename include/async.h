@@ -1358,8 +1358,9 @@ int async_fiber_wait_signal(int signo, int timeout_ms);
 
 /* Fiber I/O backend: the environment variable ASYNC_FIBER_IO, read by
  * async_sched_create, chooses how a scheduler's fibers wait in the four
- * calls below: "epoll" or unset (the default) through the scheduler's fd
- * poller, "uring" through io_uring on Linux 5.19 or later (one ring per
+ * calls below (and in async_fiber_recvfrom, async_fiber_sendto and
+ * async_fiber_read_full, "Server helpers"): "epoll" or unset (the
+ * default) through the scheduler's fd poller, "uring" through io_uring on Linux 5.19 or later (one ring per
  * worker; where io_uring cannot be used, epoll is used and an
  * ASYNC_LOG_INFO message says why: a kernel older than 5.19 or one that
  * refuses io_uring, valgrind, or no descriptor or memory left for the
@@ -1445,8 +1446,9 @@ int async_fiber_connect(async_fd_t fd, const struct sockaddr *addr, socklen_t le
  * fiber's scheduler, returns a descriptor owned by that scheduler (if its
  * registration fails, e.g. out of memory, it is returned unowned: it works
  * the same, one system call per park); on a plain listening socket, or on
- * a plain thread, it returns a plain descriptor.
- * async_fiber_connect leaves ownership as it is (an owned fd stays owned, a
+ * a plain thread, it returns a plain descriptor. async_fiber_listen and
+ * async_fiber_udp_bind called on a fiber return descriptors owned by its
+ * scheduler. async_fiber_connect leaves ownership as it is (an owned fd stays owned, a
  * plain one stays plain).
  *
  * Rules: an fd is owned by at most one scheduler. Its fibers use the
@@ -1456,13 +1458,19 @@ int async_fiber_connect(async_fd_t fd, const struct sockaddr *addr, socklen_t le
  * read and write from two fibers is fine). Closing an owned fd with close(2)
  * (or replacing it with dup2) is a bug: the fibers parked on it are not
  * woken, and until its number is owned again (async_fiber_fd_open, or
- * async_fiber_accept returning it, which detect that the old file is gone
- * and wake the old waiters with ASYNC_E_CLOSED), a fiber of the owning
- * scheduler that waits on a new file with that number may wait until its
- * timeout. async_sched_destroy leaves the fds its scheduler owned open and
- * owned by nobody (close them with close(2) or async_fiber_close). Not in a
- * forked child (ASYNC_E_FORKED, also for async_fiber_close: use close(2)
- * there). Windows: async_fiber_fd_open fails with ASYNC_E_NOTSUP, accept
+ * async_fiber_accept, async_fiber_listen or async_fiber_udp_bind on a fiber
+ * returning it, which detect that the old file is gone and wake the old
+ * waiters with ASYNC_E_CLOSED), a
+ * fiber of the owning scheduler that waits on a new file with that number
+ * may wait until its timeout. That detection also reports the bug: one
+ * ASYNC_LOG_WARN message through the log hook (async_set_log_handler),
+ * "fd N: owned descriptor was closed with close(2), not async_fiber_close"
+ * (the hook is called with no lock of the library held). An fd closed with
+ * async_fiber_close, or left owned by nobody by async_sched_destroy, is
+ * never reported. async_sched_destroy leaves the fds its scheduler owned
+ * open and owned by nobody (close them with close(2) or async_fiber_close).
+ * Not in a forked child (ASYNC_E_FORKED, also for async_fiber_close: use
+ * close(2) there). Windows: async_fiber_fd_open fails with ASYNC_E_NOTSUP, accept
  * returns plain sockets, async_fiber_close is closesocket. */
 
 /* Makes fd owned by scheduler s (NULL: the calling fiber's scheduler):
@@ -1495,10 +1503,13 @@ int async_fiber_close(async_fd_t fd);
 
 /* Fills *out (and *len) with the numeric address host:port, IPv4
  * ("127.0.0.1") or IPv6 ("::1", also in brackets "[::1]", with a scope
- * "fe80::1%eth0"); host NULL or "" is the IPv4 wildcard 0.0.0.0, "::" the
- * IPv6 one. No name lookup (names: getaddrinfo under async_fiber_blocking
- * or async_runtime_submit_work). Errors: ASYNC_E_INVAL (NULL out or len,
- * port > 65535, host not a numeric address). Thread-safe; never blocks. */
+ * "fe80::1%eth0" or "fe80::1%2"; Windows takes numeric scopes only); host
+ * NULL or "" is the IPv4 wildcard 0.0.0.0, "::" the IPv6 one. *len is the
+ * family's size (sizeof(struct sockaddr_in) or sockaddr_in6). No name
+ * lookup (names: getaddrinfo under async_fiber_blocking or
+ * async_runtime_submit_work). Errors: ASYNC_E_INVAL (NULL out or len, port
+ * < 0 or > 65535, host not a numeric address, an unknown scope name).
+ * Thread-safe; never blocks. */
 int async_sockaddr_parse(const char *host, int port, struct sockaddr_storage *out, socklen_t *len);
 
 /* async_fiber_listen and async_fiber_udp_bind flags. */
@@ -1508,40 +1519,60 @@ int async_sockaddr_parse(const char *host, int port, struct sockaddr_storage *ou
 /* Creates a TCP socket bound to addr (IPv4 or IPv6; port 0 picks a free
  * port: getsockname(2) tells it) with SO_REUSEADDR (Windows:
  * SO_EXCLUSIVEADDRUSE), listening with backlog (<= 0: SOMAXCONN), non-blocking
- * and close-on-exec. Called on a fiber, the socket is owned by the fiber's
+ * and close-on-exec. An IPv6 socket is dual-stack (IPV6_V6ONLY off, set
+ * explicitly: systems differ in their default) unless ASYNC_LISTEN_V6ONLY.
+ * Called on a fiber, the socket is owned by the fiber's
  * scheduler (its async_fiber_accept hands out owned descriptors: close both
  * with async_fiber_close); on a plain thread, or where the scheduler cannot
  * own it (Windows, out of memory), it is a plain descriptor. Errors:
  * ASYNC_E_INVAL (addr NULL, len too small for its family, a family other
  * than AF_INET/AF_INET6, unknown flags), ASYNC_E_EXISTS (address in use),
- * ASYNC_E_NOMEM (also: out of descriptors), ASYNC_E_NOTSUP, ASYNC_E_FORKED,
- * ASYNC_E_SYS (e.g. EACCES on a privileged port). Thread-safe; never parks. */
+ * ASYNC_E_NOMEM (also: out of descriptors), ASYNC_E_NOTSUP (REUSEPORT on
+ * Windows; an IPv6 address where the system has no IPv6), ASYNC_E_FORKED,
+ * ASYNC_E_SYS (e.g. EACCES on a privileged port, EADDRNOTAVAIL for an
+ * address of no local interface: async_last_os_error tells). Thread-safe;
+ * never parks. */
 async_fd_t async_fiber_listen(const struct sockaddr *addr, socklen_t len, int backlog, unsigned flags);
 
-/* As async_fiber_listen, for a UDP socket bound to addr (no listen). Same
- * ownership rule, flags and errors. Thread-safe; never parks. */
+/* As async_fiber_listen, for a UDP socket bound to addr (no listen), without
+ * SO_REUSEADDR (on Linux it would let a second socket share the port
+ * silently: two sockets share a port only with ASYNC_LISTEN_REUSEPORT on
+ * both). Same ownership rule, flags and errors. Thread-safe; never parks. */
 async_fd_t async_fiber_udp_bind(const struct sockaddr *addr, socklen_t len, unsigned flags);
 
 /* Reads exactly n bytes unless the stream ends first or the call fails:
  * returns n, or the count read before end of file (less than n, maybe 0),
- * or -1. timeout_ms bounds the whole call, not each read. *got (if not
- * NULL) is always set to the bytes stored in buf, also on -1 (a timeout or
- * cancel after some bytes arrived loses none of them). Errors, buf and n:
- * as async_fiber_read. Thread-safe; parks. */
+ * or -1. timeout_ms bounds the whole call, not each read (0: only what is
+ * there already). *got (if not NULL) is always set to the bytes stored in
+ * buf, also on -1 and for bad arguments (0) (a timeout or cancel after some
+ * bytes arrived loses none of them: they are in buf, and the stream goes on
+ * after them). n 0 returns 0 at once if fd is open. Errors, buf and n: as
+ * async_fiber_read. Thread-safe; parks. */
 ssize_t async_fiber_read_full(async_fd_t fd, void *buf, size_t n, size_t *got, int timeout_ms);
 
-/* Receives one datagram into buf (cut to n bytes as recvfrom(2) does; an
- * empty datagram returns 0) and its source address into addr/len as
- * accept(2) does (addr NULL: not told). Works on bound and connected
- * datagram sockets. Errors: as async_fiber_read (ASYNC_E_CLOSED: an ICMP
- * error queued for the socket). Thread-safe; parks. */
+/* Receives one datagram into buf (cut to n bytes as recvfrom(2) does, the
+ * rest of it dropped; an empty datagram returns 0; n 0 takes one datagram
+ * and returns 0, buf may be NULL then) and its source address into
+ * addr/len as accept(2) does (addr NULL: not told, len ignored; addr set
+ * needs len, else ASYNC_E_INVAL; a *len too small cuts the address and
+ * *len tells its full size). Works on bound and connected datagram
+ * sockets (on a stream socket it reads as async_fiber_read). Errors: as
+ * async_fiber_read (ASYNC_E_BADFD also for an fd that is not a socket;
+ * ASYNC_E_CLOSED: an ICMP error queued for the socket, reported once: on
+ * Linux only a connected socket gets them, Windows reports them to
+ * unconnected ones too). Thread-safe; parks. */
 ssize_t async_fiber_recvfrom(async_fd_t fd, void *buf, size_t n, struct sockaddr *addr, socklen_t *len,
                              int timeout_ms);
 
-/* Sends buf as one datagram to addr (addr NULL: the connected peer);
- * returns n. A datagram too large for the socket: ASYNC_E_TOOBIG.
- * Errors: as async_fiber_write, ASYNC_E_TOOBIG. Thread-safe; parks (while
- * the socket's send buffer is full). */
+/* Sends buf as one datagram to addr (addr NULL: the connected peer, len
+ * ignored); returns n. n 0 sends an empty datagram (buf may be NULL). A
+ * datagram too large for the socket: ASYNC_E_TOOBIG. On an unconnected
+ * socket a peer nobody listens on is not an error. Errors: as
+ * async_fiber_write (ASYNC_E_BADFD also for an fd that is not a socket;
+ * ASYNC_E_CLOSED: a connected socket's ICMP error), ASYNC_E_TOOBIG,
+ * ASYNC_E_INVAL also for addr NULL on a socket that is not connected, or
+ * an address of another family. Thread-safe; parks (while the socket's
+ * send buffer is full). */
 ssize_t async_fiber_sendto(async_fd_t fd, const void *buf, size_t n, const struct sockaddr *addr, socklen_t len,
                            int timeout_ms);
 

@@ -98,6 +98,22 @@ static inline struct sockaddr_in refused_addr(void)
     return sa;
 }
 
+/* 1 if this machine can bind ::1 with a socket of type (SOCK_STREAM,
+ * SOCK_DGRAM); the IPv6 cases skip where it cannot. */
+static inline int have_ipv6_loopback(int type)
+{
+    int fd = socket(AF_INET6, type | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return 0;
+    struct sockaddr_in6 a;
+    memset(&a, 0, sizeof a);
+    a.sin6_family = AF_INET6;
+    a.sin6_addr = in6addr_loopback;
+    int ok = bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    close(fd);
+    return ok;
+}
+
 /* What a fiber's calls returned, for the main thread to check once `step`
  * says they are done. */
 typedef struct {

@@ -89,6 +89,17 @@ CASE(fork_parked) { // uring adversarial
         ok &= async_fiber_spawn(s, fk_noop, NULL, 0) == NULL && async_last_error() == ASYNC_E_FORKED;
         ok &= async_sched_shutdown(s, 100) == -1 && async_last_error() == ASYNC_E_FORKED;
         ok &= async_fiber_close(sp[0]) == -1 && async_last_error() == ASYNC_E_FORKED;
+        struct sockaddr_storage fa;
+        socklen_t fl = sizeof(struct sockaddr_in);
+        memset(&fa, 0, sizeof fa);
+        fa.ss_family = AF_INET;
+        size_t got = 7;
+        ok &= async_sockaddr_parse("127.0.0.1", 0, &fa, &fl) == -1 && async_last_error() == ASYNC_E_FORKED;
+        ok &= async_fiber_listen((struct sockaddr *)&fa, fl, 0, 0) == -1 && async_last_error() == ASYNC_E_FORKED;
+        ok &= async_fiber_udp_bind((struct sockaddr *)&fa, fl, 0) == -1 && async_last_error() == ASYNC_E_FORKED;
+        ok &= async_fiber_read_full(sp[0], b, 4, &got, 100) == -1 && async_last_error() == ASYNC_E_FORKED && !got;
+        ok &= async_fiber_recvfrom(sp[0], b, 4, NULL, NULL, 100) == -1 && async_last_error() == ASYNC_E_FORKED;
+        ok &= async_fiber_sendto(sp[1], "x", 1, NULL, 0, 100) == -1 && async_last_error() == ASYNC_E_FORKED;
         ok &= async_fiber_current() == NULL;
         async_fiber_yield();
         ok &= async_sched_create(NULL) == NULL && async_last_error() == ASYNC_E_FORKED;

@@ -559,6 +559,119 @@ CASE(sockets) {
     async_sched_destroy(s);
 }
 
+/* ---- server helpers: listen, read_full, UDP ------------------------------------------ */
+
+static int port_of(SOCKET s) {
+    struct sockaddr_storage ss;
+    int l = sizeof ss;
+    CHECK_EQ(getsockname(s, (struct sockaddr *)&ss, &l), 0);
+    return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+}
+
+static atomic_int net_phase;
+static async_sched_t *net_sched;
+
+static void net_client(void *arg) {
+    struct sockaddr_storage *a = arg;
+    SOCKET c = socket(AF_INET, SOCK_STREAM, IPPROTO_TCP);
+    CHECK(c != INVALID_SOCKET);
+    CHECK_EQ(async_fiber_connect((async_fd_t)c, (struct sockaddr *)a, sizeof(struct sockaddr_in), 30000), 0);
+    char chunk[100];
+    for (int i = 0; i < 13; i++) { /* 1300 bytes in small writes */
+        memset(chunk, 'a' + i, sizeof chunk);
+        CHECK_EQ(async_fiber_write((async_fd_t)c, chunk, sizeof chunk, 30000), 100);
+        async_fiber_sleep(1);
+    }
+    while (!atomic_load(&net_phase)) async_fiber_sleep(5);
+    closesocket(c);
+}
+
+static void net_server(void *arg) {
+    (void)arg;
+    struct sockaddr_storage a;
+    socklen_t l;
+    CHECK_EQ(async_sockaddr_parse("127.0.0.1", 0, &a, &l), 0);
+    async_fd_t lfd = async_fiber_listen((struct sockaddr *)&a, l, 0, 0);
+    CHECK(lfd != (async_fd_t)INVALID_SOCKET);
+    ((struct sockaddr_in *)&a)->sin_port = htons((u_short)port_of((SOCKET)lfd));
+    CHECK_FAIL(async_fiber_listen((struct sockaddr *)&a, l, 0, 0) == (async_fd_t)INVALID_SOCKET, ASYNC_E_EXISTS);
+    CHECK_FAIL(async_fiber_listen((struct sockaddr *)&a, l, 0, ASYNC_LISTEN_REUSEPORT) == (async_fd_t)INVALID_SOCKET,
+               ASYNC_E_NOTSUP);
+    CHECK_FAIL(async_fiber_listen((struct sockaddr *)&a, 4, 0, 0) == (async_fd_t)INVALID_SOCKET, ASYNC_E_INVAL);
+    CHECK(async_fiber_spawn(net_sched, net_client, &a, 0));
+    async_fd_t c = async_fiber_accept(lfd, NULL, NULL, 30000);
+    CHECK(c != (async_fd_t)INVALID_SOCKET);
+    char buf[1000];
+    size_t got = 0;
+    CHECK_EQ(async_fiber_read_full(c, buf, 1000, &got, 30000), 1000);
+    CHECK_EQ(got, 1000);
+    CHECK_EQ(buf[0], 'a');
+    CHECK_EQ(buf[999], 'a' + 9);
+    /* 300 more come, then nothing: a timeout with the 300 kept */
+    CHECK_FAIL(async_fiber_read_full(c, buf, 1000, &got, 300) == -1, ASYNC_E_TIMEDOUT);
+    CHECK_EQ(got, 300);
+    CHECK_EQ(buf[299], 'a' + 12);
+    atomic_store(&net_phase, 1);
+    /* the peer's close: end of file, a short count */
+    CHECK_EQ(async_fiber_read_full(c, buf, 10, &got, 30000), 0);
+    CHECK_EQ(async_fiber_close(c), 0);
+    CHECK_EQ(async_fiber_close(lfd), 0);
+}
+
+CASE(net_listen_read_full) {
+    async_sched_t *s = net_sched = sched_new(2);
+    CHECK(async_fiber_spawn(s, net_server, NULL, 0));
+    CHECK_EQ(async_sched_run(s), 0);
+    async_sched_destroy(s);
+}
+
+static void net_udp(void *arg) {
+    (void)arg;
+    struct sockaddr_storage sa, ca, from;
+    socklen_t sl, cl, fl;
+    CHECK_EQ(async_sockaddr_parse("127.0.0.1", 0, &sa, &sl), 0);
+    CHECK_EQ(async_sockaddr_parse("127.0.0.1", 0, &ca, &cl), 0);
+    async_fd_t srv = async_fiber_udp_bind((struct sockaddr *)&sa, sl, 0);
+    async_fd_t cli = async_fiber_udp_bind((struct sockaddr *)&ca, cl, 0);
+    CHECK(srv != (async_fd_t)INVALID_SOCKET && cli != (async_fd_t)INVALID_SOCKET);
+    ((struct sockaddr_in *)&sa)->sin_port = htons((u_short)port_of((SOCKET)srv));
+    int cport = port_of((SOCKET)cli);
+    CHECK_FAIL(async_fiber_udp_bind((struct sockaddr *)&sa, sl, 0) == (async_fd_t)INVALID_SOCKET, ASYNC_E_EXISTS);
+    char buf[100];
+    /* the source address; a reply to it */
+    CHECK_EQ(async_fiber_sendto(cli, "hello", 5, (struct sockaddr *)&sa, sl, 30000), 5);
+    fl = sizeof from;
+    CHECK_EQ(async_fiber_recvfrom(srv, buf, sizeof buf, (struct sockaddr *)&from, &fl, 30000), 5);
+    CHECK_EQ(fl, sizeof(struct sockaddr_in));
+    CHECK_EQ(ntohs(((struct sockaddr_in *)&from)->sin_port), cport);
+    CHECK_EQ(async_fiber_sendto(srv, "back", 4, (struct sockaddr *)&from, fl, 30000), 4);
+    CHECK_EQ(async_fiber_recvfrom(cli, buf, sizeof buf, NULL, NULL, 30000), 4);
+    /* cut to the buffer; the empty datagram */
+    memset(buf, 'x', sizeof buf);
+    CHECK_EQ(async_fiber_sendto(cli, buf, sizeof buf, (struct sockaddr *)&sa, sl, 30000), 100);
+    CHECK_EQ(async_fiber_recvfrom(srv, buf, 10, NULL, NULL, 30000), 10);
+    CHECK_EQ(async_fiber_sendto(cli, NULL, 0, (struct sockaddr *)&sa, sl, 30000), 0);
+    CHECK_EQ(async_fiber_recvfrom(srv, buf, sizeof buf, NULL, NULL, 30000), 0);
+    /* nothing left; too large; bad input */
+    CHECK_FAIL(async_fiber_recvfrom(srv, buf, sizeof buf, NULL, NULL, 50) == -1, ASYNC_E_TIMEDOUT);
+    char *big = calloc(1, 70000);
+    CHECK(big);
+    CHECK_FAIL(async_fiber_sendto(cli, big, 70000, (struct sockaddr *)&sa, sl, 30000) == -1, ASYNC_E_TOOBIG);
+    free(big);
+    CHECK_FAIL(async_fiber_recvfrom(srv, buf, sizeof buf, (struct sockaddr *)&from, NULL, 50) == -1, ASYNC_E_INVAL);
+    CHECK_FAIL(async_fiber_sendto(srv, NULL, 4, (struct sockaddr *)&sa, sl, 50) == -1, ASYNC_E_INVAL);
+    CHECK_EQ(async_fiber_close(srv), 0);
+    CHECK_EQ(async_fiber_close(cli), 0);
+}
+
+CASE(net_udp) {
+    async_sched_t *s = sched_new(1);
+    CHECK(async_fiber_spawn(s, net_udp, NULL, 0));
+    CHECK_EQ(async_sched_run(s), 0);
+    async_sched_destroy(s);
+    net_udp(NULL); /* and on this plain thread */
+}
+
 typedef struct {
     SOCKET s;
     int ev, err;

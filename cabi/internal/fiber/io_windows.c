@@ -1,7 +1,9 @@
 //go:build windows
 
 /* Fiber socket I/O on Windows: async_fiber_wait_fd, read, write, accept and
- * connect on SOCKETs (winsock has no readiness for pipes or files).
+ * connect on SOCKETs (winsock has no readiness for pipes or files), and the
+ * server helpers listen, udp_bind, recvfrom and sendto (plain sockets: no
+ * owned descriptors here).
  *
  * Like io.c, a call tries first (a non-blocking recv/send/accept/connect, or
  * WSAPoll with timeout 0 for wait_fd) and parks only when that would block.
@@ -82,11 +84,20 @@ LA_NOINLINE static int sys_poll1(SOCKET s, short events, int timeout) {
     return p.revents ? p.revents : 0;
 }
 
-LA_NOINLINE static ssize_t sys_read(SOCKET s, void *buf, size_t n) {
+/* One non-blocking WSARecvFrom (also async_fiber_read's, addr NULL): the count or
+ * -WSA error. A datagram longer than n is cut to n (WSAEMSGSIZE with buf
+ * filled), as recvfrom(2) does. */
+LA_NOINLINE static ssize_t sys_recvfrom(SOCKET s, void *buf, size_t n, struct sockaddr *a, socklen_t *l) {
     int e = sys_nonblock(s);
     if (e) return e;
-    int r = recv(s, buf, n > INT32_MAX ? INT32_MAX : (int)n, 0);
-    return r >= 0 ? r : -WSAGetLastError();
+    WSABUF wb = {.len = n > INT32_MAX ? INT32_MAX : (ULONG)n, .buf = buf};
+    DWORD got = 0, fl = 0;
+    INT alen = a ? *l : 0;
+    int r = WSARecvFrom(s, &wb, 1, &got, &fl, a, a ? &alen : NULL, NULL, NULL);
+    int err = r == 0 ? 0 : WSAGetLastError();
+    if (err && err != WSAEMSGSIZE) return -err;
+    if (a) *l = alen;
+    return err ? (ssize_t)wb.len : (ssize_t)got;
 }
 
 LA_NOINLINE static ssize_t sys_write(SOCKET s, const void *buf, size_t n) {
@@ -285,25 +296,31 @@ static int io_args(async_fd_t fd, const void *buf, size_t n, int timeout_ms, ssi
     return 0;
 }
 
-ssize_t async_fiber_read(async_fd_t fd, void *buf, size_t n, int timeout_ms) {
-    LA_ENTRY(-1);
-    ssize_t early;
-    if (io_args(fd, buf, n, timeout_ms, &early)) return early;
+/* The receive of async_fiber_read and async_fiber_recvfrom (addr NULL: the
+ * source is not told): tried, and retried after a wait for readiness. */
+static ssize_t recv_loop(SOCKET s, void *buf, size_t n, struct sockaddr *addr, socklen_t *len, int timeout_ms) {
     uint64_t deadline = la_deadline(timeout_ms);
     for (;;) {
-        ssize_t r = sys_read((SOCKET)fd, buf, n);
+        ssize_t r = sys_recvfrom(s, buf, n, addr, len);
         if (r >= 0) return r;
         if (r == -WSAEINTR) continue;
         if (r != -WSAEWOULDBLOCK) {
             la_set_error(map_wsa((int)-r));
             return -1;
         }
-        int rc = wait_dir((SOCKET)fd, 0, deadline, timeout_ms);
+        int rc = wait_dir(s, 0, deadline, timeout_ms);
         if (rc) {
             la_set_error(rc);
             return -1;
         }
     }
+}
+
+ssize_t async_fiber_read(async_fd_t fd, void *buf, size_t n, int timeout_ms) {
+    LA_ENTRY(-1);
+    ssize_t early;
+    if (io_args(fd, buf, n, timeout_ms, &early)) return early;
+    return recv_loop((SOCKET)fd, buf, n, NULL, NULL, timeout_ms);
 }
 
 ssize_t async_fiber_write(async_fd_t fd, const void *buf, size_t n, int timeout_ms) {
@@ -417,6 +434,152 @@ int async_fiber_connect(async_fd_t fd, const struct sockaddr *addr, socklen_t le
             return -1;
         }
         int rc = wait_dir(s, 1, deadline, timeout_ms);
+        if (rc) {
+            la_set_error(rc);
+            return -1;
+        }
+    }
+}
+
+/* ---- server helpers (include/async.h "Server helpers") ---------------------------- */
+
+/* The options, bind and listen of a new socket s: 0 or a WSA error. */
+LA_NOINLINE static int sys_bind_setup(SOCKET s, int fam, int type, const struct sockaddr *a, int len,
+                                      unsigned flags, int backlog) {
+    SetHandleInformation((HANDLE)s, HANDLE_FLAG_INHERIT, 0); /* close-on-exec: not inherited */
+    BOOL one = TRUE;
+    /* a listener's port is its own (no other socket may take it over) */
+    if (type == SOCK_STREAM && setsockopt(s, SOL_SOCKET, SO_EXCLUSIVEADDRUSE, (const char *)&one, sizeof one) != 0)
+        return WSAGetLastError();
+    if (fam == AF_INET6) {
+        DWORD v6only = (flags & ASYNC_LISTEN_V6ONLY) ? 1 : 0; /* set either way: Windows' default is 1 */
+        if (setsockopt(s, IPPROTO_IPV6, IPV6_V6ONLY, (const char *)&v6only, sizeof v6only) != 0)
+            return WSAGetLastError();
+    }
+    u_long nb = 1;
+    if (ioctlsocket(s, FIONBIO, &nb) != 0) return WSAGetLastError();
+    if (bind(s, a, len) != 0) return WSAGetLastError();
+    if (type == SOCK_STREAM && listen(s, backlog) != 0) return WSAGetLastError();
+    return 0;
+}
+
+LA_NOINLINE static SOCKET sys_bound(int fam, int type, const struct sockaddr *a, int len, unsigned flags,
+                                    int backlog, int *err) {
+    SOCKET s = socket(fam, type, type == SOCK_STREAM ? IPPROTO_TCP : IPPROTO_UDP);
+    if (s == INVALID_SOCKET) {
+        *err = WSAGetLastError();
+        return s;
+    }
+    *err = sys_bind_setup(s, fam, type, a, len, flags, backlog);
+    if (*err) {
+        closesocket(s);
+        return INVALID_SOCKET;
+    }
+    return s;
+}
+
+static int bound_err(int e) {
+    switch (e) {
+    case WSAEADDRINUSE: return ASYNC_E_EXISTS;
+    case WSAEAFNOSUPPORT:
+    case WSAEPROTONOSUPPORT:
+    case WSAENOPROTOOPT: return ASYNC_E_NOTSUP;
+    case WSAEACCES:
+    case WSAEADDRNOTAVAIL: la_note_os_error(e); return ASYNC_E_SYS;
+    default: return map_wsa(e);
+    }
+}
+
+/* async_fiber_listen (SOCK_STREAM) and async_fiber_udp_bind (SOCK_DGRAM):
+ * plain sockets (no owned descriptors here). */
+static async_fd_t bound_socket(const struct sockaddr *addr, socklen_t len, int type, int backlog, unsigned flags) {
+    int need = (int)la_bind_addr_len(addr, len, flags); /* net.c */
+    if (!need) return (async_fd_t)INVALID_SOCKET;
+    if (flags & ASYNC_LISTEN_REUSEPORT) {
+        la_set_error(ASYNC_E_NOTSUP);
+        return (async_fd_t)INVALID_SOCKET;
+    }
+    int err = 0;
+    SOCKET s = sys_bound(addr->sa_family, type, addr, need, flags, backlog <= 0 ? SOMAXCONN : backlog, &err);
+    if (s == INVALID_SOCKET) {
+        la_set_error(bound_err(err));
+        return (async_fd_t)INVALID_SOCKET;
+    }
+    return (async_fd_t)s;
+}
+
+async_fd_t async_fiber_listen(const struct sockaddr *addr, socklen_t len, int backlog, unsigned flags) {
+    LA_ENTRY((async_fd_t)INVALID_SOCKET);
+    return bound_socket(addr, len, SOCK_STREAM, backlog, flags);
+}
+
+async_fd_t async_fiber_udp_bind(const struct sockaddr *addr, socklen_t len, unsigned flags) {
+    LA_ENTRY((async_fd_t)INVALID_SOCKET);
+    return bound_socket(addr, len, SOCK_DGRAM, 0, flags);
+}
+
+LA_NOINLINE static ssize_t sys_sendto(SOCKET s, const void *buf, size_t n, const struct sockaddr *a, socklen_t l) {
+    int e = sys_nonblock(s);
+    if (e) return e;
+    int r = sendto(s, buf, n > INT32_MAX ? INT32_MAX : (int)n, 0, a, a ? l : 0);
+    return r >= 0 ? r : -WSAGetLastError();
+}
+
+/* The checks of recvfrom and sendto: 0, or 1 with the error recorded. */
+static int dgram_args(async_fd_t fd, const void *buf, size_t n, int timeout_ms) {
+    if (la_check_timeout(timeout_ms)) return 1;
+    if ((!buf && n > 0) || n > ((size_t)-1 >> 1)) {
+        la_set_error(ASYNC_E_INVAL);
+        return 1;
+    }
+    if (bad_sock(fd)) {
+        la_set_error(ASYNC_E_BADFD);
+        return 1;
+    }
+    return 0;
+}
+
+ssize_t async_fiber_recvfrom(async_fd_t fd, void *buf, size_t n, struct sockaddr *addr, socklen_t *len,
+                             int timeout_ms) {
+    LA_ENTRY(-1);
+    if (dgram_args(fd, buf, n, timeout_ms)) return -1;
+    if (addr && !len) {
+        la_set_error(ASYNC_E_INVAL);
+        return -1;
+    }
+    return recv_loop((SOCKET)fd, buf, n, addr, len, timeout_ms);
+}
+
+static int send_err(int e) {
+    switch (e) {
+    case WSAEMSGSIZE: return ASYNC_E_TOOBIG;
+    case WSAEDESTADDRREQ:
+    case WSAENOTCONN: /* addr NULL on a socket that is not connected */
+    case WSAEAFNOSUPPORT:
+    case WSAEISCONN: return ASYNC_E_INVAL;
+    default: return map_wsa(e);
+    }
+}
+
+ssize_t async_fiber_sendto(async_fd_t fd, const void *buf, size_t n, const struct sockaddr *addr, socklen_t len,
+                           int timeout_ms) {
+    LA_ENTRY(-1);
+    if (dgram_args(fd, buf, n, timeout_ms)) return -1;
+    uint64_t deadline = la_deadline(timeout_ms);
+    size_t done = 0;
+    for (;;) {
+        ssize_t r = sys_sendto((SOCKET)fd, (const char *)buf + done, n - done, addr, len);
+        if (r >= 0) {
+            done += (size_t)r;
+            if (done >= n) return (ssize_t)n; /* also an empty datagram, sent once */
+            continue;
+        }
+        if (r == -WSAEINTR) continue;
+        if (r != -WSAEWOULDBLOCK) {
+            la_set_error(send_err((int)-r));
+            return -1;
+        }
+        int rc = wait_dir((SOCKET)fd, 1, deadline, timeout_ms);
         if (rc) {
             la_set_error(rc);
             return -1;
