@@ -6,7 +6,10 @@
  *
  * usage: http_server [--host ADDR] [--port N] [--workers N] [--idle-ms MS]
  *                    [--drain-ms MS] [--max-head BYTES] [--max-body BYTES]
- *                    [--backlog N]
+ *                    [--backlog N] [--tls-cert PEM --tls-key PEM]
+ *
+ * --tls-cert/--tls-key (HTTPS) exist when it was built with OpenSSL
+ * (examples/fiber_tls); the certificate file may hold a chain.
  *
  * It prints "listening on ADDR:PORT" on stdout once it accepts (--port 0:
  * a free port), and exits 0 after a graceful stop.
@@ -23,9 +26,15 @@
 #include "async.h"
 #include "server.h"
 
+#ifdef HTTP_SERVER_TLS
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#endif
+
 struct app {
     server_config_t cfg;
     int workers;
+    const char *tls_cert, *tls_key;
     async_sched_t *sched;
     server_t server;
     async_scope_t *signals; /* the fibers waiting for SIGINT and SIGTERM */
@@ -35,7 +44,11 @@ struct app {
 static void usage(void)
 {
     fprintf(stderr, "usage: http_server [--host ADDR] [--port N] [--workers N] [--idle-ms MS] [--drain-ms MS]\n"
-                    "                   [--max-head BYTES] [--max-body BYTES] [--backlog N]\n");
+                    "                   [--max-head BYTES] [--max-body BYTES] [--backlog N]\n"
+#ifdef HTTP_SERVER_TLS
+                    "                   [--tls-cert PEM --tls-key PEM]\n"
+#endif
+    );
     exit(2);
 }
 
@@ -79,10 +92,39 @@ static void parse_args(struct app *a, int argc, char **argv)
             a->cfg.limits.max_body = (uint64_t)number(o, v, 1, LLONG_MAX);
         else if (strcmp(o, "--backlog") == 0)
             a->cfg.backlog = (int)number(o, v, 0, INT_MAX);
+#ifdef HTTP_SERVER_TLS
+        else if (strcmp(o, "--tls-cert") == 0)
+            a->tls_cert = v;
+        else if (strcmp(o, "--tls-key") == 0)
+            a->tls_key = v;
+#endif
         else
             usage();
     }
+    if (!a->tls_cert != !a->tls_key) {
+        fprintf(stderr, "http_server: --tls-cert and --tls-key go together\n");
+        usage();
+    }
 }
+
+#ifdef HTTP_SERVER_TLS
+/* The server's TLS settings: TLS 1.2 or later, the certificate (chain) and key. */
+static int tls_setup(struct app *a)
+{
+    SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+    if (!ctx || !SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION) ||
+        SSL_CTX_use_certificate_chain_file(ctx, a->tls_cert) != 1 ||
+        SSL_CTX_use_PrivateKey_file(ctx, a->tls_key, SSL_FILETYPE_PEM) != 1 || SSL_CTX_check_private_key(ctx) != 1) {
+        char err[256];
+        ERR_error_string_n(ERR_get_error(), err, sizeof err);
+        fprintf(stderr, "http_server: TLS certificate %s, key %s: %s\n", a->tls_cert, a->tls_key, err);
+        SSL_CTX_free(ctx);
+        return -1;
+    }
+    a->cfg.tls = ctx;
+    return 0;
+}
+#endif
 
 /* Each connection holds a descriptor: allow as many as the hard limit. */
 static void raise_fd_limit(void)
@@ -120,7 +162,8 @@ static void app_main(void *arg)
         return;
     }
     const char *h = a->cfg.host && *a->cfg.host ? a->cfg.host : "0.0.0.0";
-    printf(strchr(h, ':') ? "listening on [%s]:%d\n" : "listening on %s:%d\n", h, a->server.port);
+    printf(strchr(h, ':') ? "listening on [%s]:%d%s\n" : "listening on %s:%d%s\n", h, a->server.port,
+           a->cfg.tls ? " (https)" : "");
     fflush(stdout);
     struct sigwait ws[2] = {{a, SIGINT}, {a, SIGTERM}};
     a->signals = async_scope_create(a->sched, NULL, -1);
@@ -143,6 +186,10 @@ int main(int argc, char **argv)
 {
     static struct app a;
     parse_args(&a, argc, argv);
+#ifdef HTTP_SERVER_TLS
+    if (a.tls_cert && tls_setup(&a) < 0)
+        return 1;
+#endif
     raise_fd_limit();
     /* Counted from now on, not acted on: the default action would end the process before the drain. */
     if (async_fiber_watch_signal(SIGINT) < 0 || async_fiber_watch_signal(SIGTERM) < 0) {
@@ -163,5 +210,8 @@ int main(int argc, char **argv)
     async_sched_destroy(a.sched);
     async_fiber_unwatch_signal(SIGINT);
     async_fiber_unwatch_signal(SIGTERM);
+#ifdef HTTP_SERVER_TLS
+    SSL_CTX_free(a.cfg.tls);
+#endif
     return a.failed ? 1 : 0;
 }

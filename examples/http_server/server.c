@@ -22,17 +22,23 @@
 #include <time.h>
 #include <unistd.h>
 
+#ifdef HTTP_SERVER_TLS
+#include "fiber_tls.h"
+#endif
+
 enum {
     OUT_CAP = 16384,   /* answers batched before one write */
     MIN_IN_CAP = 16384, /* input buffer, at least max_head */
     LINGER_MS = 2000,  /* after an error answer: how long unread input is drained before the close */
-    LINGER_BYTES = 1 << 20
+    LINGER_BYTES = 1 << 20,
+    TLS_CLOSE_MS = 1000 /* how long the close_notify of a TLS connection may wait for room */
 };
 
 struct conn {
     struct conn *prev, *next; /* server_t.list */
     server_t *sv;
     async_fd_t fd;
+    struct fiber_tls *tls; /* HTTPS: the TLS endpoint over fd; NULL: plain HTTP */
     atomic_int idle;  /* 1 while it waits for a new request with nothing buffered */
     int64_t deadline; /* when the head being waited for must be complete (monotonic ms) */
     size_t len;       /* bytes in in[] */
@@ -96,12 +102,31 @@ static void list_end_idle(server_t *sv)
 /* A connection                                                         */
 /* ------------------------------------------------------------------ */
 
+/* The connection's reads and writes: through TLS for HTTPS. */
+static ssize_t conn_read(struct conn *c, void *buf, size_t n, int timeout_ms)
+{
+#ifdef HTTP_SERVER_TLS
+    if (c->tls)
+        return fiber_tls_read(c->tls, buf, n, timeout_ms);
+#endif
+    return async_fiber_read(c->fd, buf, n, timeout_ms);
+}
+
+static ssize_t conn_write(struct conn *c, const void *buf, size_t n, int timeout_ms)
+{
+#ifdef HTTP_SERVER_TLS
+    if (c->tls)
+        return fiber_tls_write(c->tls, buf, n, timeout_ms);
+#endif
+    return async_fiber_write(c->fd, buf, n, timeout_ms);
+}
+
 /* Writes out[] (one write). -1: the connection is unusable. */
 static int flush_out(struct conn *c)
 {
     if (c->outlen == 0)
         return 0;
-    ssize_t n = async_fiber_write(c->fd, c->out, c->outlen, c->sv->cfg.idle_ms);
+    ssize_t n = conn_write(c, c->out, c->outlen, c->sv->cfg.idle_ms);
     c->outlen = 0;
     return n < 0 ? -1 : 0;
 }
@@ -126,7 +151,7 @@ static int skip_body(struct conn *c, uint64_t left)
     c->len = 0;
     while (left > 0) {
         size_t want = left < c->sv->in_cap ? (size_t)left : c->sv->in_cap;
-        ssize_t n = async_fiber_read(c->fd, c->in, want, c->sv->cfg.idle_ms);
+        ssize_t n = conn_read(c, c->in, want, c->sv->cfg.idle_ms);
         if (n <= 0)
             return -1;
         left -= (uint64_t)n;
@@ -176,9 +201,14 @@ static int answer_batch(struct conn *c, time_t now)
 
 /* Closes our side for writing and reads what the client still sends, for a
  * while, so that the close does not reset the connection (which could
- * drop the answer just sent before the client reads it). */
+ * drop the answer just sent before the client reads it). The bytes read
+ * are dropped undecoded, also under TLS. */
 static void linger(struct conn *c)
 {
+#ifdef HTTP_SERVER_TLS
+    if (c->tls)
+        fiber_tls_shutdown(c->tls, TLS_CLOSE_MS);
+#endif
     if (shutdown(c->fd, SHUT_WR) < 0)
         return;
     int64_t end = mono_ms() + LINGER_MS;
@@ -226,7 +256,7 @@ static void serve(struct conn *c)
         } else if ((timeout = read_timeout(c)) == 0) {
             return; /* a head that did not come within the idle timeout */
         }
-        ssize_t n = async_fiber_read(c->fd, c->in + c->len, sv->in_cap - c->len, timeout);
+        ssize_t n = conn_read(c, c->in + c->len, sv->in_cap - c->len, timeout);
         atomic_store_explicit(&c->idle, 0, memory_order_relaxed);
         if (n <= 0)
             return; /* 0: the client closed; -1: timeout, reset, or cancelled by the stop */
@@ -234,11 +264,41 @@ static void serve(struct conn *c)
     }
 }
 
+/* HTTPS: the TLS handshake, within the idle timeout. 0: serve. */
+static int tls_begin(struct conn *c)
+{
+#ifdef HTTP_SERVER_TLS
+    if (c->sv->cfg.tls) {
+        c->tls = fiber_tls_create(c->sv->cfg.tls, c->fd);
+        if (!c->tls || fiber_tls_accept(c->tls, c->sv->cfg.idle_ms) < 0)
+            return -1;
+    }
+#else
+    (void)c;
+#endif
+    return 0;
+}
+
+/* HTTPS: close_notify (if the connection is still sound), and the TLS state goes. */
+static void tls_end(struct conn *c)
+{
+#ifdef HTTP_SERVER_TLS
+    if (c->tls) {
+        fiber_tls_shutdown(c->tls, TLS_CLOSE_MS); /* fails at once on a broken one, or once sent by linger */
+        fiber_tls_destroy(c->tls);
+    }
+#else
+    (void)c;
+#endif
+}
+
 static void conn_main(void *arg)
 {
     struct conn *c = arg;
     server_t *sv = c->sv;
-    serve(c);
+    if (tls_begin(c) == 0)
+        serve(c);
+    tls_end(c);
     list_remove(sv, c);
     async_fiber_close(c->fd);
     free(c);
@@ -257,6 +317,7 @@ static void conn_start(server_t *sv, async_fd_t fd)
     }
     c->sv = sv;
     c->fd = fd;
+    c->tls = NULL;
     atomic_init(&c->idle, 0);
     c->len = c->outlen = 0;
     list_add(sv, c);

@@ -20,6 +20,7 @@ typedef struct {
     int idle_ms;        /* a connection's wait for its next request head, and each body read and write */
     int drain_ms;       /* graceful stop: how long requests in flight may take before they are cancelled */
     http_limits_t limits;
+    struct ssl_ctx_st *tls; /* an OpenSSL SSL_CTX with the certificate: HTTPS (built with fiber_tls only) */
 } server_config_t;
 
 struct conn;

@@ -21,6 +21,12 @@
 
 #include "http_parse.h"
 
+#ifdef HTTP_SERVER_TLS
+#include <openssl/pem.h>
+
+#include "fiber_tls.h"
+#endif
+
 #define WAIT_MS 20000
 #define SKIP 77
 
@@ -71,6 +77,7 @@ static void server_down(int timeout_ms)
 
 struct cl {
     int fd;
+    void *tls; /* fiber_tls_t * for HTTPS (used on this plain thread) */
     size_t len;
     char buf[1 << 16];
 };
@@ -131,12 +138,32 @@ static void send_bytes(int fd, const char *p, size_t n)
     }
 }
 
-static void cl_send(struct cl *c, const char *s) { send_bytes(c->fd, s, strlen(s)); }
+static void cl_send(struct cl *c, const char *s)
+{
+#ifdef HTTP_SERVER_TLS
+    if (c->tls) {
+        REQUIRE(fiber_tls_write(c->tls, s, strlen(s), WAIT_MS) == (ssize_t)strlen(s));
+        return;
+    }
+#endif
+    send_bytes(c->fd, s, strlen(s));
+}
 
 /* Reads more into c->buf; false at end of stream (or a reset). */
 static bool cl_fill(struct cl *c)
 {
     REQUIRE(c->len < sizeof c->buf);
+#ifdef HTTP_SERVER_TLS
+    if (c->tls) {
+        ssize_t n = fiber_tls_read(c->tls, c->buf + c->len, sizeof c->buf - c->len, WAIT_MS);
+        if (n < 0 && fiber_tls_error(c->tls) == ASYNC_E_TIMEDOUT)
+            FAIL("no answer within %d ms", WAIT_MS);
+        if (n <= 0)
+            return false;
+        c->len += (size_t)n;
+        return true;
+    }
+#endif
     for (;;) {
         ssize_t n = recv(c->fd, c->buf + c->len, sizeof c->buf - c->len, 0);
         if (n < 0 && errno == EINTR)
@@ -579,6 +606,62 @@ static void case_workers_2(void)
     server_down(WAIT_MS);
 }
 
+#ifdef HTTP_SERVER_TLS
+/* Writes a PEM file made by write(f, obj) into a temporary path. */
+static void pem_file(char *path, int (*write)(FILE *, void *), void *obj)
+{
+    int fd = mkstemp(path);
+    REQUIRE(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    REQUIRE(f && write(f, obj) == 1 && fclose(f) == 0);
+}
+
+static int write_key(FILE *f, void *k) { return PEM_write_PrivateKey(f, k, NULL, NULL, 0, NULL, NULL); }
+static int write_cert(FILE *f, void *x) { return PEM_write_X509(f, x); }
+
+/* HTTPS: a self-signed certificate for 127.0.0.1; the client trusts it,
+ * checks the name, and is served over TLS with keep-alive and pipelining. */
+static void case_https(void)
+{
+    EVP_PKEY *key;
+    X509 *cert;
+    REQUIRE(fiber_tls_self_signed("127.0.0.1", 1, &key, &cert) == 0);
+    char kpath[] = "/tmp/http_server_key_XXXXXX", cpath[] = "/tmp/http_server_cert_XXXXXX";
+    pem_file(kpath, write_key, key);
+    pem_file(cpath, write_cert, cert);
+    server_up("--tls-cert", cpath, "--tls-key", kpath, NULL);
+    unlink(kpath);
+    unlink(cpath);
+    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+    REQUIRE(ctx && X509_STORE_add_cert(SSL_CTX_get_cert_store(ctx), cert) == 1);
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+    struct cl *c = cl_open();
+    c->tls = fiber_tls_create(ctx, c->fd);
+    REQUIRE(c->tls != NULL);
+    if (fiber_tls_connect(c->tls, "127.0.0.1", WAIT_MS) < 0)
+        FAIL("TLS handshake: %s %s", fiber_tls_strerror(fiber_tls_error(c->tls)), fiber_tls_error_detail(c->tls));
+    cl_send(c, GET);
+    cl_expect(c, 200, false);
+    char two[128];
+    snprintf(two, sizeof two, "%s%s", GET, "HEAD / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    cl_send(c, two);
+    cl_expect(c, 200, false);
+    REQUIRE(cl_expect(c, 200, true).close);
+    cl_expect_eof(c); /* the server's close_notify */
+    fiber_tls_destroy(c->tls);
+    cl_close(c);
+
+    c = cl_open(); /* a client speaking plain HTTP to it gets no answer, only the close */
+    cl_send(c, GET);
+    REQUIRE(!cl_fill(c) || c->len == 0 || c->buf[0] != 'H');
+    cl_close(c);
+    SSL_CTX_free(ctx);
+    EVP_PKEY_free(key);
+    X509_free(cert);
+    server_down(WAIT_MS);
+}
+#endif
+
 /* Raises the soft descriptor limit to the hard one; false if that stays
  * below want. */
 static bool fd_limit_at_least(rlim_t want)
@@ -649,6 +732,9 @@ int main(int argc, char **argv)
         {"shutdown", case_shutdown},
         {"workers_2", case_workers_2},
         {"conns_10k", case_conns_10k},
+#ifdef HTTP_SERVER_TLS
+        {"https", case_https},
+#endif
     };
     if (argc < 2)
         FAIL("usage: test_http_server CASE PATH-TO-http_server");
