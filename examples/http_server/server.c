@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -238,8 +239,9 @@ static void serve(struct conn *c)
 {
     server_t *sv = c->sv;
     c->deadline = mono_ms() + sv->cfg.idle_ms;
+    bool parse = false; /* the bytes read may complete a head (the buffer holds a partial head only) */
     for (;;) {
-        int r = answer_batch(c, time(NULL));
+        int r = parse ? answer_batch(c, time(NULL)) : KEEP_OPEN;
         if (r == CLOSE_BROKEN || flush_out(c) < 0)
             return;
         if (r == CLOSE_LINGER)
@@ -260,6 +262,9 @@ static void serve(struct conn *c)
         atomic_store_explicit(&c->idle, 0, memory_order_relaxed);
         if (n <= 0)
             return; /* 0: the client closed; -1: timeout, reset, or cancelled by the stop */
+        /* Without a new LF no head can complete (a bad line is refused once it ends, or at the size limit), so
+         * a head trickling in is parsed again per line, not per byte. */
+        parse = memchr(c->in + c->len, '\n', (size_t)n) || c->len + (size_t)n >= sv->cfg.limits.max_head;
         c->len += (size_t)n;
     }
 }
@@ -388,7 +393,8 @@ int server_start(server_t *sv, async_sched_t *sched, const server_config_t *cfg)
     }
     sv->lfd = async_fiber_listen((struct sockaddr *)&ss, slen, cfg->backlog, 0);
     if (sv->lfd < 0) {
-        fprintf(stderr, "http_server: listen: %s\n", async_strerror(async_last_error()));
+        int err = async_last_error();
+        fprintf(stderr, "http_server: listen: %s\n", err == ASYNC_E_EXISTS ? "address in use" : async_strerror(err));
         return -1;
     }
     slen = sizeof ss;
