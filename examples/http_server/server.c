@@ -186,10 +186,12 @@ static int answer_batch(struct conn *c, time_t now)
         } else {
             pos += req.head_len + (size_t)req.content_length;
         }
+        if (c->outlen + HTTP_OK_MAX > sizeof c->out && flush_out(c) < 0) /* room first: no park while ok is used */
+            return CLOSE_BROKEN;
         size_t n;
         const char *ok = http_ok_response(now, keep, head_only, &n);
-        if (append_out(c, ok, n) < 0)
-            return CLOSE_BROKEN;
+        memcpy(c->out + c->outlen, ok, n);
+        c->outlen += n;
         if (!keep)
             return pos < c->len ? CLOSE_LINGER : CLOSE_AFTER; /* requests after a "close" are not answered */
     }
