@@ -183,6 +183,7 @@ static int answer_batch(struct conn *c, time_t now)
             if (skip_body(c, req.content_length - have) < 0)
                 return CLOSE_BROKEN;
             pos = 0; /* skip_body emptied the buffer */
+            now = time(NULL);
         } else {
             pos += req.head_len + (size_t)req.content_length;
         }
