@@ -204,26 +204,28 @@ CASE(exactly_max_len_and_one_more) // uring
  * are buffered, at end of file too: a last frame has at most max_len - 1
  * bytes (max_len 8, and max_len 1 where every byte but the delimiter is
  * too long). */
+static async_reader_t *reader_at_eof(int sv[2], size_t max_len, const char *data)
+{
+    make_pair(0, sv);
+    async_reader_t *r = async_reader_create(sv[0], max_len);
+    CHECK(r != NULL);
+    put(sv[1], data);
+    CHECK_EQ(shutdown(sv[1], SHUT_WR), 0);
+    return r;
+}
+
 static void eof_max_len_fn(void *arg)
 {
     (void)arg;
     int sv[2];
     const char *out;
-    make_pair(0, sv);
-    async_reader_t *r = async_reader_create(sv[0], 8);
-    CHECK(r != NULL);
-    put(sv[1], "1234567\n12345678");
-    CHECK_EQ(shutdown(sv[1], SHUT_WR), 0);
+    async_reader_t *r = reader_at_eof(sv, 8, "1234567\n12345678");
     expect_frame(r, '\n', "1234567\n", 10000);
     expect_error(r, '\n', ASYNC_E_TOOBIG, 10000);
     expect_frame(r, '\n', "", 10000);
     async_reader_destroy(r);
     close_pair(sv);
-    make_pair(0, sv);
-    r = async_reader_create(sv[0], 1);
-    CHECK(r != NULL);
-    put(sv[1], "\nab");
-    CHECK_EQ(shutdown(sv[1], SHUT_WR), 0);
+    r = reader_at_eof(sv, 1, "\nab");
     expect_frame(r, '\n', "\n", 10000);
     CHECK_EQ(async_reader_read_until(r, '\n', &out, 10000), -1);
     CHECK_ERR(ASYNC_E_TOOBIG);
