@@ -200,10 +200,7 @@ CASE(exactly_max_len_and_one_more) // uring
     on_fiber_then_thread(max_len_fn);
 }
 
-/* max_len bytes without a delimiter are a frame too long as soon as they
- * are buffered, at end of file too: a last frame has at most max_len - 1
- * bytes (max_len 8, and max_len 1 where every byte but the delimiter is
- * too long). */
+/* A reader (max_len) of a unix stream that holds data, then end of file. */
 static async_reader_t *reader_at_eof(int sv[2], size_t max_len, const char *data)
 {
     make_pair(0, sv);
@@ -214,6 +211,10 @@ static async_reader_t *reader_at_eof(int sv[2], size_t max_len, const char *data
     return r;
 }
 
+/* max_len bytes without a delimiter are a frame too long as soon as they
+ * are buffered, at end of file too: a last frame has at most max_len - 1
+ * bytes (max_len 8, and max_len 1 where every byte but the delimiter is
+ * too long). */
 static void eof_max_len_fn(void *arg)
 {
     (void)arg;
