@@ -1,9 +1,11 @@
 /* The buffered reader (async_reader_*): frames cut at a delimiter out of a
  * stream however the bytes arrive, the max_len bound (ASYNC_E_TOOBIG and
- * the rest of the frame after it), the last frame at end of file, no byte
- * lost to a timeout or a cancel, async_reader_read beside read_until, and
- * the argument errors. The I/O cases run on a fiber and on a plain thread
- * (and, with the `uring` word, on io_uring). */
+ * the rest of the frame after it; max_len bytes without a delimiter at end
+ * of file too), the last frame at end of file, no byte lost to a timeout or
+ * a cancel, the frames already there taken past a deadline or a cancel,
+ * async_reader_read beside read_until, and the argument errors. The I/O
+ * cases run on a fiber and on a plain thread (and, with the `uring` word,
+ * on io_uring). */
 #include "check.h"
 #include "net.h"
 
