@@ -2,12 +2,14 @@
  * HTTP/1.1 server, raw epoll peer of examples/http_server for the http rows:
  * one thread, level-triggered epoll, the same request parser and the same
  * response bytes as the example. Each readable connection gets one read()
- * into its input buffer; every complete request in the buffer is parsed and
- * answered in order, the answers of one read go out with one send() (a
- * remainder that does not fit waits for EPOLLOUT, reading stops meanwhile).
- * A request that cannot be parsed is answered with its error status and the
- * connection is closed once that answer is out, as is a "Connection: close"
- * one. No allocation per request: one state record per connection.
+ * into a static buffer (behind what it kept from before); every complete
+ * request there is parsed and answered in order into a static output buffer,
+ * sent with one send() per read (per 64 KiB of answers). A connection keeps
+ * only what outlives the event: an incomplete request, and answers the socket
+ * did not take (then it waits for EPOLLOUT and reads nothing meanwhile). A
+ * request that cannot be parsed is answered with its error status and the
+ * connection closed once that is out, as for "Connection: close". Nothing is
+ * allocated per request.
  *
  * usage: http_epoll port     listens on 127.0.0.1:port (0: any), prints "port=N"
  *        http_epoll --body   prints the body every answer carries
@@ -26,119 +28,119 @@
 
 #include "http_bench_parse.h"
 
-#define IN_CAP 8192
-#define OUT_CAP 65536
+#define IN_CAP 8192   /* the largest request (line and headers) */
+#define OUT_CAP 65536 /* answers collected before a send */
 
+/* Per connection only what outlives one readable event. */
 typedef struct {
-    size_t in_len, out_len, out_off;
-    int closing;  /* close once out is flushed */
+    char *rest;     /* input not answered yet (IN_CAP bytes once needed) */
+    char *pending;  /* answers the socket did not take yet */
+    size_t rest_len, pend_len, pend_off;
+    int closing;  /* close once everything is sent */
     int want_out; /* watching EPOLLOUT instead of EPOLLIN */
-    char in[IN_CAP];
-    char *out; /* OUT_CAP bytes, allocated with the connection */
 } conn_t;
 
-static conn_t **conns; /* by fd */
+static conn_t *conns; /* by fd */
 static int max_fds;
 static int ep;
+static char inbuf[IN_CAP], outbuf[OUT_CAP];
 
 static void drop(int fd) {
     epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL);
     close(fd);
-    if (conns[fd]) free(conns[fd]->out);
-    free(conns[fd]);
-    conns[fd] = NULL;
+    free(conns[fd].rest);
+    free(conns[fd].pending);
+    conns[fd] = (conn_t){0};
 }
 
-static void watch(int fd, uint32_t events) {
-    struct epoll_event ev = {.events = events, .data.fd = fd};
+static void watch(int fd, conn_t *c, int out) {
+    if (c->want_out == out) return;
+    struct epoll_event ev = {.events = out ? EPOLLOUT : EPOLLIN, .data.fd = fd};
     epoll_ctl(ep, EPOLL_CTL_MOD, fd, &ev);
+    c->want_out = out;
 }
 
-/* Sends what is pending; 1 if all of it went, 0 if some waits for EPOLLOUT,
- * -1 if the connection is gone. */
-static int flush_out(int fd, conn_t *c) {
-    while (c->out_off < c->out_len) {
-        ssize_t w = send(fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (w < 0 && errno == EINTR) continue;
-        if (w < 0 && errno == EAGAIN) return 0;
-        if (w <= 0) return -1;
-        c->out_off += (size_t)w;
-    }
-    c->out_len = c->out_off = 0;
-    return 1;
+/* Sends data[0..n); what the socket does not take goes to c->pending.
+ * 1: all sent, 0: some is pending, -1: the connection is gone. */
+static int send_or_keep(int fd, conn_t *c, const char *data, size_t n) {
+    ssize_t w = send(fd, data, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w < 0 && errno != EAGAIN && errno != EINTR) return -1;
+    if (w < 0) w = 0;
+    if ((size_t)w == n) return 1;
+    char *p = realloc(c->pending, c->pend_len + n - (size_t)w);
+    if (!p) return -1;
+    memcpy(p + c->pend_len, data + w, n - (size_t)w);
+    c->pending = p;
+    c->pend_len += n - (size_t)w;
+    return 0;
 }
 
-/* Answers every complete request in c->in (in order) into c->out, keeps the
- * incomplete rest at the start of c->in. */
-static void answer_all(conn_t *c) {
-    size_t off = 0;
-    while (!c->closing && off < c->in_len) {
-        if (OUT_CAP - c->out_len < HB_MAX_RESPONSE) break; /* the rest once this is out */
+/* Keeps in[0..n) for the next event. 0, or -1 out of memory. */
+static int keep_rest(conn_t *c, const char *in, size_t n) {
+    c->rest_len = n;
+    if (n == 0) return 0;
+    if (!c->rest && !(c->rest = malloc(IN_CAP))) return -1;
+    memmove(c->rest, in, n);
+    return 0;
+}
+
+/* Answers every complete request in inbuf[0..len), in order, with one send
+ * per OUT_CAP of answers; keeps the rest of the input (an incomplete request,
+ * or complete ones waiting until the pending answers are out). */
+static void process(int fd, conn_t *c, size_t len) {
+    size_t off = 0, out = 0;
+    int sent = 1;
+    while (off < len && !c->closing) {
+        if (OUT_CAP - out < HB_MAX_RESPONSE) {
+            sent = send_or_keep(fd, c, outbuf, out);
+            out = 0;
+            if (sent <= 0) break;
+        }
         size_t used = 0;
         int keep = 0;
-        int st = hb_parse(c->in + off, c->in_len - off, &used, &keep);
-        if (st == HB_NEED_MORE) {
-            if (c->in_len - off == IN_CAP) st = 431; /* the buffer is full and holds no complete request */
-            else break;
-        }
-        c->out_len += hb_response(c->out + c->out_len, OUT_CAP - c->out_len, st == HB_DONE ? 200 : st,
-                                  st == HB_DONE && keep);
+        int st = hb_parse(inbuf + off, len - off, &used, &keep);
+        if (st == HB_NEED_MORE && len - off < IN_CAP) break;
+        if (st == HB_NEED_MORE) st = 431; /* IN_CAP bytes and no complete request */
+        out += hb_response(outbuf + out, OUT_CAP - out, st == HB_DONE ? 200 : st, st == HB_DONE && keep);
         if (st != HB_DONE || !keep) c->closing = 1;
         off += used;
     }
-    memmove(c->in, c->in + off, c->in_len - off);
-    c->in_len -= off;
+    if (out && sent > 0) sent = send_or_keep(fd, c, outbuf, out);
+    if (sent < 0 || keep_rest(c, inbuf + off, len - off) != 0) return drop(fd);
+    if (sent == 0) return watch(fd, c, 1);
+    if (c->closing) return drop(fd);
+    watch(fd, c, 0);
 }
 
-/* Answers what c->in holds and sends it, as long as that makes progress;
- * then waits for the next read, or for room to send the rest. */
-static void serve(int fd, conn_t *c) {
-    for (;;) {
-        size_t before = c->in_len;
-        answer_all(c);
-        int f = flush_out(fd, c);
-        if (f < 0 || (f == 1 && c->closing)) return drop(fd);
-        if (f == 0) {
-            if (!c->want_out) watch(fd, EPOLLOUT);
-            c->want_out = 1;
-            return;
-        }
-        if (c->in_len == 0 || c->in_len == before) break;
-    }
-    if (c->want_out) watch(fd, EPOLLIN);
-    c->want_out = 0;
-}
-
-static void on_readable(int fd) {
-    conn_t *c = conns[fd];
-    ssize_t r = read(fd, c->in + c->in_len, IN_CAP - c->in_len);
+static void on_readable(int fd, conn_t *c) {
+    size_t n = c->rest_len;
+    if (n) memcpy(inbuf, c->rest, n);
+    ssize_t r = read(fd, inbuf + n, IN_CAP - n);
     if (r < 0 && (errno == EAGAIN || errno == EINTR)) return;
     if (r <= 0) return drop(fd);
-    c->in_len += (size_t)r;
-    serve(fd, c);
+    process(fd, c, n + (size_t)r);
 }
 
-static void on_writable(int fd) {
-    conn_t *c = conns[fd];
-    int f = flush_out(fd, c);
-    if (f < 0 || (f == 1 && c->closing)) return drop(fd);
-    if (f == 1) serve(fd, c); /* requests that waited for room */
+static void on_writable(int fd, conn_t *c) {
+    while (c->pend_off < c->pend_len) {
+        ssize_t w = send(fd, c->pending + c->pend_off, c->pend_len - c->pend_off, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w < 0 && (errno == EAGAIN || errno == EINTR)) return;
+        if (w <= 0) return drop(fd);
+        c->pend_off += (size_t)w;
+    }
+    c->pend_len = c->pend_off = 0;
+    if (c->rest_len) memcpy(inbuf, c->rest, c->rest_len); /* requests that waited for room */
+    process(fd, c, c->rest_len);
 }
 
 static void on_accept(int lfd) {
     int fd;
     while ((fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
-        conn_t *c = fd < max_fds ? malloc(sizeof *c) : NULL;
-        char *out = c ? malloc(OUT_CAP) : NULL;
-        if (!out) {
-            free(c);
+        if (fd >= max_fds) {
             close(fd);
             continue;
         }
-        c->in_len = c->out_len = c->out_off = 0;
-        c->closing = c->want_out = 0;
-        c->out = out;
-        conns[fd] = c;
+        conns[fd] = (conn_t){0};
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         struct epoll_event ev = {.events = EPOLLIN, .data.fd = fd};
@@ -186,10 +188,10 @@ int main(int argc, char **argv) {
             int fd = evs[i].data.fd;
             if (fd == lfd)
                 on_accept(lfd);
-            else if (conns[fd] && (evs[i].events & EPOLLOUT))
-                on_writable(fd);
-            else if (conns[fd])
-                on_readable(fd);
+            else if (conns[fd].want_out)
+                on_writable(fd, &conns[fd]);
+            else
+                on_readable(fd, &conns[fd]);
         }
     }
 }

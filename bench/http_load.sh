@@ -166,7 +166,7 @@ read -r t0 ns0 _ _ < <(cpu_snapshot)
 "${wrk_pin[@]}" wrk -t1 -c"$conns" -d"${secs}s" --timeout 10s --latency "http://127.0.0.1:$port/" >"$TMP/wrk.out" 2>&1
 wrk_rc=$?
 for ((i = 0; i < 50; i++)); do # until the server has closed wrk's connections (at most 5 s)
-  [[ -z $(ss -Htn state established "sport = :$port" 2>/dev/null | head -n1) ]] && break
+  [[ -z $(ss -Htn state established state close-wait "sport = :$port" 2>/dev/null | head -n1) ]] && break
   sleep 0.1
 done
 read -r t1 ns1 procs threads < <(cpu_snapshot)
