@@ -371,6 +371,24 @@ int la_uring_read(int fd, void *buf, size_t n, int timeout_ms, ssize_t *ret);
 int la_uring_write(int fd, const void *buf, size_t n, int timeout_ms, ssize_t *ret, size_t *done);
 int la_uring_accept(int lfd, struct sockaddr *addr, socklen_t *len, int timeout_ms, int *ret);
 int la_uring_connect(int fd, const struct sockaddr *addr, socklen_t len, int timeout_ms, int *ret);
+/* One sendmsg (send 1) or recvmsg (send 0) of m through the ring (net.c:
+ * async_fiber_sendto, async_fiber_recvfrom); m and what it points at stay
+ * valid until the call returns. *ret: the byte count, or -1. */
+int la_uring_msg(int fd, struct msghdr *m, int send, int timeout_ms, ssize_t *ret);
+/* 1 if the call may go through io_uring (io_uring.c decides the rest): the
+ * caller is a fiber of an io_uring scheduler, and fd is not owned by it.
+ * Owned descriptors keep their registered epoll path on an io_uring
+ * scheduler too (async_fiber_close must reach the fibers parked on them,
+ * and accept on an owned listener hands out owned fds): io_uring serves the
+ * plain ones. An epoll scheduler's call stops at the first test (no look at
+ * the fd table). Allocates nothing. */
+static inline int la_uring_here(int fd) {
+    la_fiber_t *f = la_current_fiber();
+    if (!f || !f->s->uring) return 0;
+    if (fd < 0 || fd >= LA_FD_CHUNK * LA_FD_CHUNKS) return 1;
+    la_fdrec_t *c = atomic_load_explicit(&f->s->fdchunks[(size_t)fd / LA_FD_CHUNK], memory_order_acquire);
+    return !(c && atomic_load_explicit(&c[(size_t)fd % LA_FD_CHUNK].owned, memory_order_relaxed));
+}
 #endif
 
 /* Dispatches fd events (io.c, io_uring.c) after a kick or a timeout (the

@@ -12,22 +12,6 @@
 
 #include "fiber_int.h"
 
-#if defined(LA_URING)
-/* 1 if the call may go through io_uring (io_uring.c decides the rest): the
- * caller is a fiber of an io_uring scheduler, and fd is not owned by it.
- * Owned descriptors keep their registered epoll path on an io_uring
- * scheduler too (async_fiber_close must reach the fibers parked on them,
- * and accept on an owned listener hands out owned fds): io_uring serves the
- * plain ones. An epoll scheduler's call stops at the first test (no look at
- * the fd table). Allocates nothing. */
-static int uring_here(int fd) {
-    la_fiber_t *f = la_current_fiber();
-    if (!f || !f->s->uring) return 0;
-    if (fd < 0 || fd >= LA_FD_CHUNK * LA_FD_CHUNKS) return 1;
-    la_fdrec_t *c = atomic_load_explicit(&f->s->fdchunks[(size_t)fd / LA_FD_CHUNK], memory_order_acquire);
-    return !(c && atomic_load_explicit(&c[(size_t)fd % LA_FD_CHUNK].owned, memory_order_relaxed));
-}
-#endif
 
 /* A read or write of 0 bytes: 0 at once on an open fd (a socket's recv or
  * send of 0 bytes may say EAGAIN, which must not make the call wait for data
@@ -141,7 +125,7 @@ ssize_t async_fiber_read(async_fd_t fd, void *buf, size_t n, int timeout_ms) {
     ssize_t early;
     if (io_args(fd, buf, n, timeout_ms, &early)) return early;
 #if defined(LA_URING)
-    if (uring_here(fd) && la_uring_read(fd, buf, n, timeout_ms, &early)) return early; /* io_uring.c */
+    if (la_uring_here(fd) && la_uring_read(fd, buf, n, timeout_ms, &early)) return early; /* io_uring.c */
 #endif
     uint64_t deadline = la_deadline(timeout_ms);
     la_fiber_t *f = la_current_fiber();
@@ -192,7 +176,7 @@ ssize_t async_fiber_write(async_fd_t fd, const void *buf, size_t n, int timeout_
     if (io_args(fd, buf, n, timeout_ms, &early)) return early;
     size_t done = 0;
 #if defined(LA_URING)
-    if (uring_here(fd) && la_uring_write(fd, buf, n, timeout_ms, &early, &done)) return early; /* io_uring.c */
+    if (la_uring_here(fd) && la_uring_write(fd, buf, n, timeout_ms, &early, &done)) return early; /* io_uring.c */
 #endif
     uint64_t deadline = la_deadline(timeout_ms);
     la_fiber_t *f = la_current_fiber();
@@ -228,7 +212,7 @@ async_fd_t async_fiber_accept(async_fd_t lfd, struct sockaddr *addr, socklen_t *
     }
 #if defined(LA_URING)
     int ur;
-    if (uring_here(lfd) && la_uring_accept(lfd, addr, len, timeout_ms, &ur)) return ur; /* io_uring.c */
+    if (la_uring_here(lfd) && la_uring_accept(lfd, addr, len, timeout_ms, &ur)) return ur; /* io_uring.c */
 #endif
     uint64_t deadline = la_deadline(timeout_ms);
     la_fiber_t *f = la_current_fiber();
@@ -270,7 +254,7 @@ int async_fiber_connect(async_fd_t fd, const struct sockaddr *addr, socklen_t le
     }
 #if defined(LA_URING)
     int ur;
-    if (uring_here(fd) && la_uring_connect(fd, addr, len, timeout_ms, &ur)) return ur; /* io_uring.c */
+    if (la_uring_here(fd) && la_uring_connect(fd, addr, len, timeout_ms, &ur)) return ur; /* io_uring.c */
 #endif
     la_fiber_t *f = la_current_fiber();
     la_fdrec_t *rec = f ? la_fdrec(f->s, fd) : NULL;

@@ -104,6 +104,13 @@ static int own_err(int e) {
     }
 }
 
+/* The host's bug made visible: an owned fd's file was closed with close(2)
+ * (or replaced with dup2), found when its number is owned again. Logged
+ * after every lock is let go (the hook is the host's code). */
+static void report_closed_behind(int fd) {
+    la_log(ASYNC_LOG_WARN, "fd %d: owned descriptor was closed with close(2), not async_fiber_close", fd);
+}
+
 /* Makes fd owned by s (see the top). fresh: the kernel just handed the
  * number out (accept), so an owner it still has is stale. 0 or an
  * async_err_t. */
@@ -123,7 +130,7 @@ int la_io_own_fd(la_sched_t *s, int fd, int fresh) {
 
 /* la_io_own_fd once fd is non-blocking. */
 static int own_fd_locked(la_sched_t *s, la_fdrec_t *r, int fd, int fresh) {
-    int e;
+    int e, closed_behind = 0;
     int tcp = sys_is_tcp(fd);
     int rc = 0;
     pthread_mutex_lock(&own_mu);
@@ -155,7 +162,7 @@ static int own_fd_locked(la_sched_t *s, la_fdrec_t *r, int fd, int fresh) {
                 la_spin_unlock(&orec->lk);
             }
             /* o's parked fibers (if any) wait for a file that is gone */
-            if (stale && orec) disown_rec(o, orec, fd, 0);
+            if (stale && orec && disown_rec(o, orec, fd, 0)) closed_behind = 1;
             la_sched_put(o);
             if (!stale) {
                 pthread_mutex_unlock(&own_mu);
@@ -175,7 +182,10 @@ static int own_fd_locked(la_sched_t *s, la_fdrec_t *r, int fd, int fresh) {
     /* Owned but not registered (or fresh): the file behind the number was
      * closed with close(2) and its registration went with it. What waits
      * for the old file wakes with ASYNC_E_CLOSED. */
-    if (atomic_load_explicit(&r->owned, memory_order_relaxed)) disown_locked(r, wake);
+    if (atomic_load_explicit(&r->owned, memory_order_relaxed)) {
+        disown_locked(r, wake);
+        closed_behind = 1;
+    }
     if (e == 0) {
         r->fd = fd;
         atomic_store_explicit(&r->tcp, (char)tcp, memory_order_relaxed);
@@ -189,6 +199,7 @@ static int own_fd_locked(la_sched_t *s, la_fdrec_t *r, int fd, int fresh) {
     la_spin_unlock(&r->lk);
     pthread_mutex_unlock(&own_mu);
     wake_closed(wake);
+    if (closed_behind) report_closed_behind(fd);
     return rc;
 }
 

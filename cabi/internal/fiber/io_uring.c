@@ -190,8 +190,8 @@ static void ring_close(la_uring_t *r) {
     r->sq_map = r->cq_map = NULL;
 }
 
-static const unsigned la_ur_ops[] = {IORING_OP_RECV, IORING_OP_SEND, IORING_OP_ACCEPT, IORING_OP_POLL_ADD,
-                                     IORING_OP_ASYNC_CANCEL};
+static const unsigned la_ur_ops[] = {IORING_OP_RECV,     IORING_OP_SEND,    IORING_OP_ACCEPT,      IORING_OP_POLL_ADD,
+                                     IORING_OP_RECVMSG,  IORING_OP_SENDMSG, IORING_OP_ASYNC_CANCEL};
 
 /* 1 if the kernel release is at least major.minor. */
 static int kernel_at_least(int major, int minor) {
@@ -240,7 +240,7 @@ static const char *ring_open(la_uring_t *r, int solo, unsigned ncq) {
     for (size_t i = 0; ok && i < sizeof la_ur_ops / sizeof la_ur_ops[0]; i++)
         ok = la_ur_ops[i] <= pr->last_op && (pr->ops[la_ur_ops[i]].flags & IO_URING_OP_SUPPORTED);
     free(pr);
-    if (!ok) return "kernel lacks io_uring opcodes (RECV, SEND, ACCEPT, POLL_ADD, ASYNC_CANCEL)";
+    if (!ok) return "kernel lacks io_uring opcodes (RECV, SEND, ACCEPT, POLL_ADD, RECVMSG, SENDMSG, ASYNC_CANCEL)";
 
     r->sq_map_len = p.sq_off.array + p.sq_entries * sizeof(unsigned);
     r->cq_map_len = p.cq_off.cqes + p.cq_entries * sizeof(struct io_uring_cqe);
@@ -895,4 +895,60 @@ int la_uring_connect(int fd, const struct sockaddr *addr, socklen_t alen, int ti
         return ur_fail(ret, ur_map_errno(-e));
     }
     return ur_fail(ret, op_err(res, why));
+}
+
+/* A receive that finds another receive of this scheduler in the ring for fd
+ * (la_uring_read's rule): a datagram already there is taken at once, else
+ * ASYNC_E_BUSY. */
+LA_NOINLINE static int msg_busy_now(int fd, struct msghdr *m, ssize_t *ret) {
+    ssize_t k;
+    do k = recvmsg(fd, m, MSG_DONTWAIT);
+    while (k < 0 && errno == EINTR);
+    if (k >= 0) {
+        *ret = k;
+        return 1;
+    }
+    la_set_error(errno == EAGAIN || errno == EWOULDBLOCK ? ASYNC_E_BUSY : ur_map_errno(errno));
+    *ret = -1;
+    return 1;
+}
+
+int la_uring_msg(int fd, struct msghdr *m, int send, int timeout_ms, ssize_t *ret) {
+    la_fiber_t *f = NULL;
+    la_uring_t *r = my_ring(&f, timeout_ms);
+    if (!r) return 0;
+    unsigned bit = send ? 2 : 1;
+    _Atomic unsigned char *b;
+    int e = busy_take(f->s, fd, bit, &b);
+    if (e < 0) return 0; /* the poller path */
+    if (e == ASYNC_E_BUSY && !send) return msg_busy_now(fd, m, ret);
+    if (e) {
+        la_set_error(e);
+        *ret = -1;
+        return 1;
+    }
+    uint64_t deadline = la_deadline(timeout_ms);
+    socklen_t namelen = m->msg_namelen;
+    la_uop_t op;
+    int why, res;
+    do {
+        m->msg_namelen = namelen;
+        struct io_uring_sqe *q = op_start(&op, &r, send ? IORING_OP_SENDMSG : IORING_OP_RECVMSG, fd, m, 1);
+        q->msg_flags = send ? MSG_NOSIGNAL : 0;
+        sqe_push(r);
+        res = op_wait(f, r, &op, deadline, fd, (int)bit, &why);
+    } while (res == -EINTR && why == LA_W_READY);
+    busy_drop(b, bit);
+    if (res >= 0) {
+        *ret = res;
+        return 1;
+    }
+    if (res == -ENOTSOCK || (res == -EAGAIN && why == LA_W_READY)) { /* the poller path */
+        m->msg_namelen = namelen;
+        return 0;
+    }
+    int bad_dest = send && (res == -EDESTADDRREQ || res == -EISCONN || res == -EAFNOSUPPORT);
+    la_set_error(res == -EMSGSIZE ? ASYNC_E_TOOBIG : bad_dest ? ASYNC_E_INVAL : op_err(res, why));
+    *ret = -1;
+    return 1;
 }
