@@ -1,15 +1,16 @@
 /*
  * HTTP/1.1 server, raw epoll peer of examples/http_server for the http rows:
  * one thread, level-triggered epoll, the same request parser and the same
- * response bytes as the example. Each readable connection gets one read()
- * into a static buffer (behind what it kept from before); every complete
- * request there is parsed and answered in order into a static output buffer,
- * sent with one send() per read (per 64 KiB of answers). A connection keeps
- * only what outlives the event: an incomplete request, and answers the socket
- * did not take (then it waits for EPOLLOUT and reads nothing meanwhile). A
- * request that cannot be parsed is answered with its error status and the
- * connection closed once that is out, as for "Connection: close". Nothing is
- * allocated per request.
+ * response bytes as the example (examples/http_server/http_parse.c). Each
+ * readable connection gets one read() into a static buffer (behind what it
+ * kept from before); every complete request there is parsed and answered in
+ * order into a static output buffer, sent with one send() per read (per
+ * 64 KiB of answers). A connection keeps only what outlives the event: an
+ * incomplete request, and answers the socket did not take (then it waits for
+ * EPOLLOUT and reads nothing meanwhile). A request that cannot be parsed is
+ * answered with its error status and the connection closed once that is out,
+ * as for "Connection: close"; a request body is skipped. Nothing is allocated
+ * per request.
  *
  * usage: http_epoll port     listens on 127.0.0.1:port (0: any), prints "port=N"
  *        http_epoll --body   prints the body every answer carries
@@ -26,16 +27,18 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "http_bench_parse.h"
+#include "http_parse.h"
 
-#define IN_CAP 8192   /* the largest request (line and headers) */
-#define OUT_CAP 65536 /* answers collected before a send */
+#define IN_CAP HTTP_DEFAULT_MAX_HEAD /* the largest request head */
+#define OUT_CAP 65536                 /* answers collected before a send */
+#define MAX_ANSWER 256                /* http_ok_response's or http_error_response's */
 
 /* Per connection only what outlives one readable event. */
 typedef struct {
     char *rest;     /* input not answered yet (IN_CAP bytes once needed) */
     char *pending;  /* answers the socket did not take yet */
     size_t rest_len, pend_len, pend_off;
+    uint64_t skip; /* body bytes of the last request still to come */
     int closing;  /* close once everything is sent */
     int want_out; /* watching EPOLLOUT instead of EPOLLIN */
 } conn_t;
@@ -44,6 +47,7 @@ static conn_t *conns; /* by fd */
 static int max_fds;
 static int ep;
 static char inbuf[IN_CAP], outbuf[OUT_CAP];
+static time_t now; /* read once per epoll_wait */
 
 static void drop(int fd) {
     epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL);
@@ -91,19 +95,33 @@ static void process(int fd, conn_t *c, size_t len) {
     size_t off = 0, out = 0;
     int sent = 1;
     while (off < len && !c->closing) {
-        if (OUT_CAP - out < HB_MAX_RESPONSE) {
+        if (c->skip) { /* a body: not looked at */
+            size_t n = len - off < c->skip ? len - off : (size_t)c->skip;
+            off += n;
+            c->skip -= n;
+            continue;
+        }
+        if (OUT_CAP - out < MAX_ANSWER) {
             sent = send_or_keep(fd, c, outbuf, out);
             out = 0;
             if (sent <= 0) break;
         }
-        size_t used = 0;
-        int keep = 0;
-        int st = hb_parse(inbuf + off, len - off, &used, &keep);
-        if (st == HB_NEED_MORE && len - off < IN_CAP) break;
-        if (st == HB_NEED_MORE) st = 431; /* IN_CAP bytes and no complete request */
-        out += hb_response(outbuf + out, OUT_CAP - out, st == HB_DONE ? 200 : st, st == HB_DONE && keep);
-        if (st != HB_DONE || !keep) c->closing = 1;
-        off += used;
+        http_request_t req;
+        int r = http_parse_request(inbuf + off, len - off, NULL, &req);
+        if (r == HTTP_PARSE_NEED_MORE && len - off < IN_CAP) break;
+        if (r == HTTP_PARSE_COMPLETE) {
+            size_t n;
+            const char *ok = http_ok_response(now, req.keep_alive, req.method == HTTP_HEAD, &n);
+            memcpy(outbuf + out, ok, n);
+            out += n;
+            off += req.head_len;
+            c->skip = req.content_length;
+            c->closing = !req.keep_alive;
+        } else { /* an error, or IN_CAP bytes without a whole head */
+            out += http_error_response(outbuf + out, OUT_CAP - out, r == HTTP_PARSE_ERROR ? req.status : 431, now);
+            c->closing = 1;
+            off = len;
+        }
     }
     if (out && sent > 0) sent = send_or_keep(fd, c, outbuf, out);
     if (sent < 0 || keep_rest(c, inbuf + off, len - off) != 0) return drop(fd);
@@ -165,7 +183,7 @@ static int listen_on(int port) {
 
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "--body") == 0) { /* for bench/http_load.sh: the body to expect */
-        fputs(HB_BODY, stdout);
+        fputs(HTTP_OK_BODY, stdout);
         return 0;
     }
     int port = argc > 1 ? atoi(argv[1]) : 0;
@@ -184,6 +202,7 @@ int main(int argc, char **argv) {
     epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev);
     for (;;) {
         int n = epoll_wait(ep, evs, 512, -1);
+        now = time(NULL);
         for (int i = 0; i < n; i++) {
             int fd = evs[i].data.fd;
             if (fd == lfd)

@@ -51,7 +51,8 @@ command -v go >/dev/null || { echo "bench: the Go toolchain (go) is needed to bu
 # library (a server that does not build is left out: its runs report ok=0).
 build_http() {
   cp "$B/http_load.sh" "$B/http_nginx.conf" "$OUT/"
-  gcc "${CFLAGS[@]}" -o "$OUT/http_epoll" "$B/http_epoll.c"
+  gcc "${CFLAGS[@]}" -I"$ROOT/examples/http_server" -o "$OUT/http_epoll" "$B/http_epoll.c" \
+    "$ROOT/examples/http_server/http_parse.c"
   rm -f "$OUT/http_server"
   [[ $ours_ok == 1 && -d $ROOT/examples/http_server ]] || return 0
   gcc "${CFLAGS[@]}" -I"$ROOT/include" -o "$OUT/http_server" $(ls "$ROOT"/examples/http_server/*.c | grep -v /test_) \
