@@ -178,13 +178,13 @@ BENCHES=(
   "echo_10k_2w go2 tcp_client $(n 10000) 5 64 go_echo 2"
   "echo_10k_uring libasync ASYNC_FIBER_IO=uring tcp_client $(n 10000) 5 64 echo_async 1"
   "echo_10k_uring uring tcp_client $(n 10000) 5 64 echo_uring"
-  "http_100 libasync http_load.sh 100 $HSECS http_server --port PORT --workers 1"
+  "http_100 libasync http_load.sh 100 $HSECS http_server --host 127.0.0.1 --port PORT --workers 1"
   "http_100 nginx http_load.sh 100 $HSECS nginx"
   "http_100 epoll http_load.sh 100 $HSECS http_epoll PORT"
-  "http_10k libasync http_load.sh $(n 10000) $HSECS http_server --port PORT --workers 1"
+  "http_10k libasync http_load.sh $(n 10000) $HSECS http_server --host 127.0.0.1 --port PORT --workers 1"
   "http_10k nginx http_load.sh $(n 10000) $HSECS nginx"
   "http_10k epoll http_load.sh $(n 10000) $HSECS http_epoll PORT"
-  "http_100_2w libasync HTTP_PIN=0, http_load.sh 100 $HSECS http_server --port PORT --workers 2"
+  "http_100_2w libasync HTTP_PIN=0, http_load.sh 100 $HSECS http_server --host 127.0.0.1 --port PORT --workers 2"
   "fib_100k_2w libasync fibers_async fib 2 $(n 100000) 20 10"
 )
 # Run once, after the rounds (too slow to repeat: most of the time goes to
