@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what building and testing libasync needs, when it is missing:
-# cmake, pkg-config (make test-install) and a C/C++ compiler (and, as root, gdb for ctest tools.gdb) from Debian's
-# packages. Go must already be on PATH. CI runs as root; as another user,
+# cmake, pkg-config (make test-install) and a C/C++ compiler (and, as root, gdb for ctest tools.gdb and
+# libssl-dev for the TLS cases) from Debian's packages. Go must already be on PATH. CI runs as root; as another user,
 # this says what to install instead.
 set -euo pipefail
 need=()
@@ -11,9 +11,12 @@ command -v g++ >/dev/null 2>&1 || need+=(g++)
 command -v make >/dev/null 2>&1 || need+=(make)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 # optional: installed when running as root, else only named. ctest
-# tools.gdb runs the gdb helper in a real gdb (skipped without it).
+# tools.gdb runs the gdb helper in a real gdb (skipped without it); the TLS
+# cases (ctests/fiber_io/tls_echo.c) and examples/fiber_tls need OpenSSL's
+# headers (left out of the build without them; libasync never uses OpenSSL).
 opt=()
 command -v gdb >/dev/null 2>&1 || opt+=(gdb)
+dpkg -s libssl-dev >/dev/null 2>&1 || opt+=(libssl-dev)
 for pkg in "$@"; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
@@ -26,7 +29,7 @@ if ! command -v go >/dev/null 2>&1; then
   exit 1
 fi
 if [ "$(id -u)" != 0 ] && [ ${#opt[@]} -gt 0 ]; then
-  echo "deps: optional, not installed: ${opt[*]} (ctest tools.gdb is skipped without gdb)" >&2
+  echo "deps: optional, not installed: ${opt[*]} (without gdb ctest tools.gdb is skipped, without libssl-dev the TLS cases)" >&2
   opt=()
 fi
 need+=(${opt[@]+"${opt[@]}"})
