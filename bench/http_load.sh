@@ -24,9 +24,9 @@
 #     paths in that directory.
 #   program: a server in this script's directory; the argument PORT is
 #     replaced by the port it must listen on (127.0.0.1 only).
-# Environment: HTTP_PIN="W,S": wrk on CPU W, the server on CPU S ("" = no
-#   pinning; "W,": wrk only); default "0,1" on a machine with 2 or more CPUs.
-#   The body every server answers with is the one `http_epoll --body` prints.
+# Environment: HTTP_PIN="W,S": wrk on CPU W, the server on CPU S ("W,": wrk
+#   only); unset or empty: the OS places both.
+# The body every server must answer with is the one `http_epoll --body` prints.
 set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -41,7 +41,7 @@ command -v wrk >/dev/null || fail "wrk is not installed"
 ulimit -Sn "$(ulimit -Hn)" 2>/dev/null
 (($(ulimit -Sn) >= conns + 64)) || fail "RLIMIT_NOFILE $(ulimit -Sn) is too low for $conns connections"
 
-pin=${HTTP_PIN-$([[ $(nproc) -ge 2 ]] && echo 0,1)}
+pin=${HTTP_PIN:-}
 wrk_pin=() srv_pin=()
 [[ -n ${pin%%,*} ]] && wrk_pin=(taskset -c "${pin%%,*}")
 [[ $pin == *,* && -n ${pin#*,} ]] && srv_pin=(taskset -c "${pin#*,}")
@@ -53,13 +53,19 @@ descendants() { # pid: the pid and every process below it
   echo "$p"
   for c in $(cat /proc/"$p"/task/*/children 2>/dev/null); do descendants "$c"; done
 }
+alive() { # the server runs (a dead child stays a zombie until waited for)
+  local l
+  { read -r l <"/proc/$server/stat"; } 2>/dev/null || return 1
+  l=${l##*) }
+  [[ ${l:0:1} != [ZX] ]]
+}
 stop_server() {
   ((server > 0)) || return
   local pids i
   pids=$(descendants "$server")
   kill -TERM "$server" 2>/dev/null
   for ((i = 0; i < 30; i++)); do
-    kill -0 "$server" 2>/dev/null || break
+    alive || break
     sleep 0.1
   done
   # shellcheck disable=SC2086
@@ -110,7 +116,7 @@ start_server() { # port: starts the server in the background, sets server
 check_answer() { # port
   local i code
   for ((i = 0; i < 100; i++)); do
-    kill -0 "$server" 2>/dev/null || return 1
+    alive || return 1
     code=$(curl -s -o "$TMP/body.got" -w '%{http_code}' --max-time 2 "http://127.0.0.1:$1/") &&
       [[ $code == 200 ]] && cmp -s "$TMP/body.got" "$TMP/body.expected" && return 0
     [[ $code == 000 ]] || { echo "answered $code, body $(head -c 80 "$TMP/body.got" | tr -d '\n')"; return 1; }
@@ -122,14 +128,14 @@ check_answer() { # port
 cpu_snapshot() { # prints "ticks sched_ns procs threads" over the server's processes
   local p line rest ticks=0 ns=0 procs=0 threads=0 f v
   for p in $(descendants "$server"); do
-    read -r line <"/proc/$p/stat" 2>/dev/null || continue
+    { read -r line <"/proc/$p/stat"; } 2>/dev/null || continue
     rest=${line##*) }
     # shellcheck disable=SC2086
     set -- $rest
     ticks=$((ticks + ${12} + ${13}))
     procs=$((procs + 1))
     for f in /proc/"$p"/task/*/schedstat; do
-      read -r v _ <"$f" 2>/dev/null || continue
+      { read -r v _ <"$f"; } 2>/dev/null || continue
       ns=$((ns + v))
       threads=$((threads + 1))
     done
@@ -160,7 +166,7 @@ for ((try = 0; try < 3 && !started; try++)); do
     stop_server
   fi
 done
-((started)) || fail "$prog did not answer on 127.0.0.1 ($(tail -c 300 "$TMP/server.out" "$TMP"/nginx/error.log 2>/dev/null | tr '\n"' "  "))"
+((started)) || fail "$prog did not answer on 127.0.0.1: $(cat "$TMP/server.out" "$TMP"/nginx/error.log 2>/dev/null | tail -c 300 | tr '\n"' "  ")"
 
 read -r t0 ns0 _ _ < <(cpu_snapshot)
 "${wrk_pin[@]}" wrk -t1 -c"$conns" -d"${secs}s" --timeout 10s --latency "http://127.0.0.1:$port/" >"$TMP/wrk.out" 2>&1
@@ -170,12 +176,13 @@ for ((i = 0; i < 50; i++)); do # until the server has closed wrk's connections (
   sleep 0.1
 done
 read -r t1 ns1 procs threads < <(cpu_snapshot)
-kill -0 "$server" 2>/dev/null || fail "$prog exited during the run"
-((wrk_rc == 0)) || fail "wrk exited with status $wrk_rc: $(tr '\n"' "  " <"$TMP/wrk.out" | tail -c 300)"
+alive || fail "$prog exited during the run: $(tail -c 300 "$TMP/server.out" | tr '\n"' "  ")"
+wrk_text() { tr '\n"' "  " <"$TMP/wrk.out" | tr -s ' ' | head -c 600; }
+((wrk_rc == 0)) || fail "wrk exited with status $wrk_rc: $(wrk_text)"
 
 out=$(cat "$TMP/wrk.out")
 requests=$(awk '/ requests in / { print $1 }' <<<"$out")
-[[ $requests =~ ^[0-9]+$ && $requests -gt 0 ]] || fail "no request completed: $(tr '\n"' "  " <<<"$out" | tail -c 300)"
+[[ $requests =~ ^[0-9]+$ && $requests -gt 0 ]] || fail "no request completed: $(wrk_text)"
 if grep -q 'Socket errors' <<<"$out"; then
   fail "wrk: $(grep 'Socket errors' <<<"$out" | sed 's/^ *//') of $requests requests"
 fi

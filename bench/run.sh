@@ -118,8 +118,8 @@ g++ -O2 -Wall -Wextra -o "$OUT/fibers_boost" "$B/fibers_boost.cpp" -lboost_fiber
 # io_uring peer (tcp_client reports which path the server really used).
 # HTTP rows: bench/http_load.sh starts the server (PORT in its arguments is
 # the port it picks), loads it with wrk for HSECS seconds and reads the
-# server's CPU from /proc; wrk and the server run pinned to CPUs 0 and 1
-# (HTTP_PIN), except the 2-worker server, which gets both CPUs.
+# server's CPU from /proc; the OS places wrk and the server (HTTP_PIN=W,S in
+# the environment of make bench pins them).
 n() { echo $(($1 / SCALE)); }
 HSECS=$((SCALE == 1 ? 5 : 2))
 BENCHES=(
@@ -184,7 +184,7 @@ BENCHES=(
   "http_10k libasync http_load.sh $(n 10000) $HSECS http_server --host 127.0.0.1 --port PORT --workers 1"
   "http_10k nginx http_load.sh $(n 10000) $HSECS nginx"
   "http_10k epoll http_load.sh $(n 10000) $HSECS http_epoll PORT"
-  "http_100_2w libasync HTTP_PIN=0, http_load.sh 100 $HSECS http_server --host 127.0.0.1 --port PORT --workers 2"
+  "http_100_2w libasync http_load.sh 100 $HSECS http_server --host 127.0.0.1 --port PORT --workers 2"
   "fib_100k_2w libasync fibers_async fib 2 $(n 100000) 20 10"
 )
 # Run once, after the rounds (too slow to repeat: most of the time goes to
