@@ -1,20 +1,29 @@
 #!/usr/bin/env bash
 # HTTP load driver for the http rows of make bench: starts a server on
 # 127.0.0.1, checks one answer with curl, loads it with wrk (1 thread, `conns`
-# keep-alive connections, `secs` seconds, --latency) and prints one line:
+# keep-alive connections, --latency), measures a timed phase of `secs` seconds
+# once every connection has been answered, and prints one line:
 #   ok=1 conns= secs= requests= req_per_s= cpu_us_per_req= cpu_sched_us_per_req=
-#        server_cpu_s= p50_us= p99_us= server_procs= server_threads=
+#        server_cpu_s= p50_us= p99_us= warmup_s= wrk_requests= answer_bytes= ...
 # or ok=0 error="..." when the server does not start, answers wrongly, dies,
 # or wrk sees errors (socket errors or non-2xx answers).
 #
-# cpu_us_per_req: utime+stime (/proc/<pid>/stat) of every process of the
-#   server (the one started and its descendants, e.g. nginx's master and
-#   worker; each process's figure covers all its threads) over the timed
-#   phase, divided by the requests wrk completed. The timed phase runs from
-#   just before wrk starts until wrk has exited and the server holds no
-#   connection from it any more: it includes accepting and closing the
-#   connections. cpu_sched_us_per_req is the same from the run time in
-#   /proc/<pid>/task/*/schedstat (ns resolution, live threads only).
+# The timed phase starts when every connection has sent at least one answer
+# and wrk has run 1 s (warmup_s: when that was), and lasts `secs` seconds;
+# then wrk is stopped (SIGINT: it reports what it saw). Connecting and
+# closing are outside it.
+#   requests: answers the server sent in the timed phase: the growth of
+#     bytes_sent (tcp_info, from `ss -ti`) summed over the server's side of
+#     the connections, divided by the size of one answer (answer_bytes, from
+#     the curl check: every answer to wrk's request is the same bytes).
+#   cpu_us_per_req: utime+stime (/proc/<pid>/stat) of every process of the
+#     server (the one started and its descendants, e.g. nginx's master and
+#     worker; each process's figure covers all its threads) over the timed
+#     phase, divided by requests. cpu_sched_us_per_req is the same from the
+#     run time in /proc/<pid>/task/*/schedstat (ns resolution, live threads).
+#   req_per_s: requests / the timed phase's length.
+#   p50_us, p99_us: wrk's latency percentiles over its whole run;
+#     wrk_requests: the answers wrk counted over its whole run.
 #
 # usage: http_load.sh conns secs nginx
 #        http_load.sh conns secs program [args...]
@@ -111,18 +120,32 @@ start_server() { # port: starts the server in the background, sets server
   server=$!
 }
 
-# Waits until the server answers 200 with the expected body; 1 if it died
-# or did not answer within 10 s.
+# Waits until the server answers 200 with the expected body and writes the
+# answer's size in bytes (head and body) to $TMP/answer.bytes; 1 if it died or
+# did not answer within 10 s.
 check_answer() { # port
-  local i code
+  local i code size
   for ((i = 0; i < 100; i++)); do
     alive || return 1
-    code=$(curl -s -o "$TMP/body.got" -w '%{http_code}' --max-time 2 "http://127.0.0.1:$1/") &&
-      [[ $code == 200 ]] && cmp -s "$TMP/body.got" "$TMP/body.expected" && return 0
+    read -r code size < <(curl -s -o "$TMP/body.got" -w '%{http_code} %{size_header}\n' --max-time 2 \
+      "http://127.0.0.1:$1/")
+    if [[ $code == 200 ]] && cmp -s "$TMP/body.got" "$TMP/body.expected"; then
+      echo $((size + $(stat -c %s "$TMP/body.got"))) >"$TMP/answer.bytes"
+      return 0
+    fi
     [[ $code == 000 ]] || { echo "answered $code, body $(head -c 80 "$TMP/body.got" | tr -d '\n')"; return 1; }
     sleep 0.1
   done
   return 1
+}
+
+# Over the server's established connections: "connections answered bytes",
+# where answered counts those that sent something, bytes what they sent.
+sent_snapshot() {
+  ss -Htin state established "sport = :$port" 2>/dev/null | awk '
+    { for (i = 1; i <= NF; i++) if ($i ~ /^bytes_sent:/) { split($i, a, ":"); b += a[2]; if (a[2] > 0) n++ } }
+    /^[0-9]/ { c++ }
+    END { printf "%d %d %.0f\n", c, n, b }'
 }
 
 cpu_snapshot() { # prints "ticks sched_ns procs threads" over the server's processes
@@ -168,14 +191,30 @@ for ((try = 0; try < 3 && !started; try++)); do
 done
 ((started)) || fail "$prog did not answer on 127.0.0.1: $(cat "$TMP/server.out" "$TMP"/nginx/error.log 2>/dev/null | tail -c 300 | tr '\n"' "  ")"
 
-read -r t0 ns0 _ _ < <(cpu_snapshot)
-"${wrk_pin[@]}" wrk -t1 -c"$conns" -d"${secs}s" --timeout 10s --latency "http://127.0.0.1:$port/" >"$TMP/wrk.out" 2>&1
-wrk_rc=$?
-for ((i = 0; i < 50; i++)); do # until the server has closed wrk's connections (at most 5 s)
-  [[ -z $(ss -Htn state established state close-wait "sport = :$port" 2>/dev/null | head -n1) ]] && break
+# wrk runs until stopped (SIGINT: it stops and reports); the timed phase
+# starts once every connection got an answer and the run is 1 s old.
+"${wrk_pin[@]}" wrk -t1 -c"$conns" -d300s --timeout 10s --latency "http://127.0.0.1:$port/" >"$TMP/wrk.out" 2>&1 &
+wrk=$!
+trap 'kill -INT $wrk 2>/dev/null; stop_server; rm -rf "$TMP"' EXIT
+w0=$(date +%s%N)
+sleep 1
+for ((i = 0;; i++)); do
+  read -r est answered _ < <(sent_snapshot)
+  ((answered >= conns)) && break
+  kill -0 "$wrk" 2>/dev/null || break
+  ((i < 300)) || fail "$answered of $conns connections answered after 30 s ($est established)"
   sleep 0.1
 done
+read -r t0 ns0 _ _ < <(cpu_snapshot)
+read -r _ _ b0 < <(sent_snapshot)
+w1=$(date +%s%N)
+sleep "$secs"
 read -r t1 ns1 procs threads < <(cpu_snapshot)
+read -r _ _ b1 < <(sent_snapshot)
+w2=$(date +%s%N)
+kill -INT "$wrk" 2>/dev/null
+wait "$wrk"
+wrk_rc=$?
 alive || fail "$prog exited during the run: $(tail -c 300 "$TMP/server.out" | tr '\n"' "  ")"
 wrk_text() { tr '\n"' "  " <"$TMP/wrk.out" | tr -s ' ' | head -c 600; }
 ((wrk_rc == 0)) || fail "wrk exited with status $wrk_rc: $(wrk_text)"
@@ -189,12 +228,15 @@ fi
 if grep -q 'Non-2xx' <<<"$out"; then
   fail "wrk: $(grep 'Non-2xx' <<<"$out" | sed 's/^ *//') of $requests requests"
 fi
-rps=$(awk '/^Requests\/sec:/ { print $2 }' <<<"$out")
 p50=$(to_us "$(awk '$1 == "50%" { print $2 }' <<<"$out")")
 p99=$(to_us "$(awk '$1 == "99%" { print $2 }' <<<"$out")")
 hz=$(getconf CLK_TCK)
-awk -v c="$conns" -v s="$secs" -v r="$requests" -v rps="$rps" -v t="$((t1 - t0))" -v hz="$hz" \
-  -v ns="$((ns1 - ns0))" -v p50="$p50" -v p99="$p99" -v procs="$procs" -v thr="$threads" 'BEGIN {
-  printf "ok=1 conns=%d secs=%d requests=%d req_per_s=%.0f cpu_us_per_req=%.3f cpu_sched_us_per_req=%.3f " \
-         "server_cpu_s=%.3f p50_us=%s p99_us=%s server_procs=%d server_threads=%d\n",
-         c, s, r, rps, t / hz * 1e6 / r, ns / 1e3 / r, t / hz, p50, p99, procs, thr }'
+awk -v c="$conns" -v s="$secs" -v r="$requests" -v b="$((b1 - b0))" -v ab="$(cat "$TMP/answer.bytes")" \
+  -v wall="$((w2 - w1))" -v warm="$((w1 - w0))" -v t="$((t1 - t0))" -v hz="$hz" -v ns="$((ns1 - ns0))" \
+  -v p50="$p50" -v p99="$p99" -v procs="$procs" -v thr="$threads" 'BEGIN {
+  n = b / ab
+  if (n < 1) { printf "ok=0 error=\"no answer sent in the timed phase\"\n"; exit 1 }
+  printf "ok=1 conns=%d secs=%d requests=%.0f req_per_s=%.0f cpu_us_per_req=%.3f cpu_sched_us_per_req=%.3f " \
+         "server_cpu_s=%.3f p50_us=%s p99_us=%s warmup_s=%.2f wrk_requests=%d answer_bytes=%d " \
+         "server_procs=%d server_threads=%d\n",
+         c, s, n, n / (wall / 1e9), t / hz * 1e6 / n, ns / 1e3 / n, t / hz, p50, p99, warm / 1e9, r, ab, procs, thr }'

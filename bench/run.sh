@@ -117,11 +117,12 @@ g++ -O2 -Wall -Wextra -o "$OUT/fibers_boost" "$B/fibers_boost.cpp" -lboost_fiber
 # the 1-worker run in the report), and ASYNC_FIBER_IO=uring against the
 # io_uring peer (tcp_client reports which path the server really used).
 # HTTP rows: bench/http_load.sh starts the server (PORT in its arguments is
-# the port it picks), loads it with wrk for HSECS seconds and reads the
-# server's CPU from /proc; the OS places wrk and the server (HTTP_PIN=W,S in
-# the environment of make bench pins them).
+# the port it picks), loads it with wrk and measures HSECS seconds once every
+# connection is up and answered (the server's CPU from /proc, its answers
+# from the connections' tcp_info); the OS places wrk and the server
+# (HTTP_PIN=W,S in the environment of make bench pins them).
 n() { echo $(($1 / SCALE)); }
-HSECS=$((SCALE == 1 ? 5 : 2))
+HSECS=$((SCALE == 1 ? 4 : 2))
 BENCHES=(
   "completions libasync completions_async 4 $(n 1000000)"
   "completions libuv completions_uv 4 $(n 1000000)"
