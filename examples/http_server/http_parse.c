@@ -286,7 +286,7 @@ struct ok_cache {
     time_t sec;
     int built;
     size_t len[2][2];
-    char bytes[2][2][192];
+    char bytes[2][2][HTTP_OK_MAX];
 };
 
 static _Thread_local struct ok_cache ok_cache;

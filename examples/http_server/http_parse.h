@@ -96,7 +96,10 @@ const char *http_reason(int status);
  * second per thread), Content-Type, Content-Length, Connection (keep-alive
  * or close) and, unless head_only (a HEAD request), HTTP_OK_BODY. Returns
  * a pointer to thread-local bytes (valid until this thread's next call
- * with another second) and their length in *len. Never allocates. */
+ * with another second: copy them before a fiber parks, since it may
+ * resume on another thread) and their length in *len (at most
+ * HTTP_OK_MAX). Never allocates. */
+#define HTTP_OK_MAX 192
 const char *http_ok_response(time_t now, int keep_alive, int head_only, size_t *len);
 
 /* Writes the error answer for status (a short text body, "Connection:

@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -182,13 +183,16 @@ static int answer_batch(struct conn *c, time_t now)
             if (skip_body(c, req.content_length - have) < 0)
                 return CLOSE_BROKEN;
             pos = 0; /* skip_body emptied the buffer */
+            now = time(NULL);
         } else {
             pos += req.head_len + (size_t)req.content_length;
         }
+        if (c->outlen + HTTP_OK_MAX > sizeof c->out && flush_out(c) < 0) /* room first: no park while ok is used */
+            return CLOSE_BROKEN;
         size_t n;
         const char *ok = http_ok_response(now, keep, head_only, &n);
-        if (append_out(c, ok, n) < 0)
-            return CLOSE_BROKEN;
+        memcpy(c->out + c->outlen, ok, n);
+        c->outlen += n;
         if (!keep)
             return pos < c->len ? CLOSE_LINGER : CLOSE_AFTER; /* requests after a "close" are not answered */
     }
@@ -238,8 +242,9 @@ static void serve(struct conn *c)
 {
     server_t *sv = c->sv;
     c->deadline = mono_ms() + sv->cfg.idle_ms;
+    bool parse = false; /* the bytes read may complete a head (the buffer holds a partial head only) */
     for (;;) {
-        int r = answer_batch(c, time(NULL));
+        int r = parse ? answer_batch(c, time(NULL)) : KEEP_OPEN;
         if (r == CLOSE_BROKEN || flush_out(c) < 0)
             return;
         if (r == CLOSE_LINGER)
@@ -260,6 +265,9 @@ static void serve(struct conn *c)
         atomic_store_explicit(&c->idle, 0, memory_order_relaxed);
         if (n <= 0)
             return; /* 0: the client closed; -1: timeout, reset, or cancelled by the stop */
+        /* Without a new LF no head can complete (a bad line is refused once it ends, or at the size limit), so
+         * a head trickling in is parsed again per line, not per byte. */
+        parse = memchr(c->in + c->len, '\n', (size_t)n) || c->len + (size_t)n >= sv->cfg.limits.max_head;
         c->len += (size_t)n;
     }
 }
@@ -388,7 +396,8 @@ int server_start(server_t *sv, async_sched_t *sched, const server_config_t *cfg)
     }
     sv->lfd = async_fiber_listen((struct sockaddr *)&ss, slen, cfg->backlog, 0);
     if (sv->lfd < 0) {
-        fprintf(stderr, "http_server: listen: %s\n", async_strerror(async_last_error()));
+        int err = async_last_error();
+        fprintf(stderr, "http_server: listen: %s\n", err == ASYNC_E_EXISTS ? "address in use" : async_strerror(err));
         return -1;
     }
     slen = sizeof ss;

@@ -550,6 +550,37 @@ static void case_idle_timeout(void)
     server_down(WAIT_MS);
 }
 
+/* Waits until the server has read every byte c sent: the receive queue of
+ * the server's side of the connection, in /proc/net/tcp, is empty. */
+static void wait_server_read(struct cl *c)
+{
+    struct sockaddr_in me;
+    socklen_t len = sizeof me;
+    REQUIRE(getsockname(c->fd, (struct sockaddr *)&me, &len) == 0);
+    unsigned want_remote = ntohs(me.sin_port);
+    int64_t deadline = now_us() + WAIT_MS * 1000LL;
+    for (;;) {
+        FILE *f = fopen("/proc/net/tcp", "r");
+        REQUIRE(f != NULL);
+        char line[512];
+        bool found = false, drained = false;
+        while (fgets(line, sizeof line, f)) {
+            unsigned lport, rport, txq, rxq;
+            if (sscanf(line, " %*d: %*x:%x %*x:%x %*x %x:%x", &lport, &rport, &txq, &rxq) == 4 && lport == g_port &&
+                rport == want_remote) {
+                found = true;
+                drained = rxq == 0;
+            }
+        }
+        fclose(f);
+        if (found && drained)
+            return;
+        if (now_us() > deadline)
+            FAIL("the server did not read the bytes sent (%s)", found ? "still queued" : "no socket");
+        usleep(10 * 1000);
+    }
+}
+
 static void case_shutdown(void)
 {
     enum { DRAIN = 2000 };
@@ -559,7 +590,8 @@ static void case_shutdown(void)
     cl_expect(idle, 200, false);
     cl_send(inflight, "GET / HTTP/1.1\r\nHost: t\r\n");
     cl_send(stuck, "GET / HTTP/1.1\r\n");
-    usleep(500 * 1000); /* the server reads the partial heads */
+    wait_server_read(inflight); /* the partial heads are in the server's buffers: in flight, not idle */
+    wait_server_read(stuck);
     int64_t t0 = now_us();
     REQUIRE(kill(g_child.pid, SIGTERM) == 0);
     cl_expect_eof(idle); /* idle keep-alive: closed at once */
@@ -680,7 +712,7 @@ static void case_conns_10k(void)
         fprintf(stderr, "SKIP: the hard descriptor limit is below %d\n", CONNS + 100);
         exit(SKIP);
     }
-    server_up(NULL);
+    server_up("--idle-ms", "120000", NULL);
     int *fds = calloc(CONNS, sizeof *fds);
     static char buf[4096];
     REQUIRE(fds != NULL);
