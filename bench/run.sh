@@ -29,7 +29,7 @@ log() { printf '== %s\n' "$*" >&2; }
 
 # ---------------------------------------------------------------- packages
 PKGS=(libuv1-dev libboost-context-dev libboost-fiber-dev liburing-dev cmake build-essential pkg-config strace
-  nginx wrk curl)
+  nginx wrk curl iproute2)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
