@@ -202,6 +202,7 @@ for ((i = 0;; i++)); do
   read -r est answered _ < <(sent_snapshot)
   ((answered >= conns)) && break
   kill -0 "$wrk" 2>/dev/null || break
+  alive || fail "$prog exited during the run: $(tail -c 300 "$TMP/server.out" | tr '\n"' "  ")"
   ((i < 300)) || fail "$answered of $conns connections answered after 30 s ($est established)"
   sleep 0.1
 done
