@@ -20,7 +20,9 @@
 #     server (the one started and its descendants, e.g. nginx's master and
 #     worker; each process's figure covers all its threads) over the timed
 #     phase, divided by requests. cpu_sched_us_per_req is the same from the
-#     run time in /proc/<pid>/task/*/schedstat (ns resolution, live threads).
+#     run time in /proc/<pid>/task/*/schedstat (ns resolution, live threads),
+#     cpu_user_us_per_req the utime alone (the server's own code, not the
+#     kernel's).
 #   req_per_s: requests / the timed phase's length.
 #   p50_us, p99_us: wrk's latency percentiles over its whole run;
 #     wrk_requests: the answers wrk counted over its whole run.
@@ -148,14 +150,15 @@ sent_snapshot() {
     END { printf "%d %d %.0f\n", c, n, b }'
 }
 
-cpu_snapshot() { # prints "ticks sched_ns procs threads" over the server's processes
-  local p line rest ticks=0 ns=0 procs=0 threads=0 f v
+cpu_snapshot() { # prints "ticks sched_ns procs threads user_ticks" over the server's processes
+  local p line rest ticks=0 user=0 ns=0 procs=0 threads=0 f v
   for p in $(descendants "$server"); do
     { read -r line <"/proc/$p/stat"; } 2>/dev/null || continue
     rest=${line##*) }
     # shellcheck disable=SC2086
     set -- $rest
     ticks=$((ticks + ${12} + ${13}))
+    user=$((user + ${12}))
     procs=$((procs + 1))
     for f in /proc/"$p"/task/*/schedstat; do
       { read -r v _ <"$f"; } 2>/dev/null || continue
@@ -163,7 +166,7 @@ cpu_snapshot() { # prints "ticks sched_ns procs threads" over the server's proce
       threads=$((threads + 1))
     done
   done
-  echo "$ticks $ns $procs $threads"
+  echo "$ticks $ns $procs $threads $user"
 }
 
 to_us() { # a wrk duration (e.g. 318.00us, 1.5ms, 2.01s, 1.2m) in µs
@@ -206,11 +209,11 @@ for ((i = 0;; i++)); do
   ((i < 300)) || fail "$answered of $conns connections answered after 30 s ($est established)"
   sleep 0.1
 done
-read -r t0 ns0 _ _ < <(cpu_snapshot)
+read -r t0 ns0 _ _ u0 < <(cpu_snapshot)
 read -r _ _ b0 < <(sent_snapshot)
 w1=$(date +%s%N)
 sleep "$secs"
-read -r t1 ns1 procs threads < <(cpu_snapshot)
+read -r t1 ns1 procs threads u1 < <(cpu_snapshot)
 read -r _ _ b1 < <(sent_snapshot)
 w2=$(date +%s%N)
 kill -INT "$wrk" 2>/dev/null
@@ -234,10 +237,10 @@ p99=$(to_us "$(awk '$1 == "99%" { print $2 }' <<<"$out")")
 hz=$(getconf CLK_TCK)
 awk -v c="$conns" -v s="$secs" -v r="$requests" -v b="$((b1 - b0))" -v ab="$(cat "$TMP/answer.bytes")" \
   -v wall="$((w2 - w1))" -v warm="$((w1 - w0))" -v t="$((t1 - t0))" -v hz="$hz" -v ns="$((ns1 - ns0))" \
-  -v p50="$p50" -v p99="$p99" -v procs="$procs" -v thr="$threads" 'BEGIN {
+  -v u="$((u1 - u0))" -v p50="$p50" -v p99="$p99" -v procs="$procs" -v thr="$threads" 'BEGIN {
   n = b / ab
   if (n < 1) { printf "ok=0 error=\"no answer sent in the timed phase\"\n"; exit 1 }
   printf "ok=1 conns=%d secs=%d requests=%.0f req_per_s=%.0f cpu_us_per_req=%.3f cpu_sched_us_per_req=%.3f " \
-         "server_cpu_s=%.3f p50_us=%s p99_us=%s warmup_s=%.2f wrk_requests=%d answer_bytes=%d " \
+         "cpu_user_us_per_req=%.3f server_cpu_s=%.3f p50_us=%s p99_us=%s warmup_s=%.2f wrk_requests=%d answer_bytes=%d " \
          "server_procs=%d server_threads=%d\n",
-         c, s, n, n / (wall / 1e9), t / hz * 1e6 / n, ns / 1e3 / n, t / hz, p50, p99, warm / 1e9, r, ab, procs, thr }'
+         c, s, n, n / (wall / 1e9), t / hz * 1e6 / n, ns / 1e3 / n, u / hz * 1e6 / n, t / hz, p50, p99, warm / 1e9, r, ab, procs, thr }'
