@@ -8,6 +8,7 @@
  *        fibers_async pingpong workers round_trips [timeout_ms=-1]
  *        fibers_async parked   workers fibers stack_kb
  *        fibers_async cancel   workers fibers scopes
+ *        fibers_async fib      workers fibers n yields
  *
  *   yield:    `fibers` fibers each call async_fiber_yield() yields_per_fiber
  *             times; ns_per_yield = time from the first fiber's start to the
@@ -31,9 +32,18 @@
  *             and async_scope_join of it: cancel_ms = time from the cancel
  *             until the join returned (every fiber returned, each with
  *             ASYNC_E_CANCELLED).
+ *   fib:      the main thread spawns `fibers` fibers that each compute fib(n)
+ *             (recursively) and then yield `yields` times; secs = from the
+ *             first spawn until async_sched_run returned. Every result is
+ *             checked. spread = how far the worker with the least even share
+ *             of the fibers started is from an even share: the largest of
+ *             share/even and even/share over the workers (1.0 = exactly
+ *             even; "inf" if a worker started none); run_spread the same for
+ *             the fibers resumed (fibers_run) per worker.
  */
 #include "bench.h"
 
+#include <math.h>
 #include <stdatomic.h>
 
 #include "async.h"
@@ -290,9 +300,68 @@ static void bench_cancel(int workers, int nscopes) {
     async_chan_destroy(ch_a);
 }
 
+/* ---------------------------------------------------------------- fib */
+static int fib_n, *fib_out;
+
+static int fib(int n) { return n < 2 ? n : fib(n - 1) + fib(n - 2); }
+
+static void fib_fiber(void *arg) {
+    int r = fib(fib_n);
+    for (long i = 0; i < n_per; i++) async_fiber_yield();
+    fib_out[(uintptr_t)arg] = r;
+    atomic_fetch_add_explicit(&finished, 1, memory_order_relaxed);
+}
+
+/* The largest of share/even and even/share over v[0..n). */
+static double spread_of(const uint64_t *v, int n) {
+    double total = 0;
+    for (int i = 0; i < n; i++) total += (double)v[i];
+    double even = total / n, worst = 1.0;
+    for (int i = 0; i < n; i++) {
+        if (v[i] == 0) return INFINITY;
+        double a = (double)v[i] / even, b = even / (double)v[i];
+        worst = a > worst ? a : worst;
+        worst = b > worst ? b : worst;
+    }
+    return worst;
+}
+
+static void bench_fib(int workers) {
+    fib_out = calloc((size_t)n_fibers, sizeof *fib_out);
+    if (!fib_out) FAIL("out of memory");
+    uint64_t t0 = now_ns();
+    for (long i = 0; i < n_fibers; i++) spawn_or_fail(fib_fiber, (void *)(uintptr_t)i);
+    run_or_fail();
+    double secs = (double)(now_ns() - t0) / 1e9;
+    int want = fib(fib_n);
+    if (atomic_load(&finished) != n_fibers) FAIL("%ld of %ld fibers finished", atomic_load(&finished), n_fibers);
+    for (long i = 0; i < n_fibers; i++)
+        if (fib_out[i] != want) FAIL("fiber %ld computed fib(%d) = %d, not %d", i, fib_n, fib_out[i], want);
+    async_sched_stats_t st;
+    async_sched_worker_stats_t w[64];
+    int n = async_sched_get_stats(sched, &st, w, 64);
+    if (n != workers) FAIL("async_sched_get_stats reported %d workers, not %d", n, workers);
+    uint64_t started_v[64], run_v[64], started_total = 0, steals = 0;
+    for (int i = 0; i < n; i++) {
+        started_v[i] = w[i].fibers_started;
+        run_v[i] = w[i].fibers_run;
+        started_total += started_v[i];
+        steals += w[i].steals;
+    }
+    if (started_total != (uint64_t)n_fibers)
+        FAIL("the workers started %llu fibers, not %ld", (unsigned long long)started_total, n_fibers);
+    printf("ok=1 workers=%d fibers=%ld fib=%d yields=%ld secs=%.4f spread=%.3f run_spread=%.3f steals=%llu "
+           "started=",
+           workers, n_fibers, fib_n, n_per, secs, spread_of(started_v, n), spread_of(run_v, n),
+           (unsigned long long)steals);
+    for (int i = 0; i < n; i++) printf("%s%llu", i ? "/" : "", (unsigned long long)started_v[i]);
+    printf("\n");
+    free(fib_out);
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: fibers_async yield|spawn|pingpong|parked|cancel workers ...\n");
+        fprintf(stderr, "usage: fibers_async yield|spawn|pingpong|parked|cancel|fib workers ...\n");
         return 2;
     }
     const char *mode = argv[1];
@@ -322,6 +391,13 @@ int main(int argc, char **argv) {
         int nscopes = (int)arg_long(argc, argv, 4, 10);
         sched = make_sched(workers, 16 * 1024);
         bench_cancel(workers, nscopes);
+    } else if (!strcmp(mode, "fib")) {
+        n_fibers = arg_long(argc, argv, 3, 100000);
+        fib_n = (int)arg_long(argc, argv, 4, 20);
+        n_per = arg_long(argc, argv, 5, 10);
+        if (workers > 64) FAIL("at most 64 workers");
+        sched = make_sched(workers, 0);
+        bench_fib(workers);
     } else {
         fprintf(stderr, "unknown mode %s\n", mode);
         return 2;

@@ -28,7 +28,8 @@ mkdir -p "$OUT"
 log() { printf '== %s\n' "$*" >&2; }
 
 # ---------------------------------------------------------------- packages
-PKGS=(libuv1-dev libboost-context-dev libboost-fiber-dev liburing-dev cmake build-essential pkg-config strace)
+PKGS=(libuv1-dev libboost-context-dev libboost-fiber-dev liburing-dev cmake build-essential pkg-config strace
+  nginx wrk curl iproute2)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -45,6 +46,19 @@ command -v go >/dev/null || PATH=$PATH:/usr/local/go/bin
 command -v go >/dev/null || { echo "bench: the Go toolchain (go) is needed to build libasync" >&2; exit 1; }
 
 # ---------------------------------------------------------------- build
+# The http rows: the load driver and nginx's configuration next to the
+# programs, the raw epoll peer, and examples/http_server built against the
+# library (a server that does not build is left out: its runs report ok=0).
+build_http() {
+  cp "$B/http_load.sh" "$B/http_nginx.conf" "$OUT/"
+  gcc "${CFLAGS[@]}" -I"$ROOT/examples/http_server" -o "$OUT/http_epoll" "$B/http_epoll.c" \
+    "$ROOT/examples/http_server/http_parse.c"
+  rm -f "$OUT/http_server"
+  [[ $ours_ok == 1 && -d $ROOT/examples/http_server ]] || return 0
+  gcc "${CFLAGS[@]}" -I"$ROOT/include" -o "$OUT/http_server" $(ls "$ROOT"/examples/http_server/*.c | grep -v /test_) \
+    -L"$OUT" -lasync -Wl,-rpath,"$OUT" -lpthread >"$OUT/http_server_build.log" 2>&1 ||
+    log "examples/http_server did not build (see $OUT/http_server_build.log): its http runs report ok=0"
+}
 CFLAGS=(-O2 -Wall -Wextra -I"$B")
 ours_ok=1
 log "building libasync (go build -buildmode=c-shared ./cabi)"
@@ -69,6 +83,7 @@ for p in latency_efd fdlatency_epoll queue_ring echo_epoll tcp_client; do
   gcc "${CFLAGS[@]}" -o "$OUT/$p" "$B/$p.c" -lpthread
 done
 gcc "${CFLAGS[@]}" -o "$OUT/echo_uring" "$B/echo_uring.c" -luring
+build_http
 g++ -O2 -Wall -Wextra -o "$OUT/fibers_boost" "$B/fibers_boost.cpp" -lboost_fiber -lboost_context -lpthread
 (cd "$B/go" && go build -o "$OUT/go_timers" ./timers && go build -o "$OUT/go_chanqueue" ./chanqueue &&
   go build -o "$OUT/go_fibers" ./fibers && go build -o "$OUT/go_echo" ./echo && go build -o "$OUT/report" ./report)
@@ -82,6 +97,8 @@ g++ -O2 -Wall -Wextra -o "$OUT/fibers_boost" "$B/fibers_boost.cpp" -lboost_fiber
   echo "go: $(go version | cut -d' ' -f3-)"
   echo "gcc: $(gcc -dumpfullversion)"
   echo "libuv: $(pkg-config --modversion libuv)"
+  echo "nginx: $(/usr/sbin/nginx -v 2>&1 | sed 's|.*/||')"
+  echo "wrk: $(wrk -v 2>&1 | head -n1 | cut -d' ' -f2)"
   echo "libasync: $(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo unknown)$(cd "$ROOT" &&
     git status --porcelain -- libasync port cabi include 2>/dev/null | grep -q . && echo ' + uncommitted changes')"
   echo "load average before the run: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -99,7 +116,13 @@ g++ -O2 -Wall -Wextra -o "$OUT/fibers_boost" "$B/fibers_boost.cpp" -lboost_fiber
 # 1 worker on the default path against the 1-thread peers, 2 workers (against
 # the 1-worker run in the report), and ASYNC_FIBER_IO=uring against the
 # io_uring peer (tcp_client reports which path the server really used).
+# HTTP rows: bench/http_load.sh starts the server (PORT in its arguments is
+# the port it picks), loads it with wrk and measures HSECS seconds once every
+# connection is up and answered (the server's CPU from /proc, its answers
+# from the connections' tcp_info); the OS places wrk and the server
+# (HTTP_PIN=W,S in the environment of make bench pins them).
 n() { echo $(($1 / SCALE)); }
+HSECS=$((SCALE == 1 ? 4 : 2))
 BENCHES=(
   "completions libasync completions_async 4 $(n 1000000)"
   "completions libuv completions_uv 4 $(n 1000000)"
@@ -156,6 +179,14 @@ BENCHES=(
   "echo_10k_2w go2 tcp_client $(n 10000) 5 64 go_echo 2"
   "echo_10k_uring libasync ASYNC_FIBER_IO=uring tcp_client $(n 10000) 5 64 echo_async 1"
   "echo_10k_uring uring tcp_client $(n 10000) 5 64 echo_uring"
+  "http_100 libasync http_load.sh 100 $HSECS http_server --host 127.0.0.1 --port PORT --workers 1"
+  "http_100 nginx http_load.sh 100 $HSECS nginx"
+  "http_100 epoll http_load.sh 100 $HSECS http_epoll PORT"
+  "http_10k libasync http_load.sh $(n 10000) $HSECS http_server --host 127.0.0.1 --port PORT --workers 1"
+  "http_10k nginx http_load.sh $(n 10000) $HSECS nginx"
+  "http_10k epoll http_load.sh $(n 10000) $HSECS http_epoll PORT"
+  "http_100_2w libasync http_load.sh 100 $HSECS http_server --host 127.0.0.1 --port PORT --workers 2"
+  "fib_100k_2w libasync fibers_async fib 2 $(n 100000) 20 10"
 )
 # Run once, after the rounds (too slow to repeat: most of the time goes to
 # first-touch page faults): the full-size parked-fibers row.
