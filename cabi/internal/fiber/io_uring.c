@@ -79,6 +79,10 @@
 #define IORING_SQ_TASKRUN (1U << 2)
 #endif
 
+/* The per-op helpers run twice per echo round trip: inlined into the four
+ * calls (no prologue, no frame of their own on the fiber's stack). */
+#define LA_UR_HOT static inline __attribute__((always_inline))
+
 #define LA_UR_SQ 256
 #define LA_UR_CQ 16384      /* up to 8 workers (256 KiB of CQ each) */
 #define LA_UR_CQ_MANY 4096  /* more workers */
@@ -442,12 +446,11 @@ void la_uring_event(void *ctx, void *rec, unsigned got) {
     la_io_event(ctx, rec, got);
 }
 
-/* A free SQE of r, zeroed (r->sqlk held); submits to make room when the SQ
- * is full. */
-static struct io_uring_sqe *sqe_get(la_uring_t *r) {
+/* Submits r's SQ (r->sqlk held) until it has a free entry. */
+LA_NOINLINE static void sqe_make_room(la_uring_t *r) {
     for (;;) {
         unsigned head = atomic_load_explicit(r->sq_head, memory_order_acquire);
-        if (r->sq_tail_local - head < r->sq_entries) break;
+        if (r->sq_tail_local - head < r->sq_entries) return;
         int e = submit_locked(r, 0);
         if (e == -EBUSY || e == -EAGAIN) {
             /* the CQ backlog is full: make room there first */
@@ -457,12 +460,19 @@ static struct io_uring_sqe *sqe_get(la_uring_t *r) {
             la_spin_lock(&r->sqlk);
         }
     }
+}
+
+/* A free SQE of r, zeroed (r->sqlk held); submits to make room when the SQ
+ * is full. */
+LA_UR_HOT struct io_uring_sqe *sqe_get(la_uring_t *r) {
+    if (r->sq_tail_local - atomic_load_explicit(r->sq_head, memory_order_acquire) >= r->sq_entries)
+        sqe_make_room(r);
     struct io_uring_sqe *q = &r->sqes[r->sq_tail_local & r->sq_mask];
     memset(q, 0, sizeof *q);
     return q;
 }
 
-static void sqe_push(la_uring_t *r) {
+LA_UR_HOT void sqe_push(la_uring_t *r) {
     r->sq_tail_local++;
     atomic_store_explicit(r->sq_tail, r->sq_tail_local, memory_order_release);
     atomic_store_explicit(&r->pending, 1, memory_order_relaxed);
@@ -600,7 +610,7 @@ struct la_ubusy {
 };
 
 /* fd's slot, made on first use; NULL when out of memory (fd in range). */
-static la_ubslot_t *busy_slot(la_sched_t *s, int fd) {
+LA_UR_HOT la_ubslot_t *busy_slot(la_sched_t *s, int fd) {
     struct la_ubusy *b = s->ubusy;
     size_t ci = (size_t)fd / LA_UB_CHUNK;
     la_ubslot_t *c = atomic_load_explicit(&b->chunks[ci], memory_order_acquire);
@@ -646,7 +656,7 @@ static void busy_free(la_sched_t *s) {
  * ASYNC_E_NOMEM for a number out of the table's range). With one worker
  * every fiber of s runs on its thread, one at a time, and nobody else
  * writes the bits: a plain read and write. */
-static int busy_take(la_sched_t *s, int fd, unsigned bit, la_ubslot_t **slot) {
+LA_UR_HOT int busy_take(la_sched_t *s, int fd, unsigned bit, la_ubslot_t **slot) {
     if (fd < 0 || fd >= LA_UB_CHUNK * LA_UB_CHUNKS) return -1;
     la_ubslot_t *b = busy_slot(s, fd);
     if (!b) return ASYNC_E_NOMEM;
@@ -661,7 +671,7 @@ static int busy_take(la_sched_t *s, int fd, unsigned bit, la_ubslot_t **slot) {
     return 0;
 }
 
-static void busy_drop(la_sched_t *s, la_ubslot_t *b, unsigned bit) {
+LA_UR_HOT void busy_drop(la_sched_t *s, la_ubslot_t *b, unsigned bit) {
     atomic_store_explicit(&b->key[bit - 1], 0, memory_order_relaxed);
     if (s->nw == 1)
         atomic_store_explicit(&b->busy, atomic_load_explicit(&b->busy, memory_order_relaxed) & (unsigned char)~bit,
@@ -674,7 +684,7 @@ static void busy_drop(la_sched_t *s, la_ubslot_t *b, unsigned bit) {
 
 /* The ring of the calling fiber's worker, or NULL when the call does not go
  * through io_uring. */
-static la_uring_t *my_ring(la_fiber_t **fp, int timeout_ms) {
+LA_UR_HOT la_uring_t *my_ring(la_fiber_t **fp, int timeout_ms) {
     if (timeout_ms == 0) return NULL;
     /* fp is the caller's local, on the stack its la_uop_t will be on */
     if ((uintptr_t)fp >> LA_UR_ADDR_BITS) return NULL; /* no room for a key's tag (ur_key) */
@@ -690,7 +700,7 @@ static la_uring_t *my_ring(la_fiber_t **fp, int timeout_ms) {
  * (LA_W_TIMEDOUT, LA_W_CANCELLED), whatever the result. A park that ends
  * READY was ended by complete(), which set done and res before its claim
  * and touches op no more after it: nothing to undo. */
-static int op_wait(la_fiber_t *f, la_uring_t *r, la_uop_t *op, uint64_t deadline, int fd, int dir, int *why) {
+LA_UR_HOT int op_wait(la_fiber_t *f, la_uring_t *r, la_uop_t *op, uint64_t deadline, int fd, int dir, int *why) {
     la_spin_unlock(&r->sqlk);
     int kind = LA_PK_NORMAL, cancelled = 0, reason = LA_W_READY;
     la_fiber_note(f, LA_WAIT_FD, (uint64_t)(uint32_t)fd | (uint64_t)dir << 32);
@@ -731,7 +741,7 @@ static int op_wait(la_fiber_t *f, la_uring_t *r, la_uop_t *op, uint64_t deadline
  * and op as its user_data, for the caller to complete, sqe_push and hand to
  * op_wait. b: fd's slot, whose bit for dir (1, 2) the caller holds: the
  * op's key and ring go there. *rp: that ring, its sqlk held. */
-static struct io_uring_sqe *op_start(la_uop_t *op, la_uring_t **rp, unsigned char opcode, int fd, const void *addr,
+LA_UR_HOT struct io_uring_sqe *op_start(la_uop_t *op, la_uring_t **rp, unsigned char opcode, int fd, const void *addr,
                                      size_t len, la_ubslot_t *b, unsigned dir) {
     op->lk = (la_spin_t){0};
     op->done = 0;
