@@ -110,10 +110,13 @@ struct la_uring {
  * async_fiber_close finds there the ops of a number whose file was closed
  * with close(2) and replaced (la_uring_cancel_fd). */
 typedef struct la_uop {
-    la_spin_t lk;
-    int done, res;
+    la_fiber_t *f; /* the fiber, its park prepared before the SQE could reach the kernel */
+    int res;
+    int prep;     /* op_start's la_park_prepare: 0, or why no park was prepared */
+    la_spin_t lk; /* done and waiting: an op whose first park ended early */
+    int done;     /* complete() came after that park ended */
+    int waiting;  /* the fiber is parked again (not cancellable) for the CQE */
     uint64_t key; /* its SQE's user_data and its cancels' key (ur_key) */
-    la_waiter_t *w; /* the registered park, or NULL */
 } la_uop_t;
 
 /* A descriptor number's record per scheduler: the busy bits (1 a receive
@@ -355,20 +358,31 @@ static int submit_locked(la_uring_t *r, unsigned flags) {
 }
 
 /* Completes the op of one CQE. An op has one CQE and its fiber waits for it,
- * so the record a CQE names is live. */
+ * so the record a CQE names is live, and so is its fiber. The fiber is
+ * parked for this op (op_start prepared the park before the SQE was
+ * visible), so a claim won here is its wake-up; a claim lost means its park
+ * ended early (deadline, cancel, shutdown) or was refused, and the fiber
+ * takes op->lk to park again for this CQE or to see that it came. */
 static void complete(la_uring_t *r, struct io_uring_cqe *c) {
     (void)r;
     if (!c->user_data) return; /* a cancel request's own CQE */
     la_uop_t *op = ur_key_op(c->user_data);
-    la_waiter_t *wake = NULL;
     la_tsan_acquire(op); /* op_start's, through the kernel */
-    la_spin_lock(&op->lk);
+    la_fiber_t *f = op->f;
     op->res = c->res;
+    int z = LA_W_WAITING;
+    if (atomic_compare_exchange_strong(&f->claim, &z, LA_W_READY)) {
+        la_fiber_wake(f); /* op may be gone once f runs */
+        return;
+    }
+    int wake = 0;
+    la_spin_lock(&op->lk);
     op->done = 1;
-    if (op->w && la_waiter_claim(op->w, LA_W_READY)) wake = op->w;
+    z = LA_W_WAITING;
+    if (op->waiting && atomic_compare_exchange_strong(&f->claim, &z, LA_W_READY)) wake = 1;
     la_spin_unlock(&op->lk);
-    /* op may be gone now; the claimed waiter lives until it is woken */
-    if (wake) la_waiter_signal(wake);
+    /* op may be gone now; f, claimed, lives until it is woken */
+    if (wake) la_fiber_wake(f);
 }
 
 /* Reaps up to max CQEs of r (0: all); returns how many. */
@@ -694,59 +708,54 @@ LA_UR_HOT la_uring_t *my_ring(la_fiber_t **fp, int timeout_ms) {
     return la_current_worker()->ur;
 }
 
-/* Runs the op whose SQE the caller prepared (sqlk held, the SQE pushed):
- * parks until its CQE, cancelling it at the deadline or at shutdown.
- * Returns the CQE's result; *why: LA_W_READY, or why the park ended early
- * (LA_W_TIMEDOUT, LA_W_CANCELLED), whatever the result. A park that ends
- * READY was ended by complete(), which set done and res before its claim
- * and touches op no more after it: nothing to undo. */
-LA_UR_HOT int op_wait(la_fiber_t *f, la_uring_t *r, la_uop_t *op, uint64_t deadline, int fd, int dir, int *why) {
-    la_spin_unlock(&r->sqlk);
-    int kind = LA_PK_NORMAL, cancelled = 0, reason = LA_W_READY;
-    la_fiber_note(f, LA_WAIT_FD, (uint64_t)(uint32_t)fd | (uint64_t)dir << 32);
+/* The end of an op whose park ended early: cancels it and parks again,
+ * not cancellable, until its CQE came (the kernel never writes into the
+ * fiber's stack after the call returned). Returns the CQE's result. */
+LA_NOINLINE static int op_wait_slow(la_fiber_t *f, la_uring_t *r, la_uop_t *op) {
+    cancel_op(r, op);
     for (;;) {
-        la_waiter_t w;
         la_spin_lock(&op->lk);
         if (op->done) {
             la_spin_unlock(&op->lk);
-            break;
+            return op->res;
         }
-        int rc = kind == LA_PK_NORMAL && deadline && la_now_ns() >= deadline ? ASYNC_E_TIMEDOUT
-                                                                            : la_waiter_init(&w, kind);
-        if (rc == 0) op->w = &w;
+        la_park_prepare(f, LA_PK_BLOCKING); /* never fails for this kind */
+        op->waiting = 1;
         la_spin_unlock(&op->lk);
-        int got;
-        if (rc == 0) {
-            got = la_waiter_wait(&w, kind == LA_PK_NORMAL ? deadline : 0);
-            if (got == LA_W_READY) break; /* done is set */
-            la_spin_lock(&op->lk);
-            op->w = NULL;
-            la_spin_unlock(&op->lk);
-        } else {
-            got = rc == ASYNC_E_TIMEDOUT ? LA_W_TIMEDOUT : LA_W_CANCELLED;
-        }
-        if (reason == LA_W_READY) reason = got;
-        if (!cancelled) {
-            cancel_op(r, op);
-            cancelled = 1;
-        }
-        kind = LA_PK_BLOCKING; /* until the CQE: never cut short */
+        if (la_fiber_park_until(f, 0) == LA_W_READY) return op->res; /* claimed by complete() */
     }
-    *why = reason;
-    return op->res;
 }
 
-/* Starts op on the ring of the worker the fiber runs on now (its owner
- * submits): an SQE with opcode, fd, addr, len (capped at what one op takes)
- * and op as its user_data, for the caller to complete, sqe_push and hand to
- * op_wait. b: fd's slot, whose bit for dir (1, 2) the caller holds: the
- * op's key and ring go there. *rp: that ring, its sqlk held. */
-LA_UR_HOT struct io_uring_sqe *op_start(la_uop_t *op, la_uring_t **rp, unsigned char opcode, int fd, const void *addr,
-                                     size_t len, la_ubslot_t *b, unsigned dir) {
+/* Runs the op whose SQE the caller prepared (sqlk held, the SQE pushed):
+ * parks until its CQE, cancelling it at the deadline or at shutdown.
+ * Returns the CQE's result; *why: LA_W_READY, or why the park ended early
+ * (LA_W_TIMEDOUT, LA_W_CANCELLED), whatever the result. */
+LA_UR_HOT int op_wait(la_fiber_t *f, la_uring_t *r, la_uop_t *op, uint64_t deadline, int *why) {
+    la_spin_unlock(&r->sqlk);
+    int got = op->prep == ASYNC_E_TIMEDOUT ? LA_W_TIMEDOUT
+              : op->prep                   ? LA_W_CANCELLED
+                                           : la_fiber_park_until(f, deadline);
+    *why = got;
+    if (got == LA_W_READY) return op->res; /* claimed by complete(), which set res first */
+    return op_wait_slow(f, r, op);
+}
+
+/* Starts op on the ring of the worker the fiber f runs on now (its owner
+ * submits): prepares f's park (complete() claims it; not when deadline has
+ * passed), then an SQE with opcode, fd, addr, len (capped at what one op
+ * takes) and op as its user_data, for the caller to complete, sqe_push and
+ * hand to op_wait. b: fd's slot, whose bit for dir (1, 2) the caller holds:
+ * the op's key and ring go there. *rp: that ring, its sqlk held. */
+LA_UR_HOT struct io_uring_sqe *op_start(la_fiber_t *f, la_uop_t *op, la_uring_t **rp, unsigned char opcode, int fd,
+                                        const void *addr, size_t len, la_ubslot_t *b, unsigned dir,
+                                        uint64_t deadline) {
+    op->f = f;
+    op->res = 0;
     op->lk = (la_spin_t){0};
     op->done = 0;
-    op->res = 0;
-    op->w = NULL;
+    op->waiting = 0;
+    la_fiber_note(f, LA_WAIT_FD, (uint64_t)(uint32_t)fd | (uint64_t)dir << 32);
+    op->prep = deadline && la_now_ns() >= deadline ? ASYNC_E_TIMEDOUT : la_park_prepare(f, LA_PK_NORMAL);
     la_tsan_release(op); /* to the reaper of its CQE (complete) */
     la_uring_t *r = la_current_worker()->ur;
     la_spin_lock(&r->sqlk);
@@ -808,9 +817,9 @@ int la_uring_read(int fd, void *buf, size_t n, int timeout_ms, ssize_t *ret) {
     la_uop_t op;
     int why, res;
     do {
-        op_start(&op, &r, IORING_OP_RECV, fd, buf, n, b, 1);
+        op_start(f, &op, &r, IORING_OP_RECV, fd, buf, n, b, 1, deadline);
         sqe_push(r);
-        res = op_wait(f, r, &op, deadline, fd, 1, &why);
+        res = op_wait(f, r, &op, deadline, &why);
     } while (res == -EINTR && why == LA_W_READY);
     busy_drop(f->s, b, 1);
     if (res >= 0) {
@@ -839,10 +848,11 @@ int la_uring_write(int fd, const void *buf, size_t n, int timeout_ms, ssize_t *r
     la_uop_t op;
     int why = LA_W_READY, res = 0;
     while (*done < n) {
-        struct io_uring_sqe *q = op_start(&op, &r, IORING_OP_SEND, fd, (const char *)buf + *done, n - *done, b, 2);
+        struct io_uring_sqe *q = op_start(f, &op, &r, IORING_OP_SEND, fd, (const char *)buf + *done, n - *done, b, 2,
+                                           deadline);
         q->msg_flags = MSG_NOSIGNAL;
         sqe_push(r);
-        res = op_wait(f, r, &op, deadline, fd, 2, &why);
+        res = op_wait(f, r, &op, deadline, &why);
         if (res > 0) *done += (size_t)res;
         if (why != LA_W_READY) break;
         if (res < 0 && res != -EINTR) break;
@@ -882,11 +892,11 @@ int la_uring_accept(int lfd, struct sockaddr *addr, socklen_t *len, int timeout_
     la_uop_t op;
     int why;
     do {
-        struct io_uring_sqe *q = op_start(&op, &r, IORING_OP_ACCEPT, lfd, addr, 0, b, 1);
+        struct io_uring_sqe *q = op_start(f, &op, &r, IORING_OP_ACCEPT, lfd, addr, 0, b, 1, deadline);
         q->addr2 = (uint64_t)(uintptr_t)len;
         q->accept_flags = SOCK_NONBLOCK | SOCK_CLOEXEC;
         sqe_push(r);
-        res = op_wait(f, r, &op, deadline, lfd, 1, &why);
+        res = op_wait(f, r, &op, deadline, &why);
     } while ((res == -EINTR || res == -ECONNABORTED) && why == LA_W_READY);
     busy_drop(f->s, b, 1);
     if (res >= 0) {
@@ -920,10 +930,10 @@ int la_uring_connect(int fd, const struct sockaddr *addr, socklen_t alen, int ti
     la_uop_t op;
     int why, res;
     for (;;) {
-        struct io_uring_sqe *q = op_start(&op, &r, IORING_OP_POLL_ADD, fd, NULL, 0, b, 2);
+        struct io_uring_sqe *q = op_start(f, &op, &r, IORING_OP_POLL_ADD, fd, NULL, 0, b, 2, deadline);
         q->poll32_events = POLLOUT;
         sqe_push(r);
-        res = op_wait(f, r, &op, deadline, fd, 2, &why);
+        res = op_wait(f, r, &op, deadline, &why);
         if (why != LA_W_READY || res != 0) break;
     }
     busy_drop(f->s, b, 2);
