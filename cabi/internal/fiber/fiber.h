@@ -308,6 +308,20 @@ int la_scope_enter(la_sched_t *s, uint64_t h, la_fiber_t *f);
 void la_timer_add(la_sched_t *s, la_fiber_t *f, uint64_t deadline);
 void la_timer_del(la_sched_t *s, la_fiber_t *f);
 
+/* Parks f (the calling fiber, its park prepared and registered) until
+ * claimed or until deadline (0: none; the fiber's own deadline bounds a
+ * NORMAL park too). Returns the claim reason. */
+static inline int la_fiber_park_until(la_fiber_t *f, uint64_t deadline) {
+    la_sched_t *s = f->s;
+    if (atomic_load_explicit(&f->ctl, memory_order_relaxed) & LA_CTL_DEADLINE)
+        deadline = la_park_deadline(f, deadline); /* the earlier of the call's and the fiber's */
+    if (deadline) la_timer_add(s, f, deadline);
+    la_park_commit(f);
+    int r = atomic_load(&f->claim);
+    if (deadline && r != LA_W_TIMEDOUT) la_timer_del(s, f);
+    return r;
+}
+
 /* ---- stacks (stacks.c) ---------------------------------------------- */
 typedef struct la_stackpool la_stackpool_t;
 /* A stack pool's guard mode: the values of async_sched_config_t.guard_mode

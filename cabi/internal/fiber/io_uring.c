@@ -82,18 +82,16 @@
 #define IORING_SQ_TASKRUN (1U << 2)
 #endif
 
+/* The per-op helpers run twice per echo round trip: inlined into the four
+ * calls (no prologue, no frame of their own on the fiber's stack). */
+#define LA_UR_HOT static inline __attribute__((always_inline))
+
 #define LA_UR_SQ 256
 #define LA_UR_CQ 16384      /* up to 8 workers (256 KiB of CQ each) */
 #define LA_UR_CQ_MANY 4096  /* more workers */
 
-struct la_uop;
-typedef struct {
-    struct la_uop *head, *tail;
-} la_uoplist_t;
-
 struct la_uring {
     la_spin_t sqlk; /* SQ writes and submits (the owner, and cancels from any worker) */
-    la_uoplist_t ops; /* the ops started on this ring and not ended yet (under sqlk) */
     la_spin_t cqlk; /* CQ reaping (the owner, or the worker in the poller) */
     int fd;
     unsigned sq_mask, sq_entries, cq_mask;
@@ -110,20 +108,32 @@ struct la_uring {
     _Atomic int late_n;       /* test-only: late cancels not written yet */
 };
 
-/* An op in flight: on the stack of the fiber that waits for it. Listed in
- * its ring's ops (under the ring's sqlk) from op_start to the end of
- * op_wait, by fd number: async_fiber_close finds there the ops of a number
- * whose file was closed with close(2) and replaced (la_uring_cancel_fd). */
+/* An op in flight: on the stack of the fiber that waits for it. Its key is
+ * also in its fd's slot (la_ubslot_t) from op_start to the end of the call:
+ * async_fiber_close finds there the ops of a number whose file was closed
+ * with close(2) and replaced (la_uring_cancel_fd). */
 typedef struct la_uop {
-    la_spin_t lk;
-    int done, res;
+    la_fiber_t *f; /* the fiber, its park prepared before the SQE could reach the kernel */
+    int res;
+    int prep;     /* op_start's la_park_prepare: 0, or why no park was prepared */
+    la_spin_t lk; /* done and waiting: an op whose first park ended early */
+    int done;     /* complete() came after that park ended */
+    int waiting;  /* the fiber is parked again (not cancellable) for the CQE */
     uint64_t key; /* its SQE's user_data and its cancels' key (ur_key) */
-    la_waiter_t *w; /* the registered park, or NULL */
-    int fd;
-    struct la_uop *prev, *next; /* in the ring's ops (uop_list, base.h) */
-    int listed;
 } la_uop_t;
-LA_LIST_DEFINE(uop_list, la_uoplist_t, la_uop_t)
+
+/* A descriptor number's record per scheduler: the busy bits (1 a receive
+ * or accept, 2 a send or connect of a fiber of this scheduler is in a ring:
+ * one of each per number) and, per direction, the key of its op and the
+ * ring the op went to (0 and NULL between ops). The bits and the keys are
+ * written by the fiber that holds the bit; la_uring_cancel_fd reads the
+ * keys from any thread (a key it reads just as its op ends names no op any
+ * more: ur_key). */
+typedef struct {
+    _Atomic unsigned char busy;
+    _Atomic uint64_t key[2];
+    la_uring_t *_Atomic ring[2];
+} la_ubslot_t;
 
 /* An op's key (user_data): the record's address in the low 48 bits and the
  * ring's 16-bit op count in the bits above. A cancel names its op by key, so
@@ -351,20 +361,31 @@ static int submit_locked(la_uring_t *r, unsigned flags) {
 }
 
 /* Completes the op of one CQE. An op has one CQE and its fiber waits for it,
- * so the record a CQE names is live. */
+ * so the record a CQE names is live, and so is its fiber. The fiber is
+ * parked for this op (op_start prepared the park before the SQE was
+ * visible), so a claim won here is its wake-up; a claim lost means its park
+ * ended early (deadline, cancel, shutdown) or was refused, and the fiber
+ * takes op->lk to park again for this CQE or to see that it came. */
 static void complete(la_uring_t *r, struct io_uring_cqe *c) {
     (void)r;
     if (!c->user_data) return; /* a cancel request's own CQE */
     la_uop_t *op = ur_key_op(c->user_data);
-    la_waiter_t *wake = NULL;
     la_tsan_acquire(op); /* op_start's, through the kernel */
-    la_spin_lock(&op->lk);
+    la_fiber_t *f = op->f;
     op->res = c->res;
+    int z = LA_W_WAITING;
+    if (atomic_compare_exchange_strong(&f->claim, &z, LA_W_READY)) {
+        la_fiber_wake(f); /* op may be gone once f runs */
+        return;
+    }
+    int wake = 0;
+    la_spin_lock(&op->lk);
     op->done = 1;
-    if (op->w && la_waiter_claim(op->w, LA_W_READY)) wake = op->w;
+    z = LA_W_WAITING;
+    if (op->waiting && atomic_compare_exchange_strong(&f->claim, &z, LA_W_READY)) wake = 1;
     la_spin_unlock(&op->lk);
-    /* op may be gone now; the claimed waiter lives until it is woken */
-    if (wake) la_waiter_signal(wake);
+    /* op may be gone now; f, claimed, lives until it is woken */
+    if (wake) la_fiber_wake(f);
 }
 
 /* Reaps up to max CQEs of r (0: all); returns how many. */
@@ -442,12 +463,11 @@ void la_uring_event(void *ctx, void *rec, unsigned got) {
     la_io_event(ctx, rec, got);
 }
 
-/* A free SQE of r, zeroed (r->sqlk held); submits to make room when the SQ
- * is full. */
-static struct io_uring_sqe *sqe_get(la_uring_t *r) {
+/* Submits r's SQ (r->sqlk held) until it has a free entry. */
+LA_NOINLINE static void sqe_make_room(la_uring_t *r) {
     for (;;) {
         unsigned head = atomic_load_explicit(r->sq_head, memory_order_acquire);
-        if (r->sq_tail_local - head < r->sq_entries) break;
+        if (r->sq_tail_local - head < r->sq_entries) return;
         int e = submit_locked(r, 0);
         if (e == -EBUSY || e == -EAGAIN) {
             /* the CQ backlog is full: make room there first */
@@ -457,12 +477,19 @@ static struct io_uring_sqe *sqe_get(la_uring_t *r) {
             la_spin_lock(&r->sqlk);
         }
     }
+}
+
+/* A free SQE of r, zeroed (r->sqlk held); submits to make room when the SQ
+ * is full. */
+LA_UR_HOT struct io_uring_sqe *sqe_get(la_uring_t *r) {
+    if (r->sq_tail_local - atomic_load_explicit(r->sq_head, memory_order_acquire) >= r->sq_entries)
+        sqe_make_room(r);
     struct io_uring_sqe *q = &r->sqes[r->sq_tail_local & r->sq_mask];
     memset(q, 0, sizeof *q);
     return q;
 }
 
-static void sqe_push(la_uring_t *r) {
+LA_UR_HOT void sqe_push(la_uring_t *r) {
     r->sq_tail_local++;
     atomic_store_explicit(r->sq_tail, r->sq_tail_local, memory_order_release);
     atomic_store_explicit(&r->pending, 1, memory_order_relaxed);
@@ -532,29 +559,35 @@ static void cancel_op(la_uring_t *r, la_uop_t *op) {
     cancel_key_now(r, op->key);
 }
 
+static la_ubslot_t *busy_find(la_sched_t *s, int fd);
+
 /* Cancels every op of s on fd (async_fiber_close of an owned fd): by file
- * (IORING_ASYNC_CANCEL_FD: the ops on the file fd names now), and by op (the
- * ops started on that number before its file was closed with close(2) and
- * the number reused: the kernel matches CANCEL_FD by file, so those went on
- * waiting, with timeout -1 for ever, where the epoll path wakes them). At
- * most a reader and a writer per number and scheduler (the busy bits), so a
- * few keys per ring; a key is only compared by the kernel, never read. */
+ * (IORING_ASYNC_CANCEL_FD: the ops on the file fd names now), and by key
+ * (the ops started on that number before its file was closed with close(2)
+ * and the number reused: the kernel matches CANCEL_FD by file, so those
+ * went on waiting, with timeout -1 for ever, where the epoll path wakes
+ * them). At most a reader and a writer per number and scheduler (the busy
+ * bits), so two keys; a key is only compared by the kernel, never read. */
 void la_uring_cancel_fd(la_sched_t *s, int fd) {
     if (!s->uring) return;
+    la_ubslot_t *b = busy_find(s, fd);
+    uint64_t keys[2] = {0, 0};
+    la_uring_t *kr[2] = {NULL, NULL};
+    for (int d = 0; b && d < 2; d++) {
+        keys[d] = atomic_load(&b->key[d]);
+        kr[d] = atomic_load(&b->ring[d]);
+    }
     for (int i = 0; i < s->nw; i++) {
         la_uring_t *r = &s->uring[i];
         la_spin_lock(&r->sqlk);
-        uint64_t keys[8];
-        int nk = 0;
-        for (la_uop_t *op = r->ops.head; op && nk < 8; op = op->next)
-            if (op->fd == fd) keys[nk++] = op->key;
         struct io_uring_sqe *q = sqe_get(r);
         q->opcode = IORING_OP_ASYNC_CANCEL;
         q->fd = fd;
         q->cancel_flags = IORING_ASYNC_CANCEL_FD | IORING_ASYNC_CANCEL_ALL;
         q->user_data = 0;
         sqe_push(r);
-        for (int k = 0; k < nk; k++) sqe_cancel_key(r, keys[k]);
+        for (int d = 0; d < 2; d++)
+            if (keys[d] && kr[d] == r) sqe_cancel_key(r, keys[d]);
         submit_locked(r, 0); /* what was queued before goes first */
         la_spin_unlock(&r->sqlk);
     }
@@ -583,32 +616,39 @@ void la_uring_submit_others(la_sched_t *s, la_uring_t *own) {
     }
 }
 
-/* ---- per-fd busy bits (one reader, one writer per fd and scheduler) ---------- */
+/* ---- per-fd slots (busy bits, keys of the ops in flight) ----------------------- */
 
 #define LA_UB_CHUNK 4096
 #define LA_UB_CHUNKS 1024 /* fds below 4M, as the fd records (LA_FD_CHUNKS) */
 
 struct la_ubusy {
     pthread_mutex_t mu;
-    _Atomic(_Atomic unsigned char *) chunks[LA_UB_CHUNKS];
+    _Atomic(la_ubslot_t *) chunks[LA_UB_CHUNKS];
 };
 
-static _Atomic unsigned char *busy_slot(la_sched_t *s, int fd) {
-    if (fd < 0 || fd >= LA_UB_CHUNK * LA_UB_CHUNKS) return NULL;
+/* fd's slot, made on first use; NULL when out of memory (fd in range). */
+LA_UR_HOT la_ubslot_t *busy_slot(la_sched_t *s, int fd) {
     struct la_ubusy *b = s->ubusy;
     size_t ci = (size_t)fd / LA_UB_CHUNK;
-    _Atomic unsigned char *c = atomic_load_explicit(&b->chunks[ci], memory_order_acquire);
+    la_ubslot_t *c = atomic_load_explicit(&b->chunks[ci], memory_order_acquire);
     if (!c) {
         pthread_mutex_lock(&b->mu);
         c = atomic_load(&b->chunks[ci]);
         if (!c) {
-            c = calloc(LA_UB_CHUNK, 1);
+            c = calloc(LA_UB_CHUNK, sizeof *c);
             if (c) atomic_store_explicit(&b->chunks[ci], c, memory_order_release);
         }
         pthread_mutex_unlock(&b->mu);
         if (!c) return NULL;
     }
     return &c[(size_t)fd % LA_UB_CHUNK];
+}
+
+/* fd's slot if one was made (no op went to a ring for a number without). */
+static la_ubslot_t *busy_find(la_sched_t *s, int fd) {
+    if (fd < 0 || fd >= LA_UB_CHUNK * LA_UB_CHUNKS || !s->ubusy) return NULL;
+    la_ubslot_t *c = atomic_load_explicit(&s->ubusy->chunks[(size_t)fd / LA_UB_CHUNK], memory_order_acquire);
+    return c ? &c[(size_t)fd % LA_UB_CHUNK] : NULL;
 }
 
 static int busy_init(la_sched_t *s) {
@@ -620,7 +660,7 @@ static int busy_init(la_sched_t *s) {
 
 static void busy_free(la_sched_t *s) {
     if (!s->ubusy) return;
-    for (size_t i = 0; i < LA_UB_CHUNKS; i++) free((void *)atomic_load(&s->ubusy->chunks[i]));
+    for (size_t i = 0; i < LA_UB_CHUNKS; i++) free(atomic_load(&s->ubusy->chunks[i]));
     pthread_mutex_destroy(&s->ubusy->mu);
     free(s->ubusy);
     s->ubusy = NULL;
@@ -630,23 +670,38 @@ static void busy_free(la_sched_t *s) {
  * for an fd beyond the table (negative, or 4M and above: a number that is
  * not open, or one the ring path does not track): the caller leaves it to
  * the poller path, which answers ASYNC_E_BADFD for a closed one (never
- * ASYNC_E_NOMEM for a number out of the table's range). */
-static int busy_take(la_sched_t *s, int fd, unsigned bit, _Atomic unsigned char **slot) {
+ * ASYNC_E_NOMEM for a number out of the table's range). With one worker
+ * every fiber of s runs on its thread, one at a time, and nobody else
+ * writes the bits: a plain read and write. */
+LA_UR_HOT int busy_take(la_sched_t *s, int fd, unsigned bit, la_ubslot_t **slot) {
     if (fd < 0 || fd >= LA_UB_CHUNK * LA_UB_CHUNKS) return -1;
-    _Atomic unsigned char *b = busy_slot(s, fd);
+    la_ubslot_t *b = busy_slot(s, fd);
     if (!b) return ASYNC_E_NOMEM;
-    if (atomic_fetch_or(b, (unsigned char)bit) & bit) return ASYNC_E_BUSY;
+    if (s->nw == 1) {
+        unsigned char v = atomic_load_explicit(&b->busy, memory_order_relaxed);
+        if (v & bit) return ASYNC_E_BUSY;
+        atomic_store_explicit(&b->busy, (unsigned char)(v | bit), memory_order_relaxed);
+    } else if (atomic_fetch_or(&b->busy, (unsigned char)bit) & bit) {
+        return ASYNC_E_BUSY;
+    }
     *slot = b;
     return 0;
 }
 
-static void busy_drop(_Atomic unsigned char *b, unsigned bit) { atomic_fetch_and(b, (unsigned char)~bit); }
+LA_UR_HOT void busy_drop(la_sched_t *s, la_ubslot_t *b, unsigned bit) {
+    atomic_store_explicit(&b->key[bit - 1], 0, memory_order_relaxed);
+    if (s->nw == 1)
+        atomic_store_explicit(&b->busy, atomic_load_explicit(&b->busy, memory_order_relaxed) & (unsigned char)~bit,
+                              memory_order_relaxed);
+    else
+        atomic_fetch_and(&b->busy, (unsigned char)~bit);
+}
 
 /* ---- ops ---------------------------------------------------------------------- */
 
 /* The ring of the calling fiber's worker, or NULL when the call does not go
  * through io_uring. */
-static la_uring_t *my_ring(la_fiber_t **fp, int timeout_ms) {
+LA_UR_HOT la_uring_t *my_ring(la_fiber_t **fp, int timeout_ms) {
     if (timeout_ms == 0) return NULL;
     /* fp is the caller's local, on the stack its la_uop_t will be on */
     if ((uintptr_t)fp >> LA_UR_ADDR_BITS) return NULL; /* no room for a key's tag (ur_key) */
@@ -656,59 +711,54 @@ static la_uring_t *my_ring(la_fiber_t **fp, int timeout_ms) {
     return la_current_worker()->ur;
 }
 
+/* The end of an op whose park ended early: cancels it and parks again,
+ * not cancellable, until its CQE came (the kernel never writes into the
+ * fiber's stack after the call returned). Returns the CQE's result. */
+LA_NOINLINE static int op_wait_slow(la_fiber_t *f, la_uring_t *r, la_uop_t *op) {
+    cancel_op(r, op);
+    for (;;) {
+        la_spin_lock(&op->lk);
+        if (op->done) {
+            la_spin_unlock(&op->lk);
+            return op->res;
+        }
+        la_park_prepare(f, LA_PK_BLOCKING); /* never fails for this kind */
+        op->waiting = 1;
+        la_spin_unlock(&op->lk);
+        if (la_fiber_park_until(f, 0) == LA_W_READY) return op->res; /* claimed by complete() */
+    }
+}
+
 /* Runs the op whose SQE the caller prepared (sqlk held, the SQE pushed):
  * parks until its CQE, cancelling it at the deadline or at shutdown.
  * Returns the CQE's result; *why: LA_W_READY, or why the park ended early
  * (LA_W_TIMEDOUT, LA_W_CANCELLED), whatever the result. */
-static int op_wait(la_fiber_t *f, la_uring_t *r, la_uop_t *op, uint64_t deadline, int fd, int dir, int *why) {
+LA_UR_HOT int op_wait(la_fiber_t *f, la_uring_t *r, la_uop_t *op, uint64_t deadline, int *why) {
     la_spin_unlock(&r->sqlk);
-    int kind = LA_PK_NORMAL, cancelled = 0, reason = LA_W_READY;
-    la_fiber_note(f, LA_WAIT_FD, (uint64_t)(uint32_t)fd | (uint64_t)dir << 32);
-    for (;;) {
-        la_waiter_t w;
-        la_spin_lock(&op->lk);
-        if (op->done) {
-            la_spin_unlock(&op->lk);
-            break;
-        }
-        int rc = kind == LA_PK_NORMAL && deadline && la_now_ns() >= deadline ? ASYNC_E_TIMEDOUT
-                                                                            : la_waiter_init(&w, kind);
-        if (rc == 0) op->w = &w;
-        la_spin_unlock(&op->lk);
-        int got;
-        if (rc == 0) {
-            got = la_waiter_wait(&w, kind == LA_PK_NORMAL ? deadline : 0);
-            la_spin_lock(&op->lk);
-            op->w = NULL;
-            la_spin_unlock(&op->lk);
-        } else {
-            got = rc == ASYNC_E_TIMEDOUT ? LA_W_TIMEDOUT : LA_W_CANCELLED;
-        }
-        if (got == LA_W_READY) continue; /* done is set */
-        if (reason == LA_W_READY) reason = got;
-        if (!cancelled) {
-            cancel_op(r, op);
-            cancelled = 1;
-        }
-        kind = LA_PK_BLOCKING; /* until the CQE: never cut short */
-    }
-    la_spin_lock(&r->sqlk);
-    uop_list_remove(&r->ops, op);
-    la_spin_unlock(&r->sqlk);
-    *why = reason;
-    return op->res;
+    int got = op->prep == ASYNC_E_TIMEDOUT ? LA_W_TIMEDOUT
+              : op->prep                   ? LA_W_CANCELLED
+                                           : la_fiber_park_until(f, deadline);
+    *why = got;
+    if (got == LA_W_READY) return op->res; /* claimed by complete(), which set res first */
+    return op_wait_slow(f, r, op);
 }
 
-/* Starts op on the ring of the worker the fiber runs on now (its owner
- * submits): an SQE with opcode, fd, addr, len (capped at what one op takes)
- * and op as its user_data, for the caller to complete, sqe_push and hand to
- * op_wait. *rp: that ring, its sqlk held. */
-static struct io_uring_sqe *op_start(la_uop_t *op, la_uring_t **rp, unsigned char opcode, int fd, const void *addr,
-                                     size_t len) {
+/* Starts op on the ring of the worker the fiber f runs on now (its owner
+ * submits): prepares f's park (complete() claims it; not when deadline has
+ * passed), then an SQE with opcode, fd, addr, len (capped at what one op
+ * takes) and op as its user_data, for the caller to complete, sqe_push and
+ * hand to op_wait. b: fd's slot, whose bit for dir (1, 2) the caller holds:
+ * the op's key and ring go there. *rp: that ring, its sqlk held. */
+LA_UR_HOT struct io_uring_sqe *op_start(la_fiber_t *f, la_uop_t *op, la_uring_t **rp, unsigned char opcode, int fd,
+                                        const void *addr, size_t len, la_ubslot_t *b, unsigned dir,
+                                        uint64_t deadline) {
+    op->f = f;
+    op->res = 0;
     op->lk = (la_spin_t){0};
     op->done = 0;
-    op->res = 0;
-    op->w = NULL;
+    op->waiting = 0;
+    la_fiber_note(f, LA_WAIT_FD, (uint64_t)(uint32_t)fd | (uint64_t)dir << 32);
+    op->prep = deadline && la_now_ns() >= deadline ? ASYNC_E_TIMEDOUT : la_park_prepare(f, LA_PK_NORMAL);
     la_tsan_release(op); /* to the reaper of its CQE (complete) */
     la_uring_t *r = la_current_worker()->ur;
     la_spin_lock(&r->sqlk);
@@ -719,8 +769,8 @@ static struct io_uring_sqe *op_start(la_uop_t *op, la_uring_t **rp, unsigned cha
     q->len = len > 0x7ffff000u ? 0x7ffff000u : (unsigned)len;
     op->key = ur_key(r, op);
     q->user_data = op->key;
-    op->fd = fd;
-    uop_list_push(&r->ops, op);
+    atomic_store_explicit(&b->ring[dir - 1], r, memory_order_relaxed);
+    atomic_store_explicit(&b->key[dir - 1], op->key, memory_order_relaxed);
     *rp = r;
     return q;
 }
@@ -744,7 +794,7 @@ int la_uring_read(int fd, void *buf, size_t n, int timeout_ms, ssize_t *ret) {
     la_fiber_t *f = NULL;
     la_uring_t *r = my_ring(&f, timeout_ms);
     if (!r) return 0;
-    _Atomic unsigned char *b;
+    la_ubslot_t *b;
     int e = busy_take(f->s, fd, 1, &b);
     if (e < 0) return 0; /* the poller path */
     if (e == ASYNC_E_BUSY) {
@@ -770,11 +820,11 @@ int la_uring_read(int fd, void *buf, size_t n, int timeout_ms, ssize_t *ret) {
     la_uop_t op;
     int why, res;
     do {
-        op_start(&op, &r, IORING_OP_RECV, fd, buf, n);
+        op_start(f, &op, &r, IORING_OP_RECV, fd, buf, n, b, 1, deadline);
         sqe_push(r);
-        res = op_wait(f, r, &op, deadline, fd, 1, &why);
+        res = op_wait(f, r, &op, deadline, &why);
     } while (res == -EINTR && why == LA_W_READY);
-    busy_drop(b, 1);
+    busy_drop(f->s, b, 1);
     if (res >= 0) {
         *ret = res;
         return 1;
@@ -789,7 +839,7 @@ int la_uring_write(int fd, const void *buf, size_t n, int timeout_ms, ssize_t *r
     la_fiber_t *f = NULL;
     la_uring_t *r = my_ring(&f, timeout_ms);
     if (!r) return 0;
-    _Atomic unsigned char *b;
+    la_ubslot_t *b;
     int e = busy_take(f->s, fd, 2, &b);
     if (e < 0) return 0; /* the poller path */
     if (e) {
@@ -801,15 +851,16 @@ int la_uring_write(int fd, const void *buf, size_t n, int timeout_ms, ssize_t *r
     la_uop_t op;
     int why = LA_W_READY, res = 0;
     while (*done < n) {
-        struct io_uring_sqe *q = op_start(&op, &r, IORING_OP_SEND, fd, (const char *)buf + *done, n - *done);
+        struct io_uring_sqe *q = op_start(f, &op, &r, IORING_OP_SEND, fd, (const char *)buf + *done, n - *done, b, 2,
+                                           deadline);
         q->msg_flags = MSG_NOSIGNAL;
         sqe_push(r);
-        res = op_wait(f, r, &op, deadline, fd, 2, &why);
+        res = op_wait(f, r, &op, deadline, &why);
         if (res > 0) *done += (size_t)res;
         if (why != LA_W_READY) break;
         if (res < 0 && res != -EINTR) break;
     }
-    busy_drop(b, 2);
+    busy_drop(f->s, b, 2);
     if (*done == n) {
         *ret = (ssize_t)n;
         return 1;
@@ -837,20 +888,20 @@ int la_uring_accept(int lfd, struct sockaddr *addr, socklen_t *len, int timeout_
         return 1;
     }
     if (res != -EAGAIN) return ur_fail(ret, res == -EMFILE || res == -ENFILE ? ASYNC_E_NOMEM : ur_map_errno(-res));
-    _Atomic unsigned char *b;
+    la_ubslot_t *b;
     if ((e = busy_take(f->s, lfd, 1, &b)) < 0) return 0; /* the poller path */
     if (e) return ur_fail(ret, e);
     uint64_t deadline = la_deadline(timeout_ms);
     la_uop_t op;
     int why;
     do {
-        struct io_uring_sqe *q = op_start(&op, &r, IORING_OP_ACCEPT, lfd, addr, 0);
+        struct io_uring_sqe *q = op_start(f, &op, &r, IORING_OP_ACCEPT, lfd, addr, 0, b, 1, deadline);
         q->addr2 = (uint64_t)(uintptr_t)len;
         q->accept_flags = SOCK_NONBLOCK | SOCK_CLOEXEC;
         sqe_push(r);
-        res = op_wait(f, r, &op, deadline, lfd, 1, &why);
+        res = op_wait(f, r, &op, deadline, &why);
     } while ((res == -EINTR || res == -ECONNABORTED) && why == LA_W_READY);
-    busy_drop(b, 1);
+    busy_drop(f->s, b, 1);
     if (res >= 0) {
         *ret = res;
         return 1;
@@ -875,20 +926,20 @@ int la_uring_connect(int fd, const struct sockaddr *addr, socklen_t alen, int ti
     if (e != -EINPROGRESS && e != -EINTR && e != -EALREADY) { /* EALREADY: in progress already (io_api.c) */
         return ur_fail(ret, ur_map_errno(-e));
     }
-    _Atomic unsigned char *b;
+    la_ubslot_t *b;
     if ((e = busy_take(f->s, fd, 2, &b)) < 0) return 0; /* the poller path */
     if (e) return ur_fail(ret, e);
     uint64_t deadline = la_deadline(timeout_ms);
     la_uop_t op;
     int why, res;
     for (;;) {
-        struct io_uring_sqe *q = op_start(&op, &r, IORING_OP_POLL_ADD, fd, NULL, 0);
+        struct io_uring_sqe *q = op_start(f, &op, &r, IORING_OP_POLL_ADD, fd, NULL, 0, b, 2, deadline);
         q->poll32_events = POLLOUT;
         sqe_push(r);
-        res = op_wait(f, r, &op, deadline, fd, 2, &why);
+        res = op_wait(f, r, &op, deadline, &why);
         if (why != LA_W_READY || res != 0) break;
     }
-    busy_drop(b, 2);
+    busy_drop(f->s, b, 2);
     if (res > 0) { /* writable: the connect's outcome */
         e = la_io_sockerr(fd);
         if (e == 0) {

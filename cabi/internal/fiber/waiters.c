@@ -181,17 +181,7 @@ int la_waiter_wake(la_waiter_t *w, int reason) {
 }
 
 int la_waiter_wait(la_waiter_t *w, uint64_t deadline) {
-    if (w->f) {
-        la_fiber_t *f = w->f;
-        la_sched_t *s = f->s;
-        if (atomic_load_explicit(&f->ctl, memory_order_relaxed) & LA_CTL_DEADLINE)
-            deadline = la_park_deadline(f, deadline); /* the earlier of the call's and the fiber's */
-        if (deadline) la_timer_add(s, f, deadline);
-        la_park_commit(f);
-        int r = atomic_load(&f->claim);
-        if (deadline && r != LA_W_TIMEDOUT) la_timer_del(s, f);
-        return r;
-    }
+    if (w->f) return la_fiber_park_until(w->f, deadline);
     /* A plain thread: not a cancellation point (base.h, "cancellation"):
      * a cancel acting in the sleep would leave this record, on the dead
      * thread's stack, linked in the object's list. */
