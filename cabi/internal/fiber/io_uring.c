@@ -972,7 +972,7 @@ int la_uring_msg(int fd, struct msghdr *m, int send, int timeout_ms, ssize_t *re
     la_uring_t *r = my_ring(&f, timeout_ms);
     if (!r) return 0;
     unsigned bit = send ? 2 : 1;
-    _Atomic unsigned char *b;
+    la_ubslot_t *b;
     int e = busy_take(f->s, fd, bit, &b);
     if (e < 0) return 0; /* the poller path */
     if (e == ASYNC_E_BUSY && !send) return msg_busy_now(fd, m, ret);
@@ -987,12 +987,13 @@ int la_uring_msg(int fd, struct msghdr *m, int send, int timeout_ms, ssize_t *re
     int why, res;
     do {
         m->msg_namelen = namelen;
-        struct io_uring_sqe *q = op_start(&op, &r, send ? IORING_OP_SENDMSG : IORING_OP_RECVMSG, fd, m, 1);
+        struct io_uring_sqe *q =
+            op_start(f, &op, &r, send ? IORING_OP_SENDMSG : IORING_OP_RECVMSG, fd, m, 1, b, (int)bit, deadline);
         q->msg_flags = send ? MSG_NOSIGNAL : 0;
         sqe_push(r);
-        res = op_wait(f, r, &op, deadline, fd, (int)bit, &why);
+        res = op_wait(f, r, &op, deadline, &why);
     } while (res == -EINTR && why == LA_W_READY);
-    busy_drop(b, bit);
+    busy_drop(f->s, b, bit);
     if (res >= 0) {
         *ret = res;
         return 1;
