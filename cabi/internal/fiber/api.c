@@ -63,6 +63,7 @@ static void sched_free(la_sched_t *s) {
     la_io_free(s);
     la_stackpool_free(s->pool);
     free(s->heap);
+    free(s->tpos);
     pthread_mutex_destroy(&s->gmu);
     pthread_mutex_destroy(&s->imu);
     pthread_cond_destroy(&s->icv);

@@ -149,9 +149,6 @@ struct la_fiber {
     la_fiber_t *all_prev, *all_next; /* in *home: the fibers of the scheduler */
     la_flist_t *home;
     uint32_t hidx; /* handle slot, kept reserved while the record is cached */
-    /* timer (under s->tmu) */
-    uint64_t deadline;
-    int heap_idx; /* -1 when not in the heap */
     /* join */
     la_spin_t jlk;
     int done;

@@ -75,6 +75,13 @@ struct la_wk {
 
 typedef struct la_fdrec la_fdrec_t;
 
+/* A slot of a scheduler's timer heap (timers.c). */
+typedef struct {
+    uint64_t deadline;
+    la_fiber_t *f;
+    uint32_t hidx; /* f->hidx, the index of f's position in tpos */
+} la_tslot_t;
+
 struct la_sched {
     uint64_t handle;
     _Atomic int refs;
@@ -108,8 +115,10 @@ struct la_sched {
     _Atomic(la_fdrec_t *) *fdchunks;
     /* timers */
     pthread_mutex_t tmu;
-    la_fiber_t **heap;
+    la_tslot_t *heap;
     size_t hlen, hcap;
+    int32_t *tpos; /* by handle slot: heap index, -1 when not in the heap */
+    size_t tposcap;
     _Atomic uint64_t next_deadline;
     /* fibers: every live or unjoined fiber is in the list of the worker
      * that spawned it, or in fl when a plain thread did */

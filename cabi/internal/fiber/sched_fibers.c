@@ -155,7 +155,6 @@ la_fiber_t *la_fiber_new(la_sched_t *s, la_wk_t *w, int *rc) {
         return NULL;
     }
     f->s = s;
-    f->heap_idx = -1;
     f->id = new_fiber_id(w);
     atomic_store_explicit(&f->claim, LA_W_IDLE, memory_order_relaxed);
     if ((*rc = stack_take(s, w, &f->stack, f->id)) != 0) goto fail;

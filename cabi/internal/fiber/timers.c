@@ -1,74 +1,98 @@
 /* Fiber timers: a min-heap of parked fibers by deadline, per scheduler.
  * The worker that polls sleeps until the earliest deadline (next_deadline);
- * adding an earlier one kicks it. */
+ * adding an earlier one kicks it.
+ *
+ * The heap and the position of each fiber in it live in two arrays of the
+ * scheduler: a slot holds the deadline, the fiber and its handle slot
+ * index (hidx), and tpos[hidx] is the slot's index (-1: not in the heap).
+ * Sifting moves slots and updates tpos only, never a fiber record: a
+ * timeout set and cleared on every park of 10k connections touches no cold
+ * fiber memory. Every tpos entry is -1 unless its fiber is in the heap (a
+ * handle slot can be reused by a fiber of another scheduler). */
 #include <stdlib.h>
 
 #include "fiber_int.h"
 
-/* ---- timers (a min-heap of parked fibers by deadline) ---------------------------- */
-
-static void heap_swap(la_fiber_t **h, int i, int j) {
-    la_fiber_t *t = h[i];
-    h[i] = h[j];
-    h[j] = t;
-    h[i]->heap_idx = i;
-    h[j]->heap_idx = j;
+static void heap_set(la_sched_t *s, int i, la_tslot_t v) {
+    s->heap[i] = v;
+    s->tpos[v.hidx] = i;
 }
 
-static void heap_up(la_fiber_t **h, int i) {
+static void heap_up(la_sched_t *s, int i) {
+    la_tslot_t v = s->heap[i];
     while (i > 0) {
         int p = (i - 1) / 2;
-        if (h[p]->deadline <= h[i]->deadline) break;
-        heap_swap(h, i, p);
+        if (s->heap[p].deadline <= v.deadline) break;
+        heap_set(s, i, s->heap[p]);
         i = p;
     }
+    heap_set(s, i, v);
 }
 
-static void heap_down(la_fiber_t **h, int n, int i) {
+static void heap_down(la_sched_t *s, int i) {
+    int n = (int)s->hlen;
+    la_tslot_t v = s->heap[i];
     for (;;) {
-        int l = 2 * i + 1, r = l + 1, m = i;
-        if (l < n && h[l]->deadline < h[m]->deadline) m = l;
-        if (r < n && h[r]->deadline < h[m]->deadline) m = r;
-        if (m == i) break;
-        heap_swap(h, i, m);
+        int l = 2 * i + 1, r = l + 1, m = l;
+        if (l >= n) break;
+        if (r < n && s->heap[r].deadline < s->heap[l].deadline) m = r;
+        if (s->heap[m].deadline >= v.deadline) break;
+        heap_set(s, i, s->heap[m]);
         i = m;
     }
+    heap_set(s, i, v);
 }
 
 static void heap_remove(la_sched_t *s, int i) {
-    la_fiber_t **h = s->heap;
-    int last = --s->hlen;
-    h[i]->heap_idx = -1;
+    la_tslot_t *h = s->heap;
+    int last = (int)--s->hlen;
+    s->tpos[h[i].hidx] = -1;
     if (i != last) {
+        uint64_t gone = h[i].deadline;
         h[i] = h[last];
-        h[i]->heap_idx = i;
-        heap_down(h, last, i);
-        heap_up(h, i);
+        if (h[i].deadline < gone)
+            heap_up(s, i);
+        else
+            heap_down(s, i);
     }
-    atomic_store(&s->next_deadline, s->hlen ? h[0]->deadline : UINT64_MAX);
+    atomic_store(&s->next_deadline, s->hlen ? h[0].deadline : UINT64_MAX);
+}
+
+/* Room for one more slot and for tpos[hidx]; 0, or -1 out of memory. */
+static int timers_grow(la_sched_t *s, uint32_t hidx) {
+    if (s->hlen == s->hcap) {
+        size_t nc = s->hcap ? s->hcap * 2 : 256;
+        la_tslot_t *nh = realloc(s->heap, nc * sizeof *nh);
+        if (!nh) return -1;
+        s->heap = nh;
+        s->hcap = nc;
+    }
+    if (hidx >= s->tposcap) {
+        size_t nc = s->tposcap ? s->tposcap : 256;
+        while (nc <= hidx) nc *= 2;
+        int32_t *np = realloc(s->tpos, nc * sizeof *np);
+        if (!np) return -1;
+        for (size_t k = s->tposcap; k < nc; k++) np[k] = -1;
+        s->tpos = np;
+        s->tposcap = nc;
+    }
+    return 0;
 }
 
 void la_timer_add(la_sched_t *s, la_fiber_t *f, uint64_t deadline) {
     pthread_mutex_lock(&s->tmu);
-    if (s->hlen == s->hcap) {
-        size_t nc = s->hcap ? s->hcap * 2 : 256;
-        la_fiber_t **nh = realloc(s->heap, nc * sizeof *nh);
-        if (!nh) {
-            /* Out of memory: fire at once rather than hang. */
-            pthread_mutex_unlock(&s->tmu);
-            int z = 0;
-            if (atomic_compare_exchange_strong(&f->claim, &z, LA_W_TIMEDOUT)) la_fiber_wake(f);
-            return;
-        }
-        s->heap = nh;
-        s->hcap = nc;
+    if (timers_grow(s, f->hidx) != 0) {
+        /* Out of memory: fire at once rather than hang. */
+        pthread_mutex_unlock(&s->tmu);
+        int z = 0;
+        if (atomic_compare_exchange_strong(&f->claim, &z, LA_W_TIMEDOUT)) la_fiber_wake(f);
+        return;
     }
-    f->deadline = deadline;
-    f->heap_idx = (int)s->hlen;
-    s->heap[s->hlen++] = f;
-    heap_up(s->heap, f->heap_idx);
-    int earliest = s->heap[0] == f;
-    atomic_store(&s->next_deadline, s->heap[0]->deadline);
+    int i = (int)s->hlen++;
+    s->heap[i] = (la_tslot_t){deadline, f, f->hidx};
+    heap_up(s, i);
+    int earliest = s->heap[0].f == f;
+    atomic_store(&s->next_deadline, s->heap[0].deadline);
     pthread_mutex_unlock(&s->tmu);
     if (earliest) {
         pthread_mutex_lock(&s->imu);
@@ -82,7 +106,7 @@ void la_timer_add(la_sched_t *s, la_fiber_t *f, uint64_t deadline) {
 
 void la_timer_del(la_sched_t *s, la_fiber_t *f) {
     pthread_mutex_lock(&s->tmu);
-    if (f->heap_idx >= 0) heap_remove(s, f->heap_idx);
+    if (f->hidx < s->tposcap && s->tpos[f->hidx] >= 0) heap_remove(s, s->tpos[f->hidx]);
     pthread_mutex_unlock(&s->tmu);
 }
 
@@ -92,8 +116,8 @@ int la_timers_fire(la_sched_t *s) {
     la_fiber_t *woken[64];
     int n = 0;
     pthread_mutex_lock(&s->tmu);
-    while (s->hlen && s->heap[0]->deadline <= now && n < 64) {
-        la_fiber_t *f = s->heap[0];
+    while (s->hlen && s->heap[0].deadline <= now && n < 64) {
+        la_fiber_t *f = s->heap[0].f;
         heap_remove(s, 0);
         int z = 0;
         if (atomic_compare_exchange_strong(&f->claim, &z, LA_W_TIMEDOUT)) woken[n++] = f;
