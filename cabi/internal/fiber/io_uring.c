@@ -54,59 +54,13 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
-#include <sys/utsname.h>
 #include <unistd.h>
 
-#include "fiber_int.h"
-
-#if defined(__has_include)
-#if __has_include(<valgrind/valgrind.h>)
-#include <valgrind/valgrind.h>
-#define LA_UR_VALGRIND 1
-#endif
-#endif
-#ifndef LA_UR_VALGRIND
-#define RUNNING_ON_VALGRIND 0
-#endif
-
-#ifndef IORING_SETUP_COOP_TASKRUN
-#define IORING_SETUP_COOP_TASKRUN (1U << 8)
-#endif
-#ifndef IORING_SETUP_TASKRUN_FLAG
-#define IORING_SETUP_TASKRUN_FLAG (1U << 9)
-#endif
-#ifndef IORING_SETUP_SUBMIT_ALL
-#define IORING_SETUP_SUBMIT_ALL (1U << 7)
-#endif
-#ifndef IORING_SQ_TASKRUN
-#define IORING_SQ_TASKRUN (1U << 2)
-#endif
+#include "io_uring_int.h"
 
 /* The per-op helpers run twice per echo round trip: inlined into the four
  * calls (no prologue, no frame of their own on the fiber's stack). */
 #define LA_UR_HOT static inline __attribute__((always_inline))
-
-#define LA_UR_SQ 256
-#define LA_UR_CQ 16384      /* up to 8 workers (256 KiB of CQ each) */
-#define LA_UR_CQ_MANY 4096  /* more workers */
-
-struct la_uring {
-    la_spin_t sqlk; /* SQ writes and submits (the owner, and cancels from any worker) */
-    la_spin_t cqlk; /* CQ reaping (the owner, or the worker in the poller) */
-    int fd;
-    unsigned sq_mask, sq_entries, cq_mask;
-    _Atomic unsigned *sq_head, *sq_tail, *sq_flags;
-    struct io_uring_sqe *sqes;
-    unsigned sq_tail_local; /* written under sqlk */
-    _Atomic unsigned *cq_head, *cq_tail;
-    struct io_uring_cqe *cqes;
-    void *sq_map, *cq_map;
-    size_t sq_map_len, cq_map_len, sqes_len;
-    _Atomic unsigned pending; /* hint: SQEs written since the last submit */
-    uint16_t tag;             /* the tag of the last op started here (under sqlk; ur_key) */
-    unsigned cancel_delay_us; /* test-only (cancel_late): 0, or how late a cancel goes in */
-    _Atomic int late_n;       /* test-only: late cancels not written yet */
-};
 
 /* An op in flight: on the stack of the fiber that waits for it. Its key is
  * also in its fd's slot (la_ubslot_t) from op_start to the end of the call:
@@ -121,19 +75,6 @@ typedef struct la_uop {
     int waiting;  /* the fiber is parked again (not cancellable) for the CQE */
     uint64_t key; /* its SQE's user_data and its cancels' key (ur_key) */
 } la_uop_t;
-
-/* A descriptor number's record per scheduler: the busy bits (1 a receive
- * or accept, 2 a send or connect of a fiber of this scheduler is in a ring:
- * one of each per number) and, per direction, the key of its op and the
- * ring the op went to (0 and NULL between ops). The bits and the keys are
- * written by the fiber that holds the bit; la_uring_cancel_fd reads the
- * keys from any thread (a key it reads just as its op ends names no op any
- * more: ur_key). */
-typedef struct {
-    _Atomic unsigned char busy;
-    _Atomic uint64_t key[2];
-    la_uring_t *_Atomic ring[2];
-} la_ubslot_t;
 
 /* An op's key (user_data): the record's address in the low 48 bits and the
  * ring's 16-bit op count in the bits above. A cancel names its op by key, so
@@ -154,18 +95,8 @@ static inline la_uop_t *ur_key_op(uint64_t key) { return (la_uop_t *)(uintptr_t)
 
 /* ---- system calls ----------------------------------------------------------- */
 
-LA_NOINLINE static int ur_setup(unsigned entries, struct io_uring_params *p) {
-    long r = syscall(__NR_io_uring_setup, entries, p);
-    return r < 0 ? -errno : (int)r;
-}
-
 LA_NOINLINE static int ur_enter(int fd, unsigned to_submit, unsigned min_complete, unsigned flags) {
     long r = syscall(__NR_io_uring_enter, fd, to_submit, min_complete, flags, NULL, (size_t)0);
-    return r < 0 ? -errno : (int)r;
-}
-
-LA_NOINLINE static int ur_register(int fd, unsigned op, void *arg, unsigned n) {
-    long r = syscall(__NR_io_uring_register, fd, op, arg, n);
     return r < 0 ? -errno : (int)r;
 }
 
@@ -190,163 +121,6 @@ LA_NOINLINE static int ur_connect(int fd, const struct sockaddr *a, socklen_t l)
  * cancelled by async_fiber_close (la_uring_cancel_fd); a timeout or shutdown
  * cancel is told apart by op_err's why. */
 static int ur_map_errno(int e) { return e == ECANCELED ? ASYNC_E_CLOSED : la_io_map_errno(e); }
-
-/* ---- rings ------------------------------------------------------------------ */
-
-static void ring_close(la_uring_t *r) {
-    if (r->sqes && r->sqes != MAP_FAILED) munmap(r->sqes, r->sqes_len);
-    if (r->cq_map && r->cq_map != MAP_FAILED && r->cq_map != r->sq_map) munmap(r->cq_map, r->cq_map_len);
-    if (r->sq_map && r->sq_map != MAP_FAILED) munmap(r->sq_map, r->sq_map_len);
-    if (r->fd >= 0) close(r->fd);
-    r->fd = -1;
-    r->sqes = NULL;
-    r->sq_map = r->cq_map = NULL;
-}
-
-static const unsigned la_ur_ops[] = {IORING_OP_RECV,     IORING_OP_SEND,    IORING_OP_ACCEPT,      IORING_OP_POLL_ADD,
-                                     IORING_OP_RECVMSG,  IORING_OP_SENDMSG, IORING_OP_ASYNC_CANCEL};
-
-/* 1 if the kernel release is at least major.minor. */
-static int kernel_at_least(int major, int minor) {
-    struct utsname u;
-    if (uname(&u) != 0) return 0;
-    int ma = 0, mi = 0;
-    if (sscanf(u.release, "%d.%d", &ma, &mi) != 2) return 0;
-    return ma > major || (ma == major && mi >= minor);
-}
-
-/* 0, or a reason (static string) why the ring could not be made. */
-static const char *ring_open(la_uring_t *r, int solo, unsigned ncq) {
-    memset(r, 0, sizeof *r);
-    r->fd = -1;
-    struct io_uring_params p;
-    unsigned want = IORING_SETUP_CQSIZE | IORING_SETUP_SUBMIT_ALL;
-    /* One worker: completions run as task work when it enters the kernel
-     * anyway (it submits, polls), so no IPI is needed to interrupt it. With
-     * several workers an idle worker reaps a busy one's ring: there the
-     * default (an interrupt) keeps completions prompt. */
-    if (solo) want |= IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG;
-    memset(&p, 0, sizeof p);
-    p.flags = want;
-    p.cq_entries = ncq;
-    int fd = ur_setup(LA_UR_SQ, &p);
-    if (fd == -EINVAL && solo) {
-        memset(&p, 0, sizeof p);
-        p.flags = IORING_SETUP_CQSIZE | IORING_SETUP_SUBMIT_ALL;
-        p.cq_entries = ncq;
-        fd = ur_setup(LA_UR_SQ, &p);
-    }
-    if (fd < 0) return fd == -ENOSYS                   ? "io_uring_setup: not implemented"
-                       : fd == -EPERM                    ? "io_uring_setup: not permitted"
-                       : fd == -EMFILE || fd == -ENFILE ? "io_uring_setup: no descriptor left"
-                       : fd == -ENOMEM                   ? "io_uring_setup: out of memory"
-                                                         : "io_uring_setup failed";
-    r->fd = fd;
-    unsigned need = IORING_FEAT_NODROP | IORING_FEAT_SUBMIT_STABLE | IORING_FEAT_FAST_POLL;
-    if ((p.features & need) != need) return "kernel lacks io_uring features (NODROP, SUBMIT_STABLE, FAST_POLL)";
-    /* the opcodes used */
-    size_t plen = sizeof(struct io_uring_probe) + 256 * sizeof(struct io_uring_probe_op);
-    struct io_uring_probe *pr = calloc(1, plen);
-    if (!pr) return "out of memory";
-    int e = ur_register(fd, IORING_REGISTER_PROBE, pr, 256);
-    int ok = e >= 0;
-    for (size_t i = 0; ok && i < sizeof la_ur_ops / sizeof la_ur_ops[0]; i++)
-        ok = la_ur_ops[i] <= pr->last_op && (pr->ops[la_ur_ops[i]].flags & IO_URING_OP_SUPPORTED);
-    free(pr);
-    if (!ok) return "kernel lacks io_uring opcodes (RECV, SEND, ACCEPT, POLL_ADD, RECVMSG, SENDMSG, ASYNC_CANCEL)";
-
-    r->sq_map_len = p.sq_off.array + p.sq_entries * sizeof(unsigned);
-    r->cq_map_len = p.cq_off.cqes + p.cq_entries * sizeof(struct io_uring_cqe);
-    if (p.features & IORING_FEAT_SINGLE_MMAP) {
-        if (r->cq_map_len > r->sq_map_len) r->sq_map_len = r->cq_map_len;
-        r->cq_map_len = r->sq_map_len;
-    }
-    r->sq_map = mmap(NULL, r->sq_map_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, IORING_OFF_SQ_RING);
-    if (r->sq_map == MAP_FAILED) return "mmap of the SQ ring failed";
-    if (p.features & IORING_FEAT_SINGLE_MMAP) {
-        r->cq_map = r->sq_map;
-    } else {
-        r->cq_map = mmap(NULL, r->cq_map_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, IORING_OFF_CQ_RING);
-        if (r->cq_map == MAP_FAILED) return "mmap of the CQ ring failed";
-    }
-    r->sqes_len = p.sq_entries * sizeof(struct io_uring_sqe);
-    r->sqes = mmap(NULL, r->sqes_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, IORING_OFF_SQES);
-    if (r->sqes == MAP_FAILED) return "mmap of the SQEs failed";
-    char *sq = r->sq_map, *cq = r->cq_map;
-    r->sq_head = (_Atomic unsigned *)(sq + p.sq_off.head);
-    r->sq_tail = (_Atomic unsigned *)(sq + p.sq_off.tail);
-    r->sq_flags = (_Atomic unsigned *)(sq + p.sq_off.flags);
-    r->sq_mask = *(unsigned *)(sq + p.sq_off.ring_mask);
-    r->sq_entries = p.sq_entries;
-    unsigned *arr = (unsigned *)(sq + p.sq_off.array);
-    for (unsigned i = 0; i < p.sq_entries; i++) arr[i] = i; /* SQE i at slot i, for good */
-    r->cq_head = (_Atomic unsigned *)(cq + p.cq_off.head);
-    r->cq_tail = (_Atomic unsigned *)(cq + p.cq_off.tail);
-    r->cq_mask = *(unsigned *)(cq + p.cq_off.ring_mask);
-    r->cqes = (struct io_uring_cqe *)(cq + p.cq_off.cqes);
-    r->sq_tail_local = atomic_load_explicit(r->sq_tail, memory_order_relaxed);
-    return NULL;
-}
-
-static int busy_init(la_sched_t *s);
-static void busy_free(la_sched_t *s);
-
-int la_uring_open(la_sched_t *s) {
-    if (RUNNING_ON_VALGRIND) {
-        /* memcheck sees neither the kernel's writes into the buffers nor its
-         * reads of the SQEs: every received byte would be "uninitialised" */
-        la_log(ASYNC_LOG_INFO, "fiber I/O: io_uring unavailable (under valgrind): epoll is used");
-        return -1;
-    }
-    if (!kernel_at_least(5, 19)) {
-        la_log(ASYNC_LOG_INFO, "fiber I/O: io_uring needs Linux 5.19 or later: epoll is used");
-        return -1;
-    }
-    la_uring_t *rings = calloc((size_t)s->nw, sizeof *rings);
-    if (!rings || busy_init(s) != 0) {
-        free(rings);
-        busy_free(s);
-        la_log(ASYNC_LOG_INFO, "fiber I/O: io_uring unavailable (out of memory): epoll is used");
-        return -1;
-    }
-    const char *why = NULL;
-    int i;
-    for (i = 0; i < s->nw && !why; i++) {
-        why = ring_open(&rings[i], s->nw == 1, s->nw <= 8 ? LA_UR_CQ : LA_UR_CQ_MANY);
-        if (!why) {
-            struct epoll_event ev = {.events = EPOLLIN | EPOLLET, .data.ptr = &rings[i]};
-            if (epoll_ctl(s->poller.fd, EPOLL_CTL_ADD, rings[i].fd, &ev) != 0) why = "epoll_ctl of a ring failed";
-        }
-    }
-    if (why) {
-        for (int j = 0; j < i; j++) ring_close(&rings[j]);
-        free(rings);
-        busy_free(s);
-        la_log(ASYNC_LOG_INFO, "fiber I/O: io_uring unavailable (%s): epoll is used", why);
-        return -1;
-    }
-    const char *late = getenv("ASYNC_TEST_URING_CANCEL_DELAY_US"); /* test-only: cancel_late */
-    unsigned delay_us = late ? (unsigned)strtoul(late, NULL, 10) : 0;
-    for (i = 0; i < s->nw; i++) {
-        rings[i].cancel_delay_us = delay_us;
-        s->wks[i].ur = &rings[i];
-    }
-    s->uring = rings;
-    la_log(ASYNC_LOG_INFO, "fiber I/O: io_uring (%d rings)", s->nw);
-    return 0;
-}
-
-void la_uring_close(la_sched_t *s) {
-    if (!s->uring) return;
-    for (int i = 0; i < s->nw; i++) {
-        while (atomic_load(&s->uring[i].late_n)) usleep(1000); /* test-only late cancels (cancel_late) */
-        ring_close(&s->uring[i]);
-        s->wks[i].ur = NULL;
-    }
-    free(s->uring);
-    s->uring = NULL;
-    busy_free(s);
-}
 
 /* Submits what is in r's SQ; r->sqlk held. Returns the io_uring_enter
  * result (or 0 when there was nothing). */
@@ -618,14 +392,6 @@ void la_uring_submit_others(la_sched_t *s, la_uring_t *own) {
 
 /* ---- per-fd slots (busy bits, keys of the ops in flight) ----------------------- */
 
-#define LA_UB_CHUNK 4096
-#define LA_UB_CHUNKS 1024 /* fds below 4M, as the fd records (LA_FD_CHUNKS) */
-
-struct la_ubusy {
-    pthread_mutex_t mu;
-    _Atomic(la_ubslot_t *) chunks[LA_UB_CHUNKS];
-};
-
 /* fd's slot, made on first use; NULL when out of memory (fd in range). */
 LA_UR_HOT la_ubslot_t *busy_slot(la_sched_t *s, int fd) {
     struct la_ubusy *b = s->ubusy;
@@ -649,21 +415,6 @@ static la_ubslot_t *busy_find(la_sched_t *s, int fd) {
     if (fd < 0 || fd >= LA_UB_CHUNK * LA_UB_CHUNKS || !s->ubusy) return NULL;
     la_ubslot_t *c = atomic_load_explicit(&s->ubusy->chunks[(size_t)fd / LA_UB_CHUNK], memory_order_acquire);
     return c ? &c[(size_t)fd % LA_UB_CHUNK] : NULL;
-}
-
-static int busy_init(la_sched_t *s) {
-    s->ubusy = calloc(1, sizeof *s->ubusy);
-    if (!s->ubusy) return -1;
-    pthread_mutex_init(&s->ubusy->mu, NULL);
-    return 0;
-}
-
-static void busy_free(la_sched_t *s) {
-    if (!s->ubusy) return;
-    for (size_t i = 0; i < LA_UB_CHUNKS; i++) free(atomic_load(&s->ubusy->chunks[i]));
-    pthread_mutex_destroy(&s->ubusy->mu);
-    free(s->ubusy);
-    s->ubusy = NULL;
 }
 
 /* Takes fd's direction bit (1 read, 2 write): 0, or an async_err_t, or -1
