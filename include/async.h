@@ -1514,7 +1514,7 @@ int async_sockaddr_parse(const char *host, int port, struct sockaddr_storage *ou
 
 /* async_fiber_listen and async_fiber_udp_bind flags. */
 #define ASYNC_LISTEN_REUSEPORT 0x1u /* SO_REUSEPORT: several sockets share the port (Linux, BSD, macOS; ASYNC_E_NOTSUP elsewhere) */
-#define ASYNC_LISTEN_V6ONLY 0x2u    /* an IPv6 address takes IPv6 only (default: dual-stack, IPv4 mapped) */
+#define ASYNC_LISTEN_V6ONLY 0x2u    /* an IPv6 address takes IPv6 only (default: dual-stack, IPv4 mapped); ignored for IPv4 */
 
 /* Creates a TCP socket bound to addr (IPv4 or IPv6; port 0 picks a free
  * port: getsockname(2) tells it) with SO_REUSEADDR (Windows:
@@ -1571,7 +1571,8 @@ ssize_t async_fiber_recvfrom(async_fd_t fd, void *buf, size_t n, struct sockaddr
  * async_fiber_write (ASYNC_E_BADFD also for an fd that is not a socket;
  * ASYNC_E_CLOSED: a connected socket's ICMP error), ASYNC_E_TOOBIG,
  * ASYNC_E_INVAL also for addr NULL on a socket that is not connected, or
- * an address of another family. Thread-safe; parks (while the socket's
+ * an address the socket's family cannot send to (a dual-stack IPv6 socket
+ * sends to IPv4 addresses too). Thread-safe; parks (while the socket's
  * send buffer is full). */
 ssize_t async_fiber_sendto(async_fd_t fd, const void *buf, size_t n, const struct sockaddr *addr, socklen_t len,
                            int timeout_ms);
@@ -1580,7 +1581,9 @@ ssize_t async_fiber_sendto(async_fd_t fd, const void *buf, size_t n, const struc
  * delimiters (telnet lines, HTTP headers) with a bounded length. It reads
  * with async_fiber_read, so it parks on a fiber and blocks a plain thread.
  * A reader is used by one fiber or thread at a time (not thread-safe); it
- * never closes its fd. */
+ * never closes its fd. It is meant for streams: on a datagram socket each
+ * read takes one datagram, cut to the buffer's free space, and an empty
+ * datagram reads as end of file. */
 typedef struct async_reader async_reader_t;
 
 /* Creates a reader of fd whose frames are at most max_len bytes (1 to
