@@ -547,6 +547,13 @@ ssize_t async_fiber_recvfrom(async_fd_t fd, void *buf, size_t n, struct sockaddr
         la_set_error(ASYNC_E_INVAL);
         return -1;
     }
+    /* n 0 on a stream socket reads as async_fiber_read: 0 at once (a
+     * stream's receive of 0 bytes waits for data it does not take) */
+    int type = 0, tl = (int)sizeof type;
+    if (n == 0 && getsockopt((SOCKET)fd, SOL_SOCKET, SO_TYPE, (char *)&type, &tl) == 0 && type == SOCK_STREAM) {
+        if (addr) *len = 0;
+        return 0;
+    }
     return recv_loop((SOCKET)fd, buf, n, addr, len, timeout_ms);
 }
 
