@@ -149,6 +149,10 @@ struct la_fiber {
     la_fiber_t *all_prev, *all_next; /* in *home: the fibers of the scheduler */
     la_flist_t *home;
     uint32_t hidx; /* handle slot, kept reserved while the record is cached */
+    /* timer (timers.c): the deadline of the timed park (0: none; under
+     * s->tmu) and whether the record has an entry in s's heap */
+    uint64_t tdl;
+    _Atomic unsigned char tq;
     /* join */
     la_spin_t jlk;
     int done;
@@ -304,6 +308,13 @@ int la_scope_enter(la_sched_t *s, uint64_t h, la_fiber_t *f);
 /* timers */
 void la_timer_add(la_sched_t *s, la_fiber_t *f, uint64_t deadline);
 void la_timer_del(la_sched_t *s, la_fiber_t *f);
+/* Removes f's timer entry, if any (the record is released). tq is set
+ * only by f's own parks, all before its release: a 0 read here is not
+ * stale. */
+void la_timer_forget_slow(la_sched_t *s, la_fiber_t *f);
+static inline void la_timer_forget(la_sched_t *s, la_fiber_t *f) {
+    if (atomic_load_explicit(&f->tq, memory_order_relaxed)) la_timer_forget_slow(s, f);
+}
 
 /* Parks f (the calling fiber, its park prepared and registered) until
  * claimed or until deadline (0: none; the fiber's own deadline bounds a

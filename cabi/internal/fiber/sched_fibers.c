@@ -89,6 +89,7 @@ void la_live_take(la_wk_t *w) {
 /* Invalidates f's handle and frees (or caches, w as above) the record; f is
  * off its list and its stack is released. */
 void la_fiber_release(la_fiber_t *f, la_wk_t *w) {
+    la_timer_forget(f->s, f);
     la_handle_retire(f->handle, LA_T_FIBER);
     if (w && w->nfcache < LA_FCACHE) {
         f->next = w->fcache;

@@ -8,7 +8,17 @@
  * Sifting moves slots and updates tpos only, never a fiber record: a
  * timeout set and cleared on every park of 10k connections touches no cold
  * fiber memory. Every tpos entry is -1 unless its fiber is in the heap (a
- * handle slot can be reused by a fiber of another scheduler). */
+ * handle slot can be reused by a fiber of another scheduler).
+ *
+ * Entries are removed lazily. A fiber's entry says "look at this fiber at
+ * that time"; the deadline of its timed park is f->tdl (0: not in a timed
+ * park), written under tmu. A park that ends early only clears tdl; the
+ * next timed park of the fiber keeps the entry when its key is not later
+ * than the new deadline (an idle timeout renewed on every read costs no
+ * heap operation), else moves it earlier. When an entry comes due, the
+ * fiber's tdl decides: passed, the park times out; later, the entry moves
+ * to tdl; 0, the entry goes. A fiber has at most one entry; the record's
+ * release removes it (la_timer_forget). */
 #include <stdlib.h>
 
 #include "fiber_int.h"
@@ -79,6 +89,25 @@ static int timers_grow(la_sched_t *s, uint32_t hidx) {
     return 0;
 }
 
+/* Makes f's entry due at deadline at the latest; 1 if it is now the
+ * earliest. tmu held, room made. */
+static int entry_arm(la_sched_t *s, la_fiber_t *f, uint64_t deadline) {
+    int i = s->tpos[f->hidx];
+    if (i >= 0) {
+        if (s->heap[i].deadline <= deadline) return 0; /* due first: it moves on to tdl then */
+        s->heap[i].deadline = deadline;
+        heap_up(s, i);
+    } else {
+        i = (int)s->hlen++;
+        s->heap[i] = (la_tslot_t){deadline, f, f->hidx};
+        heap_up(s, i);
+        atomic_store_explicit(&f->tq, 1, memory_order_relaxed);
+    }
+    if (s->heap[0].f != f) return 0;
+    atomic_store(&s->next_deadline, deadline);
+    return 1;
+}
+
 void la_timer_add(la_sched_t *s, la_fiber_t *f, uint64_t deadline) {
     pthread_mutex_lock(&s->tmu);
     if (timers_grow(s, f->hidx) != 0) {
@@ -88,11 +117,8 @@ void la_timer_add(la_sched_t *s, la_fiber_t *f, uint64_t deadline) {
         if (atomic_compare_exchange_strong(&f->claim, &z, LA_W_TIMEDOUT)) la_fiber_wake(f);
         return;
     }
-    int i = (int)s->hlen++;
-    s->heap[i] = (la_tslot_t){deadline, f, f->hidx};
-    heap_up(s, i);
-    int earliest = s->heap[0].f == f;
-    atomic_store(&s->next_deadline, s->heap[0].deadline);
+    f->tdl = deadline;
+    int earliest = entry_arm(s, f, deadline);
     pthread_mutex_unlock(&s->tmu);
     if (earliest) {
         pthread_mutex_lock(&s->imu);
@@ -106,7 +132,17 @@ void la_timer_add(la_sched_t *s, la_fiber_t *f, uint64_t deadline) {
 
 void la_timer_del(la_sched_t *s, la_fiber_t *f) {
     pthread_mutex_lock(&s->tmu);
-    if (f->hidx < s->tposcap && s->tpos[f->hidx] >= 0) heap_remove(s, s->tpos[f->hidx]);
+    f->tdl = 0;
+    pthread_mutex_unlock(&s->tmu);
+}
+
+void la_timer_forget_slow(la_sched_t *s, la_fiber_t *f) {
+    pthread_mutex_lock(&s->tmu);
+    f->tdl = 0;
+    if (f->hidx < s->tposcap && s->tpos[f->hidx] >= 0) {
+        heap_remove(s, s->tpos[f->hidx]);
+        atomic_store_explicit(&f->tq, 0, memory_order_relaxed);
+    }
     pthread_mutex_unlock(&s->tmu);
 }
 
@@ -118,7 +154,17 @@ int la_timers_fire(la_sched_t *s) {
     pthread_mutex_lock(&s->tmu);
     while (s->hlen && s->heap[0].deadline <= now && n < 64) {
         la_fiber_t *f = s->heap[0].f;
+        uint64_t tdl = f->tdl;
+        if (tdl > now) { /* a later park's deadline: the entry waits for it */
+            s->heap[0].deadline = tdl;
+            heap_down(s, 0);
+            atomic_store(&s->next_deadline, s->heap[0].deadline);
+            continue;
+        }
         heap_remove(s, 0);
+        atomic_store_explicit(&f->tq, 0, memory_order_relaxed);
+        if (!tdl) continue; /* not in a timed park */
+        f->tdl = 0;
         int z = 0;
         if (atomic_compare_exchange_strong(&f->claim, &z, LA_W_TIMEDOUT)) woken[n++] = f;
     }
