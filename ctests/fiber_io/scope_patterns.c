@@ -62,7 +62,7 @@ static void connection(void *arg) {
         async_scope_join(timer, -1); /* the timer uses c, on this stack */
     }
     if (timer) async_scope_destroy(timer);
-    close(c.fd);
+    async_fiber_close(c.fd);
 }
 
 struct server {
@@ -75,7 +75,7 @@ static void acceptor(void *arg) {
     for (;;) {
         int fd = async_fiber_accept(sv->lfd, NULL, NULL, -1);
         if (fd < 0) return; /* ASYNC_E_CANCELLED: the server stops */
-        if (!async_scope_spawn(sv->conns, connection, (void *)(intptr_t)fd, 0)) close(fd);
+        if (!async_scope_spawn(sv->conns, connection, (void *)(intptr_t)fd, 0)) async_fiber_close(fd);
     }
 }
 
