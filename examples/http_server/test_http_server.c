@@ -484,6 +484,35 @@ static void case_oversized_body(void)
     server_down(WAIT_MS);
 }
 
+/* A Content-Length past 2^64 is 413 with any --max-body, the largest too:
+ * the digits never wrap to a small length (the bytes after the head would
+ * be taken for the next request). */
+static void case_content_length_past_uint64(void)
+{
+    http_limits_t lim = {.max_head = 8192, .max_headers = 64, .max_body = INT64_MAX};
+    static const char *const lengths[] = {"18446744073709551616", "18446744073709551617", "36893488147419103232",
+                                          "18446744073709551615", "9223372036854775808",
+                                          "184467440737095516160000"};
+    char s[256];
+    for (size_t i = 0; i < sizeof lengths / sizeof lengths[0]; i++) {
+        snprintf(s, sizeof s, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: %s\r\n\r\n", lengths[i]);
+        expect_status(s, 413, &lim);
+    }
+    http_request_t r;
+    REQUIRE(parse("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 9223372036854775807\r\n\r\n", &r, &lim) ==
+            HTTP_PARSE_COMPLETE);
+    REQUIRE(r.content_length == INT64_MAX);
+
+    server_up("--max-body", "9223372036854775807", NULL);
+    struct cl *c = cl_open();
+    cl_send(c, "POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 18446744073709551616\r\n\r\n"
+               "GET / HTTP/1.1\r\nHost: t\r\n\r\n");
+    cl_expect(c, 413, false);
+    cl_expect_eof(c);
+    cl_close(c);
+    server_down(WAIT_MS);
+}
+
 static void case_unsupported(void)
 {
     server_up(NULL);
@@ -759,6 +788,7 @@ int main(int argc, char **argv)
         {"oversized_headers", case_oversized_headers},
         {"oversized_body", case_oversized_body},
         {"unsupported", case_unsupported},
+        {"content_length_past_uint64", case_content_length_past_uint64},
         {"slow_client", case_slow_client},
         {"idle_timeout", case_idle_timeout},
         {"shutdown", case_shutdown},
