@@ -644,6 +644,35 @@ static void case_shutdown(void)
     cl_close(stuck);
 }
 
+/* A request whose body is still coming when the stop begins is in flight:
+ * its answer says "Connection: close", and a request the client pipelined
+ * after that body is not answered. */
+static void case_shutdown_body_in_flight(void)
+{
+    server_up("--drain-ms", "20000", "--idle-ms", "60000", NULL);
+    struct cl *idle = cl_open(), *body = cl_open(), *piped = cl_open();
+    cl_send(idle, GET);
+    cl_expect(idle, 200, false);
+    cl_send(body, "POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\nab");
+    cl_send(piped, "POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\nab");
+    wait_server_read(body);
+    wait_server_read(piped);
+    REQUIRE(kill(g_child.pid, SIGTERM) == 0);
+    cl_expect_eof(idle); /* the stop has begun */
+    cl_send(body, "cdefghij");
+    REQUIRE(cl_expect(body, 200, false).close);
+    cl_expect_eof(body);
+    cl_send(piped, "cdefghij");
+    cl_send(piped, GET);
+    REQUIRE(cl_expect(piped, 200, false).close);
+    cl_expect_eof(piped);
+    child_require_clean_exit(&g_child, WAIT_MS);
+    child_free(&g_child);
+    cl_close(idle);
+    cl_close(body);
+    cl_close(piped);
+}
+
 static void case_workers_2(void)
 {
     server_up("--workers", "2", NULL);
@@ -792,6 +821,7 @@ int main(int argc, char **argv)
         {"slow_client", case_slow_client},
         {"idle_timeout", case_idle_timeout},
         {"shutdown", case_shutdown},
+        {"shutdown_body_in_flight", case_shutdown_body_in_flight},
         {"workers_2", case_workers_2},
         {"conns_10k", case_conns_10k},
 #ifdef HTTP_SERVER_TLS
