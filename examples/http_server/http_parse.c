@@ -99,17 +99,22 @@ static int parse_content_length(const char *v, size_t n, const http_limits_t *li
     if (n == 0)
         return fail(req, 400);
     uint64_t x = 0;
+    /* Past max_body or UINT64_MAX, x stops growing: the answer is 413 unless a non-digit follows. */
+    int too_big = 0;
     for (size_t i = 0; i < n; i++) {
         if (v[i] < '0' || v[i] > '9')
             return fail(req, 400);
-        if (x > lim->max_body) /* keeps x far from overflow: the answer is 413 unless a non-digit follows */
+        uint64_t d = (uint64_t)(v[i] - '0');
+        if (too_big || x > lim->max_body || x > (UINT64_MAX - d) / 10) {
+            too_big = 1;
             continue;
-        x = x * 10 + (uint64_t)(v[i] - '0');
+        }
+        x = x * 10 + d;
     }
+    if (too_big || x > lim->max_body)
+        return fail(req, 413);
     if (*seen && x != req->content_length)
         return fail(req, 400);
-    if (x > lim->max_body)
-        return fail(req, 413);
     *seen = 1;
     req->content_length = x;
     return HTTP_PARSE_COMPLETE;

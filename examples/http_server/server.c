@@ -177,7 +177,6 @@ static int answer_batch(struct conn *c, time_t now)
             return append_out(c, err, n) < 0 ? CLOSE_BROKEN : CLOSE_LINGER;
         }
         int head_only = req.method == HTTP_HEAD;
-        int keep = req.keep_alive && !atomic_load_explicit(&sv->stopping, memory_order_relaxed);
         size_t have = c->len - pos - req.head_len;
         if (req.content_length > have) { /* the body goes on past the buffer */
             if (skip_body(c, req.content_length - have) < 0)
@@ -187,14 +186,18 @@ static int answer_batch(struct conn *c, time_t now)
         } else {
             pos += req.head_len + (size_t)req.content_length;
         }
+        /* Read once the whole request is in: a stop that began during its body closes after this answer. */
+        int keep = req.keep_alive && !atomic_load_explicit(&sv->stopping, memory_order_relaxed);
         if (c->outlen + HTTP_OK_MAX > sizeof c->out && flush_out(c) < 0) /* room first: no park while ok is used */
             return CLOSE_BROKEN;
         size_t n;
         const char *ok = http_ok_response(now, keep, head_only, &n);
         memcpy(c->out + c->outlen, ok, n);
         c->outlen += n;
+        /* Requests after a "close" are not answered. The client did not ask for a close the stop makes, so it
+         * may have sent more already: that close lingers. */
         if (!keep)
-            return pos < c->len ? CLOSE_LINGER : CLOSE_AFTER; /* requests after a "close" are not answered */
+            return pos < c->len || req.keep_alive ? CLOSE_LINGER : CLOSE_AFTER;
     }
     if (pos > 0) {
         memmove(c->in, c->in + pos, c->len - pos);

@@ -484,6 +484,35 @@ static void case_oversized_body(void)
     server_down(WAIT_MS);
 }
 
+/* A Content-Length past 2^64 is 413 with any --max-body, the largest too:
+ * the digits never wrap to a small length (the bytes after the head would
+ * be taken for the next request). */
+static void case_content_length_past_uint64(void)
+{
+    http_limits_t lim = {.max_head = 8192, .max_headers = 64, .max_body = INT64_MAX};
+    static const char *const lengths[] = {"18446744073709551616", "18446744073709551617", "36893488147419103232",
+                                          "18446744073709551615", "9223372036854775808",
+                                          "184467440737095516160000"};
+    char s[256];
+    for (size_t i = 0; i < sizeof lengths / sizeof lengths[0]; i++) {
+        snprintf(s, sizeof s, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: %s\r\n\r\n", lengths[i]);
+        expect_status(s, 413, &lim);
+    }
+    http_request_t r;
+    REQUIRE(parse("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 9223372036854775807\r\n\r\n", &r, &lim) ==
+            HTTP_PARSE_COMPLETE);
+    REQUIRE(r.content_length == INT64_MAX);
+
+    server_up("--max-body", "9223372036854775807", NULL);
+    struct cl *c = cl_open();
+    cl_send(c, "POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 18446744073709551616\r\n\r\n"
+               "GET / HTTP/1.1\r\nHost: t\r\n\r\n");
+    cl_expect(c, 413, false);
+    cl_expect_eof(c);
+    cl_close(c);
+    server_down(WAIT_MS);
+}
+
 static void case_unsupported(void)
 {
     server_up(NULL);
@@ -613,6 +642,35 @@ static void case_shutdown(void)
     cl_close(idle);
     cl_close(inflight);
     cl_close(stuck);
+}
+
+/* A request whose body is still coming when the stop begins is in flight:
+ * its answer says "Connection: close", and a request the client pipelined
+ * after that body is not answered. */
+static void case_shutdown_body_in_flight(void)
+{
+    server_up("--drain-ms", "20000", "--idle-ms", "60000", NULL);
+    struct cl *idle = cl_open(), *body = cl_open(), *piped = cl_open();
+    cl_send(idle, GET);
+    cl_expect(idle, 200, false);
+    cl_send(body, "POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\nab");
+    cl_send(piped, "POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\nab");
+    wait_server_read(body);
+    wait_server_read(piped);
+    REQUIRE(kill(g_child.pid, SIGTERM) == 0);
+    cl_expect_eof(idle); /* the stop has begun */
+    cl_send(body, "cdefghij");
+    REQUIRE(cl_expect(body, 200, false).close);
+    cl_expect_eof(body);
+    cl_send(piped, "cdefghij");
+    cl_send(piped, GET);
+    REQUIRE(cl_expect(piped, 200, false).close);
+    cl_expect_eof(piped);
+    child_require_clean_exit(&g_child, WAIT_MS);
+    child_free(&g_child);
+    cl_close(idle);
+    cl_close(body);
+    cl_close(piped);
 }
 
 static void case_workers_2(void)
@@ -767,9 +825,11 @@ int main(int argc, char **argv)
         {"oversized_headers", case_oversized_headers},
         {"oversized_body", case_oversized_body},
         {"unsupported", case_unsupported},
+        {"content_length_past_uint64", case_content_length_past_uint64},
         {"slow_client", case_slow_client},
         {"idle_timeout", case_idle_timeout},
         {"shutdown", case_shutdown},
+        {"shutdown_body_in_flight", case_shutdown_body_in_flight},
         {"workers_2", case_workers_2},
         {"conns_10k", case_conns_10k},
 #ifdef HTTP_SERVER_TLS
