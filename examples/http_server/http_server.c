@@ -191,7 +191,11 @@ int main(int argc, char **argv)
         return 1;
 #endif
     raise_fd_limit();
-    /* Counted from now on, not acted on: the default action would end the process before the drain. */
+    /* Counted from now on, not acted on: the default action would end the process before the drain. Ignored
+     * before the watch, so that the action the unwatch at the end puts back is "ignore": a second signal
+     * during the teardown does not end the process either. */
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
     if (async_fiber_watch_signal(SIGINT) < 0 || async_fiber_watch_signal(SIGTERM) < 0) {
         fprintf(stderr, "http_server: watch signals: %s\n", async_strerror(async_last_error()));
         return 1;
