@@ -310,10 +310,12 @@ void la_timer_add(la_sched_t *s, la_fiber_t *f, uint64_t deadline);
 void la_timer_del(la_sched_t *s, la_fiber_t *f);
 /* Removes f's timer entry, if any (the record is released). tq is set
  * only by f's own parks, all before its release: a 0 read here is not
- * stale. */
+ * stale. A worker that took the entry away stored the 0 with release
+ * after its last look at f: the acquire orders that look before the
+ * record's reuse or free. */
 void la_timer_forget_slow(la_sched_t *s, la_fiber_t *f);
 static inline void la_timer_forget(la_sched_t *s, la_fiber_t *f) {
-    if (atomic_load_explicit(&f->tq, memory_order_relaxed)) la_timer_forget_slow(s, f);
+    if (atomic_load_explicit(&f->tq, memory_order_acquire)) la_timer_forget_slow(s, f);
 }
 
 /* Parks f (the calling fiber, its park prepared and registered) until

@@ -141,7 +141,7 @@ void la_timer_forget_slow(la_sched_t *s, la_fiber_t *f) {
     f->tdl = 0;
     if (f->hidx < s->tposcap && s->tpos[f->hidx] >= 0) {
         heap_remove(s, s->tpos[f->hidx]);
-        atomic_store_explicit(&f->tq, 0, memory_order_relaxed);
+        atomic_store_explicit(&f->tq, 0, memory_order_release);
     }
     pthread_mutex_unlock(&s->tmu);
 }
@@ -162,11 +162,14 @@ int la_timers_fire(la_sched_t *s) {
             continue;
         }
         heap_remove(s, 0);
-        atomic_store_explicit(&f->tq, 0, memory_order_relaxed);
-        if (!tdl) continue; /* not in a timed park */
-        f->tdl = 0;
-        int z = 0;
-        if (atomic_compare_exchange_strong(&f->claim, &z, LA_W_TIMEDOUT)) woken[n++] = f;
+        int z = 0, won = 0;
+        if (tdl) { /* its timed park is due (else: not in a timed park) */
+            f->tdl = 0;
+            won = atomic_compare_exchange_strong(&f->claim, &z, LA_W_TIMEDOUT);
+        }
+        /* the last look at f, before la_timer_forget may see the 0 */
+        atomic_store_explicit(&f->tq, 0, memory_order_release);
+        if (won) woken[n++] = f;
     }
     pthread_mutex_unlock(&s->tmu);
     for (int i = 0; i < n; i++) la_fiber_wake(woken[i]);
