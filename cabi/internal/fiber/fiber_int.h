@@ -233,6 +233,19 @@ static inline int la_wait_fd_bad_args(uint32_t events, int timeout_ms) {
     }
     return 0;
 }
+/* The checks the buffer calls (async_fiber_read, write, recvfrom, sendto;
+ * io_api.c, net_posix.c, io_windows.c) share before their fd: 1 (the error
+ * recorded) if timeout_ms is not valid, buf is NULL with bytes to move, or
+ * n is more than the ssize_t result can tell (ASYNC_E_INVAL here, before
+ * the kernel, whose EFAULT would map to ASYNC_E_SYS). */
+static inline int la_buf_bad_args(const void *buf, size_t n, int timeout_ms) {
+    if (la_check_timeout(timeout_ms)) return 1;
+    if ((!buf && n > 0) || n > ((size_t)-1 >> 1)) {
+        la_set_error(ASYNC_E_INVAL);
+        return 1;
+    }
+    return 0;
+}
 /* Whether some fiber of s may wait for an fd (a hint: the busy workers poll
  * the fds only then). */
 static inline int la_fd_waiters(la_sched_t *s) {

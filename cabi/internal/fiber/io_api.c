@@ -32,14 +32,7 @@ static int zero_len(int fd) {
 
 static int io_args(async_fd_t fd, const void *buf, size_t n, int timeout_ms, ssize_t *early) {
     *early = -1;
-    if (la_check_timeout(timeout_ms)) return 1;
-    /* NULL with bytes to move, or more than the ssize_t result can tell:
-     * ASYNC_E_INVAL here, before the kernel (its EFAULT would map to
-     * ASYNC_E_SYS) */
-    if ((!buf && n > 0) || n > (size_t)SSIZE_MAX) {
-        la_set_error(ASYNC_E_INVAL);
-        return 1;
-    }
+    if (la_buf_bad_args(buf, n, timeout_ms)) return 1;
     if (fd < 0) {
         la_set_error(ASYNC_E_BADFD);
         return 1;

@@ -278,11 +278,7 @@ int async_fiber_wait_fd(async_fd_t fd, uint32_t events, int timeout_ms) {
 
 static int io_args(async_fd_t fd, const void *buf, size_t n, int timeout_ms, ssize_t *early) {
     *early = -1;
-    if (la_check_timeout(timeout_ms)) return 1;
-    if ((!buf && n > 0) || n > ((size_t)-1 >> 1)) { /* as io.c: more than the ssize_t result can tell */
-        la_set_error(ASYNC_E_INVAL);
-        return 1;
-    }
+    if (la_buf_bad_args(buf, n, timeout_ms)) return 1;
     if (bad_sock(fd)) {
         la_set_error(ASYNC_E_BADFD);
         return 1;
@@ -527,11 +523,7 @@ LA_NOINLINE static ssize_t sys_sendto(SOCKET s, const void *buf, size_t n, const
 
 /* The checks of recvfrom and sendto: 0, or 1 with the error recorded. */
 static int dgram_args(async_fd_t fd, const void *buf, size_t n, int timeout_ms) {
-    if (la_check_timeout(timeout_ms)) return 1;
-    if ((!buf && n > 0) || n > ((size_t)-1 >> 1)) {
-        la_set_error(ASYNC_E_INVAL);
-        return 1;
-    }
+    if (la_buf_bad_args(buf, n, timeout_ms)) return 1;
     if (bad_sock(fd)) {
         la_set_error(ASYNC_E_BADFD);
         return 1;

@@ -128,11 +128,7 @@ LA_NOINLINE static int sys_is_stream(int fd) {
 
 /* The arguments both calls check: 0, or 1 with the error recorded. */
 static int dgram_args(async_fd_t fd, const void *buf, size_t n, int timeout_ms) {
-    if (la_check_timeout(timeout_ms)) return 1;
-    if ((!buf && n > 0) || n > (size_t)SSIZE_MAX) {
-        la_set_error(ASYNC_E_INVAL);
-        return 1;
-    }
+    if (la_buf_bad_args(buf, n, timeout_ms)) return 1;
     if (fd < 0) {
         la_set_error(ASYNC_E_BADFD);
         return 1;
