@@ -5,6 +5,10 @@
  * case runs only in the child its parent case starts (net.h, run_child).
  * Every wait is bounded. */
 #include <fcntl.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+#include <sched.h>
 #include <stdatomic.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -296,6 +300,7 @@ typedef struct {
     async_sched_t *s;
     async_chan_t *gate;          /* closed at the end: every holder returns */
     atomic_int ok, ran, nomem, other, stop;
+    atomic_int ready, go;        /* the spawners start together, limit set */
 } ch_t;
 
 static ch_t chs;
@@ -324,6 +329,8 @@ static void ch_spawn_one(intptr_t i)
 static void ch_spawner_fiber(void *arg)
 {
     (void)arg;
+    while (!atomic_load(&chs.go))
+        async_fiber_yield();
     for (intptr_t i = 0; !atomic_load(&chs.stop); i++) {
         ch_spawn_one(i);
         if (i % 8 == 0)
@@ -334,6 +341,10 @@ static void ch_spawner_fiber(void *arg)
 static void *ch_spawner_thread(void *arg)
 {
     (void)arg;
+    async_clear_error(); /* the thread's first call into the library */
+    atomic_fetch_add(&chs.ready, 1);
+    while (!atomic_load(&chs.go))
+        sched_yield();
     for (intptr_t i = 0; !atomic_load(&chs.stop); i++)
         ch_spawn_one(i);
     return NULL;
@@ -344,16 +355,23 @@ CASE(addr_space_spawn_race_child) // adversarial notsan
     if (!child_only())
         return;
     memset(&chs, 0, sizeof chs);
+    /* one malloc arena: a thread's 64 MiB arena reserved at the limit would
+     * take the whole headroom the stacks are measured against */
+#if defined(M_ARENA_MAX)
+    CHECK_EQ(mallopt(M_ARENA_MAX, 1), 1);
+#endif
     chs.s = sched_new(2);
     chs.gate = async_chan_create(0, sizeof(int));
     CHECK(chs.gate != NULL);
-    as_set((rlim_t)vm_size_kb() * 1024 + ((rlim_t)64 << 20));
-    /* the spawner fiber first: once the threads spawn, the limit may be
-     * reached at any moment */
+    /* every spawner exists before the limit and waits for the start: once
+     * one spawns, the limit may be reached at any moment */
     CHECK(async_fiber_spawn(chs.s, ch_spawner_fiber, NULL, 0) != NULL);
     pthread_t th[2];
     for (int i = 0; i < 2; i++)
         start_thread(&th[i], ch_spawner_thread, NULL);
+    wait_count(&chs.ready, 2, "spawner threads ready");
+    as_set((rlim_t)vm_size_kb() * 1024 + ((rlim_t)64 << 20));
+    atomic_store(&chs.go, 1);
     wait_count(&chs.nomem, 5000, "spawns refused at the limit");
     atomic_store(&chs.stop, 1);
     for (int i = 0; i < 2; i++)
