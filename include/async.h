@@ -1413,7 +1413,9 @@ ssize_t async_fiber_read(async_fd_t fd, void *buf, size_t n, int timeout_ms);
  * raised is consumed (one already pending before the call stays pending;
  * the thread's signal mask is restored). Fiber worker threads block
  * SIGPIPE for good. n 0 on a closed fd: ASYNC_E_BADFD.
- * timeout_ms bounds the whole call. Errors: as async_fiber_read.
+ * timeout_ms bounds the whole call's waiting: it counts from the first
+ * time the fd has no room (the writes before that do not block).
+ * Errors: as async_fiber_read.
  * Thread-safe; parks. */
 ssize_t async_fiber_write(async_fd_t fd, const void *buf, size_t n, int timeout_ms);
 

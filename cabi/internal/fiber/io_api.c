@@ -75,8 +75,8 @@ int async_fiber_wait_fd(async_fd_t fd, uint32_t events, int timeout_ms) {
     short pev = (short)(((events & ASYNC_EVENT_READ) ? POLLIN : 0) |
                         ((events & ASYNC_EVENT_WRITE) ? POLLOUT : 0));
     la_fiber_t *f = la_current_fiber();
-    uint64_t deadline = la_deadline(timeout_ms);
     if (!f) {
+        uint64_t deadline = la_deadline(timeout_ms);
         int r;
         do r = la_io_poll1(fd, pev, la_ms_left(deadline));
         while (r == -EINTR);
@@ -92,6 +92,7 @@ int async_fiber_wait_fd(async_fd_t fd, uint32_t events, int timeout_ms) {
     }
     la_fdrec_t *rec = la_fdrec(f->s, fd);
     la_fdsnap_t sn = LA_FDSNAP_START;
+    uint64_t deadline = LA_DL_UNSET; /* see la_io_wait_dir */
     for (;;) {
         if (la_fd_snap_closed(rec, &sn)) return -1;
         int r = la_io_poll1(fd, pev, 0);
@@ -105,7 +106,12 @@ int async_fiber_wait_fd(async_fd_t fd, uint32_t events, int timeout_ms) {
             return -1;
         }
         int dirs = (int)(events & (ASYNC_EVENT_READ | ASYNC_EVENT_WRITE));
-        int rc = sn.owned ? la_io_owned_park(f, fd, dirs, &sn, deadline) : la_io_fd_park(f, fd, dirs, deadline);
+        int rc = 0;
+        if (deadline == LA_DL_UNSET)
+            deadline = la_deadline(timeout_ms); /* > 0 ms away: not passed */
+        else if (la_io_deadline_passed(deadline))
+            rc = ASYNC_E_TIMEDOUT;
+        if (rc == 0) rc = sn.owned ? la_io_owned_park(f, fd, dirs, &sn, deadline) : la_io_fd_park(f, fd, dirs, deadline);
         if (rc) {
             la_set_error(rc);
             return -1;
@@ -120,7 +126,7 @@ ssize_t async_fiber_read(async_fd_t fd, void *buf, size_t n, int timeout_ms) {
 #if defined(LA_URING)
     if (la_uring_here(fd) && la_uring_read(fd, buf, n, timeout_ms, &early)) return early; /* io_uring.c */
 #endif
-    uint64_t deadline = la_deadline(timeout_ms);
+    uint64_t deadline = LA_DL_UNSET; /* see la_io_wait_dir */
     la_fiber_t *f = la_current_fiber();
     la_fdrec_t *rec = f ? la_fdrec(f->s, fd) : NULL;
     la_fdsnap_t sn = LA_FDSNAP_START;
@@ -130,7 +136,7 @@ ssize_t async_fiber_read(async_fd_t fd, void *buf, size_t n, int timeout_ms) {
         (sn.owned ? atomic_load_explicit(&rec->tcp, memory_order_relaxed) &&
                         atomic_load_explicit(&rec->dseq, memory_order_relaxed) == sn.sin
                   : atomic_load_explicit(&rec->stream, memory_order_relaxed))) {
-        int rc = la_io_wait_dir(fd, 0, deadline, timeout_ms, &sn);
+        int rc = la_io_wait_dir(fd, 0, &deadline, timeout_ms, &sn);
         /* Only ASYNC_E_CLOSED ends the call here. A passed timeout or
          * deadline, a cancel or another fiber's wait (ASYNC_E_BUSY) fail
          * only a read that has to wait, and the hint may be stale: the read
@@ -158,7 +164,7 @@ ssize_t async_fiber_read(async_fd_t fd, void *buf, size_t n, int timeout_ms) {
             la_set_error(la_io_map_errno((int)-r));
             return -1;
         }
-        int rc = la_io_wait_dir(fd, 0, deadline, timeout_ms, &sn);
+        int rc = la_io_wait_dir(fd, 0, &deadline, timeout_ms, &sn);
         if (rc) {
             la_set_error(rc);
             return -1;
@@ -175,7 +181,7 @@ ssize_t async_fiber_write(async_fd_t fd, const void *buf, size_t n, int timeout_
 #if defined(LA_URING)
     if (la_uring_here(fd) && la_uring_write(fd, buf, n, timeout_ms, &early, &done)) return early; /* io_uring.c */
 #endif
-    uint64_t deadline = la_deadline(timeout_ms);
+    uint64_t deadline = LA_DL_UNSET; /* see la_io_wait_dir */
     la_fiber_t *f = la_current_fiber();
     la_fdrec_t *rec = f ? la_fdrec(f->s, fd) : NULL;
     la_fdsnap_t sn = LA_FDSNAP_START;
@@ -191,7 +197,7 @@ ssize_t async_fiber_write(async_fd_t fd, const void *buf, size_t n, int timeout_
             la_set_error(la_io_map_errno((int)-r));
             return -1;
         }
-        int rc = la_io_wait_dir(fd, 1, deadline, timeout_ms, &sn);
+        int rc = la_io_wait_dir(fd, 1, &deadline, timeout_ms, &sn);
         if (rc) {
             la_set_error(rc);
             return -1;
@@ -211,7 +217,7 @@ async_fd_t async_fiber_accept(async_fd_t lfd, struct sockaddr *addr, socklen_t *
     int ur;
     if (la_uring_here(lfd) && la_uring_accept(lfd, addr, len, timeout_ms, &ur)) return ur; /* io_uring.c */
 #endif
-    uint64_t deadline = la_deadline(timeout_ms);
+    uint64_t deadline = LA_DL_UNSET; /* see la_io_wait_dir */
     la_fiber_t *f = la_current_fiber();
     la_fdrec_t *rec = f ? la_fdrec(f->s, lfd) : NULL;
     la_fdsnap_t sn = LA_FDSNAP_START;
@@ -230,7 +236,7 @@ async_fd_t async_fiber_accept(async_fd_t lfd, struct sockaddr *addr, socklen_t *
             la_set_error(r == -EMFILE || r == -ENFILE ? ASYNC_E_NOMEM : la_io_map_errno(-r));
             return -1;
         }
-        int rc = la_io_wait_dir(lfd, 0, deadline, timeout_ms, &sn);
+        int rc = la_io_wait_dir(lfd, 0, &deadline, timeout_ms, &sn);
         if (rc) {
             la_set_error(rc);
             return -1;
@@ -265,9 +271,9 @@ int async_fiber_connect(async_fd_t fd, const struct sockaddr *addr, socklen_t le
         la_set_error(la_io_map_errno(-r));
         return -1;
     }
-    uint64_t deadline = la_deadline(timeout_ms);
+    uint64_t deadline = LA_DL_UNSET; /* see la_io_wait_dir */
     for (;;) {
-        int rc = la_io_wait_dir(fd, 1, deadline, timeout_ms, &sn);
+        int rc = la_io_wait_dir(fd, 1, &deadline, timeout_ms, &sn);
         if (rc) {
             la_set_error(rc);
             return -1;

@@ -46,9 +46,6 @@ int la_io_fd_park(la_fiber_t *f, int fd, int dirs, uint64_t deadline) {
     la_sched_t *s = f->s;
     la_fdrec_t *r = la_fdrec(s, fd);
     if (!r) return fd < 0 ? ASYNC_E_BADFD : ASYNC_E_NOMEM;
-    /* A deadline already passed ends the wait, even if the fd keeps
-     * reporting a condition (HUP, ERR) that its syscall does not clear. */
-    if (deadline && la_now_ns() >= deadline) return ASYNC_E_TIMEDOUT;
     la_spin_lock(&r->lk);
     if (((dirs & 1) && r->rw) || ((dirs & 2) && r->ww)) {
         la_spin_unlock(&r->lk);
@@ -79,7 +76,6 @@ int la_io_fd_park(la_fiber_t *f, int fd, int dirs, uint64_t deadline) {
  * sn was taken). */
 int la_io_owned_park(la_fiber_t *f, int fd, int dirs, const la_fdsnap_t *sn, uint64_t deadline) {
     la_fdrec_t *r = sn->r;
-    if (deadline && la_now_ns() >= deadline) return ASYNC_E_TIMEDOUT;
     la_spin_lock(&r->lk);
     if (atomic_load_explicit(&r->gen, memory_order_relaxed) != sn->gen) {
         la_spin_unlock(&r->lk);
@@ -98,10 +94,23 @@ int la_io_owned_park(la_fiber_t *f, int fd, int dirs, const la_fdsnap_t *sn, uin
     return park_locked(f, r, fd, dirs, deadline, 1);
 }
 
+/* 1 if a wait with this deadline must not begin: it has passed. A deadline
+ * already passed ends the wait even if the fd keeps reporting a condition
+ * (HUP, ERR) that its syscall does not clear. */
+int la_io_deadline_passed(uint64_t deadline) { return deadline && la_now_ns() >= deadline; }
+
 /* Waits (thread or fiber) until fd is ready for dir; sn: what the caller
- * saw of the fd's record before its syscall. 0 or an async_err_t. */
-int la_io_wait_dir(int fd, int dir, uint64_t deadline, int timeout_ms, const la_fdsnap_t *sn) {
+ * saw of the fd's record before its syscall; *dl: the call's deadline
+ * (fiber_int.h), set here at its first wait. 0 or an async_err_t. */
+int la_io_wait_dir(int fd, int dir, uint64_t *dl, int timeout_ms, const la_fdsnap_t *sn) {
     if (timeout_ms == 0) return ASYNC_E_TIMEDOUT;
+    uint64_t deadline;
+    if (*dl == LA_DL_UNSET) {
+        deadline = *dl = la_deadline(timeout_ms); /* timeout_ms > 0 ms away: not passed */
+    } else {
+        deadline = *dl;
+        if (la_io_deadline_passed(deadline)) return ASYNC_E_TIMEDOUT;
+    }
     la_fiber_t *f = la_current_fiber();
     if (f && sn->owned) return la_io_owned_park(f, fd, dir ? 2 : 1, sn, deadline);
     if (f) return la_io_fd_park(f, fd, dir ? 2 : 1, deadline);

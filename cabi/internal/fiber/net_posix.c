@@ -180,7 +180,7 @@ static int dgram_uring(dgram_t *d, int send, int timeout_ms, ssize_t *ret) {
 /* The poller path of a receive (send 0) or send: tried, and retried after
  * EINTR or a wait for readiness. The result, or -1 with the error set. */
 static ssize_t dgram_loop(dgram_t *d, int send, int timeout_ms) {
-    uint64_t deadline = la_deadline(timeout_ms);
+    uint64_t deadline = LA_DL_UNSET; /* see la_io_wait_dir */
     la_fiber_t *f = la_current_fiber();
     la_fdrec_t *rec = f ? la_fdrec(f->s, d->fd) : NULL;
     la_fdsnap_t sn = LA_FDSNAP_START;
@@ -199,7 +199,7 @@ static ssize_t dgram_loop(dgram_t *d, int send, int timeout_ms) {
             la_set_error(send ? send_err((int)-r) : la_io_map_errno((int)-r));
             return -1;
         }
-        int rc = la_io_wait_dir(d->fd, send, deadline, timeout_ms, &sn);
+        int rc = la_io_wait_dir(d->fd, send, &deadline, timeout_ms, &sn);
         if (rc) {
             la_set_error(rc);
             return -1;
