@@ -984,8 +984,8 @@ typedef struct {
     uint64_t fibers_spawned;    /* total ever spawned */
     uint64_t fibers_finished;   /* total whose function returned */
     size_t fibers_runnable;     /* snapshot of the live fibers by state */
-    size_t fibers_running;
-    size_t fibers_parked;
+    size_t fibers_running;      /* also one on its way into a park, until its worker switched away */
+    size_t fibers_parked;       /* switched away, its wait registered: a wake, close or cancel now reaches it */
     size_t fibers_done_unjoined; /* joinable, returned, not joined yet */
 } async_sched_stats_t;
 

@@ -576,8 +576,7 @@ static void cs_waiter(void *arg) {
 
 /* Returns once n waiters are queued on cs_cv: a waiter counts itself while it
  * holds cs_m, and cond_wait releases cs_m only after it queued the waiter,
- * so holding cs_m with the count at n means all n are queued (a fiber
- * counted parked by the scheduler's stats may still be on its way in). */
+ * so holding cs_m with the count at n means all n are queued. */
 static void wait_queued_on_cond(int n) {
     double t0 = now_ms();
     for (;;) {

@@ -349,8 +349,8 @@ int async_sched_get_stats(async_sched_t *sh, async_sched_stats_t *out, async_sch
             case LA_FS_NEW:
             case LA_FS_RUNNABLE:
             case LA_FS_NOTIFIED: out->fibers_runnable++; break;
-            case LA_FS_RUNNING: out->fibers_running++; break;
-            case LA_FS_PARKING:
+            case LA_FS_RUNNING:
+            case LA_FS_PARKING: out->fibers_running++; break; /* on its way into a park, still on its worker */
             case LA_FS_PARKED: out->fibers_parked++; break;
             case LA_FS_DONE: out->fibers_done_unjoined++; break;
             }
