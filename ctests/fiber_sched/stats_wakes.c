@@ -3,6 +3,7 @@
  * unlock, a signal, a byte written, async_fiber_close, async_fiber_cancel)
  * reaches it, on 1, 2 and 16 workers. A lost wake shows as a waiter still
  * parked after 5 s. */
+#include <fcntl.h>
 #include <stdatomic.h>
 #include <sys/socket.h>
 
@@ -311,6 +312,61 @@ CASE(parked_socket_reader_takes_a_cancel) // adversarial uring
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
     run_all_widths(&k);
     close_pair(sv);
+}
+
+/* writers on a full socket, woken by the host draining it (prepare fills
+ * it again each round) */
+static void fill_writer_end(int i)
+{
+    (void)i;
+    static char junk[65536];
+    while (write(sv[0], junk, sizeof junk) > 0) {
+    }
+    while (write(sv[0], junk, 1) > 0) {
+    }
+}
+
+static int write_park(int i)
+{
+    (void)i;
+    return async_fiber_write(sv[0], "w", 1, BOUND_MS) == 1 ? 0 : -1;
+}
+
+static int wait_both_park(int i)
+{
+    (void)i;
+    int ev = async_fiber_wait_fd(sv[0], ASYNC_EVENT_READ | ASYNC_EVENT_WRITE, BOUND_MS);
+    return ev > 0 && (ev & ASYNC_EVENT_WRITE) ? 0 : -1;
+}
+
+static void drain_wake(int i)
+{
+    (void)i;
+    static char b[65536];
+    while (read(sv[1], b, sizeof b) > 0) {
+    }
+}
+
+static void writer_kind(int (*park)(int))
+{
+    park_kind_t k = {park, fill_writer_end, drain_wake, 1, 0};
+    for (int w = 0; w < 3; w++) {
+        CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+        CHECK_EQ(fcntl(sv[0], F_SETFL, O_NONBLOCK), 0);
+        CHECK_EQ(fcntl(sv[1], F_SETFL, O_NONBLOCK), 0);
+        run_kind(&k, w == 0 ? 1 : w == 1 ? 2 : 16);
+        close_pair(sv);
+    }
+}
+
+CASE(parked_socket_writer_takes_room) // adversarial uring
+{
+    writer_kind(write_park);
+}
+
+CASE(parked_read_write_waiter_takes_room) // adversarial
+{
+    writer_kind(wait_both_park);
 }
 
 /* ---- wait_signal ---- */
