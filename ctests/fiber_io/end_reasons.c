@@ -24,6 +24,8 @@ enum {
     K_PTY_READ,
     K_UNIX_READ,
     K_UNIX_WRITE,
+    K_TCP_READ,
+    K_TCP_WRITE,
     K_ACCEPT,
     K_COUNT
 };
@@ -81,10 +83,12 @@ static void open_kind(int k, int *fd, int keep[2])
         break;
     case K_UNIX_READ:
     case K_UNIX_WRITE:
-        make_pair(0, p);
+    case K_TCP_READ:
+    case K_TCP_WRITE:
+        make_pair(k == K_UNIX_READ || k == K_UNIX_WRITE ? 0 : 1, p);
         *fd = p[0];
         keep[0] = p[1];
-        if (k == K_UNIX_WRITE)
+        if (k == K_UNIX_WRITE || k == K_TCP_WRITE)
             make_nonblocking_full(*fd);
         break;
     default: {
@@ -103,6 +107,7 @@ static void end_call(void *arg)
     switch (m->kind) {
     case K_PIPE_WRITE:
     case K_UNIX_WRITE:
+    case K_TCP_WRITE:
         m->r = async_fiber_write(m->fd, buf, sizeof buf, m->timeout);
         break;
     case K_EVENTFD_WRITE:

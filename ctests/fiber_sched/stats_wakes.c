@@ -456,6 +456,46 @@ CASE(parked_scope_joiner_wakes_when_its_fiber_takes_a_send) // adversarial
     joins(scope_join_park);
 }
 
+/* ---- many fibers counted parked at once ---- */
+#define MANY 64
+
+static async_chan_t *many_ch[MANY];
+
+static void many_receiver(void *arg)
+{
+    async_chan_t *c = arg;
+    for (int i = 0; i < 50; i++) {
+        int v = -1;
+        if (async_chan_recv(c, &v, BOUND_MS) != 0 || v != i)
+            atomic_fetch_add(&bad, 1);
+        atomic_fetch_add(&got, 1);
+    }
+}
+
+CASE(all_fibers_counted_parked_take_sends_of_0ms) // adversarial
+{
+    for (int w = 0; w < 3; w++) {
+        async_sched_t *s = sched_new(w == 0 ? 1 : w == 1 ? 2 : 16);
+        atomic_store(&got, 0);
+        atomic_store(&bad, 0);
+        for (int j = 0; j < MANY; j++) {
+            CHECK((many_ch[j] = async_chan_create(0, sizeof(int))) != NULL);
+            CHECK(async_fiber_spawn(s, many_receiver, many_ch[j], 0) != NULL);
+        }
+        for (int i = 0; i < 50; i++) {
+            spin_until_parked(s, MANY);
+            for (int j = 0; j < MANY; j++)
+                CHECK_EQ(async_chan_send(many_ch[j], &i, 0), 0);
+            wait_count_within(&got, (i + 1) * MANY, WAKE_MS, "every receiver took its value");
+        }
+        CHECK_EQ(atomic_load(&bad), 0);
+        CHECK_EQ(async_sched_run(s), 0);
+        async_sched_destroy(s);
+        for (int j = 0; j < MANY; j++)
+            async_chan_destroy(many_ch[j]);
+    }
+}
+
 /* ---- the state counts add up to the live fibers ---- */
 static void hold(void *arg)
 {
