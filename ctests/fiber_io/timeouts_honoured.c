@@ -187,6 +187,82 @@ CASE(read_full_from_a_trickling_peer_times_out_losing_nothing) // uring adversar
     on_fibers_and_thread(read_full_from_trickler);
 }
 
+static void read_until_from_trickler(int owned)
+{
+    int sv[2];
+    make_pair(1, sv);
+    own(sv[0], owned);
+    async_reader_t *rd = async_reader_create(sv[0], 1 << 16);
+    CHECK(rd != NULL);
+    trickler_t t = {.fd = sv[1], .total = 4000};
+    pthread_t th;
+    start_thread(&th, trickler, &t);
+    const char *out = NULL;
+    double t0 = now_ms();
+    /* the trickler's bytes are 0..250: delimiter 255 never comes from it */
+    CHECK_EQ(async_reader_read_until(rd, 255, &out, 60), -1);
+    CHECK_ERR(ASYNC_E_TIMEDOUT);
+    CHECK_ENDED_AFTER(t0, 60);
+    atomic_store(&t.stop, 1);
+    join_within(th, LATE_MS, "the trickler");
+    unsigned char end = 255;
+    CHECK_EQ(write(sv[1], &end, 1), 1);
+    ssize_t n = async_reader_read_until(rd, 255, &out, LATE_MS);
+    CHECK_EQ(n, (ssize_t)atomic_load(&t.sent) + 1);
+    check_sequence((const unsigned char *)out, (size_t)n - 1, 0);
+    async_reader_destroy(rd);
+    close_as(sv[0], owned);
+    close(sv[1]);
+}
+
+CASE(read_until_from_a_trickling_peer_times_out_keeping_the_bytes) // uring adversarial
+{
+    on_fibers_and_thread(read_until_from_trickler);
+}
+
+/* ---- timeout 0 ------------------------------------------------------------------- */
+
+static void zero_timeouts(int owned)
+{
+    int sv[2];
+    make_pair(0, sv);
+    own(sv[0], owned);
+    char b[16];
+    size_t got = 99;
+    double t0 = now_ms();
+    CHECK_EQ(async_fiber_read(sv[0], b, sizeof b, 0), -1);
+    CHECK_ERR(ASYNC_E_TIMEDOUT);
+    CHECK_EQ(async_fiber_read_full(sv[0], b, sizeof b, &got, 0), -1);
+    CHECK_ERR(ASYNC_E_TIMEDOUT);
+    CHECK_EQ(got, 0);
+    CHECK_EQ(async_fiber_wait_fd(sv[0], ASYNC_EVENT_READ, 0), -1);
+    CHECK_ERR(ASYNC_E_TIMEDOUT);
+    CHECK_EQ(async_fiber_recvfrom(sv[0], b, sizeof b, NULL, NULL, 0), -1);
+    CHECK_ERR(ASYNC_E_TIMEDOUT);
+    fill(sv[0]);
+    CHECK_EQ(async_fiber_write(sv[0], "x", 1, 0), -1);
+    CHECK_ERR(ASYNC_E_TIMEDOUT);
+    CHECK_EQ(async_fiber_wait_fd(sv[0], ASYNC_EVENT_READ | ASYNC_EVENT_WRITE, 0), -1);
+    CHECK_ERR(ASYNC_E_TIMEDOUT);
+    struct sockaddr_in a;
+    int l = loopback_listener(4, &a);
+    own(l, owned);
+    CHECK_EQ(async_fiber_accept(l, NULL, NULL, 0), -1);
+    CHECK_ERR(ASYNC_E_TIMEDOUT);
+    CHECK(now_ms() - t0 < LATE_MS);
+    /* what is there is taken */
+    CHECK_EQ(write(sv[1], "ab", 2), 2);
+    CHECK_EQ(async_fiber_read(sv[0], b, sizeof b, 0), 2);
+    close_as(l, owned);
+    close_as(sv[0], owned);
+    close(sv[1]);
+}
+
+CASE(timeouts_of_0_never_wait) // uring adversarial
+{
+    on_fibers_and_thread(zero_timeouts);
+}
+
 /* ---- 1 ms and INT_MAX ------------------------------------------------------------ */
 
 static void one_ms_timeouts(int owned)
