@@ -497,6 +497,74 @@ CASE(a_deadline_earlier_than_the_timeout_ends_the_call) // uring adversarial
     }
 }
 
+/* A shield keeps the deadline from ending the park: the call's own timeout
+ * still ends it, not earlier. */
+static void shielded_deadline(void *arg)
+{
+    int owned = (int)(intptr_t)arg;
+    int sv[2];
+    make_pair(0, sv);
+    own(sv[0], owned);
+    char c;
+    CHECK_EQ(async_fiber_shield_begin(), 0);
+    CHECK_EQ(async_fiber_set_deadline(10), 0);
+    double t0 = now_ms();
+    CHECK_EQ(async_fiber_read(sv[0], &c, 1, 80), -1);
+    CHECK_ERR(ASYNC_E_TIMEDOUT);
+    CHECK_ENDED_AFTER(t0, 80);
+    fill(sv[0]);
+    t0 = now_ms();
+    CHECK_EQ(async_fiber_write(sv[0], "x", 1, 80), -1);
+    CHECK_ERR(ASYNC_E_TIMEDOUT);
+    CHECK_ENDED_AFTER(t0, 80);
+    t0 = now_ms();
+    CHECK_EQ(async_fiber_wait_fd(sv[0], ASYNC_EVENT_READ | ASYNC_EVENT_WRITE, 80), -1);
+    CHECK_ERR(ASYNC_E_TIMEDOUT);
+    CHECK_ENDED_AFTER(t0, 80);
+    CHECK_EQ(async_fiber_shield_end(), 0);
+    /* unshielded, the passed deadline fails the next wait */
+    CHECK_EQ(async_fiber_read(sv[0], &c, 1, 80), -1);
+    CHECK_ERR(ASYNC_E_TIMEDOUT);
+    close_as(sv[0], owned);
+    close(sv[1]);
+}
+
+CASE(a_shielded_call_keeps_its_own_timeout_past_the_deadline) // uring adversarial
+{
+    for (int owned = 0; owned < 2; owned++) {
+        async_sched_t *s = sched_new(2);
+        on_fiber(s, shielded_deadline, (void *)(intptr_t)owned);
+        async_sched_destroy(s);
+    }
+}
+
+/* A scope's deadline ends a call of INT_MAX. */
+static void scope_deadline_reader(void *arg)
+{
+    int *fd = arg;
+    char c;
+    double t0 = now_ms();
+    CHECK_EQ(async_fiber_read(*fd, &c, 1, INT_MAX), -1);
+    CHECK_ERR(ASYNC_E_TIMEDOUT);
+    CHECK(now_ms() - t0 < 40 + LATE_MS);
+}
+
+CASE(a_scope_deadline_ends_a_read_of_int_max) // uring adversarial
+{
+    async_sched_t *s = sched_new(2);
+    int sv[2];
+    make_pair(1, sv);
+    async_scope_t *sc = async_scope_create(s, NULL, 40);
+    CHECK(sc != NULL);
+    double t0 = now_ms();
+    CHECK(async_scope_spawn(sc, scope_deadline_reader, &sv[0], 0) != NULL);
+    CHECK_EQ(async_scope_join(sc, 40 + LATE_MS), 0);
+    CHECK(now_ms() - t0 >= 39.5);
+    CHECK_EQ(async_scope_destroy(sc), 0);
+    async_sched_destroy(s);
+    close_pair(sv);
+}
+
 typedef struct {
     int fd;
     int owned;
