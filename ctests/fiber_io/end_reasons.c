@@ -22,6 +22,7 @@ enum {
     K_EVENTFD_READ,
     K_EVENTFD_WRITE,
     K_PTY_READ,
+    K_PTY_WRITE,
     K_UNIX_READ,
     K_UNIX_WRITE,
     K_TCP_READ,
@@ -74,13 +75,21 @@ static void open_kind(int k, int *fd, int keep[2])
         }
         break;
     case K_PTY_READ:
-        *fd = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
-        CHECK(*fd >= 0);
-        CHECK_EQ(grantpt(*fd), 0);
-        CHECK_EQ(unlockpt(*fd), 0);
-        keep[0] = open(ptsname(*fd), O_RDWR | O_NOCTTY | O_CLOEXEC);
-        CHECK(keep[0] >= 0);
+    case K_PTY_WRITE: {
+        int m = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+        CHECK(m >= 0);
+        CHECK_EQ(grantpt(m), 0);
+        CHECK_EQ(unlockpt(m), 0);
+        int sl = open(ptsname(m), O_RDWR | O_NOCTTY | O_CLOEXEC);
+        CHECK(sl >= 0);
+        /* read: the master, nothing typed; write: the terminal side, its
+         * output unread by the master until it is full */
+        *fd = k == K_PTY_READ ? m : sl;
+        keep[0] = k == K_PTY_READ ? sl : m;
+        if (k == K_PTY_WRITE)
+            make_nonblocking_full(*fd);
         break;
+    }
     case K_UNIX_READ:
     case K_UNIX_WRITE:
     case K_TCP_READ:
@@ -106,6 +115,7 @@ static void end_call(void *arg)
     uint64_t one = 1;
     switch (m->kind) {
     case K_PIPE_WRITE:
+    case K_PTY_WRITE:
     case K_UNIX_WRITE:
     case K_TCP_WRITE:
         m->r = async_fiber_write(m->fd, buf, sizeof buf, m->timeout);
