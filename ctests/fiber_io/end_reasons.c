@@ -40,13 +40,16 @@ typedef struct {
     int err;
 } end_probe_t;
 
-static void make_nonblocking_full(int fd)
+/* Fills fd: a socket with MSG_DONTWAIT (it stays blocking, so io_uring's
+ * send waits in the ring), another fd switched to O_NONBLOCK. */
+static void make_full(int fd, int sock)
 {
     static char junk[65536];
-    CHECK_EQ(fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK), 0);
-    while (write(fd, junk, sizeof junk) > 0) {
+    if (!sock)
+        CHECK_EQ(fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK), 0);
+    while ((sock ? send(fd, junk, sizeof junk, MSG_DONTWAIT) : write(fd, junk, sizeof junk)) > 0) {
     }
-    while (write(fd, junk, 1) > 0) {
+    while ((sock ? send(fd, junk, 1, MSG_DONTWAIT) : write(fd, junk, 1)) > 0) {
     }
 }
 
@@ -63,7 +66,7 @@ static void open_kind(int k, int *fd, int keep[2])
         *fd = k == K_PIPE_READ ? p[0] : p[1];
         keep[0] = k == K_PIPE_READ ? p[1] : p[0];
         if (k == K_PIPE_WRITE)
-            make_nonblocking_full(*fd);
+            make_full(*fd, 0);
         break;
     case K_EVENTFD_READ:
     case K_EVENTFD_WRITE:
@@ -87,7 +90,7 @@ static void open_kind(int k, int *fd, int keep[2])
         *fd = k == K_PTY_READ ? m : sl;
         keep[0] = k == K_PTY_READ ? sl : m;
         if (k == K_PTY_WRITE)
-            make_nonblocking_full(*fd);
+            make_full(*fd, 0);
         break;
     }
     case K_UNIX_READ:
@@ -98,7 +101,7 @@ static void open_kind(int k, int *fd, int keep[2])
         *fd = p[0];
         keep[0] = p[1];
         if (k == K_UNIX_WRITE || k == K_TCP_WRITE)
-            make_nonblocking_full(*fd);
+            make_full(*fd, 1);
         break;
     default: {
         struct sockaddr_in a;

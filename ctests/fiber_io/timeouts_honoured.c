@@ -51,16 +51,16 @@ static void on_fibers_and_thread(void (*fn)(int owned))
     fn(0);
 }
 
-/* Fills fd's send buffer (fd non-blocking afterwards). On a unix stream
- * socket nobody reads, the buffer then stays full (TCP may free room later
- * as acks come). */
+/* Fills socket fd's send buffer with MSG_DONTWAIT: fd stays blocking, so
+ * io_uring's send waits in the ring (an O_NONBLOCK socket's fails at once
+ * and the poller path waits). On a unix stream socket nobody reads, the
+ * buffer then stays full (TCP may free room later as acks come). */
 static void fill(int fd)
 {
     static char junk[65536];
-    CHECK_EQ(fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK), 0);
-    while (write(fd, junk, sizeof junk) > 0) {
+    while (send(fd, junk, sizeof junk, MSG_DONTWAIT) > 0) {
     }
-    while (write(fd, junk, 1) > 0) {
+    while (send(fd, junk, 1, MSG_DONTWAIT) > 0) {
     }
 }
 

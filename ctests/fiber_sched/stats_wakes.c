@@ -320,9 +320,11 @@ static void fill_writer_end(int i)
 {
     (void)i;
     static char junk[65536];
-    while (write(sv[0], junk, sizeof junk) > 0) {
+    /* MSG_DONTWAIT: the socket stays blocking, so io_uring's send waits in
+     * the ring (an O_NONBLOCK socket's would fail at once) */
+    while (send(sv[0], junk, sizeof junk, MSG_DONTWAIT) > 0) {
     }
-    while (write(sv[0], junk, 1) > 0) {
+    while (send(sv[0], junk, 1, MSG_DONTWAIT) > 0) {
     }
 }
 
@@ -352,7 +354,6 @@ static void writer_kind(int (*park)(int))
     park_kind_t k = {park, fill_writer_end, drain_wake, 1, 0};
     for (int w = 0; w < 3; w++) {
         CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-        CHECK_EQ(fcntl(sv[0], F_SETFL, O_NONBLOCK), 0);
         CHECK_EQ(fcntl(sv[1], F_SETFL, O_NONBLOCK), 0);
         run_kind(&k, w == 0 ? 1 : w == 1 ? 2 : 16);
         close_pair(sv);
@@ -362,6 +363,41 @@ static void writer_kind(int (*park)(int))
 CASE(parked_socket_writer_takes_room) // adversarial uring
 {
     writer_kind(write_park);
+}
+
+static int cancelled_write_park(int i)
+{
+    (void)i;
+    return async_fiber_write(sv[0], "w", 1, BOUND_MS) == -1 && async_last_error() == ASYNC_E_CANCELLED ? 0 : -1;
+}
+
+/* a fresh socket each round: a cancelled write leaves its stream unusable */
+static void full_pair_prepare(int i)
+{
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    fill_writer_end(i);
+}
+
+CASE(parked_socket_writer_takes_a_cancel) // adversarial uring
+{
+    static const park_kind_t k = {cancelled_write_park, full_pair_prepare, cancel_wake, 1, 1};
+    for (int w = 0; w < 3; w++) {
+        async_sched_t *s = sched_new(w == 0 ? 1 : w == 1 ? 2 : 16);
+        kind = &k;
+        atomic_store(&got, 0);
+        atomic_store(&bad, 0);
+        for (int i = 0; i < ROUNDS; i++) {
+            k.prepare(i);
+            CHECK((cur = async_fiber_spawn(s, park_once, (void *)(intptr_t)i, ASYNC_FIBER_JOINABLE)) != NULL);
+            spin_until_parked(s, 1);
+            k.wake(i);
+            wait_count_within(&got, i + 1, WAKE_MS, "the cancelled writer woke");
+            CHECK_EQ(async_fiber_join(cur, WAKE_MS), 0);
+            close_pair(sv);
+        }
+        CHECK_EQ(atomic_load(&bad), 0);
+        async_sched_destroy(s);
+    }
 }
 
 CASE(parked_read_write_waiter_takes_room) // adversarial
