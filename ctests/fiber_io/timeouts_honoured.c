@@ -451,6 +451,52 @@ CASE(a_read_whose_number_is_reused_keeps_its_timeout) // uring adversarial
     reused_number(0);
 }
 
+/* ---- an fd owned by another scheduler -------------------------------------------- */
+
+static int foreign_fd;
+
+/* Waits on foreign_fd, which another scheduler owns (a plain descriptor
+ * here): the timeouts hold. */
+static void foreign_waits(void *arg)
+{
+    (void)arg;
+    char c;
+    double t0 = now_ms();
+    CHECK_EQ(async_fiber_read(foreign_fd, &c, 1, 50), -1);
+    CHECK_ERR(ASYNC_E_TIMEDOUT);
+    CHECK_ENDED_AFTER(t0, 50);
+    t0 = now_ms();
+    CHECK_EQ(async_fiber_wait_fd(foreign_fd, ASYNC_EVENT_READ, 50), -1);
+    CHECK_ERR(ASYNC_E_TIMEDOUT);
+    CHECK_ENDED_AFTER(t0, 50);
+}
+
+static void foreign_waits_byte(void *arg)
+{
+    (void)arg;
+    char c = 0;
+    CHECK_EQ(async_fiber_read(foreign_fd, &c, 1, LATE_MS), 1);
+    CHECK_EQ(c, 'z');
+}
+
+CASE(an_fd_owned_by_another_scheduler_keeps_the_timeouts) // uring adversarial
+{
+    async_sched_t *owner = sched_new(1), *other = sched_new(2);
+    int sv[2];
+    make_pair(1, sv);
+    CHECK_EQ(async_fiber_fd_open(owner, sv[0]), 0);
+    foreign_fd = sv[0];
+    on_fiber(other, foreign_waits, NULL);
+    foreign_waits(NULL);
+    /* the owner's own fiber still gets its byte */
+    CHECK_EQ(write(sv[1], "z", 1), 1);
+    on_fiber(owner, foreign_waits_byte, NULL);
+    async_sched_destroy(other);
+    async_sched_destroy(owner);
+    CHECK_EQ(async_fiber_close(sv[0]), 0);
+    close(sv[1]);
+}
+
 /* ---- the fiber's deadline and its scope's cancel ---------------------------------- */
 
 static void deadline_wins(int owned)
