@@ -79,12 +79,8 @@ static void open_kind(int k, int *fd, int keep[2])
         break;
     case K_PTY_READ:
     case K_PTY_WRITE: {
-        int m = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
-        CHECK(m >= 0);
-        CHECK_EQ(grantpt(m), 0);
-        CHECK_EQ(unlockpt(m), 0);
-        int sl = open(ptsname(m), O_RDWR | O_NOCTTY | O_CLOEXEC);
-        CHECK(sl >= 0);
+        int m, sl;
+        open_pty(&m, &sl);
         /* read: the master, nothing typed; write: the terminal side, its
          * output unread by the master until it is full */
         *fd = k == K_PTY_READ ? m : sl;

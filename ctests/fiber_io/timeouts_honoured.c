@@ -341,12 +341,8 @@ CASE(timeouts_of_int_max_wait_for_room) // uring adversarial
 
 static void pty_with_closed_slave(int owned)
 {
-    int m = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
-    CHECK(m >= 0);
-    CHECK_EQ(grantpt(m), 0);
-    CHECK_EQ(unlockpt(m), 0);
-    int sl = open(ptsname(m), O_RDWR | O_NOCTTY | O_CLOEXEC);
-    CHECK(sl >= 0);
+    int m, sl;
+    open_pty(&m, &sl);
     close(sl);
     own(m, owned);
     char b[64];

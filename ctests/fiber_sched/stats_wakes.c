@@ -18,31 +18,21 @@ static atomic_int gen; /* the round the host has prepared */
 
 /* One kind of park: park(i) runs on a fiber and returns 0 when the park
  * ended as the wake means; wake(i) runs on the host once `parked` fibers
- * are counted parked. A kind with fresh set runs each round on a new
- * joinable fiber (its handle in cur). */
+ * are counted parked; prepare(i) and after(i) (either may be NULL) run on
+ * the host before and after each round. A kind with fresh set runs each
+ * round on a new joinable fiber (its handle in cur). */
 typedef struct {
     int (*park)(int i);
     void (*prepare)(int i);
     void (*wake)(int i);
     size_t parked;
     int fresh;
+    void (*after)(int i);
 } park_kind_t;
 
 static const park_kind_t *kind;
 static async_fiber_t *cur;
-
-/* Polls the stats without sleeping until exactly n fibers are parked. */
-static void spin_until_parked(async_sched_t *s, size_t n)
-{
-    async_sched_stats_t st;
-    double t0 = now_ms();
-    for (;;) {
-        CHECK_EQ(async_sched_get_stats(s, &st, NULL, 0), 0);
-        if (st.fibers_parked == n)
-            return;
-        CHECK(now_ms() - t0 < BOUND_MS);
-    }
-}
+static async_sched_t *owner_s; /* the scheduler of the round in progress */
 
 static void park_once(void *arg)
 {
@@ -67,6 +57,7 @@ static void park_loop(void *arg)
 static void run_kind(const park_kind_t *k, int workers)
 {
     async_sched_t *s = sched_new(workers);
+    owner_s = s;
     kind = k;
     atomic_store(&got, 0);
     atomic_store(&bad, 0);
@@ -80,11 +71,13 @@ static void run_kind(const park_kind_t *k, int workers)
             CHECK((cur = async_fiber_spawn(s, park_once, (void *)(intptr_t)i, ASYNC_FIBER_JOINABLE)) != NULL);
         else
             atomic_store(&gen, i + 1);
-        spin_until_parked(s, k->parked);
+        sched_spin_parked(s, k->parked);
         k->wake(i);
         wait_count_within(&got, i + 1, WAKE_MS, "the woken fiber returned from its park");
         if (k->fresh)
             CHECK_EQ(async_fiber_join(cur, WAKE_MS), 0);
+        if (k->after)
+            k->after(i);
     }
     CHECK_EQ(atomic_load(&bad), 0);
     CHECK_EQ(async_sched_run(s), 0);
@@ -124,7 +117,7 @@ static void send_wake(int i)
 
 CASE(parked_chan_sender_takes_a_receive_of_0ms) // adversarial
 {
-    static const park_kind_t k = {send_park, NULL, send_wake, 1, 0};
+    static const park_kind_t k = {send_park, NULL, send_wake, 1, 0, NULL};
     chans_open();
     run_all_widths(&k);
     chans_close();
@@ -142,7 +135,7 @@ static void select_wake(int i) { CHECK_EQ(async_chan_send(ch[i % 2], &i, 0), 0);
 
 CASE(parked_select_takes_a_send_of_0ms) // adversarial
 {
-    static const park_kind_t k = {select_park, NULL, select_wake, 1, 0};
+    static const park_kind_t k = {select_park, NULL, select_wake, 1, 0, NULL};
     chans_open();
     run_all_widths(&k);
     chans_close();
@@ -173,7 +166,7 @@ static void lock_wake(int i)
 
 CASE(parked_mutex_locker_takes_the_unlock) // adversarial
 {
-    static const park_kind_t k = {lock_park, lock_prepare, lock_wake, 1, 0};
+    static const park_kind_t k = {lock_park, lock_prepare, lock_wake, 1, 0, NULL};
     CHECK((mx = async_mutex_create()) != NULL);
     run_all_widths(&k);
     async_mutex_destroy(mx);
@@ -194,7 +187,7 @@ static void cancel_wake(int i)
 
 CASE(parked_sleeper_takes_a_cancel) // adversarial
 {
-    static const park_kind_t k = {sleep_park, NULL, cancel_wake, 1, 1};
+    static const park_kind_t k = {sleep_park, NULL, cancel_wake, 1, 1, NULL};
     run_all_widths(&k);
 }
 
@@ -215,7 +208,7 @@ static void byte_wake(int i)
 
 static void fd_kind(void)
 {
-    static const park_kind_t k = {read_park, NULL, byte_wake, 1, 0};
+    static const park_kind_t k = {read_park, NULL, byte_wake, 1, 0, NULL};
     for (int w = 0; w < 3; w++) {
         int workers = w == 0 ? 1 : w == 1 ? 2 : 16;
         CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
@@ -238,7 +231,7 @@ static int owned_read_park(int i)
 
 CASE(parked_owned_reader_takes_a_byte) // adversarial
 {
-    static const park_kind_t k = {owned_read_park, NULL, byte_wake, 1, 0};
+    static const park_kind_t k = {owned_read_park, NULL, byte_wake, 1, 0, NULL};
     for (int w = 0; w < 3; w++) {
         CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
         run_kind(&k, w == 0 ? 1 : w == 1 ? 2 : 16);
@@ -268,8 +261,6 @@ static void close_wake(int i)
     close(sv[1]);
 }
 
-static async_sched_t *owner_s;
-
 static void closed_prepare_owned(int i)
 {
     closed_prepare(i);
@@ -278,25 +269,8 @@ static void closed_prepare_owned(int i)
 
 CASE(parked_owned_reader_takes_async_fiber_close) // adversarial
 {
-    static const park_kind_t k = {closed_read_park, closed_prepare_owned, close_wake, 1, 1};
-    for (int w = 0; w < 3; w++) {
-        /* the fds are owned by this scheduler (owner_s), one per round */
-        async_sched_t *s = sched_new(w == 0 ? 1 : w == 1 ? 2 : 16);
-        owner_s = s;
-        kind = &k;
-        atomic_store(&got, 0);
-        atomic_store(&bad, 0);
-        for (int i = 0; i < ROUNDS; i++) {
-            k.prepare(i);
-            CHECK((cur = async_fiber_spawn(s, park_once, (void *)(intptr_t)i, ASYNC_FIBER_JOINABLE)) != NULL);
-            spin_until_parked(s, 1);
-            k.wake(i);
-            wait_count_within(&got, i + 1, WAKE_MS, "the reader woke from the close");
-            CHECK_EQ(async_fiber_join(cur, WAKE_MS), 0);
-        }
-        CHECK_EQ(atomic_load(&bad), 0);
-        async_sched_destroy(s);
-    }
+    static const park_kind_t k = {closed_read_park, closed_prepare_owned, close_wake, 1, 1, NULL};
+    run_all_widths(&k);
 }
 
 static int cancelled_read_park(int i)
@@ -308,7 +282,7 @@ static int cancelled_read_park(int i)
 
 CASE(parked_socket_reader_takes_a_cancel) // adversarial uring
 {
-    static const park_kind_t k = {cancelled_read_park, NULL, cancel_wake, 1, 1};
+    static const park_kind_t k = {cancelled_read_park, NULL, cancel_wake, 1, 1, NULL};
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
     run_all_widths(&k);
     close_pair(sv);
@@ -351,7 +325,7 @@ static void drain_wake(int i)
 
 static void writer_kind(int (*park)(int))
 {
-    park_kind_t k = {park, fill_writer_end, drain_wake, 1, 0};
+    park_kind_t k = {park, fill_writer_end, drain_wake, 1, 0, NULL};
     for (int w = 0; w < 3; w++) {
         CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
         CHECK_EQ(fcntl(sv[1], F_SETFL, O_NONBLOCK), 0);
@@ -378,26 +352,16 @@ static void full_pair_prepare(int i)
     fill_writer_end(i);
 }
 
+static void close_full_pair(int i)
+{
+    (void)i;
+    close_pair(sv);
+}
+
 CASE(parked_socket_writer_takes_a_cancel) // adversarial uring
 {
-    static const park_kind_t k = {cancelled_write_park, full_pair_prepare, cancel_wake, 1, 1};
-    for (int w = 0; w < 3; w++) {
-        async_sched_t *s = sched_new(w == 0 ? 1 : w == 1 ? 2 : 16);
-        kind = &k;
-        atomic_store(&got, 0);
-        atomic_store(&bad, 0);
-        for (int i = 0; i < ROUNDS; i++) {
-            k.prepare(i);
-            CHECK((cur = async_fiber_spawn(s, park_once, (void *)(intptr_t)i, ASYNC_FIBER_JOINABLE)) != NULL);
-            spin_until_parked(s, 1);
-            k.wake(i);
-            wait_count_within(&got, i + 1, WAKE_MS, "the cancelled writer woke");
-            CHECK_EQ(async_fiber_join(cur, WAKE_MS), 0);
-            close_pair(sv);
-        }
-        CHECK_EQ(atomic_load(&bad), 0);
-        async_sched_destroy(s);
-    }
+    static const park_kind_t k = {cancelled_write_park, full_pair_prepare, cancel_wake, 1, 1, close_full_pair};
+    run_all_widths(&k);
 }
 
 CASE(parked_read_write_waiter_takes_room) // adversarial
@@ -420,14 +384,13 @@ static void signal_wake(int i)
 
 CASE(parked_signal_waiter_takes_the_signal) // adversarial linux
 {
-    static const park_kind_t k = {signal_park, NULL, signal_wake, 1, 0};
+    static const park_kind_t k = {signal_park, NULL, signal_wake, 1, 0, NULL};
     CHECK_EQ(async_fiber_watch_signal(SIGUSR1), 0);
     run_all_widths(&k);
     CHECK_EQ(async_fiber_unwatch_signal(SIGUSR1), 0);
 }
 
 /* ---- join and scope join: the joiner and its target both parked ---- */
-static async_sched_t *js;
 
 static void recv_one(void *arg)
 {
@@ -440,14 +403,14 @@ static void recv_one(void *arg)
 static int join_park(int i)
 {
     (void)i;
-    async_fiber_t *t = async_fiber_spawn(js, recv_one, NULL, ASYNC_FIBER_JOINABLE);
+    async_fiber_t *t = async_fiber_spawn(owner_s, recv_one, NULL, ASYNC_FIBER_JOINABLE);
     return t != NULL && async_fiber_join(t, BOUND_MS) == 0 ? 0 : -1;
 }
 
 static int scope_join_park(int i)
 {
     (void)i;
-    async_scope_t *sc = async_scope_create(js, NULL, -1);
+    async_scope_t *sc = async_scope_create(owner_s, NULL, -1);
     if (sc == NULL || async_scope_spawn(sc, recv_one, NULL, 0) == NULL)
         return -1;
     int r = async_scope_join(sc, BOUND_MS);
@@ -458,27 +421,9 @@ static void chan_wake(int i) { CHECK_EQ(async_chan_send(ch[0], &i, 0), 0); }
 
 static void joins(int (*park)(int))
 {
-    park_kind_t k = {park, NULL, chan_wake, 2, 0};
+    park_kind_t k = {park, NULL, chan_wake, 2, 0, NULL};
     chans_open();
-    for (int w = 0; w < 3; w++) {
-        /* the parking fiber spawns onto the scheduler it runs on */
-        async_sched_t *s = sched_new(w == 0 ? 1 : w == 1 ? 2 : 16);
-        js = s;
-        kind = &k;
-        atomic_store(&got, 0);
-        atomic_store(&bad, 0);
-        atomic_store(&gen, 0);
-        CHECK(async_fiber_spawn(s, park_loop, NULL, 0) != NULL);
-        for (int i = 0; i < ROUNDS; i++) {
-            atomic_store(&gen, i + 1);
-            spin_until_parked(s, 2);
-            chan_wake(i);
-            wait_count_within(&got, i + 1, WAKE_MS, "the joiner woke");
-        }
-        CHECK_EQ(atomic_load(&bad), 0);
-        CHECK_EQ(async_sched_run(s), 0);
-        async_sched_destroy(s);
-    }
+    run_all_widths(&k);
     chans_close();
 }
 
@@ -519,7 +464,7 @@ CASE(all_fibers_counted_parked_take_sends_of_0ms) // adversarial
             CHECK(async_fiber_spawn(s, many_receiver, many_ch[j], 0) != NULL);
         }
         for (int i = 0; i < 50; i++) {
-            spin_until_parked(s, MANY);
+            sched_spin_parked(s, MANY);
             for (int j = 0; j < MANY; j++)
                 CHECK_EQ(async_chan_send(many_ch[j], &i, 0), 0);
             wait_count_within(&got, (i + 1) * MANY, WAKE_MS, "every receiver took its value");
