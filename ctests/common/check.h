@@ -137,9 +137,9 @@ static inline async_runtime_t *mkrt(void)
     return rt;
 }
 
-/* Waits until exactly n fibers of s are parked (polling its stats; fails
- * after 60 s instead of hanging). */
-static inline void sched_wait_parked(async_sched_t *s, size_t n)
+/* Polls the stats of s until exactly n fibers are parked, sleeping 1 ms
+ * between looks unless spin; fails after 60 s instead of hanging. */
+static inline void sched_poll_parked_(async_sched_t *s, size_t n, int spin)
 {
     async_sched_stats_t st;
     double t0 = now_ms();
@@ -151,8 +151,22 @@ static inline void sched_wait_parked(async_sched_t *s, size_t n)
             fprintf(stderr, "%zu fibers parked after 60 s, expected %zu\n", st.fibers_parked, n);
             CHECK(st.fibers_parked == n);
         }
-        sleep_ms(1);
+        if (!spin)
+            sleep_ms(1);
     }
+}
+
+/* Waits until exactly n fibers of s are parked. */
+static inline void sched_wait_parked(async_sched_t *s, size_t n)
+{
+    sched_poll_parked_(s, n, 0);
+}
+
+/* The same without sleeping: returns the moment the count shows n (the
+ * window between a park beginning and its switch away is short). */
+static inline void sched_spin_parked(async_sched_t *s, size_t n)
+{
+    sched_poll_parked_(s, n, 1);
 }
 
 /* Starts fn(arg) on s (not joinable) and waits until n fibers of s are

@@ -329,4 +329,16 @@ static inline void run_child(const char *name)
     CHECK_EQ(WEXITSTATUS(st), 0);
 }
 
+/* A pseudo-terminal: *m its master, *sl its terminal side (both
+ * close-on-exec, neither the controlling terminal). */
+static inline void open_pty(int *m, int *sl)
+{
+    *m = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+    CHECK(*m >= 0);
+    CHECK_EQ(grantpt(*m), 0);
+    CHECK_EQ(unlockpt(*m), 0);
+    *sl = open(ptsname(*m), O_RDWR | O_NOCTTY | O_CLOEXEC);
+    CHECK(*sl >= 0);
+}
+
 #endif /* NET_H */

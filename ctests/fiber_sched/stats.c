@@ -22,20 +22,6 @@ static void receiver(void *arg)
     }
 }
 
-/* Polls the stats without sleeping (the window between a fiber's park
- * beginning and its switch away is short) until one fiber is parked. */
-static void spin_until_parked(async_sched_t *s)
-{
-    async_sched_stats_t st;
-    double t0 = now_ms();
-    for (;;) {
-        CHECK_EQ(async_sched_get_stats(s, &st, NULL, 0), 0);
-        if (st.fibers_parked == 1)
-            return;
-        CHECK(now_ms() - t0 < BOUND_MS);
-    }
-}
-
 static void parked_count_means_registered(int workers)
 {
     async_sched_t *s = sched_new(workers);
@@ -44,7 +30,7 @@ static void parked_count_means_registered(int workers)
     atomic_store(&got, 0);
     CHECK(async_fiber_spawn(s, receiver, ch, 0) != NULL);
     for (int i = 0; i < ROUNDS; i++) {
-        spin_until_parked(s);
+        sched_spin_parked(s, 1);
         /* a send that never waits: it needs the receiver linked already */
         CHECK_EQ(async_chan_send(ch, &i, 0), 0);
         wait_count(&got, i + 1, "the receiver took the value");
@@ -87,7 +73,7 @@ static void parked_count_means_queued_on_cond(int workers)
     atomic_store(&cv_gen, 0);
     CHECK(async_fiber_spawn(s, cond_waiter, NULL, 0) != NULL);
     for (int i = 0; i < ROUNDS; i++) {
-        spin_until_parked(s);
+        sched_spin_parked(s, 1);
         atomic_store(&cv_gen, i + 1);
         CHECK_EQ(async_cond_signal(cv_c), 0);
         /* a lost signal leaves the waiter parked until its timeout */

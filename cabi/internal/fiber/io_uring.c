@@ -619,7 +619,10 @@ int la_uring_write(int fd, const void *buf, size_t n, int timeout_ms, ssize_t *r
         *ret = (ssize_t)n;
         return 1;
     }
-    if (why == LA_W_READY && (res == -ENOTSOCK || res == -EAGAIN)) return 0; /* the poller path goes on from *done */
+    /* Not a socket: the poller path does the whole call, whatever ended the
+     * park (it completes a write that need not wait, e.g. a pipe with room,
+     * also for a cancelled fiber, and reports the reason when it must wait). */
+    if (res == -ENOTSOCK || (why == LA_W_READY && res == -EAGAIN)) return 0; /* the poller path goes on from *done */
     la_set_error(res < 0 ? op_err(res, why) : la_reason_err(why));
     *ret = -1;
     return 1;
