@@ -983,7 +983,7 @@ typedef struct {
     size_t stack_size;          /* usable bytes per fiber stack */
     uint64_t fibers_spawned;    /* total ever spawned */
     uint64_t fibers_finished;   /* total whose function returned */
-    size_t fibers_runnable;     /* snapshot of the live fibers by state */
+    size_t fibers_runnable;     /* the live fibers by state: each counted once, in one of the four */
     size_t fibers_running;      /* also one on its way into a park, until its worker switched away */
     size_t fibers_parked;       /* switched away, its wait registered: a wake, close or cancel now reaches it */
     size_t fibers_done_unjoined; /* joinable, returned, not joined yet */
@@ -1383,7 +1383,8 @@ int async_fiber_wait_signal(int signo, int timeout_ms);
  * ASYNC_E_BUSY (the epoll path lets them run). Plain threads, timeout_ms
  * 0, fds that are not sockets and fds the scheduler owns
  * (async_fiber_fd_open, whose async_fiber_close must wake their waiters)
- * take the poller path. */
+ * take the poller path, and so does the wait of a socket with O_NONBLOCK
+ * set (the ring's operation on it fails at once instead of waiting). */
 
 /* Reads up to n bytes (at least 1 unless n is 0 or at end of file: returns
  * 0; with n 0 at once, reading nothing (a socket's pending data or datagram
@@ -1413,8 +1414,9 @@ ssize_t async_fiber_read(async_fd_t fd, void *buf, size_t n, int timeout_ms);
  * raised is consumed (one already pending before the call stays pending;
  * the thread's signal mask is restored). Fiber worker threads block
  * SIGPIPE for good. n 0 on a closed fd: ASYNC_E_BADFD.
- * timeout_ms bounds the whole call's waiting: it counts from the first
- * time the fd has no room (the writes before that do not block).
+ * timeout_ms counts from the first time the fd has no room (the writes
+ * before that do not block): the call fails with ASYNC_E_TIMEDOUT if it has
+ * not written all n bytes timeout_ms after that.
  * Errors: as async_fiber_read.
  * Thread-safe; parks. */
 ssize_t async_fiber_write(async_fd_t fd, const void *buf, size_t n, int timeout_ms);

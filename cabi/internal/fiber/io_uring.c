@@ -537,10 +537,9 @@ static int ur_fail(int *ret, int err) {
 /* The error of an op that ended with res < 0 after a park that ended for
  * why. A park ended by a cancel, stop or timeout reports that reason over
  * what only says the op did not happen: cancelled, interrupted, would
- * block, or not a socket (the poller path's work, which the reason ends). */
+ * block. */
 static int op_err(int res, int why) {
-    if (why != LA_W_READY && (res == -ECANCELED || res == -EINTR || res == -EAGAIN || res == -ENOTSOCK))
-        return la_reason_err(why);
+    if (why != LA_W_READY && (res == -ECANCELED || res == -EINTR || res == -EAGAIN)) return la_reason_err(why);
     return ur_map_errno(-res);
 }
 
