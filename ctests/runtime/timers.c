@@ -380,6 +380,9 @@ static void *hog_memory(size_t *total)
     return head;
 }
 
+/* Frees the hog. Under ASan, malloc returns NULL until the RSS check (every
+ * 100 ms) has seen RSS drop: waits for that before the library runs on, as
+ * Go's runtime aborts when it cannot allocate for a thread it starts. */
 static void free_hog(void *head)
 {
     while (head) {
@@ -387,6 +390,15 @@ static void free_hog(void *head)
         free(head);
         head = n;
     }
+    if (!NM_ASAN)
+        return;
+    double t0 = now_ms();
+    void *p;
+    while ((p = malloc((size_t)1 << 16)) == NULL) {
+        CHECK(now_ms() - t0 < 10000);
+        sleep_ms(5);
+    }
+    free(p);
 }
 
 #define NM_PRE 3000
