@@ -23,6 +23,7 @@
  * no memfd, no packet-mode pipes there; the cases that use them fail if run. */
 #include <errno.h>
 #define EFD_CLOEXEC 0
+#define EFD_NONBLOCK 0
 static inline int eventfd(unsigned v, int flags)
 {
     (void)v;
