@@ -1,8 +1,8 @@
 /* The scheduler's stats against every kind of park: the moment the stats
  * count a fiber parked, the wake sent from the host (a send of 0 ms, an
- * unlock, a signal, a byte written, async_fiber_close, async_fiber_cancel)
- * reaches it, on 1, 2 and 16 workers. A lost wake shows as a waiter still
- * parked after 5 s. */
+ * unlock, a condition variable's signal, a signal, a byte written,
+ * async_fiber_close, async_fiber_cancel) reaches it, on 1, 2 and 16
+ * workers. A lost wake shows as a waiter still parked after 5 s. */
 #include <fcntl.h>
 #include <stdatomic.h>
 #include <sys/socket.h>
@@ -123,6 +123,22 @@ CASE(parked_chan_sender_takes_a_receive_of_0ms) // adversarial
     chans_close();
 }
 
+static int recv_park(int i)
+{
+    int v = -1;
+    return async_chan_recv(ch[0], &v, BOUND_MS) == 0 && v == i ? 0 : -1;
+}
+
+static void recv_wake(int i) { CHECK_EQ(async_chan_send(ch[0], &i, 0), 0); }
+
+CASE(parked_chan_receiver_takes_a_send_of_0ms) // adversarial
+{
+    static const park_kind_t k = {recv_park, NULL, recv_wake, 1, 0, NULL};
+    chans_open();
+    run_all_widths(&k);
+    chans_close();
+}
+
 static int select_park(int i)
 {
     int a = -1, b = -1;
@@ -170,6 +186,42 @@ CASE(parked_mutex_locker_takes_the_unlock) // adversarial
     CHECK((mx = async_mutex_create()) != NULL);
     run_all_widths(&k);
     async_mutex_destroy(mx);
+}
+
+/* ---- condition variable: its signal is not taken under the waiter's
+ * mutex, so a signal sent before the waiter is queued wakes nobody ---- */
+static async_mutex_t *cv_m;
+static async_cond_t *cv_c;
+static atomic_int cv_sig; /* the rounds signalled */
+
+static int cond_park(int i)
+{
+    int r = 0;
+    CHECK_EQ(async_mutex_lock(cv_m, -1), 0);
+    while (r == 0 && atomic_load(&cv_sig) <= i)
+        r = async_cond_wait(cv_c, cv_m, BOUND_MS);
+    CHECK_EQ(async_mutex_unlock(cv_m), 0);
+    return r;
+}
+
+static void cond_wake(int i)
+{
+    atomic_store(&cv_sig, i + 1);
+    CHECK_EQ(async_cond_signal(cv_c), 0);
+}
+
+CASE(parked_cond_waiter_takes_the_signal) // adversarial
+{
+    static const park_kind_t k = {cond_park, NULL, cond_wake, 1, 0, NULL};
+    CHECK((cv_m = async_mutex_create()) != NULL);
+    CHECK((cv_c = async_cond_create()) != NULL);
+    static const int widths[] = {1, 2, 16}; /* as run_all_widths, the signalled rounds counted afresh */
+    for (size_t j = 0; j < sizeof widths / sizeof widths[0]; j++) {
+        atomic_store(&cv_sig, 0);
+        run_kind(&k, widths[j]);
+    }
+    async_cond_destroy(cv_c);
+    async_mutex_destroy(cv_m);
 }
 
 /* ---- sleep, ended by a cancel ---- */

@@ -340,15 +340,15 @@ int la_io_map_errno(int e);
 
 /* io_park.c: park the current fiber f on fd for dirs (1 read, 2 write, 3
  * either) until ready or the deadline (the caller has checked that it has
- * not passed: la_io_deadline_passed); la_io_wait_dir for a thread or a
+ * not passed: la_io_next_deadline); la_io_wait_dir for a thread or a
  * fiber. 0 (retry the syscall) or an async_err_t. */
-int la_io_deadline_passed(uint64_t deadline);
 int la_io_fd_park(la_fiber_t *f, int fd, int dirs, uint64_t deadline);
 int la_io_owned_park(la_fiber_t *f, int fd, int dirs, const la_fdsnap_t *sn, uint64_t deadline);
 /* A call's deadline is taken from the clock at its first wait, so a call
  * that never waits reads no clock: *dl starts at LA_DL_UNSET (then 0: no
  * deadline, else la_now_ns's time). */
 #define LA_DL_UNSET UINT64_MAX
+int la_io_next_deadline(uint64_t *dl, int timeout_ms);
 int la_io_wait_dir(int fd, int dir, uint64_t *dl, int timeout_ms, const la_fdsnap_t *sn);
 
 /* io_owned.c: makes fd owned by s (fresh: the kernel just handed the

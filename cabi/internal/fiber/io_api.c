@@ -92,7 +92,7 @@ int async_fiber_wait_fd(async_fd_t fd, uint32_t events, int timeout_ms) {
     }
     la_fdrec_t *rec = la_fdrec(f->s, fd);
     la_fdsnap_t sn = LA_FDSNAP_START;
-    uint64_t deadline = LA_DL_UNSET; /* see la_io_wait_dir */
+    uint64_t deadline = LA_DL_UNSET; /* la_io_next_deadline */
     for (;;) {
         if (la_fd_snap_closed(rec, &sn)) return -1;
         int r = la_io_poll1(fd, pev, 0);
@@ -106,11 +106,7 @@ int async_fiber_wait_fd(async_fd_t fd, uint32_t events, int timeout_ms) {
             return -1;
         }
         int dirs = (int)(events & (ASYNC_EVENT_READ | ASYNC_EVENT_WRITE));
-        int rc = 0;
-        if (deadline == LA_DL_UNSET)
-            deadline = la_deadline(timeout_ms); /* > 0 ms away: not passed */
-        else if (la_io_deadline_passed(deadline))
-            rc = ASYNC_E_TIMEDOUT;
+        int rc = la_io_next_deadline(&deadline, timeout_ms);
         if (rc == 0) rc = sn.owned ? la_io_owned_park(f, fd, dirs, &sn, deadline) : la_io_fd_park(f, fd, dirs, deadline);
         if (rc) {
             la_set_error(rc);
@@ -126,7 +122,7 @@ ssize_t async_fiber_read(async_fd_t fd, void *buf, size_t n, int timeout_ms) {
 #if defined(LA_URING)
     if (la_uring_here(fd) && la_uring_read(fd, buf, n, timeout_ms, &early)) return early; /* io_uring.c */
 #endif
-    uint64_t deadline = LA_DL_UNSET; /* see la_io_wait_dir */
+    uint64_t deadline = LA_DL_UNSET; /* la_io_next_deadline */
     la_fiber_t *f = la_current_fiber();
     la_fdrec_t *rec = f ? la_fdrec(f->s, fd) : NULL;
     la_fdsnap_t sn = LA_FDSNAP_START;
@@ -181,7 +177,7 @@ ssize_t async_fiber_write(async_fd_t fd, const void *buf, size_t n, int timeout_
 #if defined(LA_URING)
     if (la_uring_here(fd) && la_uring_write(fd, buf, n, timeout_ms, &early, &done)) return early; /* io_uring.c */
 #endif
-    uint64_t deadline = LA_DL_UNSET; /* see la_io_wait_dir */
+    uint64_t deadline = LA_DL_UNSET; /* la_io_next_deadline */
     la_fiber_t *f = la_current_fiber();
     la_fdrec_t *rec = f ? la_fdrec(f->s, fd) : NULL;
     la_fdsnap_t sn = LA_FDSNAP_START;
@@ -217,7 +213,7 @@ async_fd_t async_fiber_accept(async_fd_t lfd, struct sockaddr *addr, socklen_t *
     int ur;
     if (la_uring_here(lfd) && la_uring_accept(lfd, addr, len, timeout_ms, &ur)) return ur; /* io_uring.c */
 #endif
-    uint64_t deadline = LA_DL_UNSET; /* see la_io_wait_dir */
+    uint64_t deadline = LA_DL_UNSET; /* la_io_next_deadline */
     la_fiber_t *f = la_current_fiber();
     la_fdrec_t *rec = f ? la_fdrec(f->s, lfd) : NULL;
     la_fdsnap_t sn = LA_FDSNAP_START;
@@ -271,7 +267,7 @@ int async_fiber_connect(async_fd_t fd, const struct sockaddr *addr, socklen_t le
         la_set_error(la_io_map_errno(-r));
         return -1;
     }
-    uint64_t deadline = LA_DL_UNSET; /* see la_io_wait_dir */
+    uint64_t deadline = LA_DL_UNSET; /* la_io_next_deadline */
     for (;;) {
         int rc = la_io_wait_dir(fd, 1, &deadline, timeout_ms, &sn);
         if (rc) {

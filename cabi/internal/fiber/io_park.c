@@ -94,23 +94,25 @@ int la_io_owned_park(la_fiber_t *f, int fd, int dirs, const la_fdsnap_t *sn, uin
     return park_locked(f, r, fd, dirs, deadline, 1);
 }
 
-/* 1 if a wait with this deadline must not begin: it has passed. A deadline
- * already passed ends the wait even if the fd keeps reporting a condition
+/* The deadline of a call's next wait, in *dl (LA_DL_UNSET before its
+ * first): taken from the clock at the first wait (timeout_ms > 0 ms away:
+ * not passed), checked at a later one. 0, or ASYNC_E_TIMEDOUT: it has
+ * passed, which ends the call even if the fd keeps reporting a condition
  * (HUP, ERR) that its syscall does not clear. */
-int la_io_deadline_passed(uint64_t deadline) { return deadline && la_now_ns() >= deadline; }
+int la_io_next_deadline(uint64_t *dl, int timeout_ms) {
+    if (*dl == LA_DL_UNSET) {
+        *dl = la_deadline(timeout_ms);
+        return 0;
+    }
+    return *dl && la_now_ns() >= *dl ? ASYNC_E_TIMEDOUT : 0;
+}
 
 /* Waits (thread or fiber) until fd is ready for dir; sn: what the caller
  * saw of the fd's record before its syscall; *dl: the call's deadline
- * (fiber_int.h), set here at its first wait. 0 or an async_err_t. */
+ * (la_io_next_deadline). 0 or an async_err_t. */
 int la_io_wait_dir(int fd, int dir, uint64_t *dl, int timeout_ms, const la_fdsnap_t *sn) {
-    if (timeout_ms == 0) return ASYNC_E_TIMEDOUT;
-    uint64_t deadline;
-    if (*dl == LA_DL_UNSET) {
-        deadline = *dl = la_deadline(timeout_ms); /* timeout_ms > 0 ms away: not passed */
-    } else {
-        deadline = *dl;
-        if (la_io_deadline_passed(deadline)) return ASYNC_E_TIMEDOUT;
-    }
+    if (timeout_ms == 0 || la_io_next_deadline(dl, timeout_ms)) return ASYNC_E_TIMEDOUT;
+    uint64_t deadline = *dl;
     la_fiber_t *f = la_current_fiber();
     if (f && sn->owned) return la_io_owned_park(f, fd, dir ? 2 : 1, sn, deadline);
     if (f) return la_io_fd_park(f, fd, dir ? 2 : 1, deadline);

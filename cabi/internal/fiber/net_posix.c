@@ -180,7 +180,7 @@ static int dgram_uring(dgram_t *d, int send, int timeout_ms, ssize_t *ret) {
 /* The poller path of a receive (send 0) or send: tried, and retried after
  * EINTR or a wait for readiness. The result, or -1 with the error set. */
 static ssize_t dgram_loop(dgram_t *d, int send, int timeout_ms) {
-    uint64_t deadline = LA_DL_UNSET; /* see la_io_wait_dir */
+    uint64_t deadline = LA_DL_UNSET; /* la_io_next_deadline */
     la_fiber_t *f = la_current_fiber();
     la_fdrec_t *rec = f ? la_fdrec(f->s, d->fd) : NULL;
     la_fdsnap_t sn = LA_FDSNAP_START;
