@@ -174,6 +174,33 @@ CASE(rt_on_waiter_thread) { // poll
     async_runtime_deinit(ow_rt);
 }
 
+/* Go's preemption signal (SIGURG), which Go's runtime may send to a host
+ * thread that has just run Go code inside the wait, does not end a wait:
+ * only the host's own signals do. */
+CASE(rt_wait_outlasts_go_preempt_signal) { // poll
+    ow_rt = async_runtime_init();
+    CHECK(ow_rt);
+    atomic_store(&ow_n, -1);
+    atomic_store(&ow_ready, 0);
+    pthread_t th;
+    start_thread(&th, ow_waiter, NULL);
+    double end = now_ms() + 20000;
+    while (!atomic_load(&ow_ready) && now_ms() < end) sleep_ms(1);
+    sleep_ms(20); /* likely asleep; the signals below span the sleep */
+    for (int i = 0; i < 20; i++) {
+        CHECK_EQ(pthread_kill(th, SIGURG), 0);
+        sleep_ms(2);
+    }
+    CHECK_EQ(atomic_load(&ow_n), -1); /* still waiting */
+    CHECK_EQ(async_runtime_post_completion(ow_rt, 7, 77), 0);
+    join_within(th, 30000, "waiter");
+    CHECK_EQ(atomic_load(&ow_n), 1);
+    CHECK_EQ(ow_ev.event_type, ASYNC_EVENT_COMPLETION);
+    CHECK_EQ(ow_ev.completion_key, 7);
+    CHECK_EQ(ow_ev.data, 77);
+    async_runtime_deinit(ow_rt);
+}
+
 /* A count that arrived but was not taken yet is dropped by the removal; a
  * new watch starts from 0. */
 CASE(rt_remove_drops_pending) { // poll

@@ -24,7 +24,8 @@
 #include <time.h>
 #include <unistd.h>
 #if defined(__linux__)
-#include <signal.h> /* _NSIG */
+#include <pthread.h>
+#include <signal.h>
 #include <sys/epoll.h>
 #include <sys/syscall.h>
 #endif
@@ -251,6 +252,20 @@ static inline void sort_bell(la_rtc_t *r, struct epoll_event *raw, int k, la_rou
     }
 }
 
+/* The calling thread's signal mask with SIGURG added, for a poll that may
+ * sleep; NULL (no mask) if the mask cannot be read. Go's runtime sends
+ * SIGURG to preempt goroutines, also to a host thread just back from Go
+ * (la_go_rt_step); landing in the sleep it would end the wait with EINTR,
+ * which the wait reports as "a signal interrupted the wait". Blocked for
+ * the sleep, EINTR stays the host's own signals' (port's waitMask keeps the
+ * same rule for the waits Go drives); a pending SIGURG is handled as soon as
+ * the poll returns. */
+static sigset_t *sleep_mask(sigset_t *set) {
+    if (pthread_sigmask(SIG_BLOCK, NULL, set) != 0) return NULL;
+    sigaddset(set, SIGURG);
+    return set;
+}
+
 /* Polls the fds once, for up to rd->ms (the raw system call), and sorts out
  * the doorbell. 0, or ASYNC_E_CLOSED / ASYNC_E_SYS. */
 static inline int poll_once(la_rtc_t *r, struct epoll_event *raw, la_round_t *rd, int *cs) {
@@ -267,14 +282,16 @@ static inline int poll_once(la_rtc_t *r, struct epoll_event *raw, la_round_t *rd
     if (rd->ms != 0) la_nocancel_enter(cs);
     /* The raw system call: libc's epoll_wait is a cancellation point even
      * when ms is 0 (and cancellation is disabled only for a wait that may
-     * sleep). No signal mask: epoll_wait. It harvests at most rd->room
+     * sleep). A sleep blocks SIGURG (sleep_mask). It harvests at most rd->room
      * records, all of which are handed out (fd records go first): the
      * kernel moves each level-triggered record it returns to the tail of
      * its ready list, behind every fd not yet returned, and appends a
      * registration that is added ready there too, so the ready fds take
      * turns in a queue that adds and removes elsewhere do not reorder. A
      * record harvested and then left out would go to the tail unreported. */
-    int k = (int)syscall(SYS_epoll_pwait, atomic_load(&sh->rawfd), raw, rd->room, rd->ms, NULL,
+    sigset_t set;
+    sigset_t *mask = rd->ms != 0 ? sleep_mask(&set) : NULL;
+    int k = (int)syscall(SYS_epoll_pwait, atomic_load(&sh->rawfd), raw, rd->room, rd->ms, mask,
                          (size_t)(_NSIG / 8));
     int err = errno;
     rd->now = clock_ns(sh);
