@@ -5,7 +5,11 @@
  * request the buffer holds (pipelining) into one output buffer, and writes
  * that with one write: one read and one write per batch of requests, and
  * no allocation per request (the connection's buffers are allocated once,
- * when it is accepted).
+ * when it is accepted). A batch of one request, the common case, is
+ * answered straight from the thread's answer cache (http_ok_response),
+ * without a copy: the connection's output buffer is touched only when the
+ * socket has no room, so ten thousand idle connections do not each keep
+ * output lines in the cache.
  */
 #define _GNU_SOURCE 1
 #include "server.h"
@@ -44,8 +48,12 @@ struct conn {
     int64_t deadline; /* when the head being waited for must be complete (monotonic ms) */
     size_t len;       /* bytes in in[] */
     size_t outlen;    /* bytes in out[] */
-    char out[OUT_CAP];
-    char in[];        /* sv->in_cap bytes */
+    /* The batch's first answer while out[] is empty: in this thread's answer cache, not copied. Never held
+     * across a park (flush_out sends it or moves it into out[] first). */
+    const char *pend;
+    size_t pendlen;
+    char *out;        /* OUT_CAP bytes, after in[] */
+    char in[];        /* sv->in_cap bytes, next to the fields above */
 };
 
 /* What to do after a batch: go on; write the answers and close; the same
@@ -122,9 +130,45 @@ static ssize_t conn_write(struct conn *c, const void *buf, size_t n, int timeout
     return async_fiber_write(c->fd, buf, n, timeout_ms);
 }
 
-/* Writes out[] (one write). -1: the connection is unusable. */
+/* Moves the pending answer into out[], ahead of what comes next. */
+static void pend_to_out(struct conn *c)
+{
+    if (!c->pend)
+        return;
+    memcpy(c->out, c->pend, c->pendlen);
+    c->outlen = c->pendlen;
+    c->pend = NULL;
+}
+
+/* Sends what of the pending answer the socket takes at once, without a park (plain HTTP); the rest goes
+ * into out[]. -1: the connection is unusable. */
+static int pend_send(struct conn *c)
+{
+    const char *p = c->pend;
+    size_t n = c->pendlen;
+    ssize_t k = 0;
+    if (!c->tls) {
+#ifdef MSG_NOSIGNAL
+        k = send(c->fd, p, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+#else
+        k = send(c->fd, p, n, MSG_DONTWAIT); /* fiber workers block SIGPIPE */
+#endif
+        if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+            return -1;
+        if (k < 0)
+            k = 0;
+    }
+    c->pend = NULL;
+    memcpy(c->out, p + k, n - (size_t)k);
+    c->outlen = n - (size_t)k;
+    return 0;
+}
+
+/* Writes the pending answer and out[] (one write each at most). -1: the connection is unusable. */
 static int flush_out(struct conn *c)
 {
+    if (c->pend && pend_send(c) < 0)
+        return -1;
     if (c->outlen == 0)
         return 0;
     ssize_t n = conn_write(c, c->out, c->outlen, c->sv->cfg.idle_ms);
@@ -135,7 +179,8 @@ static int flush_out(struct conn *c)
 /* Appends bytes to out[], writing out[] first when they do not fit. */
 static int append_out(struct conn *c, const char *p, size_t n)
 {
-    if (c->outlen + n > sizeof c->out && flush_out(c) < 0)
+    pend_to_out(c);
+    if (c->outlen + n > OUT_CAP && flush_out(c) < 0)
         return -1;
     memcpy(c->out + c->outlen, p, n);
     c->outlen += n;
@@ -188,12 +233,18 @@ static int answer_batch(struct conn *c, time_t now)
         }
         /* Read once the whole request is in: a stop that began during its body closes after this answer. */
         int keep = req.keep_alive && !atomic_load_explicit(&sv->stopping, memory_order_relaxed);
-        if (c->outlen + HTTP_OK_MAX > sizeof c->out && flush_out(c) < 0) /* room first: no park while ok is used */
+        pend_to_out(c);
+        if (c->outlen + HTTP_OK_MAX > OUT_CAP && flush_out(c) < 0) /* room first: no park while ok is used */
             return CLOSE_BROKEN;
         size_t n;
         const char *ok = http_ok_response(now, keep, head_only, &n);
-        memcpy(c->out + c->outlen, ok, n);
-        c->outlen += n;
+        if (c->outlen == 0) {
+            c->pend = ok;
+            c->pendlen = n;
+        } else {
+            memcpy(c->out + c->outlen, ok, n);
+            c->outlen += n;
+        }
         /* Requests after a "close" are not answered. The client did not ask for a close the stop makes, so it
          * may have sent more already: that close lingers. */
         if (!keep)
@@ -321,7 +372,7 @@ static void conn_start(server_t *sv, async_fd_t fd)
 {
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one); /* answers are whole writes: no Nagle delay */
-    struct conn *c = malloc(sizeof *c + sv->in_cap);
+    struct conn *c = malloc(sizeof *c + sv->in_cap + OUT_CAP);
     if (!c) {
         async_fiber_close(fd);
         return;
@@ -331,6 +382,8 @@ static void conn_start(server_t *sv, async_fd_t fd)
     c->tls = NULL;
     atomic_init(&c->idle, 0);
     c->len = c->outlen = 0;
+    c->pend = NULL;
+    c->out = c->in + sv->in_cap;
     list_add(sv, c);
     atomic_fetch_add(&sv->live, 1);
     if (!async_scope_spawn(sv->conns, conn_main, c, 0)) { /* ASYNC_E_NOMEM, or the server stops */

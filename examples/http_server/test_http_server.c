@@ -89,10 +89,13 @@ struct resp {
     char body[256];
 };
 
-static int cl_connect_raw(void)
+/* rcvbuf: SO_RCVBUF before the connect (it bounds the window); 0 leaves the default. */
+static int cl_connect_rcvbuf(int rcvbuf)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     REQUIRE(fd >= 0);
+    if (rcvbuf > 0)
+        REQUIRE(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf) == 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)g_port)};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
@@ -107,6 +110,11 @@ static int cl_connect_raw(void)
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     return fd;
+}
+
+static int cl_connect_raw(void)
+{
+    return cl_connect_rcvbuf(0);
 }
 
 static struct cl *cl_open(void)
@@ -673,6 +681,56 @@ static void case_shutdown_body_in_flight(void)
     cl_close(piped);
 }
 
+/* A client with a small window that sends request after request, each on its own, and reads no answer
+ * until it has sent more requests than the kernel can hold answers for (net.ipv4.tcp_wmem's maximum): the
+ * server answers each as its socket fills up, until the answers find too little room or none; those wait
+ * in the server and then come out whole and in order, GET and HEAD alternating (an answer lost, doubled or
+ * cut breaks the framing). */
+static void case_stalled_reader(void)
+{
+    long wmem_max = 4 << 20;
+    FILE *f = fopen("/proc/sys/net/ipv4/tcp_wmem", "r");
+    if (f) {
+        REQUIRE(fscanf(f, "%*d %*d %ld", &wmem_max) == 1);
+        fclose(f);
+    }
+    const int n = (int)(wmem_max / 100); /* answers of 140 bytes or more */
+    server_up("--idle-ms", "60000", NULL);
+    struct cl *c = calloc(1, sizeof *c);
+    REQUIRE(c != NULL);
+    c->fd = cl_connect_rcvbuf(4096);
+    REQUIRE(c->fd >= 0);
+    int flags = fcntl(c->fd, F_GETFL);
+    REQUIRE(fcntl(c->fd, F_SETFL, flags | O_NONBLOCK) == 0);
+    char req[64];
+    size_t len = 0, off = 0; /* off: bytes of the last request sent when the sends stalled */
+    int sent = 0;
+    while (sent < n) {
+        len = (size_t)snprintf(req, sizeof req, "%s /%d HTTP/1.1\r\nHost: t\r\n\r\n", sent % 2 ? "HEAD" : "GET",
+                               sent);
+        ssize_t w = send(c->fd, req, len, MSG_NOSIGNAL);
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            break; /* the server stopped reading (it is waiting for room) */
+        REQUIRE(w > 0);
+        if ((size_t)w < len) {
+            off = (size_t)w;
+            break;
+        }
+        sent++;
+        usleep(20); /* each request alone in the server's read, mostly */
+    }
+    REQUIRE(fcntl(c->fd, F_SETFL, flags) == 0);
+    for (int got = 0; got < sent; got++)
+        cl_expect(c, 200, got % 2 == 1);
+    if (off > 0) {
+        send_bytes(c->fd, req + off, len - off);
+        cl_expect(c, 200, sent % 2 == 1);
+    }
+    REQUIRE(c->len == 0);
+    cl_close(c);
+    server_down(WAIT_MS);
+}
+
 static void case_workers_2(void)
 {
     server_up("--workers", "2", NULL);
@@ -827,6 +885,7 @@ int main(int argc, char **argv)
         {"unsupported", case_unsupported},
         {"content_length_past_uint64", case_content_length_past_uint64},
         {"slow_client", case_slow_client},
+        {"stalled_reader", case_stalled_reader},
         {"idle_timeout", case_idle_timeout},
         {"shutdown", case_shutdown},
         {"shutdown_body_in_flight", case_shutdown_body_in_flight},
