@@ -308,8 +308,13 @@ static void serve(struct conn *c)
         int timeout;
         if (c->len == 0) { /* waiting for a new request: the idle timeout starts now */
             atomic_store(&c->idle, 1); /* then read stopping: the stop sees idle=1 or we see stopping */
-            if (atomic_load(&sv->stopping))
+            if (atomic_load(&sv->stopping)) {
+                /* The stop may have found it busy (its read was not ended): requests may wait unread behind
+                 * the answers, and a close with unread input resets the connection, which drops the answers
+                 * still queued in the socket. */
+                linger(c);
                 return;
+            }
             c->deadline = mono_ms() + sv->cfg.idle_ms;
             timeout = sv->cfg.idle_ms;
         } else if ((timeout = read_timeout(c)) == 0) {

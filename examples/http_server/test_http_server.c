@@ -681,12 +681,12 @@ static void case_shutdown_body_in_flight(void)
     cl_close(piped);
 }
 
-/* A client with a small window that sends request after request, each on its own, and reads no answer
- * until it has sent more requests than the kernel can hold answers for (net.ipv4.tcp_wmem's maximum): the
- * server answers each as its socket fills up, until the answers find too little room or none; those wait
- * in the server and then come out whole and in order, GET and HEAD alternating (an answer lost, doubled or
- * cut breaks the framing). */
-static void case_stalled_reader(void)
+/* A client with a small window (rcvbuf) that sends request after request, each on its own, GET and HEAD
+ * alternating (request i is a HEAD when i is odd), and reads no answer until it has sent more requests than the
+ * kernel can hold answers for (net.ipv4.tcp_wmem's maximum), or until its sends stall because the server
+ * stopped reading (it waits for room). Returns the client; *sent: the requests sent whole; req/len/off: the
+ * last request and how much of it went out (off > 0: cut, its rest not sent yet). */
+static long tcp_wmem_max(void)
 {
     long wmem_max = 4 << 20;
     FILE *f = fopen("/proc/sys/net/ipv4/tcp_wmem", "r");
@@ -694,32 +694,47 @@ static void case_stalled_reader(void)
         REQUIRE(fscanf(f, "%*d %*d %ld", &wmem_max) == 1);
         fclose(f);
     }
-    const int n = (int)(wmem_max / 100); /* answers of 140 bytes or more */
-    server_up("--idle-ms", "60000", NULL);
+    return wmem_max;
+}
+
+static struct cl *stall_client(int rcvbuf, int *sent, char req[64], size_t *len, size_t *off)
+{
+    const int n = (int)(tcp_wmem_max() / 100); /* answers of 140 bytes or more */
     struct cl *c = calloc(1, sizeof *c);
     REQUIRE(c != NULL);
-    c->fd = cl_connect_rcvbuf(4096);
+    c->fd = cl_connect_rcvbuf(rcvbuf);
     REQUIRE(c->fd >= 0);
     int flags = fcntl(c->fd, F_GETFL);
     REQUIRE(fcntl(c->fd, F_SETFL, flags | O_NONBLOCK) == 0);
-    char req[64];
-    size_t len = 0, off = 0; /* off: bytes of the last request sent when the sends stalled */
-    int sent = 0;
-    while (sent < n) {
-        len = (size_t)snprintf(req, sizeof req, "%s /%d HTTP/1.1\r\nHost: t\r\n\r\n", sent % 2 ? "HEAD" : "GET",
-                               sent);
-        ssize_t w = send(c->fd, req, len, MSG_NOSIGNAL);
+    *sent = 0;
+    *len = *off = 0;
+    while (*sent < n) {
+        *len = (size_t)snprintf(req, 64, "%s /%d HTTP/1.1\r\nHost: t\r\n\r\n", *sent % 2 ? "HEAD" : "GET", *sent);
+        ssize_t w = send(c->fd, req, *len, MSG_NOSIGNAL);
         if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
             break; /* the server stopped reading (it is waiting for room) */
         REQUIRE(w > 0);
-        if ((size_t)w < len) {
-            off = (size_t)w;
+        if ((size_t)w < *len) {
+            *off = (size_t)w;
             break;
         }
-        sent++;
+        (*sent)++;
         usleep(20); /* each request alone in the server's read, mostly */
     }
     REQUIRE(fcntl(c->fd, F_SETFL, flags) == 0);
+    return c;
+}
+
+/* The server answers each request of a stalled client as its socket fills up, until the answers find too
+ * little room or none; those wait in the server and then come out whole and in order, GET and HEAD
+ * alternating (an answer lost, doubled or cut breaks the framing). */
+static void case_stalled_reader(void)
+{
+    server_up("--idle-ms", "60000", NULL);
+    char req[64];
+    size_t len, off;
+    int sent;
+    struct cl *c = stall_client(4096, &sent, req, &len, &off);
     for (int got = 0; got < sent; got++)
         cl_expect(c, 200, got % 2 == 1);
     if (off > 0) {
@@ -729,6 +744,54 @@ static void case_stalled_reader(void)
     REQUIRE(c->len == 0);
     cl_close(c);
     server_down(WAIT_MS);
+}
+
+/* A stop that begins while answers wait for room in a stalled client's socket, with more of its requests
+ * unread behind them: once the client reads, every answer the server made reaches it whole and in order,
+ * and the connection ends with a clean end of stream after the last whole answer (no reset that would drop
+ * answers still queued in the server's socket). Requests the server did not take are not answered. */
+static void case_shutdown_stalled_reader(void)
+{
+    /* The requests left unread come to about an eighth of tcp_wmem's maximum; the server's close reads up to
+     * 1 MiB of them (server.c, LINGER_BYTES) before it gives up on the client. */
+    if (tcp_wmem_max() > (6 << 20)) {
+        fprintf(stderr, "SKIP: net.ipv4.tcp_wmem's maximum is above 6 MiB\n");
+        exit(SKIP);
+    }
+    server_up("--drain-ms", "20000", "--idle-ms", "60000", NULL);
+    struct cl *idle = cl_open();
+    cl_send(idle, GET);
+    cl_expect(idle, 200, false);
+    char req[64];
+    size_t len, off;
+    int sent;
+    struct cl *c = stall_client(4096, &sent, req, &len, &off);
+    REQUIRE(sent > 0);
+    REQUIRE(kill(g_child.pid, SIGTERM) == 0);
+    cl_expect_eof(idle); /* the stop has begun */
+    int got = 0;
+    struct resp r;
+    for (;;) {
+        errno = 0;
+        if (!cl_response(c, &r, got % 2 == 1))
+            break;
+        if (r.status != 200)
+            FAIL("answer %d: status %d", got, r.status);
+        if (got % 2 == 0 && strcmp(r.body, HTTP_OK_BODY) != 0)
+            FAIL("answer %d: body \"%s\"", got, r.body);
+        got++;
+        if (r.close)
+            break;
+    }
+    if (errno == ECONNRESET)
+        FAIL("the connection was reset after %d whole answers", got);
+    if (r.close)
+        cl_expect_eof(c);
+    REQUIRE(got >= 1 && got <= sent);
+    cl_close(c);
+    child_require_clean_exit(&g_child, WAIT_MS);
+    child_free(&g_child);
+    cl_close(idle);
 }
 
 static void case_workers_2(void)
@@ -889,6 +952,7 @@ int main(int argc, char **argv)
         {"idle_timeout", case_idle_timeout},
         {"shutdown", case_shutdown},
         {"shutdown_body_in_flight", case_shutdown_body_in_flight},
+        {"shutdown_stalled_reader", case_shutdown_stalled_reader},
         {"workers_2", case_workers_2},
         {"conns_10k", case_conns_10k},
 #ifdef HTTP_SERVER_TLS
