@@ -681,11 +681,7 @@ static void case_shutdown_body_in_flight(void)
     cl_close(piped);
 }
 
-/* A client with a small window (rcvbuf) that sends request after request, each on its own, GET and HEAD
- * alternating (request i is a HEAD when i is odd), and reads no answer until it has sent more requests than the
- * kernel can hold answers for (net.ipv4.tcp_wmem's maximum), or until its sends stall because the server
- * stopped reading (it waits for room). Returns the client; *sent: the requests sent whole; req/len/off: the
- * last request and how much of it went out (off > 0: cut, its rest not sent yet). */
+/* net.ipv4.tcp_wmem's maximum: the most a socket's send buffer grows to (4 MiB if unknown). */
 static long tcp_wmem_max(void)
 {
     long wmem_max = 4 << 20;
@@ -697,6 +693,11 @@ static long tcp_wmem_max(void)
     return wmem_max;
 }
 
+/* A client with a small window (rcvbuf) that sends request after request, each on its own, GET and HEAD
+ * alternating (request i is a HEAD when i is odd), and reads no answer until it has sent more requests than the
+ * kernel can hold answers for (net.ipv4.tcp_wmem's maximum), or until its sends stall because the server
+ * stopped reading (it waits for room). Returns the client; *sent: the requests sent whole; req/len/off: the
+ * last request and how much of it went out (off > 0: cut, its rest not sent yet). */
 static struct cl *stall_client(int rcvbuf, int *sent, char req[64], size_t *len, size_t *off)
 {
     const int n = (int)(tcp_wmem_max() / 100); /* answers of 140 bytes or more */
