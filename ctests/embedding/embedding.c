@@ -269,6 +269,60 @@ CASE(signal_handlers_at_main)
     round_trip();
 }
 
+/* The signals 1..64 blocked in the calling thread, one bit each. */
+static uint64_t blocked_mask(void)
+{
+    sigset_t m;
+    uint64_t bits = 0;
+    CHECK_EQ(pthread_sigmask(SIG_BLOCK, NULL, &m), 0);
+    for (int s = 1; s <= 64 && s < NSIG; s++)
+        if (sigismember(&m, s) == 1)
+            bits |= (uint64_t)1 << (s - 1);
+    return bits;
+}
+
+static void mask_keeper_timer(void)
+{
+    async_runtime_t *rt = async_runtime_init(); /* a thread's first call into Go */
+    io_event_t ev;
+    CHECK(rt != NULL);
+    CHECK(async_runtime_add_timer(rt, 1, 0, 7) != 0);      /* Go: the timer wheel */
+    CHECK_EQ(async_runtime_wait(rt, &ev, 1, 10000), 1);    /* Go: the timer fires */
+    CHECK_EQ(ev.event_type, ASYNC_EVENT_TIMER);
+    async_runtime_deinit(rt);
+}
+
+/* Which host signals a thread blocks, and those it does not, stay so across
+ * its calls into the library, the first one (which binds the thread to Go's
+ * runtime) included: the fault signals, SIGCHLD, SIGPROF and SIGURG, which
+ * Go's runtime wants let through on its threads, among them. */
+static void *mask_keeper(void *arg)
+{
+    static const int sigs[] = {SIGCHLD, SIGURG, SIGPROF, SIGUSR1, SIGTRAP, SIGSEGV, SIGBUS, SIGFPE};
+    sigset_t want;
+    sigemptyset(&want);
+    if (arg) /* else: nothing blocked */
+        for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+            sigaddset(&want, sigs[i]);
+    CHECK_EQ(pthread_sigmask(SIG_SETMASK, &want, NULL), 0);
+    uint64_t before = blocked_mask();
+    CHECK_EQ(before != 0, arg != NULL);
+    mask_keeper_timer();
+    CHECK_EQ(blocked_mask(), before);
+    mask_keeper_timer(); /* calls after the first */
+    CHECK_EQ(blocked_mask(), before);
+    return NULL;
+}
+
+CASE(calls_keep_thread_mask) // poll
+{
+    pthread_t th;
+    start_thread(&th, mask_keeper, (void *)1);
+    join_within(th, 30000, "blocking thread");
+    start_thread(&th, mask_keeper, NULL);
+    join_within(th, 30000, "unblocking thread");
+}
+
 static volatile sig_atomic_t usr1_count, usr1_altstack;
 
 static void on_usr1(int sig, siginfo_t *si, void *uc)

@@ -9,3 +9,11 @@ package base
 #cgo windows LDFLAGS: -lws2_32 -static-libgcc -Wl,-Bstatic -lwinpthread -Wl,-Bdynamic
 */
 import "C"
+
+// la_go_bind does nothing: a host thread's first call into Go binds one of
+// Go's thread records to it (and sets its signal mask), and
+// la_call_off_fiber makes that call on its own, between a save and a restore
+// of the host's mask, before the thread's first real Go call.
+//
+//export la_go_bind
+func la_go_bind() {}

@@ -81,6 +81,9 @@ extern _Atomic int la_go_poller_up;
  * never call it on a fiber stack; la_ensure_go_poller in fiber.h does the
  * trap). Returns 0 or the errno that kept it unstarted (EMFILE). */
 int la_go_start_poller(void);
+/* Does nothing, in Go (base.go): binds the calling thread to Go's runtime
+ * (la_call_off_fiber, fiber/offstack.c). Never call it on a fiber stack. */
+void la_go_bind(void);
 
 /* Errors and fork detection (errors.c). */
 /* Records the calling thread's (or fiber's) last error. la_set_error keeps

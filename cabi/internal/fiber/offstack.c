@@ -6,6 +6,28 @@
  * this way never park the fiber. */
 #include "fiber.h"
 
+#if !defined(_WIN32)
+#include <signal.h>
+
+/* 1 once this thread has called into Go. */
+static __thread int go_bound;
+
+/* Go's first call on a host thread binds one of Go's thread records to it
+ * for the thread's life and sets the thread's signal mask to let through
+ * what Go's runtime wants (the fault signals, SIGCHLD, SIGPROF, SIGURG and
+ * more); later calls leave the mask alone. That first call is an empty one,
+ * with the host's mask put back after it (include/async.h: libasync changes
+ * no signal mask): every real Go call, and every wait that sleeps, runs with
+ * the host's mask. */
+static void bind_to_go(void) {
+    sigset_t host;
+    int kept = pthread_sigmask(SIG_BLOCK, NULL, &host) == 0;
+    la_go_bind();
+    if (kept) pthread_sigmask(SIG_SETMASK, &host, NULL);
+    go_bound = 1;
+}
+#endif
+
 void la_call_off_fiber(void (*fn)(void *), void *arg) {
     if (la_current_fiber()) {
         la_fiber_trap(fn, arg);
@@ -20,6 +42,9 @@ void la_call_off_fiber(void (*fn)(void *), void *arg) {
      * point), the less so as it would unwind Go's frames. */
     int cs = LA_CANCEL_KEPT;
     la_nocancel_enter(&cs);
+#if !defined(_WIN32)
+    if (!go_bound) bind_to_go();
+#endif
     fn(arg);
     la_nocancel_leave(&cs);
 }
