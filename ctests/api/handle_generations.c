@@ -19,13 +19,13 @@
 #define SANITIZED 0
 #endif
 
-/* Under qemu (ASYNC_TEST_EMULATOR) and ASan, 2^24 cycles take too long (over
- * 10 s): the library's test hook ASYNC_TEST_HANDLE_GEN (read once, by the
+/* Under qemu (ASYNC_TEST_EMULATOR), ASan and TSan, 2^24 cycles take too long
+ * (over 10 s): the library's test hook ASYNC_TEST_HANDLE_GEN (read once, by the
  * first handle allocation) starts every fresh slot just below the generation
  * where a 24-bit counter wrapped, and a few thousand cycles cross that
  * point. Only the full count fails on a library without the hook. */
 static long wrap_cycles(void) {
-    if (SANITIZED || getenv("ASYNC_TEST_EMULATOR")) {
+    if (SANITIZED || ASYNC_TEST_TSAN || getenv("ASYNC_TEST_EMULATOR")) {
         CHECK_EQ(setenv("ASYNC_TEST_HANDLE_GEN", "16776960", 1), 0); /* 2^24 - 256 */
         return 4096;
     }

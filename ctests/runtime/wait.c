@@ -593,8 +593,8 @@ static void *sig_sender(void *arg)
 }
 
 /* Starts the sender, waits s->rounds times on sig_rt (each wait must end by a
- * wakeup from the handler, with no event: bounded, so a lost wakeup fails),
- * then stops and joins the sender. */
+ * wakeup from the handler, with no event, long before its 10 s timeout: a
+ * lost wakeup fails), then stops and joins the sender. */
 static void wait_rounds(sigsend_t *s)
 {
     pthread_t th;
@@ -602,8 +602,12 @@ static void wait_rounds(sigsend_t *s)
     io_event_t ev[MAXEV];
     for (int r = 1; r <= s->rounds; r++) {
         atomic_store(&s->waiting, r);
+        double t0 = now_ms();
         int n = async_runtime_wait(sig_rt, ev, MAXEV, 10000);
         CHECK_EQ(n, 0);
+        if (now_ms() - t0 >= 9000)
+            fprintf(stderr, "round %d: the wait ran to its timeout (the handler's wakeup was lost)\n", r);
+        CHECK(now_ms() - t0 < 9000);
     }
     atomic_store(&s->stop, 1);
     join_within(th, 10000, "sender");
@@ -614,13 +618,21 @@ static void wait_rounds(sigsend_t *s)
  * returns), and once the bursts are over a wait must sleep again. */
 static void sig_burst(int flags)
 {
+    if (ASYNC_TEST_TSAN && backend_is_poll()) {
+        /* TSan runs an asynchronous signal's handler only once the thread
+         * enters a function it intercepts; the poll backend's sleep (a raw
+         * ppoll in Go) is none, so the handler's wakeup comes as late as the
+         * wait's timeout. */
+        printf("not run: TSan with the poll backend\n");
+        return;
+    }
     sig_rt = async_runtime_init();
     CHECK(sig_rt);
     install_handler(SIGUSR1, wake_handler, flags);
     sigsend_t s;
     memset(&s, 0, sizeof s);
     s.target = pthread_self();
-    s.rounds = 2000;
+    s.rounds = ASYNC_TEST_TSAN ? 300 : 2000; /* TSan delivers each signal late: slow rounds */
     s.burst = 5;
     wait_rounds(&s);
     /* Let the last signals land, then the loop must settle. */
