@@ -628,7 +628,7 @@ int async_runtime_remove(async_runtime_t *rt, async_fd_t fd);
 /* Waits for events and fills up to max_events entries of `events`; returns
  * how many (0 on timeout, on async_runtime_wakeup() (it ends one wait: see
  * there), or when a signal interrupted the wait, so the caller can check its
- * signal flags), or -1.
+ * signal flags; on Linux the Go runtime's own SIGURG never does), or -1.
  * Completions and timers beyond max_events stay queued for the next call;
  * fd readiness is level-triggered and is reported again; when more fds
  * are ready than fit, they take turns: on the epoll and poll backends an fd
