@@ -234,9 +234,12 @@ CASE(timeout_under_signal_rain) { // adversarial
 
 static atomic_int trickle_stop;
 
+/* Reads 512 bytes every 2 ms until told to stop; never blocks (the writer
+ * may have given up and the buffer run dry before the stop comes). */
 static void *trickler(void *arg) {
     int fd = (int)(intptr_t)arg;
     char b[512];
+    CHECK_EQ(fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK), 0);
     while (!atomic_load(&trickle_stop)) {
         if (read(fd, b, sizeof b) < 0 && errno != EAGAIN) break;
         usleep(2000);
