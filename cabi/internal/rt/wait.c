@@ -254,9 +254,10 @@ static inline void sort_bell(la_rtc_t *r, struct epoll_event *raw, int k, la_rou
 
 /* The calling thread's signal mask with SIGURG added, for a poll that may
  * sleep; NULL (no mask) if the mask cannot be read. Go's runtime sends
- * SIGURG to preempt goroutines, also to a host thread just back from Go
- * (la_go_rt_step); landing in the sleep it would end the wait with EINTR,
- * which the wait reports as "a signal interrupted the wait". Blocked for
+ * SIGURG to preempt goroutines, also to a host thread while it runs Go
+ * code in the wait (la_go_rt_step); landing in the sleep it would end the
+ * wait with EINTR, which the wait reports as "a signal interrupted the
+ * wait". Blocked for
  * the sleep, EINTR stays the host's own signals' (port's waitMask keeps the
  * same rule for the waits Go drives); a pending SIGURG is handled as soon as
  * the poll returns. */
