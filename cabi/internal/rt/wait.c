@@ -257,10 +257,9 @@ static inline void sort_bell(la_rtc_t *r, struct epoll_event *raw, int k, la_rou
  * SIGURG to preempt goroutines, also to a host thread while it runs Go
  * code in the wait (la_go_rt_step); landing in the sleep it would end the
  * wait with EINTR, which the wait reports as "a signal interrupted the
- * wait". Blocked for
- * the sleep, EINTR stays the host's own signals' (port's waitMask keeps the
- * same rule for the waits Go drives); a pending SIGURG is handled as soon as
- * the poll returns. */
+ * wait". Blocked for the sleep, EINTR stays the host's own signals'
+ * (port's waitMask keeps the same rule for the waits Go drives); a pending
+ * SIGURG is handled as soon as the poll returns. */
 static sigset_t *sleep_mask(sigset_t *set) {
     if (pthread_sigmask(SIG_BLOCK, NULL, set) != 0) return NULL;
     sigaddset(set, SIGURG);
